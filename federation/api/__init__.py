@@ -1,0 +1,1 @@
+"""gRPC servicers: the thin edge between protobuf requests and the store."""

@@ -1,0 +1,135 @@
+"""AdminService: tenants, queues, priority classes and member clusters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from google.protobuf import empty_pb2, field_mask_pb2
+from google.protobuf.message import Message
+
+from federation.api import convert
+from federation.api.status import servicer
+from federation.errors import InvalidArgument
+from federation.store.admin import AdminStore
+from federation.store.models import Base, Cluster, PriorityClass, Queue, Tenant
+from federation.v1 import admin_pb2, admin_pb2_grpc
+from federation.validation import Violation, Violations, check_priority_class, check_queue, check_tenant
+
+
+class _Kind:
+    """How one admin kind maps between its message, its validation and its table."""
+
+    def __init__(self, model: type[Base], field: str, message: type[Message], check: Callable[..., None],
+                 to_proto: Callable[[Any], Message], values: Callable[[Any], dict[str, Any]],
+                 mutable: tuple[str, ...]) -> None:
+        self.model, self.field, self.message, self.check = model, field, message, check
+        self.to_proto, self.values, self.mutable = to_proto, values, mutable
+
+
+TENANT = _Kind(Tenant, "tenant", admin_pb2.Tenant, check_tenant, convert.tenant_to_proto, convert.tenant_values,
+               ("weight", "guarantee", "limit", "disabled"))
+QUEUE = _Kind(Queue, "queue", admin_pb2.Queue, check_queue, convert.queue_to_proto, convert.queue_values,
+              ("weight", "priority", "guarantee", "limit", "reclaimable", "state"))
+PRIORITY_CLASS = _Kind(PriorityClass, "priority_class", admin_pb2.PriorityClass, check_priority_class,
+                       convert.priority_class_to_proto, convert.priority_class_values,
+                       ("value", "preemptible", "global_default", "description"))
+
+
+def _checked(kind: _Kind, obj: Message) -> dict[str, Any]:
+    v = Violations()
+    kind.check(v, kind.field, obj)
+    if v:
+        raise InvalidArgument(v.items)
+    return kind.values(obj)
+
+
+@servicer
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, store: AdminStore) -> None:
+        self.store = store
+
+    async def _create(self, kind: _Kind, obj: Message) -> Message:
+        return kind.to_proto(await self.store.create(kind.model, _checked(kind, obj), kind.field))
+
+    async def _update(self, kind: _Kind, obj: Message, mask: field_mask_pb2.FieldMask) -> Message:
+        """Apply the masked fields onto the stored object and validate the result as a whole."""
+        paths = list(mask.paths) or list(kind.mutable)
+        unknown = [p for p in paths if p not in kind.mutable]
+        if unknown:
+            raise InvalidArgument([Violation("update_mask", f"cannot update {', '.join(unknown)}; "
+                                                            f"updatable: {', '.join(kind.mutable)}")])
+        merged = kind.to_proto(await self.store.get(kind.model, obj.name))
+        field_mask_pb2.FieldMask(paths=paths).MergeMessage(obj, merged, replace_message_field=True,
+                                                          replace_repeated_field=True)
+        values = _checked(kind, merged)
+        return kind.to_proto(await self.store.update(kind.model, merged.name, {p: values[p] for p in paths},
+                                                     kind.field))
+
+    async def _get(self, kind: _Kind, name: str) -> Message:
+        return kind.to_proto(await self.store.get(kind.model, name))
+
+    async def _delete(self, kind: _Kind, name: str) -> empty_pb2.Empty:
+        await self.store.delete(kind.model, name)
+        return empty_pb2.Empty()
+
+    async def CreateTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._create(TENANT, request.tenant)
+
+    async def UpdateTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._update(TENANT, request.tenant, request.update_mask)
+
+    async def GetTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._get(TENANT, request.name)
+
+    async def ListTenants(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return admin_pb2.ListTenantsResponse(tenants=[TENANT.to_proto(r) for r in await self.store.list(Tenant)])
+
+    async def DeleteTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._delete(TENANT, request.name)
+
+    async def CreateQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._create(QUEUE, request.queue)
+
+    async def UpdateQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._update(QUEUE, request.queue, request.update_mask)
+
+    async def GetQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._get(QUEUE, request.name)
+
+    async def ListQueues(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        rows = await self.store.list(Queue, tenant=request.tenant)
+        return admin_pb2.ListQueuesResponse(queues=[QUEUE.to_proto(r) for r in rows])
+
+    async def DeleteQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._delete(QUEUE, request.name)
+
+    async def CreatePriorityClass(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._create(PRIORITY_CLASS, request.priority_class)
+
+    async def UpdatePriorityClass(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._update(PRIORITY_CLASS, request.priority_class, request.update_mask)
+
+    async def GetPriorityClass(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._get(PRIORITY_CLASS, request.name)
+
+    async def ListPriorityClasses(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        rows = await self.store.list(PriorityClass)
+        return admin_pb2.ListPriorityClassesResponse(priority_classes=[PRIORITY_CLASS.to_proto(r) for r in rows])
+
+    async def DeletePriorityClass(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._delete(PRIORITY_CLASS, request.name)
+
+    async def ListClusters(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        rows = await self.store.list(Cluster)
+        return admin_pb2.ListClustersResponse(clusters=[convert.cluster_to_proto(r) for r in rows])
+
+    async def GetCluster(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return convert.cluster_to_proto(await self.store.get(Cluster, request.name))
+
+    async def CordonCluster(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return convert.cluster_to_proto(await self.store.set_cordoned(request.name, True))
+
+    async def UncordonCluster(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return convert.cluster_to_proto(await self.store.set_cordoned(request.name, False))

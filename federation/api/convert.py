@@ -1,0 +1,92 @@
+"""Between stored rows and protobuf messages; quantities are formatted back for humans here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from google.protobuf import json_format, timestamp_pb2
+
+from federation.resources import format_resources, parse_resources
+from federation.v1 import admin_pb2, common_pb2
+
+
+def _ts(value: datetime | None) -> timestamp_pb2.Timestamp | None:
+    if value is None:
+        return None
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def tenant_to_proto(row: Mapping[str, Any]) -> admin_pb2.Tenant:
+    return admin_pb2.Tenant(
+        name=row["name"], weight=row["weight"], guarantee=format_resources(row["guarantee"]),
+        limit=format_resources(row["limit"]), disabled=row["disabled"], create_time=_ts(row["created_at"]))
+
+
+def tenant_values(t: admin_pb2.Tenant) -> dict[str, Any]:
+    return {"name": t.name, "weight": t.weight or 1, "guarantee": parse_resources(t.guarantee),
+            "limit": parse_resources(t.limit), "disabled": t.disabled}
+
+
+def queue_to_proto(row: Mapping[str, Any]) -> admin_pb2.Queue:
+    return admin_pb2.Queue(
+        name=row["name"], tenant=row["tenant"], weight=row["weight"], priority=row["priority"],
+        guarantee=format_resources(row["guarantee"]), limit=format_resources(row["limit"]),
+        reclaimable=row["reclaimable"], state=admin_pb2.QueueState.Value(row["state"]),
+        create_time=_ts(row["created_at"]))
+
+
+def queue_values(q: admin_pb2.Queue) -> dict[str, Any]:
+    return {"name": q.name, "tenant": q.tenant, "weight": q.weight or 1, "priority": q.priority,
+            "guarantee": parse_resources(q.guarantee), "limit": parse_resources(q.limit),
+            "reclaimable": q.reclaimable, "state": admin_pb2.QueueState.Name(q.state or admin_pb2.OPEN)}
+
+
+def priority_class_to_proto(row: Mapping[str, Any]) -> admin_pb2.PriorityClass:
+    return admin_pb2.PriorityClass(
+        name=row["name"], value=row["value"], preemptible=row["preemptible"],
+        global_default=row["global_default"], description=row["description"], create_time=_ts(row["created_at"]))
+
+
+def priority_class_values(pc: admin_pb2.PriorityClass) -> dict[str, Any]:
+    return {"name": pc.name, "value": pc.value, "preemptible": pc.preemptible,
+            "global_default": pc.global_default, "description": pc.description}
+
+
+def cluster_to_proto(row: Mapping[str, Any]) -> admin_pb2.Cluster:
+    inv = row["inventory"] or {}
+    return admin_pb2.Cluster(
+        name=row["name"], labels=row["labels"], status=admin_pb2.ClusterStatus.Value(row["status"]),
+        cordoned=row["cordoned"], agent_version=row["agent_version"], last_heartbeat=_ts(row["last_heartbeat"]),
+        capacity=format_resources(inv.get("capacity", {})), allocatable=format_resources(inv.get("allocatable", {})),
+        used=format_resources(inv.get("used", {})), nodes=inv.get("nodes", 0),
+        topology=[admin_pb2.TierSummary(tier=t["tier"], tier_name=t.get("tier_name", ""),
+                                        max_free=format_resources(t.get("max_free", {})))
+                  for t in inv.get("topology", [])])
+
+
+def spec_to_json(spec: common_pb2.JobSpec) -> dict[str, Any]:
+    return json_format.MessageToDict(spec, preserving_proto_field_name=True)
+
+
+def job_to_proto(row: Mapping[str, Any]) -> common_pb2.Job:
+    spec = json_format.ParseDict(row["spec"], common_pb2.JobSpec())
+    status = common_pb2.JobStatus(
+        phase=common_pb2.JobPhase.Value(row["phase"]), reason=row["reason"], queue_position=row["queue_position"],
+        cluster=row["cluster"], hypernode=row["hypernode"], tier=row["tier"], attempt=row["attempt"],
+        retries=row["retries"],
+        placements=[common_pb2.PodPlacement(task=p["task"], index=p["index"], node=p["node"])
+                    for p in row["placements"]],
+        create_time=_ts(row["created_at"]), dispatch_time=_ts(row["dispatched_at"]),
+        start_time=_ts(row["started_at"]), finish_time=_ts(row["finished_at"]), update_time=_ts(row["updated_at"]))
+    return common_pb2.Job(id=row["id"], tenant=row["tenant"], spec=spec, status=status, priority=row["priority"])
+
+
+def event_to_proto(row: Mapping[str, Any]) -> common_pb2.JobEvent:
+    return common_pb2.JobEvent(
+        sequence=row["seq"], job_id=row["job_id"], tenant=row["tenant"], queue=row["queue"], type=row["type"],
+        phase=common_pb2.JobPhase.Value(row["phase"]), message=row["message"], attempt=row["attempt"],
+        cluster=row["cluster"], time=_ts(row["created_at"]))

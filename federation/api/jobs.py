@@ -1,0 +1,139 @@
+"""JobService: submit, read, cancel and watch gang jobs."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+
+from federation.api import convert
+from federation.api.status import servicer
+from federation.errors import FailedPrecondition, InvalidArgument
+from federation.events import EventHub
+from federation.store.admin import AdminStore
+from federation.store.jobs import JobStore, NewJob
+from federation.store.models import Cluster, PriorityClass, Queue, Tenant
+from federation.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
+from federation.validation import Violation, Violations, check_job_spec, normalise_job_spec
+
+MAX_BATCH = 1000
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+NO_CLUSTER_REASON = "no member cluster is connected"
+WAITING_REASON = "waiting for the scheduler"
+
+
+def _page_token(seq: int) -> str:
+    return base64.urlsafe_b64encode(f"after:{seq}".encode()).decode()
+
+
+def _after_seq(token: str) -> int:
+    if not token:
+        return 0
+    try:
+        kind, _, value = base64.urlsafe_b64decode(token.encode()).decode().partition(":")
+        if kind == "after" and value.isdigit():
+            return int(value)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise InvalidArgument([Violation("page_token", "is not a token this server issued")])
+
+
+@servicer
+class JobServicer(jobs_pb2_grpc.JobServiceServicer):
+    def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub) -> None:
+        self.jobs = jobs
+        self.admin = admin
+        self.hub = hub
+
+    async def _prepare(self, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str]) -> list[NewJob]:
+        """Validate a batch in full and resolve its references; raise before anything is stored."""
+        v = Violations()
+        checked = []
+        normalised = []
+        for spec, path in zip(specs, paths, strict=True):
+            spec = common_pb2.JobSpec.FromString(spec.SerializeToString())
+            normalise_job_spec(spec)
+            normalised.append(spec)
+            checked.append(check_job_spec(v, path, spec))
+        queues = {q["name"]: q for q in await self.admin.list(Queue)}
+        classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
+        default_class = next((c for c in classes.values() if c["global_default"]), None)
+        for spec, path in zip(normalised, paths, strict=True):
+            if spec.queue and spec.queue not in queues:
+                v.add(f"{path}.queue", f"queue {spec.queue!r} not found")
+            if spec.priority_class_name and spec.priority_class_name not in classes:
+                v.add(f"{path}.priority_class_name", f"priority class {spec.priority_class_name!r} not found")
+        if v:
+            raise InvalidArgument(v.items)
+
+        tenants = {t["name"]: t for t in await self.admin.list(Tenant)}
+        ready = any(c["status"] == "READY" and not c["cordoned"] for c in await self.admin.list(Cluster))
+        reason = WAITING_REASON if ready else NO_CLUSTER_REASON
+        out = []
+        for spec, check in zip(normalised, checked, strict=True):
+            queue = queues[spec.queue]
+            if queue["state"] != "OPEN":
+                raise FailedPrecondition(f"queue {spec.queue!r} is {queue['state'].lower()} and accepts no new jobs")
+            if tenants[queue["tenant"]]["disabled"]:
+                raise FailedPrecondition(f"tenant {queue['tenant']!r} is disabled")
+            pc = classes.get(spec.priority_class_name) or default_class
+            assert check is not None
+            out.append(NewJob(
+                name=spec.name, tenant=queue["tenant"], queue=spec.queue,
+                priority_class=pc["name"] if pc else "", priority=pc["value"] if pc else 0,
+                request=check.request, spec=convert.spec_to_json(spec), request_id=spec.request_id, reason=reason))
+        return out
+
+    async def SubmitJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        (new,) = await self._prepare([request.spec], ["spec"])
+        (result,) = await self.jobs.submit([new])
+        self.hub.notify()
+        job = convert.job_to_proto(await self.jobs.get(result.job_id))
+        return jobs_pb2.SubmitJobResponse(job=job, duplicate=result.duplicate)
+
+    async def SubmitJobs(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if not request.specs:
+            raise InvalidArgument([Violation("specs", "at least one job spec is required")])
+        if len(request.specs) > MAX_BATCH:
+            raise InvalidArgument([Violation("specs", f"at most {MAX_BATCH} jobs per batch, got {len(request.specs)}")])
+        new = await self._prepare(request.specs, [f"specs[{i}]" for i in range(len(request.specs))])
+        results = await self.jobs.submit(new)
+        self.hub.notify()
+        return jobs_pb2.SubmitJobsResponse(results=[
+            jobs_pb2.SubmitJobResult(job_id=r.job_id, duplicate=r.duplicate) for r in results])
+
+    async def GetJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return convert.job_to_proto(await self.jobs.get(request.id))
+
+    async def ListJobs(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if request.page_size < 0:
+            raise InvalidArgument([Violation("page_size", "must not be negative")])
+        size = min(request.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        phases = [common_pb2.JobPhase.Name(p) for p in request.phases if p]
+        rows = await self.jobs.list(tenant=request.tenant, queue=request.queue, phases=phases,
+                                    after_seq=_after_seq(request.page_token), limit=size + 1)
+        token = _page_token(rows[size - 1]["seq"]) if len(rows) > size else ""
+        return jobs_pb2.ListJobsResponse(jobs=[convert.job_to_proto(r) for r in rows[:size]], next_page_token=token)
+
+    async def CancelJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        row = await self.jobs.cancel(request.id, request.reason)
+        self.hub.notify()
+        return convert.job_to_proto(row)
+
+    async def WatchJobs(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        if request.HasField("after_sequence") and request.after_sequence < 0:
+            raise InvalidArgument([Violation("after_sequence", "must not be negative")])
+        after = request.after_sequence if request.HasField("after_sequence") else None
+        async for event in self.hub.watch(after):
+            if request.tenant and event["tenant"] != request.tenant:
+                continue
+            if request.queue and event["queue"] != request.queue:
+                continue
+            if request.job_id and event["job_id"] != request.job_id:
+                continue
+            yield convert.event_to_proto(event)

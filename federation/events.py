@@ -1,0 +1,109 @@
+"""Fan-out of the job event log to `WatchJobs` streams.
+
+One poller per server reads new events from Postgres (woken at once by local writes, and on a
+short period for writes by other replicas) and offers them to every watcher's bounded queue.
+A watcher that falls behind is not waited for: it is marked lagging, drops its queue and reads
+the gap from Postgres, so a slow client costs itself time but never stalls the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Loader = Callable[[int, int | None], Awaitable[list[Any]]]  # (after, upto) -> events in order
+
+
+@dataclass(eq=False)
+class _Subscriber:
+    start: int  # the hub had delivered up to here when this subscriber joined
+    queue: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue(maxsize=1024))
+    lagging: bool = False
+
+
+class EventHub:
+    def __init__(self, load: Loader, last_seq: int, poll_interval: float = 0.5) -> None:
+        self._load = load
+        self.last_seq = last_seq
+        self._poll_interval = poll_interval
+        self._subscribers: set[_Subscriber] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="event-hub")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def notify(self) -> None:
+        """Local writers call this after commit so watchers see their events at once."""
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._poll_interval)
+            self._wake.clear()
+            try:
+                await self._deliver_new()
+            except Exception:  # a database hiccup must not end every watch stream
+                log.exception("reading job events failed; retrying")
+                await asyncio.sleep(self._poll_interval)
+
+    async def _deliver_new(self) -> None:
+        while True:
+            events = await self._load(self.last_seq, None)
+            if not events:
+                return
+            for event in events:
+                for sub in self._subscribers:
+                    if sub.lagging:
+                        continue
+                    try:
+                        sub.queue.put_nowait(event)
+                    except asyncio.QueueFull:
+                        sub.lagging = True
+                self.last_seq = event["seq"]
+
+    async def watch(self, after_seq: int | None) -> AsyncIterator[Any]:
+        """Events after `after_seq` (None: only new ones), in order, without gaps or repeats."""
+        cursor = self.last_seq if after_seq is None else after_seq
+        while True:
+            sub = _Subscriber(start=self.last_seq)
+            self._subscribers.add(sub)
+            try:
+                while cursor < sub.start:  # the backlog, from Postgres
+                    events = await self._load(cursor, sub.start)
+                    if not events:
+                        break
+                    for event in events:
+                        yield event
+                        cursor = event["seq"]
+                while (event := await self._next(sub)) is not None:
+                    if event["seq"] > cursor:
+                        yield event
+                        cursor = event["seq"]
+            finally:
+                self._subscribers.discard(sub)
+
+    async def _next(self, sub: _Subscriber) -> Any:
+        """The next queued event, or None once the subscriber lags with nothing left queued."""
+        while True:
+            if not sub.queue.empty():
+                return sub.queue.get_nowait()
+            if sub.lagging:
+                return None
+            try:
+                return await asyncio.wait_for(sub.queue.get(), self._poll_interval)
+            except TimeoutError:
+                continue

@@ -1,0 +1,81 @@
+"""Resource quantities: Kubernetes quantity strings at the edges, canonical integers inside.
+
+Users type quantities the Kubernetes way ("500m", "64Gi", "8"). They are parsed once, at the
+edge, into integers so that the scheduler only ever adds and compares ints: cpu in millicores
+(the finest unit Kubernetes accepts), every other resource in its base unit, which must then be
+whole (half a GPU or half a byte is a typo, not a request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from kubernetes.utils.quantity import parse_quantity
+
+CPU = "cpu"
+_BYTE_RESOURCES = ("memory", "ephemeral-storage")
+_BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+Resources = dict[str, int]
+
+
+class QuantityError(ValueError):
+    """A quantity string that does not parse or is not a whole amount of its resource."""
+
+
+def parse_amount(resource: str, quantity: str | int | float) -> int:
+    """Parse one quantity into the canonical integer for `resource`."""
+    try:
+        value = parse_quantity(quantity)
+    except (ValueError, TypeError) as err:
+        raise QuantityError(f"{quantity!r} is not a valid quantity") from err
+    if value < 0:
+        raise QuantityError(f"{quantity!r} must not be negative")
+    if resource == CPU:
+        value *= 1000
+        unit = "1m"
+    else:
+        unit = "1"
+    if value != value.to_integral_value():
+        raise QuantityError(f"{quantity!r} is finer than {unit} of {resource}")
+    return int(value)
+
+
+def parse_resources(quantities: Mapping[str, str]) -> Resources:
+    """Parse a map of quantity strings; zero amounts are dropped."""
+    parsed = {name: parse_amount(name, q) for name, q in quantities.items()}
+    return {name: amount for name, amount in parsed.items() if amount}
+
+
+def _is_bytes(resource: str) -> bool:
+    return resource in _BYTE_RESOURCES or resource.startswith("hugepages-")
+
+
+def format_amount(resource: str, amount: int) -> str:
+    """The shortest exact quantity string for a canonical amount."""
+    if resource == CPU:
+        return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    if _is_bytes(resource) and amount:
+        for suffix, size in _BINARY_SUFFIXES:
+            if amount % size == 0:
+                return f"{amount // size}{suffix}"
+    return str(amount)
+
+
+def format_resources(amounts: Mapping[str, int]) -> dict[str, str]:
+    return {name: format_amount(name, amount) for name, amount in sorted(amounts.items())}
+
+
+def add(a: Mapping[str, int], b: Mapping[str, int], times: int = 1) -> Resources:
+    out = dict(a)
+    for name, amount in b.items():
+        out[name] = out.get(name, 0) + amount * times
+    return out
+
+
+def total(requests: Iterable[tuple[Mapping[str, int], int]]) -> Resources:
+    """Sum of (per-replica request, replicas) pairs."""
+    out: Resources = {}
+    for request, replicas in requests:
+        out = add(out, request, replicas)
+    return out

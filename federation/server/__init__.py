@@ -1,0 +1,1 @@
+"""The federation-server process: configuration, startup and shutdown."""

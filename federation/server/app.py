@@ -1,0 +1,83 @@
+"""One federation server process: engine, stores, event hub and the gRPC server around them."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+from sqlalchemy.engine import URL
+
+from federation.api.admin import AdminServicer
+from federation.api.agents import AgentServicer
+from federation.api.jobs import JobServicer
+from federation.events import EventHub
+from federation.store import database
+from federation.store.admin import AdminStore
+from federation.store.jobs import JobStore
+from federation.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+SERVICE_NAMES = (
+    jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+    agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+)
+
+
+class SchemaOutOfDate(RuntimeError):
+    pass
+
+
+def ensure_schema(url: URL, auto_migrate: bool) -> None:
+    """Refuse to serve on a schema the code does not match, unless told to migrate it."""
+    current, head = database.schema_revisions(url)
+    if current == head:
+        return
+    if not auto_migrate:
+        raise SchemaOutOfDate(
+            f"database schema is at revision {current or 'none'} but this server needs {head}: "
+            "run 'federation-server db upgrade' or start with --auto-migrate")
+    log.info("migrating database schema %s -> %s", current or "none", head)
+    database.upgrade(url)
+
+
+class FederationServer:
+    def __init__(self, url: URL, listen: str) -> None:
+        self.url = url
+        self.listen = listen
+        self.port = 0
+
+    async def start(self) -> int:
+        self.engine = database.async_engine(self.url)
+        jobs = JobStore(self.engine)
+        admin = AdminStore(self.engine)
+        self.hub = EventHub(lambda after, upto: jobs.events_after(after, upto), await jobs.last_event_seq())
+        self.hub.start()
+        self.server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ])
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs, admin, self.hub), self.server)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(admin), self.server)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(admin), self.server)
+        self.health = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            self.server)
+        self.port = self.server.add_insecure_port(self.listen)
+        await self.server.start()
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return self.port
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        await self.hub.stop()
+        await self.engine.dispose()

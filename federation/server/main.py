@@ -1,0 +1,121 @@
+"""`federation-server`: serve the API, or manage the database schema."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+from sqlalchemy.engine import URL
+
+from federation.server.app import FederationServer, SchemaOutOfDate, ensure_schema
+from federation.store import database
+
+log = logging.getLogger("federation.server")
+
+_database_url = click.option(
+    "--database-url", envvar="FEDERATION_DATABASE_URL", metavar="URL",
+    help="PostgreSQL URL (postgresql://user:pass@host:5432/db). Unset: run an embedded PostgreSQL in --data-dir.")
+_data_dir = click.option(
+    "--data-dir", envvar="FEDERATION_DATA_DIR", type=click.Path(path_type=Path), default=database.default_data_dir,
+    show_default="the user data directory", help="Where the embedded PostgreSQL keeps its data.")
+
+
+@contextlib.contextmanager
+def _database(database_url: str | None, data_dir: Path) -> Iterator[URL]:
+    try:
+        if database_url:
+            yield database.sqlalchemy_url(database_url)
+        else:
+            with database.embedded_postgres(data_dir) as uri:
+                yield database.sqlalchemy_url(uri)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log-level", envvar="FEDERATION_LOG_LEVEL", default="info",
+              type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
+def cli(log_level: str) -> None:
+    """Federation control plane: the gRPC API, state in PostgreSQL."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The embedded server and Alembic narrate every step at INFO; keep their warnings only.
+    for noisy in ("embedded_postgres", "alembic"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+
+@cli.command()
+@click.option("--listen", envvar="FEDERATION_LISTEN", default="0.0.0.0:50051", show_default=True,
+              help="Address of the gRPC API (port 0 picks a free port).")
+@_database_url
+@_data_dir
+@click.option("--auto-migrate/--no-auto-migrate", envvar="FEDERATION_AUTO_MIGRATE", default=False,
+              show_default=True, help="Upgrade an out-of-date database schema at startup instead of refusing.")
+def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool) -> None:
+    """Serve JobService, AdminService and AgentService until SIGINT or SIGTERM."""
+    with _database(database_url, data_dir) as url:
+        try:
+            ensure_schema(url, auto_migrate)
+        except SchemaOutOfDate as err:
+            raise click.ClickException(str(err)) from err
+        asyncio.run(_serve(url, listen))
+
+
+async def _serve(url: URL, listen: str) -> None:
+    server = FederationServer(url, listen)
+    port = await server.start()
+    host = listen.rpartition(":")[0]
+    print(f"federation-server listening on {host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()
+
+
+@cli.group()
+def db() -> None:
+    """Manage the database schema (Alembic migrations)."""
+
+
+@db.command()
+@_database_url
+@_data_dir
+@click.option("--revision", default="head", show_default=True)
+def upgrade(database_url: str | None, data_dir: Path, revision: str) -> None:
+    """Apply migrations up to REVISION."""
+    with _database(database_url, data_dir) as url:
+        database.upgrade(url, revision)
+        click.echo(f"database schema at {database.schema_revisions(url)[0]}")
+
+
+@db.command()
+@_database_url
+@_data_dir
+@click.argument("revision")
+def downgrade(database_url: str | None, data_dir: Path, revision: str) -> None:
+    """Revert migrations down to REVISION ('base' removes everything)."""
+    with _database(database_url, data_dir) as url:
+        database.downgrade(url, revision)
+        click.echo(f"database schema at {database.schema_revisions(url)[0] or 'base'}")
+
+
+@db.command()
+@_database_url
+@_data_dir
+def current(database_url: str | None, data_dir: Path) -> None:
+    """Print the schema revision of the database and of this code."""
+    with _database(database_url, data_dir) as url:
+        rev, head = database.schema_revisions(url)
+        click.echo(f"database: {rev or 'none'}\ncode:     {head}")
+        if rev != head:
+            sys.exit(1)

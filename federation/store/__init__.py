@@ -1,0 +1,1 @@
+"""Postgres persistence: schema models, engine setup, migrations and repositories."""

@@ -1,0 +1,120 @@
+"""Tenants, queues, priority classes and clusters in Postgres.
+
+The three admin kinds share one create/update/get/list/delete path keyed by name; what differs
+between them (which references must exist, what blocks a delete) is stated next to each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from federation.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from federation.store.jobs import TERMINAL_PHASES
+from federation.store.models import Base, Cluster, Job, PriorityClass, Queue, Tenant
+from federation.validation import Violation
+
+KIND_NAMES: dict[type[Base], str] = {
+    Tenant: "tenant", Queue: "queue", PriorityClass: "priority class", Cluster: "cluster",
+}
+
+
+def _kind(model: type[Base]) -> str:
+    return KIND_NAMES[model]
+
+
+class AdminStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def _check_references(self, conn: AsyncConnection, model: type[Base], values: dict[str, Any],
+                                path: str) -> None:
+        if model is Queue and "tenant" in values:
+            found = (await conn.execute(select(Tenant.name).where(Tenant.name == values["tenant"]))).first()
+            if found is None:
+                raise InvalidArgument([Violation(f"{path}.tenant", f"tenant {values['tenant']!r} not found")])
+
+    async def _check_delete(self, conn: AsyncConnection, model: type[Base], name: str) -> None:
+        if model is Tenant:
+            queues = (await conn.execute(select(Queue.name).where(Queue.tenant == name).limit(3))).scalars().all()
+            if queues:
+                raise FailedPrecondition(f"tenant {name!r} still has queues ({', '.join(queues)}); delete them first")
+        if model is Queue:
+            active = (await conn.execute(select(func.count()).select_from(Job).where(
+                Job.queue == name, Job.phase.not_in(TERMINAL_PHASES)))).scalar_one()
+            if active:
+                raise FailedPrecondition(f"queue {name!r} still has {active} unfinished jobs; cancel them or "
+                                         "close the queue and let them finish")
+
+    async def create(self, model: type[Base], values: dict[str, Any], path: str) -> Any:
+        async with self.engine.begin() as conn:
+            await self._check_references(conn, model, values, path)
+            try:
+                await conn.execute(model.__table__.insert().values(**values))
+            except IntegrityError as err:
+                raise self._conflict(model, values, err) from err
+            return await self._get(conn, model, values["name"])
+
+    async def update(self, model: type[Base], name: str, values: dict[str, Any], path: str) -> Any:
+        async with self.engine.begin() as conn:
+            await self._get(conn, model, name, for_update=True)
+            await self._check_references(conn, model, values, path)
+            if values:
+                try:
+                    await conn.execute(update(model).where(model.name == name).values(**values))
+                except IntegrityError as err:
+                    raise self._conflict(model, {"name": name, **values}, err) from err
+            return await self._get(conn, model, name)
+
+    async def get(self, model: type[Base], name: str) -> Any:
+        async with self.engine.connect() as conn:
+            return await self._get(conn, model, name)
+
+    async def list(self, model: type[Base], **equal: Any) -> list[Any]:
+        query = select(model).order_by(model.name)
+        for column, value in equal.items():
+            if value:
+                query = query.where(getattr(model, column) == value)
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(query)).mappings().all())
+
+    async def delete(self, model: type[Base], name: str) -> None:
+        async with self.engine.begin() as conn:
+            await self._get(conn, model, name, for_update=True)
+            await self._check_delete(conn, model, name)
+            await conn.execute(model.__table__.delete().where(model.name == name))
+
+    async def set_cordoned(self, name: str, cordoned: bool) -> Any:
+        async with self.engine.begin() as conn:
+            await self._get(conn, Cluster, name, for_update=True)
+            await conn.execute(update(Cluster).where(Cluster.name == name).values(cordoned=cordoned))
+            return await self._get(conn, Cluster, name)
+
+    async def register_cluster(self, name: str, labels: dict[str, str], agent_version: str) -> Any:
+        """Record a connecting agent's cluster; a returning cluster keeps its cordon."""
+        values = {"name": name, "labels": labels, "agent_version": agent_version, "status": "READY",
+                  "last_heartbeat": func.now()}
+        async with self.engine.begin() as conn:
+            await conn.execute(insert(Cluster).values(**values).on_conflict_do_update(
+                index_elements=[Cluster.name],
+                set_={k: v for k, v in values.items() if k != "name"}))
+            return await self._get(conn, Cluster, name)
+
+    async def _get(self, conn: AsyncConnection, model: type[Base], name: str, for_update: bool = False) -> Any:
+        query = select(model).where(model.name == name)
+        if for_update:
+            query = query.with_for_update()
+        row = (await conn.execute(query)).mappings().first()
+        if row is None:
+            raise NotFound(f"{_kind(model)} {name!r} not found")
+        return row
+
+    @staticmethod
+    def _conflict(model: type[Base], values: dict[str, Any], err: IntegrityError) -> Exception:
+        if "uq_priority_classes_global_default" in str(err.orig):
+            return FailedPrecondition("another priority class is already the global default; unset it first")
+        return AlreadyExists(f"{_kind(model)} {values['name']!r} already exists")

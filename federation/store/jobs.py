@@ -1,0 +1,185 @@
+"""Jobs and their event log in Postgres.
+
+Every state change of a job appends to `job_events` in the same transaction. Event numbers come
+from the single `event_counter` row, updated last in the transaction: its row lock makes writers
+commit in sequence order, so a reader that has seen event N has seen every event below N, which
+is what lets `WatchJobs` resume from a number without gaps or repeats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select, text, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from federation.errors import FailedPrecondition, NotFound
+from federation.store.models import EventCounter, Job, JobEvent, SubmitKey
+
+TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+_jobs = Job.__table__
+_events = JobEvent.__table__
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated job, ready to store."""
+
+    name: str
+    tenant: str
+    queue: str
+    priority_class: str
+    priority: int
+    request: dict[str, int]
+    spec: dict[str, Any]  # JobSpec as protobuf JSON
+    request_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    job_id: str
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    job_id: str
+    tenant: str
+    queue: str
+    type: str
+    phase: str
+    message: str = ""
+    attempt: int = 0
+    cluster: str = ""
+
+
+async def append_events(conn: AsyncConnection, events: Sequence[EventRecord]) -> int:
+    """Number and insert events; call last in the transaction (it takes the counter's row lock)."""
+    if not events:
+        return 0
+    last = (await conn.execute(
+        update(EventCounter).where(EventCounter.id == 1)
+        .values(last_seq=EventCounter.last_seq + len(events)).returning(EventCounter.last_seq)
+    )).scalar_one()
+    first = last - len(events) + 1
+    await conn.execute(_events.insert(), [
+        {"seq": first + i, "job_id": e.job_id, "tenant": e.tenant, "queue": e.queue, "type": e.type,
+         "phase": e.phase, "message": e.message, "attempt": e.attempt, "cluster": e.cluster}
+        for i, e in enumerate(events)
+    ])
+    return last
+
+
+class JobStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def submit(self, jobs: Sequence[NewJob]) -> list[SubmitResult]:
+        """Store jobs atomically; a request_id already seen for the tenant yields its first job.
+
+        Concurrent submits of one request_id serialise on the key's unique index: the loser's
+        insert waits for the winner's commit, conflicts, and reads the winner's job id.
+        """
+        first_of: dict[tuple[str, str], int] = {}
+        for i, job in enumerate(jobs):
+            if job.request_id:
+                first_of.setdefault((job.tenant, job.request_id), i)
+        fresh = [i for i, job in enumerate(jobs) if not job.request_id or first_of[(job.tenant, job.request_id)] == i]
+        async with self.engine.begin() as conn:
+            seqs = (await conn.execute(
+                text("SELECT nextval(pg_get_serial_sequence('jobs', 'seq')) FROM generate_series(1, :n)"),
+                {"n": len(fresh)},
+            )).scalars().all()
+            seq_of = dict(zip(fresh, seqs, strict=True))
+            id_of = {i: f"{jobs[i].name}-{seq}" for i, seq in seq_of.items()}
+
+            # Keys in a fixed order, so that concurrent batches cannot deadlock on them.
+            keys = sorted(first_of)
+            seen_before: dict[tuple[str, str], str] = {}
+            if keys:
+                won = (await conn.execute(
+                    insert(SubmitKey).values([
+                        {"tenant": t, "request_id": r, "job_id": id_of[first_of[(t, r)]]} for t, r in keys
+                    ]).on_conflict_do_nothing().returning(SubmitKey.tenant, SubmitKey.request_id)
+                )).all()
+                for t, r in set(keys) - {(t, r) for t, r in won}:
+                    seen_before[(t, r)] = (await conn.execute(
+                        select(SubmitKey.job_id).where(SubmitKey.tenant == t, SubmitKey.request_id == r)
+                    )).scalar_one()
+
+            results: list[SubmitResult] = []
+            rows: list[dict[str, Any]] = []
+            events: list[EventRecord] = []
+            for i, job in enumerate(jobs):
+                key = (job.tenant, job.request_id)
+                if key in seen_before:
+                    results.append(SubmitResult(seen_before[key], True))
+                elif i not in id_of:  # repeats a request_id met earlier in this batch
+                    results.append(SubmitResult(id_of[first_of[key]], True))
+                else:
+                    results.append(SubmitResult(id_of[i], False))
+                    rows.append({
+                        "id": id_of[i], "seq": seq_of[i], "name": job.name, "tenant": job.tenant,
+                        "queue": job.queue, "priority_class": job.priority_class, "priority": job.priority,
+                        "phase": "PENDING", "reason": job.reason, "request": job.request, "spec": job.spec,
+                        "placements": [],
+                    })
+                    events.append(EventRecord(id_of[i], job.tenant, job.queue, "Submitted", "PENDING", job.reason))
+            if rows:
+                await conn.execute(_jobs.insert(), rows)
+            await append_events(conn, events)
+        return results
+
+    async def get(self, job_id: str) -> Job:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(Job).where(Job.id == job_id))).mappings().first()
+        if row is None:
+            raise NotFound(f"job {job_id!r} not found")
+        return row  # type: ignore[return-value]
+
+    async def list(self, *, tenant: str = "", queue: str = "", phases: Sequence[str] = (),
+                   after_seq: int = 0, limit: int = 100) -> list[Any]:
+        query = select(Job).where(Job.seq > after_seq).order_by(Job.seq).limit(limit)
+        if tenant:
+            query = query.where(Job.tenant == tenant)
+        if queue:
+            query = query.where(Job.queue == queue)
+        if phases:
+            query = query.where(Job.phase.in_(phases))
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(query)).mappings().all())
+
+    async def cancel(self, job_id: str, reason: str) -> Any:
+        """Cancel a job that has not ended; cancelling a cancelled job again is harmless."""
+        async with self.engine.begin() as conn:
+            row = (await conn.execute(select(Job).where(Job.id == job_id).with_for_update())).mappings().first()
+            if row is None:
+                raise NotFound(f"job {job_id!r} not found")
+            if row["phase"] == "CANCELLED":
+                return row
+            if row["phase"] in TERMINAL_PHASES:
+                raise FailedPrecondition(f"job {job_id!r} already ended ({row['phase']})")
+            reason = reason or "cancelled by user"
+            await conn.execute(update(Job).where(Job.id == job_id).values(
+                phase="CANCELLED", reason=reason, queue_position=0,
+                finished_at=func.now(), updated_at=func.now()))
+            await append_events(conn, [EventRecord(job_id, row["tenant"], row["queue"], "Cancelled", "CANCELLED",
+                                                   reason, row["attempt"], row["cluster"])])
+            return (await conn.execute(select(Job).where(Job.id == job_id))).mappings().one()
+
+    async def events_after(self, after_seq: int, upto: int | None = None, limit: int = 1000) -> list[Any]:
+        query = select(JobEvent).where(JobEvent.seq > after_seq).order_by(JobEvent.seq).limit(limit)
+        if upto is not None:
+            query = query.where(JobEvent.seq <= upto)
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(query)).mappings().all())
+
+    async def last_event_seq(self) -> int:
+        async with self.engine.connect() as conn:
+            return (await conn.execute(select(EventCounter.last_seq).where(EventCounter.id == 1))).scalar_one()
+

@@ -1,0 +1,152 @@
+"""The Postgres schema as SQLAlchemy 2 declarative models.
+
+Resource amounts are stored as canonical integers in JSONB (see `federation.resources`) so the
+scheduler never re-parses quantity strings. Job specs are stored whole as protobuf JSON; only the
+columns the scheduler filters and orders on are broken out and indexed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Identity, Index, Integer, String, Text, func, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAME = String(63)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSONB, list[Any]: JSONB}
+
+
+def _created() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    weight: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    guarantee: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
+    limit: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
+    disabled: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    created_at: Mapped[datetime] = _created()
+
+
+class Queue(Base):
+    __tablename__ = "queues"
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    tenant: Mapped[str] = mapped_column(NAME, ForeignKey("tenants.name", ondelete="RESTRICT"), index=True)
+    weight: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    priority: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    guarantee: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
+    limit: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
+    reclaimable: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
+    state: Mapped[str] = mapped_column(String(16), nullable=False, default="OPEN")
+    created_at: Mapped[datetime] = _created()
+
+
+class PriorityClass(Base):
+    __tablename__ = "priority_classes"
+    __table_args__ = (
+        Index("uq_priority_classes_global_default", "global_default", unique=True,
+              postgresql_where=text("global_default")),
+    )
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    value: Mapped[int] = mapped_column(Integer, nullable=False)
+    preemptible: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
+    global_default: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    description: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    created_at: Mapped[datetime] = _created()
+
+
+class Cluster(Base):
+    __tablename__ = "clusters"
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    labels: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="NOT_READY")
+    cordoned: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    agent_version: Mapped[str] = mapped_column(String(64), nullable=False, default="")
+    last_heartbeat: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    inventory: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
+    created_at: Mapped[datetime] = _created()
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        # The scheduler's scan: pending jobs of a queue by priority, then submission order.
+        Index("ix_jobs_queue_phase_order", "queue", "phase", text("priority DESC"), "seq"),
+        Index("ix_jobs_tenant_seq", "tenant", "seq"),
+        Index("ix_jobs_phase_seq", "phase", "seq"),
+        Index("ix_jobs_cluster_active", "cluster",
+              postgresql_where=text("phase IN ('DISPATCHED', 'RUNNING', 'RESTARTING')")),
+    )
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    # Submission order: the tie-break among equal priorities and the key of list pagination.
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(), unique=True, nullable=False)
+    name: Mapped[str] = mapped_column(NAME, nullable=False)
+    tenant: Mapped[str] = mapped_column(NAME, nullable=False)
+    queue: Mapped[str] = mapped_column(NAME, nullable=False)
+    priority_class: Mapped[str] = mapped_column(NAME, nullable=False, default="")
+    priority: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    phase: Mapped[str] = mapped_column(String(16), nullable=False)
+    reason: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    queue_position: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    cluster: Mapped[str] = mapped_column(NAME, nullable=False, default="")
+    hypernode: Mapped[str] = mapped_column(String(253), nullable=False, default="")
+    tier: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    retries: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    request: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)  # whole gang, canonical
+    placements: Mapped[list[Any]] = mapped_column(nullable=False, default=list)
+    spec: Mapped[dict[str, Any]] = mapped_column(nullable=False)  # JobSpec as protobuf JSON
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+    dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class JobEvent(Base):
+    """Append-only; `seq` comes from `EventCounter` so it has no gaps and commits in order."""
+
+    __tablename__ = "job_events"
+
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    job_id: Mapped[str] = mapped_column(String(80), nullable=False, index=True)
+    tenant: Mapped[str] = mapped_column(NAME, nullable=False)
+    queue: Mapped[str] = mapped_column(NAME, nullable=False)
+    type: Mapped[str] = mapped_column(String(32), nullable=False)
+    phase: Mapped[str] = mapped_column(String(16), nullable=False)
+    message: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    cluster: Mapped[str] = mapped_column(NAME, nullable=False, default="")
+    created_at: Mapped[datetime] = _created()
+
+
+class EventCounter(Base):
+    """One row. Writers take its row lock to number events, so sequence order is commit order."""
+
+    __tablename__ = "event_counter"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    last_seq: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class SubmitKey(Base):
+    """Client request ids already seen, per tenant: the basis of idempotent submit."""
+
+    __tablename__ = "submit_keys"
+
+    tenant: Mapped[str] = mapped_column(NAME, primary_key=True)
+    request_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(80), nullable=False)
+    created_at: Mapped[datetime] = _created()

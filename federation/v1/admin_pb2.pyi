@@ -1,0 +1,362 @@
+import datetime
+
+from google.protobuf import empty_pb2 as _empty_pb2
+from google.protobuf import field_mask_pb2 as _field_mask_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class QueueState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    QUEUE_STATE_UNSPECIFIED: _ClassVar[QueueState]
+    OPEN: _ClassVar[QueueState]
+    CLOSED: _ClassVar[QueueState]
+    DRAINING: _ClassVar[QueueState]
+
+class ClusterStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLUSTER_STATUS_UNSPECIFIED: _ClassVar[ClusterStatus]
+    READY: _ClassVar[ClusterStatus]
+    NOT_READY: _ClassVar[ClusterStatus]
+QUEUE_STATE_UNSPECIFIED: QueueState
+OPEN: QueueState
+CLOSED: QueueState
+DRAINING: QueueState
+CLUSTER_STATUS_UNSPECIFIED: ClusterStatus
+READY: ClusterStatus
+NOT_READY: ClusterStatus
+
+class Tenant(_message.Message):
+    __slots__ = ("name", "weight", "guarantee", "limit", "disabled", "create_time")
+    class GuaranteeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class LimitEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    weight: int
+    guarantee: _containers.ScalarMap[str, str]
+    limit: _containers.ScalarMap[str, str]
+    disabled: bool
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., disabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Queue(_message.Message):
+    __slots__ = ("name", "tenant", "weight", "priority", "guarantee", "limit", "reclaimable", "state", "create_time")
+    class GuaranteeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class LimitEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RECLAIMABLE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tenant: str
+    weight: int
+    priority: int
+    guarantee: _containers.ScalarMap[str, str]
+    limit: _containers.ScalarMap[str, str]
+    reclaimable: bool
+    state: QueueState
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[int] = ..., priority: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class PriorityClass(_message.Message):
+    __slots__ = ("name", "value", "preemptible", "global_default", "description", "create_time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: int
+    preemptible: bool
+    global_default: bool
+    description: str
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[int] = ..., preemptible: _Optional[bool] = ..., global_default: _Optional[bool] = ..., description: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class TierSummary(_message.Message):
+    __slots__ = ("tier", "tier_name", "max_free")
+    class MaxFreeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    TIER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_FREE_FIELD_NUMBER: _ClassVar[int]
+    tier: int
+    tier_name: str
+    max_free: _containers.ScalarMap[str, str]
+    def __init__(self, tier: _Optional[int] = ..., tier_name: _Optional[str] = ..., max_free: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Cluster(_message.Message):
+    __slots__ = ("name", "labels", "status", "cordoned", "agent_version", "last_heartbeat", "capacity", "allocatable", "used", "topology", "nodes")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class CapacityEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class AllocatableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class UsedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CORDONED_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    labels: _containers.ScalarMap[str, str]
+    status: ClusterStatus
+    cordoned: bool
+    agent_version: str
+    last_heartbeat: _timestamp_pb2.Timestamp
+    capacity: _containers.ScalarMap[str, str]
+    allocatable: _containers.ScalarMap[str, str]
+    used: _containers.ScalarMap[str, str]
+    topology: _containers.RepeatedCompositeFieldContainer[TierSummary]
+    nodes: int
+    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[ClusterStatus, str]] = ..., cordoned: _Optional[bool] = ..., agent_version: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ..., used: _Optional[_Mapping[str, str]] = ..., topology: _Optional[_Iterable[_Union[TierSummary, _Mapping]]] = ..., nodes: _Optional[int] = ...) -> None: ...
+
+class QueueStatus(_message.Message):
+    __slots__ = ("queue", "tenant", "usage", "deserved", "dominant_share", "pending", "running")
+    class UsageEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class DeservedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    DESERVED_FIELD_NUMBER: _ClassVar[int]
+    DOMINANT_SHARE_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    tenant: str
+    usage: _containers.ScalarMap[str, str]
+    deserved: _containers.ScalarMap[str, str]
+    dominant_share: float
+    pending: int
+    running: int
+    def __init__(self, queue: _Optional[str] = ..., tenant: _Optional[str] = ..., usage: _Optional[_Mapping[str, str]] = ..., deserved: _Optional[_Mapping[str, str]] = ..., dominant_share: _Optional[float] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ...) -> None: ...
+
+class CreateTenantRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: Tenant
+    def __init__(self, tenant: _Optional[_Union[Tenant, _Mapping]] = ...) -> None: ...
+
+class UpdateTenantRequest(_message.Message):
+    __slots__ = ("tenant", "update_mask")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_MASK_FIELD_NUMBER: _ClassVar[int]
+    tenant: Tenant
+    update_mask: _field_mask_pb2.FieldMask
+    def __init__(self, tenant: _Optional[_Union[Tenant, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
+
+class GetTenantRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListTenantsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTenantsResponse(_message.Message):
+    __slots__ = ("tenants",)
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    tenants: _containers.RepeatedCompositeFieldContainer[Tenant]
+    def __init__(self, tenants: _Optional[_Iterable[_Union[Tenant, _Mapping]]] = ...) -> None: ...
+
+class DeleteTenantRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class CreateQueueRequest(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ...) -> None: ...
+
+class UpdateQueueRequest(_message.Message):
+    __slots__ = ("queue", "update_mask")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_MASK_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    update_mask: _field_mask_pb2.FieldMask
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
+
+class GetQueueRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[Queue]
+    def __init__(self, queues: _Optional[_Iterable[_Union[Queue, _Mapping]]] = ...) -> None: ...
+
+class DeleteQueueRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetQueueStatusRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class CreatePriorityClassRequest(_message.Message):
+    __slots__ = ("priority_class",)
+    PRIORITY_CLASS_FIELD_NUMBER: _ClassVar[int]
+    priority_class: PriorityClass
+    def __init__(self, priority_class: _Optional[_Union[PriorityClass, _Mapping]] = ...) -> None: ...
+
+class UpdatePriorityClassRequest(_message.Message):
+    __slots__ = ("priority_class", "update_mask")
+    PRIORITY_CLASS_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_MASK_FIELD_NUMBER: _ClassVar[int]
+    priority_class: PriorityClass
+    update_mask: _field_mask_pb2.FieldMask
+    def __init__(self, priority_class: _Optional[_Union[PriorityClass, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
+
+class GetPriorityClassRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListPriorityClassesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPriorityClassesResponse(_message.Message):
+    __slots__ = ("priority_classes",)
+    PRIORITY_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    priority_classes: _containers.RepeatedCompositeFieldContainer[PriorityClass]
+    def __init__(self, priority_classes: _Optional[_Iterable[_Union[PriorityClass, _Mapping]]] = ...) -> None: ...
+
+class DeletePriorityClassRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListClustersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListClustersResponse(_message.Message):
+    __slots__ = ("clusters",)
+    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    clusters: _containers.RepeatedCompositeFieldContainer[Cluster]
+    def __init__(self, clusters: _Optional[_Iterable[_Union[Cluster, _Mapping]]] = ...) -> None: ...
+
+class GetClusterRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class CordonClusterRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class UncordonClusterRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...

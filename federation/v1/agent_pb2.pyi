@@ -1,0 +1,165 @@
+import datetime
+
+from federation.v1 import common_pb2 as _common_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobUpdateType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_UPDATE_TYPE_UNSPECIFIED: _ClassVar[JobUpdateType]
+    ACCEPTED: _ClassVar[JobUpdateType]
+    REJECTED: _ClassVar[JobUpdateType]
+    BOUND: _ClassVar[JobUpdateType]
+    POD_FAILED: _ClassVar[JobUpdateType]
+    POD_RESTARTED: _ClassVar[JobUpdateType]
+    JOB_SUCCEEDED: _ClassVar[JobUpdateType]
+    JOB_FAILED: _ClassVar[JobUpdateType]
+JOB_UPDATE_TYPE_UNSPECIFIED: JobUpdateType
+ACCEPTED: JobUpdateType
+REJECTED: JobUpdateType
+BOUND: JobUpdateType
+POD_FAILED: JobUpdateType
+POD_RESTARTED: JobUpdateType
+JOB_SUCCEEDED: JobUpdateType
+JOB_FAILED: JobUpdateType
+
+class AgentMessage(_message.Message):
+    __slots__ = ("register", "inventory", "heartbeat", "job_update")
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    JOB_UPDATE_FIELD_NUMBER: _ClassVar[int]
+    register: Register
+    inventory: Inventory
+    heartbeat: Heartbeat
+    job_update: JobUpdate
+    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_update: _Optional[_Union[JobUpdate, _Mapping]] = ...) -> None: ...
+
+class Register(_message.Message):
+    __slots__ = ("cluster", "labels", "agent_version", "jobs")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    labels: _containers.ScalarMap[str, str]
+    agent_version: str
+    jobs: _containers.RepeatedCompositeFieldContainer[JobUpdate]
+    def __init__(self, cluster: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., agent_version: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[JobUpdate, _Mapping]]] = ...) -> None: ...
+
+class ResourceAmounts(_message.Message):
+    __slots__ = ("amounts",)
+    class AmountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    AMOUNTS_FIELD_NUMBER: _ClassVar[int]
+    amounts: _containers.ScalarMap[str, int]
+    def __init__(self, amounts: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class TierFree(_message.Message):
+    __slots__ = ("tier", "tier_name", "max_free")
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    TIER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_FREE_FIELD_NUMBER: _ClassVar[int]
+    tier: int
+    tier_name: str
+    max_free: ResourceAmounts
+    def __init__(self, tier: _Optional[int] = ..., tier_name: _Optional[str] = ..., max_free: _Optional[_Union[ResourceAmounts, _Mapping]] = ...) -> None: ...
+
+class Inventory(_message.Message):
+    __slots__ = ("capacity", "allocatable", "used", "healthy", "nodes", "ready_nodes", "topology")
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    HEALTHY_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    READY_NODES_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    capacity: ResourceAmounts
+    allocatable: ResourceAmounts
+    used: ResourceAmounts
+    healthy: bool
+    nodes: int
+    ready_nodes: int
+    topology: _containers.RepeatedCompositeFieldContainer[TierFree]
+    def __init__(self, capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., used: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[int] = ..., ready_nodes: _Optional[int] = ..., topology: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("time",)
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class JobUpdate(_message.Message):
+    __slots__ = ("job_id", "attempt", "type", "reason", "hypernode", "tier", "placements")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    HYPERNODE_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    attempt: int
+    type: JobUpdateType
+    reason: str
+    hypernode: str
+    tier: int
+    placements: _containers.RepeatedCompositeFieldContainer[_common_pb2.PodPlacement]
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., type: _Optional[_Union[JobUpdateType, str]] = ..., reason: _Optional[str] = ..., hypernode: _Optional[str] = ..., tier: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.PodPlacement, _Mapping]]] = ...) -> None: ...
+
+class Assign(_message.Message):
+    __slots__ = ("job", "attempt")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    attempt: int
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class Cancel(_message.Message):
+    __slots__ = ("job_id", "attempt", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    attempt: int
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Preempt(_message.Message):
+    __slots__ = ("job_id", "attempt", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    attempt: int
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ControlMessage(_message.Message):
+    __slots__ = ("assign", "cancel", "preempt")
+    ASSIGN_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    PREEMPT_FIELD_NUMBER: _ClassVar[int]
+    assign: Assign
+    cancel: Cancel
+    preempt: Preempt
+    def __init__(self, assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., preempt: _Optional[_Union[Preempt, _Mapping]] = ...) -> None: ...

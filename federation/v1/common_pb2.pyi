@@ -1,0 +1,242 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_PHASE_UNSPECIFIED: _ClassVar[JobPhase]
+    PENDING: _ClassVar[JobPhase]
+    DISPATCHED: _ClassVar[JobPhase]
+    RUNNING: _ClassVar[JobPhase]
+    SUCCEEDED: _ClassVar[JobPhase]
+    FAILED: _ClassVar[JobPhase]
+    CANCELLED: _ClassVar[JobPhase]
+    PREEMPTED: _ClassVar[JobPhase]
+    RESTARTING: _ClassVar[JobPhase]
+JOB_PHASE_UNSPECIFIED: JobPhase
+PENDING: JobPhase
+DISPATCHED: JobPhase
+RUNNING: JobPhase
+SUCCEEDED: JobPhase
+FAILED: JobPhase
+CANCELLED: JobPhase
+PREEMPTED: JobPhase
+RESTARTING: JobPhase
+
+class NetworkTopology(_message.Message):
+    __slots__ = ("mode", "highest_tier_allowed", "highest_tier_name")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    HIGHEST_TIER_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    HIGHEST_TIER_NAME_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    highest_tier_allowed: int
+    highest_tier_name: str
+    def __init__(self, mode: _Optional[str] = ..., highest_tier_allowed: _Optional[int] = ..., highest_tier_name: _Optional[str] = ...) -> None: ...
+
+class LifecyclePolicy(_message.Message):
+    __slots__ = ("events", "action", "timeout")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedScalarFieldContainer[str]
+    action: str
+    timeout: _duration_pb2.Duration
+    def __init__(self, events: _Optional[_Iterable[str]] = ..., action: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class PartitionPolicy(_message.Message):
+    __slots__ = ("total_partitions", "partition_size", "min_partitions", "network_topology")
+    TOTAL_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MIN_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    total_partitions: int
+    partition_size: int
+    min_partitions: int
+    network_topology: NetworkTopology
+    def __init__(self, total_partitions: _Optional[int] = ..., partition_size: _Optional[int] = ..., min_partitions: _Optional[int] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ...) -> None: ...
+
+class Toleration(_message.Message):
+    __slots__ = ("key", "operator", "value", "effect")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    operator: str
+    value: str
+    effect: str
+    def __init__(self, key: _Optional[str] = ..., operator: _Optional[str] = ..., value: _Optional[str] = ..., effect: _Optional[str] = ...) -> None: ...
+
+class TaskSpec(_message.Message):
+    __slots__ = ("name", "replicas", "min_available", "policies", "partition_policy", "resources", "node_selector", "tolerations", "pod_template_json")
+    class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class NodeSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MIN_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_POLICY_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    NODE_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    TOLERATIONS_FIELD_NUMBER: _ClassVar[int]
+    POD_TEMPLATE_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    replicas: int
+    min_available: int
+    policies: _containers.RepeatedCompositeFieldContainer[LifecyclePolicy]
+    partition_policy: PartitionPolicy
+    resources: _containers.ScalarMap[str, str]
+    node_selector: _containers.ScalarMap[str, str]
+    tolerations: _containers.RepeatedCompositeFieldContainer[Toleration]
+    pod_template_json: str
+    def __init__(self, name: _Optional[str] = ..., replicas: _Optional[int] = ..., min_available: _Optional[int] = ..., policies: _Optional[_Iterable[_Union[LifecyclePolicy, _Mapping]]] = ..., partition_policy: _Optional[_Union[PartitionPolicy, _Mapping]] = ..., resources: _Optional[_Mapping[str, str]] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., tolerations: _Optional[_Iterable[_Union[Toleration, _Mapping]]] = ..., pod_template_json: _Optional[str] = ...) -> None: ...
+
+class JobSpec(_message.Message):
+    __slots__ = ("name", "queue", "priority_class_name", "min_available", "max_retry", "policies", "network_topology", "tasks", "cluster_selector", "labels", "annotations", "request_id")
+    class ClusterSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class AnnotationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
+    MIN_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    MAX_RETRY_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queue: str
+    priority_class_name: str
+    min_available: int
+    max_retry: int
+    policies: _containers.RepeatedCompositeFieldContainer[LifecyclePolicy]
+    network_topology: NetworkTopology
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskSpec]
+    cluster_selector: _containers.ScalarMap[str, str]
+    labels: _containers.ScalarMap[str, str]
+    annotations: _containers.ScalarMap[str, str]
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., priority_class_name: _Optional[str] = ..., min_available: _Optional[int] = ..., max_retry: _Optional[int] = ..., policies: _Optional[_Iterable[_Union[LifecyclePolicy, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., cluster_selector: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class PodPlacement(_message.Message):
+    __slots__ = ("task", "index", "node")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    task: str
+    index: int
+    node: str
+    def __init__(self, task: _Optional[str] = ..., index: _Optional[int] = ..., node: _Optional[str] = ...) -> None: ...
+
+class JobStatus(_message.Message):
+    __slots__ = ("phase", "reason", "queue_position", "cluster", "hypernode", "tier", "attempt", "placements", "retries", "create_time", "dispatch_time", "start_time", "finish_time", "update_time")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    HYPERNODE_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_TIME_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    phase: JobPhase
+    reason: str
+    queue_position: int
+    cluster: str
+    hypernode: str
+    tier: int
+    attempt: int
+    placements: _containers.RepeatedCompositeFieldContainer[PodPlacement]
+    retries: int
+    create_time: _timestamp_pb2.Timestamp
+    dispatch_time: _timestamp_pb2.Timestamp
+    start_time: _timestamp_pb2.Timestamp
+    finish_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., cluster: _Optional[str] = ..., hypernode: _Optional[str] = ..., tier: _Optional[int] = ..., attempt: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[PodPlacement, _Mapping]]] = ..., retries: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("id", "tenant", "spec", "status", "priority")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    tenant: str
+    spec: JobSpec
+    status: JobStatus
+    priority: int
+    def __init__(self, id: _Optional[str] = ..., tenant: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., status: _Optional[_Union[JobStatus, _Mapping]] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("sequence", "job_id", "tenant", "queue", "type", "phase", "message", "attempt", "cluster", "time")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    job_id: str
+    tenant: str
+    queue: str
+    type: str
+    phase: JobPhase
+    message: str
+    attempt: int
+    cluster: str
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, sequence: _Optional[int] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ..., type: _Optional[str] = ..., phase: _Optional[_Union[JobPhase, str]] = ..., message: _Optional[str] = ..., attempt: _Optional[int] = ..., cluster: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

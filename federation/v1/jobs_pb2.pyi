@@ -1,0 +1,120 @@
+from federation.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: _common_pb2.JobSpec
+    def __init__(self, spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ...) -> None: ...
+
+class SubmitJobResponse(_message.Message):
+    __slots__ = ("job", "duplicate")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    job: _common_pb2.Job
+    duplicate: bool
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class SubmitJobsRequest(_message.Message):
+    __slots__ = ("specs",)
+    SPECS_FIELD_NUMBER: _ClassVar[int]
+    specs: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobSpec]
+    def __init__(self, specs: _Optional[_Iterable[_Union[_common_pb2.JobSpec, _Mapping]]] = ...) -> None: ...
+
+class SubmitJobResult(_message.Message):
+    __slots__ = ("job_id", "duplicate")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    duplicate: bool
+    def __init__(self, job_id: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class SubmitJobsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SubmitJobResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[SubmitJobResult, _Mapping]]] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("tenant", "queue", "phases", "page_size", "page_token")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PHASES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    queue: str
+    phases: _containers.RepeatedScalarFieldContainer[_common_pb2.JobPhase]
+    page_size: int
+    page_token: str
+    def __init__(self, tenant: _Optional[str] = ..., queue: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[_common_pb2.JobPhase, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.Job]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[_common_pb2.Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("id", "reason")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    reason: str
+    def __init__(self, id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class WatchJobsRequest(_message.Message):
+    __slots__ = ("after_sequence", "tenant", "queue", "job_id")
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    after_sequence: int
+    tenant: str
+    queue: str
+    job_id: str
+    def __init__(self, after_sequence: _Optional[int] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
+
+class ExplainJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class ClusterFit(_message.Message):
+    __slots__ = ("cluster", "fits", "reason")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    FITS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    fits: bool
+    reason: str
+    def __init__(self, cluster: _Optional[str] = ..., fits: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ExplainJobResponse(_message.Message):
+    __slots__ = ("job_id", "phase", "reason", "queue_position", "clusters")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase: _common_pb2.JobPhase
+    reason: str
+    queue_position: int
+    clusters: _containers.RepeatedCompositeFieldContainer[ClusterFit]
+    def __init__(self, job_id: _Optional[str] = ..., phase: _Optional[_Union[_common_pb2.JobPhase, str]] = ..., reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., clusters: _Optional[_Iterable[_Union[ClusterFit, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,276 @@
+"""Request validation, pure: specs in, field violations out, nothing touched.
+
+Every request is checked in full before anything is stored, and every problem is reported
+with the path of the field at fault (`spec.tasks[0].replicas`), so a client can point its user
+at the exact line. References to stored objects (queue, priority class) are checked by the
+servicer, which owns the database; the shapes and numbers are checked here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from federation.resources import QuantityError, Resources, parse_resources
+from federation.v1 import admin_pb2, common_pb2
+
+MAX_TASKS = 64
+MAX_REPLICAS = 10_000  # per job, over all tasks
+MAX_POLICIES = 16
+MAX_MAP_ENTRIES = 64
+MAX_ANNOTATION_BYTES = 64 * 1024
+MAX_TEMPLATE_BYTES = 256 * 1024
+MAX_REQUEST_ID = 128
+MAX_TIER = 16
+MAX_RETRY = 100
+MAX_WEIGHT = 1_000_000
+MAX_PRIORITY_VALUE = 1_000_000_000
+MAX_DESCRIPTION = 1024
+
+EVENTS = ("PodFailed", "PodEvicted", "PodPending", "Unknown", "TaskCompleted", "JobUnknown")
+ACTIONS = ("RestartTask", "RestartPod", "RestartPartition", "RestartJob", "AbortJob", "TerminateJob",
+           "CompleteJob")
+TOPOLOGY_MODES = ("hard", "soft")
+TOLERATION_OPERATORS = ("", "Exists", "Equal")
+TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+@dataclass(frozen=True)
+class Violation:
+    field: str
+    description: str
+
+
+@dataclass
+class Violations:
+    """Collects violations under a path prefix, so nested checks need not know where they sit."""
+
+    items: list[Violation] = field(default_factory=list)
+
+    def add(self, path: str, description: str) -> None:
+        self.items.append(Violation(path, description))
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+
+@dataclass(frozen=True)
+class CheckedJob:
+    """What validation learned about a valid job: the canonical request the scheduler needs."""
+
+    request: Resources  # the whole gang (every replica), canonical integers
+    task_requests: tuple[Resources, ...]  # one replica of each task
+    replicas: int
+
+
+def check_name(v: Violations, path: str, value: str, *, required: bool = True) -> None:
+    if not value:
+        if required:
+            v.add(path, "is required")
+        return
+    if len(value) > 63 or not _DNS1123_LABEL.match(value):
+        v.add(path, f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', "
+                    "starting and ending with a letter or digit, at most 63 characters)")
+
+
+def _check_qualified_key(v: Violations, path: str, key: str) -> None:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        v.add(path, f"key {key!r} has an invalid prefix {prefix!r}")
+    elif not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        v.add(path, f"key {key!r} is not a valid label key")
+
+
+def check_labels(v: Violations, path: str, labels: Mapping[str, str]) -> None:
+    if len(labels) > MAX_MAP_ENTRIES:
+        v.add(path, f"has {len(labels)} entries, at most {MAX_MAP_ENTRIES} are allowed")
+        return
+    for key, value in labels.items():
+        _check_qualified_key(v, f"{path}[{key!r}]", key)
+        if len(value) > 63 or not _LABEL_NAME.match(value):
+            v.add(f"{path}[{key!r}]", f"value {value!r} is not a valid label value")
+
+
+def check_resources(v: Violations, path: str, quantities: Mapping[str, str]) -> Resources:
+    if len(quantities) > MAX_MAP_ENTRIES:
+        v.add(path, f"has {len(quantities)} entries, at most {MAX_MAP_ENTRIES} are allowed")
+        return {}
+    out: Resources = {}
+    for name, quantity in quantities.items():
+        _check_qualified_key(v, f"{path}[{name!r}]", name)
+        try:
+            out.update(parse_resources({name: quantity}))
+        except QuantityError as err:
+            v.add(f"{path}[{name!r}]", str(err))
+    return out
+
+
+def _check_topology(v: Violations, path: str, topo: common_pb2.NetworkTopology) -> None:
+    if not topo.mode:
+        if topo.highest_tier_allowed or topo.highest_tier_name:
+            v.add(f"{path}.mode", "is required when a tier limit is set (hard or soft)")
+        return
+    if topo.mode not in TOPOLOGY_MODES:
+        v.add(f"{path}.mode", f"{topo.mode!r} is not one of {', '.join(TOPOLOGY_MODES)}")
+    if not 0 <= topo.highest_tier_allowed <= MAX_TIER:
+        v.add(f"{path}.highest_tier_allowed", f"must be between 1 and {MAX_TIER}")
+    if topo.highest_tier_allowed and topo.highest_tier_name:
+        v.add(f"{path}.highest_tier_name", "set highest_tier_allowed or highest_tier_name, not both")
+    if topo.highest_tier_name:
+        check_name(v, f"{path}.highest_tier_name", topo.highest_tier_name)
+
+
+def _check_policies(v: Violations, path: str, policies: list[common_pb2.LifecyclePolicy]) -> None:
+    if len(policies) > MAX_POLICIES:
+        v.add(path, f"has {len(policies)} policies, at most {MAX_POLICIES} are allowed")
+        return
+    for i, policy in enumerate(policies):
+        p = f"{path}[{i}]"
+        if not policy.events:
+            v.add(f"{p}.events", "at least one event is required")
+        for event in policy.events:
+            if event not in EVENTS:
+                v.add(f"{p}.events", f"{event!r} is not one of {', '.join(EVENTS)}")
+        if policy.action not in ACTIONS:
+            v.add(f"{p}.action", f"{policy.action!r} is not one of {', '.join(ACTIONS)}")
+        if policy.HasField("timeout") and (policy.timeout.seconds < 0 or policy.timeout.nanos < 0):
+            v.add(f"{p}.timeout", "must not be negative")
+
+
+def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> Resources:
+    check_name(v, f"{path}.name", task.name)
+    if task.replicas < 1:
+        v.add(f"{path}.replicas", f"must be at least 1, got {task.replicas}")
+    elif task.replicas > MAX_REPLICAS:
+        v.add(f"{path}.replicas", f"must be at most {MAX_REPLICAS}, got {task.replicas}")
+    if task.HasField("min_available") and not 0 <= task.min_available <= max(task.replicas, 0):
+        v.add(f"{path}.min_available",
+              f"must be between 0 and the task's replicas ({task.replicas}), got {task.min_available}")
+    _check_policies(v, f"{path}.policies", list(task.policies))
+    if task.HasField("partition_policy"):
+        pp, pp_path = task.partition_policy, f"{path}.partition_policy"
+        if pp.total_partitions < 1:
+            v.add(f"{pp_path}.total_partitions", "must be at least 1")
+        if pp.partition_size < 1:
+            v.add(f"{pp_path}.partition_size", "must be at least 1")
+        if pp.total_partitions >= 1 and pp.partition_size >= 1 and \
+                pp.total_partitions * pp.partition_size != task.replicas:
+            v.add(pp_path, f"total_partitions x partition_size = {pp.total_partitions * pp.partition_size} "
+                           f"must equal replicas ({task.replicas})")
+        if not 0 <= pp.min_partitions <= max(pp.total_partitions, 0):
+            v.add(f"{pp_path}.min_partitions", f"must be between 0 and total_partitions ({pp.total_partitions})")
+        _check_topology(v, f"{pp_path}.network_topology", pp.network_topology)
+    request = check_resources(v, f"{path}.resources", task.resources)
+    check_labels(v, f"{path}.node_selector", task.node_selector)
+    for i, tol in enumerate(task.tolerations):
+        if tol.operator not in TOLERATION_OPERATORS:
+            v.add(f"{path}.tolerations[{i}].operator", f"{tol.operator!r} is not Exists or Equal")
+        if tol.effect not in TOLERATION_EFFECTS:
+            v.add(f"{path}.tolerations[{i}].effect", f"{tol.effect!r} is not a taint effect")
+    if task.pod_template_json:
+        if len(task.pod_template_json) > MAX_TEMPLATE_BYTES:
+            v.add(f"{path}.pod_template_json", f"is larger than {MAX_TEMPLATE_BYTES} bytes")
+        else:
+            try:
+                json.loads(task.pod_template_json)
+            except ValueError as err:
+                v.add(f"{path}.pod_template_json", f"is not valid JSON: {err}")
+    return request
+
+
+def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> CheckedJob | None:
+    """Check everything about a spec that needs no stored state; None when it is invalid."""
+    before = len(v.items)
+    check_name(v, f"{path}.name", spec.name)
+    check_name(v, f"{path}.queue", spec.queue)
+    check_name(v, f"{path}.priority_class_name", spec.priority_class_name, required=False)
+    if not spec.tasks:
+        v.add(f"{path}.tasks", "at least one task is required")
+    elif len(spec.tasks) > MAX_TASKS:
+        v.add(f"{path}.tasks", f"has {len(spec.tasks)} tasks, at most {MAX_TASKS} are allowed")
+    task_requests: list[Resources] = []
+    seen: set[str] = set()
+    for i, task in enumerate(spec.tasks[:MAX_TASKS]):
+        task_requests.append(_check_task(v, f"{path}.tasks[{i}]", task))
+        if task.name in seen:
+            v.add(f"{path}.tasks[{i}].name", f"task name {task.name!r} is used twice")
+        seen.add(task.name)
+    replicas = sum(max(t.replicas, 0) for t in spec.tasks)
+    if replicas > MAX_REPLICAS:
+        v.add(f"{path}.tasks", f"the job has {replicas} replicas, at most {MAX_REPLICAS} are allowed")
+    if not 0 <= spec.min_available <= replicas:
+        v.add(f"{path}.min_available",
+              f"must be between 0 and the job's total replicas ({replicas}), got {spec.min_available}")
+    if spec.HasField("max_retry") and not 0 <= spec.max_retry <= MAX_RETRY:
+        v.add(f"{path}.max_retry", f"must be between 0 and {MAX_RETRY}")
+    _check_policies(v, f"{path}.policies", list(spec.policies))
+    _check_topology(v, f"{path}.network_topology", spec.network_topology)
+    check_labels(v, f"{path}.cluster_selector", spec.cluster_selector)
+    check_labels(v, f"{path}.labels", spec.labels)
+    if len(spec.annotations) > MAX_MAP_ENTRIES:
+        v.add(f"{path}.annotations", f"has {len(spec.annotations)} entries, at most {MAX_MAP_ENTRIES} are allowed")
+    elif sum(len(k) + len(val) for k, val in spec.annotations.items()) > MAX_ANNOTATION_BYTES:
+        v.add(f"{path}.annotations", f"are larger than {MAX_ANNOTATION_BYTES} bytes in total")
+    else:
+        for key in spec.annotations:
+            _check_qualified_key(v, f"{path}.annotations[{key!r}]", key)
+    if len(spec.request_id) > MAX_REQUEST_ID or not spec.request_id.isprintable():
+        v.add(f"{path}.request_id", f"must be printable and at most {MAX_REQUEST_ID} characters")
+    if len(v.items) > before:
+        return None
+    gang: Resources = {}
+    for task, request in zip(spec.tasks, task_requests, strict=True):
+        for name, amount in request.items():
+            gang[name] = gang.get(name, 0) + amount * task.replicas
+    return CheckedJob(request=gang, task_requests=tuple(task_requests), replicas=replicas)
+
+
+def normalise_job_spec(spec: common_pb2.JobSpec) -> None:
+    """Fill Volcano's defaults in place, so what is stored is what will be enforced."""
+    for topo in [spec.network_topology, *(t.partition_policy.network_topology for t in spec.tasks)]:
+        if topo.mode == "hard" and not topo.highest_tier_allowed and not topo.highest_tier_name:
+            topo.highest_tier_allowed = 1  # Volcano's default for hard mode
+    if not spec.HasField("max_retry"):
+        spec.max_retry = 3
+
+
+def _check_quota(v: Violations, path: str, guarantee: Mapping[str, str], limit: Mapping[str, str]) -> None:
+    g = check_resources(v, f"{path}.guarantee", guarantee)
+    lim = check_resources(v, f"{path}.limit", limit)
+    for name, amount in g.items():
+        if name in limit and name in lim and amount > lim[name]:
+            v.add(f"{path}.guarantee[{name!r}]", f"guarantee {guarantee[name]} exceeds limit {limit[name]}")
+
+
+def _check_weight(v: Violations, path: str, weight: int) -> None:
+    if not 0 <= weight <= MAX_WEIGHT:
+        v.add(path, f"must be between 1 and {MAX_WEIGHT}")
+
+
+def check_tenant(v: Violations, path: str, tenant: admin_pb2.Tenant) -> None:
+    check_name(v, f"{path}.name", tenant.name)
+    _check_weight(v, f"{path}.weight", tenant.weight)
+    _check_quota(v, path, tenant.guarantee, tenant.limit)
+
+
+def check_queue(v: Violations, path: str, queue: admin_pb2.Queue) -> None:
+    check_name(v, f"{path}.name", queue.name)
+    check_name(v, f"{path}.tenant", queue.tenant)
+    _check_weight(v, f"{path}.weight", queue.weight)
+    _check_quota(v, path, queue.guarantee, queue.limit)
+    if queue.state not in admin_pb2.QueueState.values():
+        v.add(f"{path}.state", f"{queue.state} is not a queue state")
+
+
+def check_priority_class(v: Violations, path: str, pc: admin_pb2.PriorityClass) -> None:
+    check_name(v, f"{path}.name", pc.name)
+    if abs(pc.value) > MAX_PRIORITY_VALUE:
+        v.add(f"{path}.value", f"must be between -{MAX_PRIORITY_VALUE} and {MAX_PRIORITY_VALUE}")
+    if len(pc.description) > MAX_DESCRIPTION:
+        v.add(f"{path}.description", f"must be at most {MAX_DESCRIPTION} characters")

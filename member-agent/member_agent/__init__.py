@@ -1,0 +1,1 @@
+"""Member agent: topology-aware gang placement, binding and fault recovery inside one cluster."""
