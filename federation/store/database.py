@@ -6,6 +6,7 @@ The server either uses the URL it is given or runs an embedded PostgreSQL from t
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -51,9 +52,28 @@ def embedded_postgres(data_dir: Path) -> Iterator[str]:
 
     data_dir = data_dir.expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
+    _forget_dead_handles(data_dir)
     log.info("starting embedded PostgreSQL in %s", data_dir)
     with ep.get_server(data_dir, cleanup_mode="stop") as server:
         yield server.get_uri()
+
+
+def _forget_dead_handles(data_dir: Path) -> None:
+    """Drop handles of processes that died without cleaning up (kill -9).
+
+    embedded-postgres stops the server when its last live handle exits, counting handles in a
+    pid file; a killed process stays in that file forever, so the server would never be stopped.
+    """
+    import psutil
+
+    handles = data_dir / ".handle_pids.json"
+    if not handles.exists():
+        return
+    try:
+        pids = json.loads(handles.read_text())
+    except ValueError:
+        pids = []
+    handles.write_text(json.dumps([pid for pid in pids if psutil.pid_exists(pid)]))
 
 
 def alembic_config(url: URL) -> Config:

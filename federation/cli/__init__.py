@@ -1,0 +1,1 @@
+"""fedctl: the command-line client for users and tenant-quota administrators."""

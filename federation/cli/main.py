@@ -1,0 +1,402 @@
+"""`fedctl`: submit and inspect jobs; manage tenants, queues, priority classes and clusters."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import grpc
+from google.protobuf import field_mask_pb2
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from federation.cli import output
+from federation.cli.manifest import Converted, admin_from_document, job_from_document
+from federation.cli.yamldoc import Document, ManifestError, load_documents
+from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
+
+DEFAULT_SERVER = "localhost:50051"
+
+
+class Client:
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.channel = grpc.insecure_channel(server)
+        self.jobs = jobs_pb2_grpc.JobServiceStub(self.channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+
+
+def field_violations(err: grpc.RpcError) -> list[error_details_pb2.BadRequest.FieldViolation]:
+    status = rpc_status.from_call(err)  # type: ignore[arg-type]
+    out = []
+    for detail in status.details if status else []:
+        bad = error_details_pb2.BadRequest()
+        if detail.Unpack(bad):
+            out.extend(bad.field_violations)
+    return out
+
+
+def fail(lines: list[str]) -> NoReturn:
+    for line in lines:
+        click.echo(f"fedctl: {line}", err=True)
+    sys.exit(1)
+
+
+def rpc_error_lines(err: grpc.RpcError, server: str) -> list[str]:
+    code = err.code()  # type: ignore[attr-defined]
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return [f"cannot reach the federation server at {server}; is it running? "
+                "(set --server or FEDERATION_SERVER)"]
+    violations = field_violations(err)
+    if violations:
+        return [f"{v.field}: {v.description}" for v in violations]
+    return [f"{err.details()} ({code.name})"]  # type: ignore[attr-defined]
+
+
+class FedctlGroup(click.Group):
+    """Turns the errors users can cause into one clear line each, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except grpc.RpcError as err:
+            server = ctx.obj.server if isinstance(ctx.obj, Client) else DEFAULT_SERVER
+            fail(rpc_error_lines(err, server))
+        except ManifestError as err:
+            fail([str(err)])
+
+
+def _format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("-o", "--output", "fmt", type=click.Choice(output.FORMATS), default="table",
+                        show_default=True, help="Output format.")(fn)
+
+
+def _quantity_pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
+    out = {}
+    for item in values:
+        name, eq, quantity = item.partition("=")
+        if not eq or not name:
+            raise click.BadParameter(f"{item!r} is not RESOURCE=QUANTITY (e.g. nvidia.com/gpu=16)", param_hint=option)
+        out[name] = quantity
+    return out
+
+
+@click.group(cls=FedctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--server", envvar="FEDERATION_SERVER", default=DEFAULT_SERVER, show_default=True,
+              help="Address of the federation server.")
+@click.pass_context
+def cli(ctx: click.Context, server: str) -> None:
+    """Client of the federation scheduler."""
+    ctx.obj = Client(server)
+
+
+pass_client = click.make_pass_decorator(Client)
+
+
+# ---- jobs -----------------------------------------------------------------------------------
+
+def _read_manifests(files: tuple[Path, ...]) -> Iterator[Document]:
+    for path in files:
+        try:
+            text = sys.stdin.read() if str(path) == "-" else path.read_text()
+        except OSError as err:
+            raise ManifestError(str(path), None, f"cannot read: {err.strerror}") from None
+        yield from load_documents(text, str(path))
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True))
+@_format_option
+@pass_client
+def submit(client: Client, files: tuple[Path, ...], fmt: str) -> None:
+    """Submit the Volcano Job manifests in FILES (several documents per file allowed).
+
+    All jobs are accepted together or none is.
+    """
+    converted = [job_from_document(doc) for doc in _read_manifests(files)]
+    if not converted:
+        fail([f"{', '.join(map(str, files))}: no job manifests found"])
+    for c in converted:
+        for warning in c.warnings:
+            click.echo(f"fedctl: warning: {warning}", err=True)
+    try:
+        response = client.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=[c.message for c in converted]))
+    except grpc.RpcError as err:
+        fail(_located(err, converted, client.server))
+    if fmt != "table":
+        output.emit(fmt, [response], response)
+        return
+    for result in response.results:
+        note = " (already submitted)" if result.duplicate else ""
+        click.echo(f"job/{result.job_id} submitted{note}")
+
+
+def _located(err: grpc.RpcError, converted: list[Converted], server: str) -> list[str]:
+    """Server errors about `specs[i].field` shown at the file and line of that field."""
+    lines = []
+    for v in field_violations(err):
+        index, _, rest = v.field.removeprefix("specs[").partition("]")
+        if not index.isdigit() or int(index) >= len(converted):
+            lines.append(f"{v.field}: {v.description}")
+            continue
+        c = converted[int(index)]
+        path = rest.removeprefix(".")
+        manifest_path = next((c.origin[p] for p in _prefixes(path) if p in c.origin), "")
+        lines.append(f"{c.doc.file}:{c.line_of(path)}: {manifest_path or path}: {v.description}")
+    return lines or rpc_error_lines(err, server)
+
+
+def _prefixes(path: str) -> Iterator[str]:
+    while path:
+        yield path
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+
+
+@cli.group()
+def get() -> None:
+    """Show one object."""
+
+
+@get.command("job")
+@click.argument("job_id")
+@_format_option
+@pass_client
+def get_job(client: Client, job_id: str, fmt: str) -> None:
+    """Show job JOB_ID with its status and pod placements."""
+    job = client.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id))
+    output.emit(fmt, [job])
+    if fmt == "table" and job.status.placements:
+        click.echo("\n" + output.render_table(("TASK", "INDEX", "NODE"),
+                                              [[p.task, p.index, p.node] for p in job.status.placements]))
+
+
+@cli.group("list")
+def list_() -> None:
+    """List objects."""
+
+
+@list_.command("jobs")
+@click.option("--tenant", default="")
+@click.option("--queue", default="")
+@click.option("--phase", "phases", multiple=True, help="Pending, Running, ... (repeatable).",
+              type=click.Choice([p.capitalize() for p in common_pb2.JobPhase.keys()[1:]], case_sensitive=False))
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many jobs (default: all).")
+@_format_option
+@pass_client
+def list_jobs(client: Client, tenant: str, queue: str, phases: tuple[str, ...], limit: int | None,
+              fmt: str) -> None:
+    """List jobs in submission order."""
+    jobs: list[common_pb2.Job] = []
+    token = ""
+    while True:
+        page = client.jobs.ListJobs(jobs_pb2.ListJobsRequest(
+            tenant=tenant, queue=queue, phases=[common_pb2.JobPhase.Value(p.upper()) for p in phases],
+            page_size=min(limit or 500, 500), page_token=token))
+        jobs.extend(page.jobs)
+        token = page.next_page_token
+        if not token or (limit and len(jobs) >= limit):
+            break
+    jobs = jobs[:limit] if limit else jobs
+    output.emit(fmt, jobs, jobs_pb2.ListJobsResponse(jobs=jobs))
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--reason", default="", help="Shown as the job's reason.")
+@pass_client
+def cancel(client: Client, job_id: str, reason: str) -> None:
+    """Cancel job JOB_ID."""
+    job = client.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job_id, reason=reason))
+    click.echo(f"job/{job.id} {output.phase_name(job.status.phase).lower()}")
+
+
+@cli.command()
+@click.option("--after", type=click.IntRange(min=0), help="Replay events after this sequence number.")
+@click.option("--tenant", default="")
+@click.option("--queue", default="")
+@click.option("--job", "job_id", default="")
+@click.option("-o", "--output", "fmt", type=click.Choice(("table", "json")), default="table")
+@pass_client
+def watch(client: Client, after: int | None, tenant: str, queue: str, job_id: str, fmt: str) -> None:
+    """Stream job events as they happen (Ctrl-C to stop)."""
+    from google.protobuf import json_format
+
+    request = jobs_pb2.WatchJobsRequest(tenant=tenant, queue=queue, job_id=job_id)
+    if after is not None:
+        request.after_sequence = after
+    try:
+        for event in client.jobs.WatchJobs(request):
+            if fmt == "json":
+                click.echo(json_format.MessageToJson(event, indent=None))
+            else:
+                when = event.time.ToDatetime().strftime("%H:%M:%S")
+                click.echo(f"{event.sequence:>8}  {when}  {event.job_id:<32} {event.type:<12} "
+                           f"{output.phase_name(event.phase):<11} {event.message}")
+    except KeyboardInterrupt:
+        pass
+
+
+# ---- admin objects --------------------------------------------------------------------------
+
+def _mask(provided: dict[str, Any]) -> field_mask_pb2.FieldMask:
+    return field_mask_pb2.FieldMask(paths=[k for k, v in provided.items() if v is not None])
+
+
+def _crud_group(name: str, message: type[Message], field: str, list_rpc: str,
+                options: list[Callable[..., Any]], build: Callable[..., dict[str, Any]]) -> click.Group:
+    """create/update/get/list/delete for one admin kind, from its option list."""
+    pascal = "".join(part.capitalize() for part in field.split("_"))
+    group = click.Group(name, help=f"Manage {name} objects.")
+
+    def call(rpc: str, request: Message) -> Any:
+        client = click.get_current_context().find_object(Client)
+        return getattr(client.admin, rpc)(request)
+
+    def request(verb: str, **kwargs: Any) -> Message:
+        return getattr(admin_pb2, f"{verb}{pascal}Request")(**kwargs)
+
+    def with_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    @group.command("create")
+    @click.argument("name")
+    @with_options
+    @_format_option
+    def create(name: str, fmt: str, **values: Any) -> None:
+        obj = message(name=name, **{k: v for k, v in build(**values).items() if v is not None})
+        output.emit(fmt, [call(f"Create{pascal}", request("Create", **{field: obj}))])
+
+    @group.command("update")
+    @click.argument("name")
+    @with_options
+    @_format_option
+    def update(name: str, fmt: str, **values: Any) -> None:
+        fields = build(**values)
+        mask = _mask(fields)
+        if not mask.paths:
+            raise click.UsageError("give at least one field to change")
+        obj = message(name=name, **{k: v for k, v in fields.items() if v is not None})
+        output.emit(fmt, [call(f"Update{pascal}", request("Update", **{field: obj, "update_mask": mask}))])
+
+    @group.command("get")
+    @click.argument("name")
+    @_format_option
+    def get_one(name: str, fmt: str) -> None:
+        output.emit(fmt, [call(f"Get{pascal}", request("Get", name=name))])
+
+    @group.command("list")
+    @_format_option
+    def list_all(fmt: str) -> None:
+        response = call(list_rpc, getattr(admin_pb2, f"{list_rpc}Request")())
+        items = list(getattr(response, response.DESCRIPTOR.fields[0].name))
+        output.emit(fmt, items, response)
+
+    @group.command("delete")
+    @click.argument("obj_name", metavar="NAME")
+    def delete(obj_name: str) -> None:
+        call(f"Delete{pascal}", request("Delete", name=name))
+        click.echo(f"{name}/{obj_name} deleted")
+
+    return group
+
+
+_guarantee = click.option("--guarantee", multiple=True, metavar="RES=QTY", help="Guaranteed amount (repeatable).")
+_limit = click.option("--limit", multiple=True, metavar="RES=QTY", help="Hard cap (repeatable).")
+_weight = click.option("--weight", type=click.IntRange(min=1), help="Fair-share weight.")
+
+
+def _quota(guarantee: tuple[str, ...], limit: tuple[str, ...]) -> dict[str, Any]:
+    return {"guarantee": _quantity_pairs(guarantee, "--guarantee") or None,
+            "limit": _quantity_pairs(limit, "--limit") or None}
+
+
+cli.add_command(_crud_group(
+    "tenant", admin_pb2.Tenant, "tenant", "ListTenants",
+    [_weight, _guarantee, _limit, click.option("--disabled/--enabled", default=None)],
+    lambda weight, guarantee, limit, disabled: {"weight": weight, **_quota(guarantee, limit), "disabled": disabled}))
+
+cli.add_command(_crud_group(
+    "queue", admin_pb2.Queue, "queue", "ListQueues",
+    [click.option("--tenant", help="Owning tenant (create only)."), _weight,
+     click.option("--priority", type=int, help="Queues of higher priority are served first."), _guarantee, _limit,
+     click.option("--reclaimable/--no-reclaimable", default=None),
+     click.option("--state", type=click.Choice(["open", "closed", "draining"], case_sensitive=False))],
+    lambda tenant, weight, priority, guarantee, limit, reclaimable, state: {
+        "tenant": tenant, "weight": weight, "priority": priority, **_quota(guarantee, limit),
+        "reclaimable": reclaimable, "state": admin_pb2.QueueState.Value(state.upper()) if state else None}))
+
+cli.add_command(_crud_group(
+    "priorityclass", admin_pb2.PriorityClass, "priority_class", "ListPriorityClasses",
+    [click.option("--value", type=int), click.option("--preemptible/--not-preemptible", default=None),
+     click.option("--global-default/--no-global-default", default=None), click.option("--description")],
+    lambda value, preemptible, global_default, description: {
+        "value": value, "preemptible": preemptible, "global_default": global_default, "description": description}))
+
+
+@cli.command()
+@click.option("-f", "--filename", "files", multiple=True, required=True,
+              type=click.Path(path_type=Path, allow_dash=True), help="Manifest file (repeatable).")
+@pass_client
+def apply(client: Client, files: tuple[Path, ...]) -> None:
+    """Create or update the Tenant, Queue and PriorityClass manifests in the files, in order."""
+    converted = [admin_from_document(doc) for doc in _read_manifests(files)]
+    for _, c in converted:
+        for warning in c.warnings:
+            click.echo(f"fedctl: warning: {warning}", err=True)
+    for kind, c in converted:
+        field = {"Tenant": "tenant", "Queue": "queue", "PriorityClass": "priority_class"}[kind]
+        name = c.message.name  # type: ignore[attr-defined]
+        try:
+            try:
+                getattr(client.admin, f"Create{kind}")(getattr(admin_pb2, f"Create{kind}Request")(**{field: c.message}))
+                verb = "created"
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.ALREADY_EXISTS:  # type: ignore[attr-defined]
+                    raise
+                mask = field_mask_pb2.FieldMask(paths=[p for p in c.origin if p not in ("name", "tenant")])
+                getattr(client.admin, f"Update{kind}")(
+                    getattr(admin_pb2, f"Update{kind}Request")(**{field: c.message, "update_mask": mask}))
+                verb = "configured"
+        except grpc.RpcError as err:
+            violations = field_violations(err)
+            if not violations:
+                fail([f"{c.doc.file}:{c.doc.start_line}: {kind.lower()}/{name}: {err.details()}"])  # type: ignore
+            fail([f"{c.doc.file}:{c.line_of(v.field.partition('.')[2])}: {v.field}: {v.description}"
+                  for v in violations])
+        click.echo(f"{kind.lower()}/{name} {verb}")
+
+
+# ---- clusters -------------------------------------------------------------------------------
+
+@cli.command()
+@_format_option
+@pass_client
+def clusters(client: Client, fmt: str) -> None:
+    """List member clusters."""
+    response = client.admin.ListClusters(admin_pb2.ListClustersRequest())
+    output.emit(fmt, list(response.clusters), response)
+
+
+@cli.command()
+@click.argument("name")
+@pass_client
+def cordon(client: Client, name: str) -> None:
+    """Stop scheduling new jobs to cluster NAME."""
+    client.admin.CordonCluster(admin_pb2.CordonClusterRequest(name=name))
+    click.echo(f"cluster/{name} cordoned")
+
+
+@cli.command()
+@click.argument("name")
+@pass_client
+def uncordon(client: Client, name: str) -> None:
+    """Resume scheduling new jobs to cluster NAME."""
+    client.admin.UncordonCluster(admin_pb2.UncordonClusterRequest(name=name))
+    click.echo(f"cluster/{name} uncordoned")

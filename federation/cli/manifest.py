@@ -1,0 +1,332 @@
+"""Volcano Job and admin manifests to API messages, remembering where each field came from.
+
+`fedctl submit` reads `batch.volcano.sh/v1alpha1` Job manifests (DESIGN §3) and `fedctl apply`
+reads the federation's own Tenant, Queue and PriorityClass manifests. Each converted message
+comes with an origin map from its field paths back to manifest lines, so that the server's
+field violations (`tasks[0].replicas`) can be shown at the line the user wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import duration_pb2
+from google.protobuf.message import Message
+
+from federation.cli.yamldoc import Document
+from federation.resources import QuantityError, format_amount, parse_amount
+from federation.v1 import admin_pb2, common_pb2
+
+VOLCANO_API = "batch.volcano.sh/v1alpha1"
+FEDERATION_API = "federation.dev/v1"
+CLUSTER_SELECTOR_ANNOTATION = "federation.dev/cluster-selector"
+REQUEST_ID_ANNOTATION = "federation.dev/request-id"
+DEFAULT_QUEUE = "default"  # as in Volcano
+
+_JOB_SPEC_FIELDS = {"queue", "priorityClassName", "minAvailable", "maxRetry", "policies", "networkTopology", "tasks"}
+_TASK_FIELDS = {"name", "replicas", "minAvailable", "policies", "partitionPolicy", "template"}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+
+
+@dataclass
+class Converted:
+    """One manifest document as an API message, with its origin map and warnings."""
+
+    doc: Document
+    message: Message
+    origin: dict[str, str] = field(default_factory=dict)  # message field path -> manifest path
+    warnings: list[str] = field(default_factory=list)
+
+    def line_of(self, field_path: str) -> int:
+        path = field_path
+        while path:
+            if path in self.origin:
+                return self.doc.line(self.origin[path])
+            cut = max(path.rfind("."), path.rfind("["))
+            path = path[:cut] if cut > 0 else ""
+        return self.doc.start_line
+
+
+class _Reader:
+    """Typed access to a document's values; wrong types raise a located ManifestError."""
+
+    def __init__(self, doc: Document, out: Converted) -> None:
+        self.doc, self.out = doc, out
+
+    def map(self, value: Any, path: str) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.doc.error(path, "must be a mapping")
+        return value
+
+    def list(self, value: Any, path: str) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.doc.error(path, "must be a list")
+        return value
+
+    def int(self, value: Any, path: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.doc.error(path, f"must be an integer, got {value!r}")
+        if not -(2**31) <= value < 2**31:
+            raise self.doc.error(path, f"{value} is out of range")
+        return value
+
+    def str(self, value: Any, path: str) -> str:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise self.doc.error(path, f"must be a string, got {value!r}")
+        return str(value)
+
+    def bool(self, value: Any, path: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.doc.error(path, f"must be true or false, got {value!r}")
+        return value
+
+    def str_map(self, value: Any, path: str) -> dict[str, str]:
+        return {str(k): self.str(v, f"{path}.{k}") for k, v in self.map(value, path).items()}
+
+    def duration(self, value: Any, path: str) -> duration_pb2.Duration:
+        text = self.str(value, path)
+        parts = _DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise self.doc.error(path, f"{text!r} is not a duration like 30s, 5m or 1h30m")
+        d = duration_pb2.Duration()
+        d.FromNanoseconds(round(sum(float(n) * _DURATION_UNITS[u] for n, u in parts) * 1e9))
+        return d
+
+    def warn_unused(self, data: dict[str, Any], known: set[str], path: str) -> None:
+        for key in data:
+            if key not in known:
+                where = f"{self.doc.file}:{self.doc.line(f'{path}.{key}')}"
+                self.out.warnings.append(f"{where}: {path}.{key} is not used by the federation; ignored")
+
+
+def _topology(r: _Reader, value: Any, path: str, target: common_pb2.NetworkTopology, prefix: str) -> None:
+    data = r.map(value, path)
+    r.warn_unused(data, {"mode", "highestTierAllowed", "highestTierName"}, path)
+    if "mode" in data:
+        target.mode = r.str(data["mode"], f"{path}.mode")
+        r.out.origin[f"{prefix}.mode"] = f"{path}.mode"
+    if "highestTierAllowed" in data:
+        target.highest_tier_allowed = r.int(data["highestTierAllowed"], f"{path}.highestTierAllowed")
+        r.out.origin[f"{prefix}.highest_tier_allowed"] = f"{path}.highestTierAllowed"
+    if "highestTierName" in data:
+        target.highest_tier_name = r.str(data["highestTierName"], f"{path}.highestTierName")
+        r.out.origin[f"{prefix}.highest_tier_name"] = f"{path}.highestTierName"
+    r.out.origin[prefix] = path
+
+
+def _policies(r: _Reader, value: Any, path: str, target: Any, prefix: str) -> None:
+    r.out.origin[prefix] = path
+    for i, item in enumerate(r.list(value, path)):
+        p, fp = f"{path}[{i}]", f"{prefix}[{i}]"
+        data = r.map(item, p)
+        r.warn_unused(data, {"event", "events", "action", "timeout"}, p)
+        policy = target.add()
+        if "event" in data:
+            policy.events.append(r.str(data["event"], f"{p}.event"))
+            r.out.origin[f"{fp}.events"] = f"{p}.event"
+        for j, event in enumerate(r.list(data.get("events"), f"{p}.events")):
+            policy.events.append(r.str(event, f"{p}.events[{j}]"))
+            r.out.origin[f"{fp}.events"] = f"{p}.events"
+        policy.action = r.str(data.get("action", ""), f"{p}.action")
+        r.out.origin[f"{fp}.action"] = f"{p}.action"
+        if "timeout" in data:
+            policy.timeout.CopyFrom(r.duration(data["timeout"], f"{p}.timeout"))
+            r.out.origin[f"{fp}.timeout"] = f"{p}.timeout"
+        r.out.origin[fp] = p
+
+
+def _pod_resources(r: _Reader, pod: dict[str, Any], path: str, prefix: str) -> dict[str, str]:
+    """A replica's requests: sum over containers, at least the largest init container (as Kubernetes).
+
+    A resource given only under `limits` is requested at its limit, as Kubernetes defaults it.
+    """
+    def container_requests(kind: str) -> list[dict[str, int]]:
+        out = []
+        for j, container in enumerate(r.list(pod.get(kind), f"{path}.{kind}")):
+            cpath = f"{path}.{kind}[{j}]"
+            res = r.map(r.map(container, cpath).get("resources"), f"{cpath}.resources")
+            merged = {**r.str_map(res.get("limits"), f"{cpath}.resources.limits"),
+                      **r.str_map(res.get("requests"), f"{cpath}.resources.requests")}
+            amounts = {}
+            for name, quantity in merged.items():
+                section = "requests" if name in (res.get("requests") or {}) else "limits"
+                qpath = f"{cpath}.resources.{section}.{name}"
+                r.out.origin.setdefault(f"{prefix}[{name!r}]", qpath)
+                try:
+                    amounts[name] = parse_amount(name, quantity)
+                except QuantityError as err:
+                    raise r.doc.error(qpath, str(err)) from None
+            out.append(amounts)
+        return out
+
+    total: dict[str, int] = {}
+    for amounts in container_requests("containers"):
+        for name, amount in amounts.items():
+            total[name] = total.get(name, 0) + amount
+    for amounts in container_requests("initContainers"):
+        for name, amount in amounts.items():
+            total[name] = max(total.get(name, 0), amount)
+    return {name: format_amount(name, amount) for name, amount in sorted(total.items())}
+
+
+def _task(r: _Reader, value: Any, path: str, task: common_pb2.TaskSpec, prefix: str) -> None:
+    data = r.map(value, path)
+    r.warn_unused(data, _TASK_FIELDS, path)
+    o = r.out.origin
+    o[prefix] = path
+    task.name = r.str(data.get("name", ""), f"{path}.name")
+    o[f"{prefix}.name"] = f"{path}.name"
+    task.replicas = r.int(data.get("replicas", 1), f"{path}.replicas")
+    o[f"{prefix}.replicas"] = f"{path}.replicas"
+    if "minAvailable" in data:
+        task.min_available = r.int(data["minAvailable"], f"{path}.minAvailable")
+        o[f"{prefix}.min_available"] = f"{path}.minAvailable"
+    _policies(r, data.get("policies"), f"{path}.policies", task.policies, f"{prefix}.policies")
+    if "partitionPolicy" in data:
+        pp_path, pp_prefix = f"{path}.partitionPolicy", f"{prefix}.partition_policy"
+        pp = r.map(data["partitionPolicy"], pp_path)
+        r.warn_unused(pp, {"totalPartitions", "partitionSize", "minPartitions", "networkTopology"}, pp_path)
+        o[pp_prefix] = pp_path
+        for key, attr in (("totalPartitions", "total_partitions"), ("partitionSize", "partition_size"),
+                          ("minPartitions", "min_partitions")):
+            if key in pp:
+                setattr(task.partition_policy, attr, r.int(pp[key], f"{pp_path}.{key}"))
+                o[f"{pp_prefix}.{attr}"] = f"{pp_path}.{key}"
+        task.partition_policy.SetInParent()
+        if "networkTopology" in pp:
+            _topology(r, pp["networkTopology"], f"{pp_path}.networkTopology",
+                      task.partition_policy.network_topology, f"{pp_prefix}.network_topology")
+    template = r.map(data.get("template"), f"{path}.template")
+    pod = r.map(template.get("spec"), f"{path}.template.spec")
+    tpath = f"{path}.template.spec"
+    task.resources.update(_pod_resources(r, pod, tpath, f"{prefix}.resources"))
+    task.node_selector.update(r.str_map(pod.get("nodeSelector"), f"{tpath}.nodeSelector"))
+    o[f"{prefix}.node_selector"] = f"{tpath}.nodeSelector"
+    for i, tol in enumerate(r.list(pod.get("tolerations"), f"{tpath}.tolerations")):
+        t = r.str_map(tol, f"{tpath}.tolerations[{i}]")
+        task.tolerations.add(key=t.get("key", ""), operator=t.get("operator", ""), value=t.get("value", ""),
+                             effect=t.get("effect", ""))
+        o[f"{prefix}.tolerations[{i}]"] = f"{tpath}.tolerations[{i}]"
+    if template:
+        task.pod_template_json = json.dumps(template, sort_keys=True, default=str)
+
+
+def _selector(r: _Reader, text: str, path: str) -> dict[str, str]:
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise r.doc.error(path, f"{part!r} is not key=value (write the selector as a=b,c=d)")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def job_from_document(doc: Document) -> Converted:
+    """A Volcano Job manifest as a JobSpec."""
+    spec = common_pb2.JobSpec()
+    out = Converted(doc, spec)
+    r = _Reader(doc, out)
+    data = r.map(doc.data, "")
+    if data.get("apiVersion") != VOLCANO_API or data.get("kind") != "Job":
+        found = f"{data.get('apiVersion')}/{data.get('kind')}"
+        raise doc.error("kind", f"expected a Volcano Job ({VOLCANO_API}, kind Job), found {found}"
+                        + ("; admin objects go to 'fedctl apply -f'" if data.get("apiVersion") == FEDERATION_API
+                           else ""))
+    meta = r.map(data.get("metadata"), "metadata")
+    body = r.map(data.get("spec"), "spec")
+    o = out.origin
+    spec.name = r.str(meta.get("name", ""), "metadata.name")
+    o["name"] = "metadata.name"
+    spec.labels.update(r.str_map(meta.get("labels"), "metadata.labels"))
+    o["labels"] = "metadata.labels"
+    annotations = r.str_map(meta.get("annotations"), "metadata.annotations")
+    if CLUSTER_SELECTOR_ANNOTATION in annotations:
+        apath = f"metadata.annotations.{CLUSTER_SELECTOR_ANNOTATION}"
+        spec.cluster_selector.update(_selector(r, annotations.pop(CLUSTER_SELECTOR_ANNOTATION), apath))
+        o["cluster_selector"] = apath
+    if REQUEST_ID_ANNOTATION in annotations:
+        spec.request_id = annotations.pop(REQUEST_ID_ANNOTATION)
+        o["request_id"] = f"metadata.annotations.{REQUEST_ID_ANNOTATION}"
+    spec.annotations.update(annotations)
+    o["annotations"] = "metadata.annotations"
+
+    r.warn_unused(body, _JOB_SPEC_FIELDS, "spec")
+    spec.queue = r.str(body.get("queue", DEFAULT_QUEUE), "spec.queue")
+    o["queue"] = "spec.queue"
+    spec.priority_class_name = r.str(body.get("priorityClassName", ""), "spec.priorityClassName")
+    o["priority_class_name"] = "spec.priorityClassName"
+    spec.min_available = r.int(body.get("minAvailable", 0), "spec.minAvailable")
+    o["min_available"] = "spec.minAvailable"
+    if "maxRetry" in body:
+        spec.max_retry = r.int(body["maxRetry"], "spec.maxRetry")
+        o["max_retry"] = "spec.maxRetry"
+    _policies(r, body.get("policies"), "spec.policies", spec.policies, "policies")
+    if "networkTopology" in body:
+        _topology(r, body["networkTopology"], "spec.networkTopology", spec.network_topology, "network_topology")
+    o["tasks"] = "spec.tasks"
+    for i, task in enumerate(r.list(body.get("tasks"), "spec.tasks")):
+        _task(r, task, f"spec.tasks[{i}]", spec.tasks.add(), f"tasks[{i}]")
+    return out
+
+
+def _admin(doc: Document, kind: str, message: Message, fields: dict[str, tuple[str, Callable[..., Any]]]) -> Converted:
+    out = Converted(doc, message)
+    r = _Reader(doc, out)
+    data = r.map(doc.data, "")
+    meta = r.map(data.get("metadata"), "metadata")
+    message.name = r.str(meta.get("name", ""), "metadata.name")  # type: ignore[attr-defined]
+    out.origin["name"] = "metadata.name"
+    body = r.map(data.get("spec"), "spec")
+    r.warn_unused(body, set(fields), "spec")
+    for key, (attr, read) in fields.items():
+        if key not in body:
+            continue
+        path = f"spec.{key}"
+        value = read(r, body[key], path)
+        if isinstance(value, dict):
+            getattr(message, attr).update(value)
+        else:
+            setattr(message, attr, value)
+        out.origin[attr] = path
+    return out
+
+
+def _queue_state(r: _Reader, value: Any, path: str) -> int:
+    text = r.str(value, path).upper()
+    if text not in ("OPEN", "CLOSED", "DRAINING"):
+        raise r.doc.error(path, f"{value!r} is not one of Open, Closed, Draining")
+    return admin_pb2.QueueState.Value(text)
+
+
+ADMIN_KINDS: dict[str, tuple[type[Message], dict[str, tuple[str, Callable[..., Any]]]]] = {
+    "Tenant": (admin_pb2.Tenant, {
+        "weight": ("weight", _Reader.int), "guarantee": ("guarantee", _Reader.str_map),
+        "limit": ("limit", _Reader.str_map), "disabled": ("disabled", _Reader.bool)}),
+    "Queue": (admin_pb2.Queue, {
+        "tenant": ("tenant", _Reader.str), "weight": ("weight", _Reader.int), "priority": ("priority", _Reader.int),
+        "guarantee": ("guarantee", _Reader.str_map), "limit": ("limit", _Reader.str_map),
+        "reclaimable": ("reclaimable", _Reader.bool), "state": ("state", _queue_state)}),
+    "PriorityClass": (admin_pb2.PriorityClass, {
+        "value": ("value", _Reader.int), "preemptible": ("preemptible", _Reader.bool),
+        "globalDefault": ("global_default", _Reader.bool), "description": ("description", _Reader.str)}),
+}
+
+
+def admin_from_document(doc: Document) -> tuple[str, Converted]:
+    """A federation admin manifest (Tenant, Queue, PriorityClass) as its message."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    kind = data.get("kind")
+    if data.get("apiVersion") != FEDERATION_API or kind not in ADMIN_KINDS:
+        raise doc.error("kind", f"expected apiVersion {FEDERATION_API} with kind {', '.join(ADMIN_KINDS)}; "
+                                f"found {data.get('apiVersion')}/{kind}")
+    message_type, fields = ADMIN_KINDS[kind]
+    return kind, _admin(doc, kind, message_type(), fields)

@@ -1,0 +1,82 @@
+"""Printing API messages as tables for people, or canonical JSON / YAML for scripts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import yaml
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from federation.v1 import admin_pb2, common_pb2
+
+FORMATS = ("table", "json", "yaml")
+
+
+def age(ts: Any, now: datetime | None = None) -> str:
+    if not ts.seconds:
+        return "-"
+    seconds = int(((now or datetime.now(UTC)) - ts.ToDatetime(UTC)).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def quantities(values: Any) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(values.items())) or "-"
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def phase_name(phase: int) -> str:
+    return common_pb2.JobPhase.Name(phase).capitalize()
+
+
+def _job_row(j: common_pb2.Job) -> list[Any]:
+    s = j.status
+    where = f"{s.hypernode}/t{s.tier}" if s.hypernode else "-"
+    return [j.id, j.tenant, j.spec.queue, phase_name(s.phase), j.priority, s.queue_position or "-",
+            s.cluster or "-", where, age(s.create_time), s.reason or "-"]
+
+
+JOB_HEADERS = ("ID", "TENANT", "QUEUE", "PHASE", "PRIO", "POS", "CLUSTER", "HYPERNODE", "AGE", "REASON")
+
+TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = {
+    common_pb2.Job: (JOB_HEADERS, _job_row),
+    admin_pb2.Tenant: (("NAME", "WEIGHT", "GUARANTEE", "LIMIT", "DISABLED", "AGE"), lambda t: [
+        t.name, t.weight, quantities(t.guarantee), quantities(t.limit), t.disabled, age(t.create_time)]),
+    admin_pb2.Queue: (("NAME", "TENANT", "WEIGHT", "PRIORITY", "GUARANTEE", "LIMIT", "RECLAIMABLE", "STATE"),
+                      lambda q: [q.name, q.tenant, q.weight, q.priority, quantities(q.guarantee),
+                                 quantities(q.limit), q.reclaimable, admin_pb2.QueueState.Name(q.state).capitalize()]),
+    admin_pb2.PriorityClass: (("NAME", "VALUE", "PREEMPTIBLE", "DEFAULT", "DESCRIPTION"), lambda p: [
+        p.name, p.value, p.preemptible, p.global_default, p.description or "-"]),
+    admin_pb2.Cluster: (("NAME", "STATUS", "CORDONED", "NODES", "ALLOCATABLE", "USED", "HEARTBEAT"), lambda c: [
+        c.name, admin_pb2.ClusterStatus.Name(c.status), c.cordoned, c.nodes, quantities(c.allocatable),
+        quantities(c.used), age(c.last_heartbeat)]),
+}
+
+
+def emit(fmt: str, items: Sequence[Message], whole: Message | None = None) -> None:
+    """Print `items` as a table, or `whole` (the response holding them) as JSON or YAML."""
+    if fmt == "table":
+        if not items:
+            click.echo("No resources found.")
+            return
+        headers, row = TABLES[type(items[0])]
+        click.echo(render_table(headers, [row(i) for i in items]))
+        return
+    message = whole if whole is not None else items[0]
+    if fmt == "json":
+        click.echo(json_format.MessageToJson(message))
+    else:
+        click.echo(yaml.safe_dump(json_format.MessageToDict(message), sort_keys=False).rstrip())
