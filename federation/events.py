@@ -12,24 +12,28 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 Loader = Callable[[int, int | None], Awaitable[list[Any]]]  # (after, upto) -> events in order
+Current = Callable[[], Awaitable[int]]  # the last committed sequence number
 
 
 @dataclass(eq=False)
 class _Subscriber:
     start: int  # the hub had delivered up to here when this subscriber joined
-    queue: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue(maxsize=1024))
+    queue: asyncio.Queue[Any]
     lagging: bool = False
 
 
 class EventHub:
-    def __init__(self, load: Loader, last_seq: int, poll_interval: float = 0.5) -> None:
+    def __init__(self, load: Loader, current: Current, last_seq: int, poll_interval: float = 0.5,
+                 watcher_queue: int = 1024) -> None:
         self._load = load
+        self._current = current
+        self._watcher_queue = watcher_queue
         self.last_seq = last_seq
         self._poll_interval = poll_interval
         self._subscribers: set[_Subscriber] = set()
@@ -76,10 +80,14 @@ class EventHub:
                 self.last_seq = event["seq"]
 
     async def watch(self, after_seq: int | None) -> AsyncIterator[Any]:
-        """Events after `after_seq` (None: only new ones), in order, without gaps or repeats."""
-        cursor = self.last_seq if after_seq is None else after_seq
+        """Events after `after_seq` (None: only new ones), in order, without gaps or repeats.
+
+        "New" is measured against what Postgres has committed, not against this hub's position,
+        which may trail it by a poll.
+        """
+        cursor = await self._current() if after_seq is None else after_seq
         while True:
-            sub = _Subscriber(start=self.last_seq)
+            sub = _Subscriber(start=self.last_seq, queue=asyncio.Queue(maxsize=self._watcher_queue))
             self._subscribers.add(sub)
             try:
                 while cursor < sub.start:  # the backlog, from Postgres

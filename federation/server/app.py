@@ -56,7 +56,7 @@ class FederationServer:
         self.engine = database.async_engine(self.url)
         jobs = JobStore(self.engine)
         admin = AdminStore(self.engine)
-        self.hub = EventHub(lambda after, upto: jobs.events_after(after, upto), await jobs.last_event_seq())
+        self.hub = EventHub(jobs.events_after, jobs.last_event_seq, await jobs.last_event_seq())
         self.hub.start()
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

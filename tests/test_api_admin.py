@@ -1,0 +1,132 @@
+"""AdminService over a real socket against real Postgres."""
+
+import grpc
+import pytest
+from google.protobuf import field_mask_pb2
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from federation.store.admin import AdminStore
+from federation.v1 import admin_pb2
+from tests.conftest import Api, make_queue
+
+
+async def rpc_error(call) -> grpc.aio.AioRpcError:  # type: ignore[no-untyped-def]
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call
+    return err.value
+
+
+def violation_fields(err: grpc.aio.AioRpcError) -> list[str]:
+    status = rpc_status.from_call(err)
+    assert status is not None
+    bad = error_details_pb2.BadRequest()
+    assert status.details[0].Unpack(bad)
+    return [v.field for v in bad.field_violations]
+
+
+async def test_tenant_crud(api: Api) -> None:
+    created = await api.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(
+        name="ml", guarantee={"nvidia.com/gpu": "16", "memory": "1024Gi"}, limit={"cpu": "2000m"})))
+    assert created.weight == 1  # default
+    assert dict(created.guarantee) == {"nvidia.com/gpu": "16", "memory": "1Ti"}
+    assert dict(created.limit) == {"cpu": "2"}
+    assert created.create_time.seconds > 0
+
+    updated = await api.admin.UpdateTenant(admin_pb2.UpdateTenantRequest(
+        tenant=admin_pb2.Tenant(name="ml", weight=3, disabled=True),
+        update_mask=field_mask_pb2.FieldMask(paths=["weight"])))
+    assert updated.weight == 3
+    assert not updated.disabled  # not in the mask
+    assert dict(updated.guarantee) == {"nvidia.com/gpu": "16", "memory": "1Ti"}
+
+    assert (await api.admin.GetTenant(admin_pb2.GetTenantRequest(name="ml"))).weight == 3
+    await api.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="bio")))
+    listed = await api.admin.ListTenants(admin_pb2.ListTenantsRequest())
+    assert [t.name for t in listed.tenants] == ["bio", "ml"]
+    await api.admin.DeleteTenant(admin_pb2.DeleteTenantRequest(name="bio"))
+    err = await rpc_error(api.admin.GetTenant(admin_pb2.GetTenantRequest(name="bio")))
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_tenant_errors_change_nothing(api: Api) -> None:
+    await api.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml", weight=2)))
+    err = await rpc_error(api.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml"))))
+    assert err.code() == grpc.StatusCode.ALREADY_EXISTS
+    err = await rpc_error(api.admin.CreateTenant(admin_pb2.CreateTenantRequest(
+        tenant=admin_pb2.Tenant(name="Bad Name", guarantee={"cpu": "x"}))))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert violation_fields(err) == ["tenant.name", "tenant.guarantee['cpu']"]
+    # an update that would make the guarantee exceed the limit is refused as a whole
+    await api.admin.UpdateTenant(admin_pb2.UpdateTenantRequest(
+        tenant=admin_pb2.Tenant(name="ml", guarantee={"nvidia.com/gpu": "8"}),
+        update_mask=field_mask_pb2.FieldMask(paths=["guarantee"])))
+    err = await rpc_error(api.admin.UpdateTenant(admin_pb2.UpdateTenantRequest(
+        tenant=admin_pb2.Tenant(name="ml", weight=9, limit={"nvidia.com/gpu": "4"}),
+        update_mask=field_mask_pb2.FieldMask(paths=["weight", "limit"]))))
+    assert violation_fields(err) == ["tenant.guarantee['nvidia.com/gpu']"]
+    err = await rpc_error(api.admin.UpdateTenant(admin_pb2.UpdateTenantRequest(
+        tenant=admin_pb2.Tenant(name="ml"), update_mask=field_mask_pb2.FieldMask(paths=["name"]))))
+    assert violation_fields(err) == ["update_mask"]
+    unchanged = await api.admin.GetTenant(admin_pb2.GetTenantRequest(name="ml"))
+    assert (unchanged.weight, dict(unchanged.limit)) == (2, {})
+    assert [t.name for t in (await api.admin.ListTenants(admin_pb2.ListTenantsRequest())).tenants] == ["ml"]
+
+
+async def test_queue_crud_and_references(api: Api) -> None:
+    err = await rpc_error(api.admin.CreateQueue(admin_pb2.CreateQueueRequest(
+        queue=admin_pb2.Queue(name="train", tenant="ghost"))))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert violation_fields(err) == ["queue.tenant"]
+    await make_queue(api, "train", "ml", priority=5, limit={"nvidia.com/gpu": "64"})
+    await make_queue(api, "dev", "ml")
+    await make_queue(api, "other", "bio")
+    queue = await api.admin.GetQueue(admin_pb2.GetQueueRequest(name="train"))
+    assert (queue.tenant, queue.priority, queue.state, queue.weight) == ("ml", 5, admin_pb2.OPEN, 1)
+    closed = await api.admin.UpdateQueue(admin_pb2.UpdateQueueRequest(
+        queue=admin_pb2.Queue(name="train", state=admin_pb2.CLOSED), update_mask=field_mask_pb2.FieldMask(
+            paths=["state"])))
+    assert closed.state == admin_pb2.CLOSED
+    assert closed.priority == 5
+    listed = await api.admin.ListQueues(admin_pb2.ListQueuesRequest(tenant="ml"))
+    assert [q.name for q in listed.queues] == ["dev", "train"]
+    err = await rpc_error(api.admin.DeleteTenant(admin_pb2.DeleteTenantRequest(name="ml")))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    await api.admin.DeleteQueue(admin_pb2.DeleteQueueRequest(name="other"))
+    await api.admin.DeleteTenant(admin_pb2.DeleteTenantRequest(name="bio"))
+
+
+async def test_priority_classes_and_single_global_default(api: Api) -> None:
+    await api.admin.CreatePriorityClass(admin_pb2.CreatePriorityClassRequest(priority_class=admin_pb2.PriorityClass(
+        name="normal", value=100, preemptible=True, global_default=True)))
+    err = await rpc_error(api.admin.CreatePriorityClass(admin_pb2.CreatePriorityClassRequest(
+        priority_class=admin_pb2.PriorityClass(name="high", value=1000, global_default=True))))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    await api.admin.CreatePriorityClass(admin_pb2.CreatePriorityClassRequest(
+        priority_class=admin_pb2.PriorityClass(name="high", value=1000)))
+    updated = await api.admin.UpdatePriorityClass(admin_pb2.UpdatePriorityClassRequest(
+        priority_class=admin_pb2.PriorityClass(name="high", description="prod"),
+        update_mask=field_mask_pb2.FieldMask(paths=["description"])))
+    assert (updated.value, updated.description, updated.preemptible) == (1000, "prod", False)
+    listed = await api.admin.ListPriorityClasses(admin_pb2.ListPriorityClassesRequest())
+    assert [(p.name, p.global_default) for p in listed.priority_classes] == [("high", False), ("normal", True)]
+    await api.admin.DeletePriorityClass(admin_pb2.DeletePriorityClassRequest(name="high"))
+    err = await rpc_error(api.admin.DeletePriorityClass(admin_pb2.DeletePriorityClassRequest(name="high")))
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_clusters_list_and_cordon(api: Api) -> None:
+    store = AdminStore(api.server.engine)
+    await store.register_cluster("h100-east", {"accelerator": "h100"}, "0.1.0")
+    await store.register_cluster("cpu-west", {}, "0.1.0")
+    listed = await api.admin.ListClusters(admin_pb2.ListClustersRequest())
+    assert [(c.name, c.status) for c in listed.clusters] == [("cpu-west", admin_pb2.READY),
+                                                             ("h100-east", admin_pb2.READY)]
+    cordoned = await api.admin.CordonCluster(admin_pb2.CordonClusterRequest(name="h100-east"))
+    assert cordoned.cordoned
+    await store.register_cluster("h100-east", {"accelerator": "h100"}, "0.1.1")  # an agent reconnects
+    again = await api.admin.GetCluster(admin_pb2.GetClusterRequest(name="h100-east"))
+    assert again.cordoned and again.agent_version == "0.1.1"
+    assert not (await api.admin.UncordonCluster(admin_pb2.UncordonClusterRequest(name="h100-east"))).cordoned
+    err = await rpc_error(api.admin.CordonCluster(admin_pb2.CordonClusterRequest(name="nowhere")))
+    assert err.code() == grpc.StatusCode.NOT_FOUND

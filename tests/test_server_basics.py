@@ -1,0 +1,84 @@
+"""Health, reflection, schema migrations and generated stubs."""
+
+import filecmp
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from sqlalchemy import create_engine, inspect
+from sqlalchemy.engine import URL
+
+from federation.store import database
+from federation.store.models import Base
+from tests.conftest import REPO, Api
+
+
+async def test_reflection_lists_the_three_services(api: Api) -> None:
+    stub = reflection_pb2_grpc.ServerReflectionStub(api.channel)
+
+    async def requests():
+        yield reflection_pb2.ServerReflectionRequest(list_services="")
+
+    async for response in stub.ServerReflectionInfo(requests()):
+        names = {s.name for s in response.list_services_response.service}
+        break
+    assert {"federation.v1.JobService", "federation.v1.AdminService", "federation.v1.AgentService"} <= names
+
+
+async def test_health_serving(api: Api) -> None:
+    stub = health_pb2_grpc.HealthStub(api.channel)
+    for service in ("", "federation.v1.JobService"):
+        response = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+        assert response.status == health_pb2.HealthCheckResponse.SERVING
+    try:
+        await stub.Check(health_pb2.HealthCheckRequest(service="nope"))
+        raise AssertionError("unknown service reported healthy")
+    except grpc.aio.AioRpcError as err:
+        assert err.code() == grpc.StatusCode.NOT_FOUND
+
+
+def _tables(url: URL) -> set[str]:
+    engine = create_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_migrations_up_and_down_on_an_empty_database(empty_db_url: URL) -> None:
+    assert database.schema_revisions(empty_db_url)[0] is None
+    database.upgrade(empty_db_url)
+    current, head = database.schema_revisions(empty_db_url)
+    assert current == head
+    assert {"tenants", "queues", "priority_classes", "clusters", "jobs", "job_events", "event_counter",
+            "submit_keys"} <= _tables(empty_db_url)
+    database.downgrade(empty_db_url, "base")
+    assert _tables(empty_db_url) == {"alembic_version"}
+    database.upgrade(empty_db_url)
+    assert database.schema_revisions(empty_db_url)[0] == head
+
+
+def test_migrations_match_the_models(db_url: URL) -> None:
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    finally:
+        engine.dispose()
+    assert diff == []
+
+
+def test_generated_stubs_are_up_to_date(tmp_path: Path) -> None:
+    protos = sorted(str(p.relative_to(REPO / "proto")) for p in (REPO / "proto").rglob("*.proto"))
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", str(REPO / "proto"), f"--python_out={tmp_path}",
+                    f"--pyi_out={tmp_path}", f"--grpc_python_out={tmp_path}", *protos], check=True)
+    generated = sorted(p.name for p in (tmp_path / "federation" / "v1").iterdir())
+    committed = REPO / "federation" / "v1"
+    match, mismatch, errors = filecmp.cmpfiles(tmp_path / "federation" / "v1", committed, generated, shallow=False)
+    assert not mismatch and not errors, f"stale stubs {mismatch + errors}: run 'make proto'"
+    assert sorted(match) == generated
