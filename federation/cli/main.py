@@ -247,11 +247,11 @@ def _mask(provided: dict[str, Any]) -> field_mask_pb2.FieldMask:
     return field_mask_pb2.FieldMask(paths=[k for k, v in provided.items() if v is not None])
 
 
-def _crud_group(name: str, message: type[Message], field: str, list_rpc: str,
+def _crud_group(group_name: str, message: type[Message], field: str, list_rpc: str,
                 options: list[Callable[..., Any]], build: Callable[..., dict[str, Any]]) -> click.Group:
     """create/update/get/list/delete for one admin kind, from its option list."""
     pascal = "".join(part.capitalize() for part in field.split("_"))
-    group = click.Group(name, help=f"Manage {name} objects.")
+    group = click.Group(group_name, help=f"Manage {group_name} objects.")
 
     def call(rpc: str, request: Message) -> Any:
         client = click.get_current_context().find_object(Client)
@@ -301,8 +301,8 @@ def _crud_group(name: str, message: type[Message], field: str, list_rpc: str,
     @group.command("delete")
     @click.argument("obj_name", metavar="NAME")
     def delete(obj_name: str) -> None:
-        call(f"Delete{pascal}", request("Delete", name=name))
-        click.echo(f"{name}/{obj_name} deleted")
+        call(f"Delete{pascal}", request("Delete", name=obj_name))
+        click.echo(f"{group_name}/{obj_name} deleted")
 
     return group
 

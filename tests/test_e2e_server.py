@@ -1,0 +1,165 @@
+"""The federation-server and fedctl programs, run as processes against real PostgreSQL."""
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import URL
+
+from tests.conftest import REPO
+from tests.processes import ServerProcess, fedctl, postgres_running_in
+
+pytestmark = pytest.mark.e2e
+EXAMPLES = REPO / "examples"
+
+
+def url_arg(url: URL) -> str:
+    return url.render_as_string(hide_password=False)
+
+
+def test_server_refuses_an_out_of_date_schema(empty_db_url: URL) -> None:
+    with pytest.raises(RuntimeError) as err:
+        ServerProcess("--database-url", url_arg(empty_db_url))
+    assert "run 'federation-server db upgrade' or start with --auto-migrate" in str(err.value)
+    assert "Traceback" not in str(err.value)
+
+
+def test_db_upgrade_then_serve(empty_db_url: URL) -> None:
+    import subprocess
+
+    from tests.processes import BIN
+
+    done = subprocess.run([str(BIN / "federation-server"), "db", "upgrade", "--database-url", url_arg(empty_db_url)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "database schema at 0001" in done.stdout
+    server = ServerProcess("--database-url", url_arg(empty_db_url))
+    try:
+        assert fedctl(server.address, "tenant", "create", "ml").returncode == 0
+    finally:
+        assert server.stop() == 0
+
+
+def _jobs(address: str) -> list[dict]:
+    listed = fedctl(address, "list", "jobs", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    return json.loads(listed.stdout).get("jobs", [])
+
+
+def test_restart_on_the_same_data_dir_loses_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "pg"
+    server = ServerProcess("--data-dir", str(data_dir), "--auto-migrate")
+    try:
+        applied = fedctl(server.address, "apply", "-f", str(EXAMPLES / "admin" / "federation.yaml"))
+        assert applied.returncode == 0, applied.stderr
+        submitted = fedctl(server.address, "submit", *map(str, sorted((EXAMPLES / "jobs").glob("*.yaml"))))
+        assert submitted.returncode == 0, submitted.stderr
+        before = _jobs(server.address)
+        assert len(before) == 5
+    finally:
+        server.kill()  # no chance to clean up
+    server = ServerProcess("--data-dir", str(data_dir))  # adopts the PostgreSQL the killed one left
+    try:
+        assert _jobs(server.address) == before
+    finally:
+        assert server.stop() == 0
+    deadline = time.monotonic() + 10
+    while postgres_running_in(data_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert postgres_running_in(data_dir) == [], "a clean stop leaves no PostgreSQL behind"
+    server = ServerProcess("--data-dir", str(data_dir))  # a cold start from the files on disk
+    try:
+        assert _jobs(server.address) == before
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One server with the example tenants and queues, shared by the CLI tests."""
+    server = ServerProcess("--data-dir", str(tmp_path_factory.mktemp("cli") / "pg"), "--auto-migrate")
+    applied = fedctl(server.address, "apply", "-f", str(EXAMPLES / "admin" / "federation.yaml"))
+    assert applied.returncode == 0, applied.stderr
+    yield server.address
+    server.stop()
+
+
+GOOD = (EXAMPLES / "jobs" / "finetune-soft.yaml").read_text()
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+@pytest.mark.parametrize(("old", "new", "problem"), [
+    ("replicas: 4", "replicas: -4", "spec.tasks[0].replicas: must be at least 1, got -4"),
+    ("queue: research-batch", "queue: no-such-queue", "spec.queue: queue 'no-such-queue' not found"),
+    ('nvidia.com/gpu: "4"', 'nvidia.com/gpu: "four"', "'four' is not a valid quantity"),
+    ("mode: soft", "mode: [soft", "invalid YAML"),
+    ("replicas: 4", "replicas: many", "spec.tasks[0].replicas: must be an integer"),
+])
+def test_fedctl_submit_mistakes(live: str, tmp_path: Path, old: str, new: str, problem: str) -> None:
+    before = _jobs(live)
+    text = GOOD.replace(old, new, 1)
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    done = fedctl(live, "submit", str(path))
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"fedctl: {path}:")
+    reported_line = int(lines[0].split(":")[2])
+    assert abs(reported_line - line_of(text, new)) <= 1, lines[0]  # YAML syntax errors point at or after it
+    assert problem in lines[0]
+    assert _jobs(live) == before
+
+
+def test_fedctl_job_lifecycle(live: str, tmp_path: Path) -> None:
+    path = tmp_path / "two.yaml"
+    path.write_text(GOOD + "---\n" + GOOD.replace("name: finetune-7b", "name: finetune-13b"))
+    done = fedctl(live, "submit", str(path))
+    assert done.returncode == 0, done.stderr
+    ids = [line.split()[0].removeprefix("job/") for line in done.stdout.splitlines()]
+    assert len(ids) == 2 and ids[1].startswith("finetune-13b-")
+    shown = fedctl(live, "get", "job", ids[0])
+    assert "Pending" in shown.stdout and "no member cluster is connected" in shown.stdout
+    as_json = json.loads(fedctl(live, "get", "job", ids[0], "-o", "json").stdout)
+    assert as_json["status"]["phase"] == "PENDING" and as_json["spec"]["queue"] == "research-batch"
+    cancelled = fedctl(live, "cancel", ids[1], "--reason", "not needed")
+    assert cancelled.stdout.strip() == f"job/{ids[1]} cancelled"
+    pending = json.loads(fedctl(live, "list", "jobs", "--phase", "Cancelled", "-o", "json").stdout)["jobs"]
+    assert ids[1] in [j["id"] for j in pending] and ids[0] not in [j["id"] for j in pending]
+    import subprocess
+
+    from tests.processes import BIN
+
+    watch = subprocess.Popen([str(BIN / "fedctl"), "--server", live, "watch", "--after", "0", "-o", "json"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert watch.stdout is not None
+        events = [json.loads(watch.stdout.readline()) for _ in range(3)]
+    finally:
+        watch.kill()
+        watch.wait()
+    assert [int(e["sequence"]) for e in events] == [1, 2, 3]
+
+
+def test_fedctl_admin_commands_and_errors(live: str) -> None:
+    created = fedctl(live, "tenant", "create", "vision", "--weight", "2", "--guarantee", "nvidia.com/gpu=8")
+    assert created.returncode == 0 and "vision" in created.stdout
+    updated = fedctl(live, "tenant", "update", "vision", "--limit", "nvidia.com/gpu=32", "-o", "yaml")
+    assert "nvidia.com/gpu: '32'" in updated.stdout and "weight: 2" in updated.stdout
+    duplicate = fedctl(live, "tenant", "create", "vision")
+    assert duplicate.returncode == 1
+    assert duplicate.stderr.strip() == "fedctl: tenant 'vision' already exists (ALREADY_EXISTS)"
+    bad = fedctl(live, "queue", "create", "v1", "--tenant", "nobody")
+    assert bad.stderr.strip() == "fedctl: queue.tenant: tenant 'nobody' not found"
+    queues = fedctl(live, "queue", "list")
+    assert queues.stdout.splitlines()[0].split()[:2] == ["NAME", "TENANT"]
+    assert fedctl(live, "tenant", "delete", "vision").stdout.strip() == "tenant/vision deleted"
+    unreachable = fedctl("127.0.0.1:1", "list", "jobs")
+    assert unreachable.returncode == 1
+    assert "cannot reach the federation server at 127.0.0.1:1" in unreachable.stderr
+    assert "Traceback" not in unreachable.stderr
