@@ -82,3 +82,13 @@ def test_generated_stubs_are_up_to_date(tmp_path: Path) -> None:
     match, mismatch, errors = filecmp.cmpfiles(tmp_path / "federation" / "v1", committed, generated, shallow=False)
     assert not mismatch and not errors, f"stale stubs {mismatch + errors}: run 'make proto'"
     assert sorted(match) == generated
+
+
+async def test_container_healthcheck_command(api: Api) -> None:
+    import asyncio
+
+    for address, expected in ((api.address, 0), ("127.0.0.1:1", 1)):
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "federation.healthcheck", address,
+                                                    stderr=asyncio.subprocess.PIPE)
+        await proc.communicate()
+        assert proc.returncode == expected

@@ -15,6 +15,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from federation.cli import output
+from federation.cli.dev import dev
 from federation.cli.manifest import Converted, admin_from_document, job_from_document
 from federation.cli.yamldoc import Document, ManifestError, load_documents
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
@@ -371,6 +372,9 @@ def apply(client: Client, files: tuple[Path, ...]) -> None:
             fail([f"{c.doc.file}:{c.line_of(v.field.partition('.')[2])}: {v.field}: {v.description}"
                   for v in violations])
         click.echo(f"{kind.lower()}/{name} {verb}")
+
+
+cli.add_command(dev)
 
 
 # ---- clusters -------------------------------------------------------------------------------

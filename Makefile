@@ -1,0 +1,36 @@
+# Two commands matter: `make demo` and `make test`. Both set up .venv themselves.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint proto bench-api clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $@
+
+demo: $(STAMP)
+	$(BIN)/fedctl dev demo
+
+# pytest exits 5 when it collected no tests: that is a failure here, not a pass.
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+# Regenerate the committed gRPC stubs from proto/ (a test fails when they are stale).
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=. --pyi_out=. --grpc_python_out=. proto/federation/v1/*.proto
+
+bench-api: $(STAMP)
+	$(BIN)/python bench/bench_api.py
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache .ruff_cache *.egg-info
