@@ -1,0 +1,353 @@
+"""Topology-aware gang placement: one pure function, the same rules for every job (DESIGN §6).
+
+`place(state, gang)` reads the cluster state and returns where every pod goes, or why the gang
+cannot be placed; it changes nothing. The rules:
+
+- walk tiers from the lowest; `hard` stops at the job's tier limit, `soft` widens up to the whole
+  cluster, no constraint starts at the virtual root;
+- among the domains of the first tier where the gang fits, take the one that will be fullest
+  afterwards (its free total minus the gang's request is all that decides that, so candidates
+  are sorted first and tried in order: the first trial that succeeds is the best fit);
+- inside it, descend: give the pods to the fullest child that takes them all, or else to the
+  child that takes the most, down to nodes, so a gang spans as few domains and nodes as possible;
+- required pods (min_available, minPartitions) are placed all together or not at all; the others
+  are added in the same pass when they fit under the chosen domain;
+- a partition stays inside one domain at or under its own tier limit;
+- ties break by name, so the same input always gives the same placement.
+
+Capacity is counted in pods of one shape: for each node, how many more pods of that request fit;
+summed up the tree, this count is exact for a gang of identical pods and a necessary condition
+otherwise, so most domains are rejected without a trial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from federation.resources import Resources, format_resources
+from member_agent.state import ClusterState
+from member_agent.topology import ROOT
+
+UNLIMITED = 1 << 30  # pods that request nothing fit anywhere
+
+
+@dataclass(frozen=True)
+class TaskRequest:
+    name: str
+    replicas: int
+    request: Resources
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    min_available: int | None = None  # None: as the job's min_available decides
+    partition_size: int = 0  # 0: no partitions
+    min_partitions: int = 0  # 0: all partitions
+    partition_tier: int | None = None  # hard tier limit of each partition
+
+
+@dataclass(frozen=True)
+class PodPlacement:
+    task: str
+    index: int
+    node: str
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    tasks: tuple[TaskRequest, ...]
+    min_available: int = 0  # 0: every replica
+    mode: str = ""  # "hard" | "soft" | "" (no constraint)
+    highest_tier: int | None = None
+    running: tuple[PodPlacement, ...] = ()  # pods already placed (restarts, extra replicas)
+
+
+@dataclass(frozen=True)
+class Placement:
+    pods: tuple[PodPlacement, ...]  # the new pods only
+    hypernode: str  # lowest domain holding every pod of the job
+    tier: int
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: str
+
+
+@dataclass
+class _Group:
+    """Pods of one task to place, in units (a partition, or a single pod)."""
+
+    task: TaskRequest
+    units: list[list[int]]  # pod indices per unit
+    required: int  # units that must be placed
+    unit_tier: int | None  # each unit must stay under a domain of at most this tier
+
+    @property
+    def size(self) -> int:
+        return len(self.units[0]) if self.units else 0
+
+
+class _Trial:
+    """Free resources as a trial placement would leave them, over the untouched state.
+
+    Per-node fit counts and per-domain capacities are memoised; placing pods on a node forgets
+    only that node's entries and its ancestors', so a descent costs about one pass over the
+    nodes of the domain it works in.
+    """
+
+    def __init__(self, state: ClusterState, base: _Trial | None = None) -> None:
+        self.state = state
+        self.topology = state.topology
+        self.used: dict[str, Resources] = {}
+        self.domain_used: dict[str, Resources] = {}
+        self.pods: list[PodPlacement] = []
+        self._journal: list[tuple[str, TaskRequest, int]] = []
+        self._fit: dict[tuple[str, str], int] = dict(base._fit) if base else {}
+        self._cap: dict[tuple[str, str], int] = dict(base._cap) if base else {}
+        self._tasks: set[str] = set(base._tasks) if base else set()  # task names with memoised counts
+
+    def free(self, node: str, resource: str) -> int:
+        return self.state.free[node].get(resource, 0) - self.used.get(node, {}).get(resource, 0)
+
+    def fit(self, node: str, task: TaskRequest) -> int:
+        """How many more pods of `task` fit on `node`."""
+        key = (node, task.name)
+        count = self._fit.get(key)
+        if count is None:
+            self._tasks.add(task.name)
+            if node not in self.state.ready:
+                count = 0
+            else:
+                labels = self.topology.nodes[node].labels
+                count = 0 if any(labels.get(k) != v for k, v in task.node_selector.items()) else UNLIMITED
+                for resource, amount in task.request.items():
+                    count = min(count, max(self.free(node, resource), 0) // amount)
+            self._fit[key] = count
+        return count
+
+    def capacity(self, domain: str, task: TaskRequest) -> int:
+        """How many more pods of `task` fit under `domain`."""
+        key = (domain, task.name)
+        count = self._cap.get(key)
+        if count is None:
+            d = self.topology.domains[domain]
+            count = sum(self.fit(n, task) for n in d.nodes) + sum(self.capacity(c, task) for c in d.children)
+            self._tasks.add(task.name)
+            self._cap[key] = count
+        return count
+
+    def put(self, node: str, task: TaskRequest, indices: Sequence[int], sign: int = 1) -> None:
+        count = sign * len(indices)
+        path = [node, *self.topology.ancestors(node)]
+        for i, place in enumerate(path):
+            table = self.used if i == 0 else self.domain_used
+            used = table.setdefault(place, {})
+            for resource, amount in task.request.items():
+                used[resource] = used.get(resource, 0) + amount * count
+        for place in path:
+            for name in self._tasks:
+                self._fit.pop((place, name), None)
+                self._cap.pop((place, name), None)
+        if sign > 0:
+            self.pods.extend(PodPlacement(task.name, i, node) for i in indices)
+            self._journal.append((node, task, len(indices)))
+
+    def mark(self) -> int:
+        return len(self._journal)
+
+    def rollback(self, mark: int) -> None:
+        while len(self._journal) > mark:
+            node, task, count = self._journal.pop()
+            self.put(node, task, range(count), sign=-1)
+            del self.pods[-count:]
+
+    def leftover(self, name: str, is_node: bool, request: Mapping[str, int], resource: str | None) -> float:
+        """Share of `resource` still free in `name` after also taking `request`: lower is fuller."""
+        if resource is None:
+            return 0.0
+        if is_node:
+            free = self.free(name, resource)
+            total = self.topology.nodes[name].allocatable.get(resource, 0)
+        else:
+            free = self.state.domain_free[name].get(resource, 0) - self.domain_used.get(name, {}).get(resource, 0)
+            total = self.state.domain_allocatable[name].get(resource, 0)
+        return (free - request.get(resource, 0)) / total if total else 0.0
+
+
+def _dominant(request: Mapping[str, int], totals: Mapping[str, int]) -> str | None:
+    """The resource this request takes the largest share of: the one that decides fullness."""
+    shares = [(amount / totals[r], r) for r, amount in request.items() if totals.get(r)]
+    return max(shares, key=lambda s: (s[0], s[1]))[1] if shares else None
+
+
+def _groups(gang: GangRequest) -> list[_Group]:
+    """Split the gang into per-task groups and decide how many units of each are required."""
+    running = {(p.task, p.index) for p in gang.running}
+    total = sum(t.replicas for t in gang.tasks)
+    min_total = gang.min_available or total
+    groups: list[_Group] = []
+    required_pods = len(running)
+    for task in gang.tasks:
+        if task.partition_size:
+            parts = [list(range(k, k + task.partition_size)) for k in range(0, task.replicas, task.partition_size)]
+            done = sum(all((task.name, i) in running for i in part) for part in parts)
+            # pods missing from a partly running partition are placed as single pods
+            loose = [i for part in parts if any((task.name, i) in running for i in part)
+                     for i in part if (task.name, i) not in running]
+            todo = [part for part in parts if not any((task.name, i) in running for i in part)]
+            need = max((task.min_partitions or len(parts)) - done, 0)
+            if todo:
+                groups.append(_Group(task, todo, min(need, len(todo)), task.partition_tier))
+                required_pods += min(need, len(todo)) * task.partition_size
+            if loose:
+                groups.append(_Group(task, [[i] for i in loose], len(loose), None))
+                required_pods += len(loose)
+        else:
+            todo = [i for i in range(task.replicas) if (task.name, i) not in running]
+            have = task.replicas - len(todo)
+            need = max((task.min_available if task.min_available is not None else 0) - have, 0)
+            groups.append(_Group(task, [[i] for i in todo], min(need, len(todo)), None))
+            required_pods += min(need, len(todo))
+    # Top up to the job's min_available with further pods, in task order.
+    for g in groups:
+        while required_pods < min_total and g.required < len(g.units):
+            g.required += 1
+            required_pods += g.size
+    return [g for g in groups if g.units]
+
+
+def _request(groups: Sequence[_Group], required_only: bool) -> Resources:
+    out: Resources = {}
+    for g in groups:
+        count = (g.required if required_only else len(g.units)) * g.size
+        for resource, amount in g.task.request.items():
+            out[resource] = out.get(resource, 0) + amount * count
+    return out
+
+
+class _Placer:
+    def __init__(self, state: ClusterState, groups: list[_Group]) -> None:
+        self.state = state
+        self.topology = state.topology
+        self.groups = groups
+        self.totals = state.domain_allocatable[ROOT]
+        self.base = _Trial(state)  # the untouched state, its counts shared by every trial
+
+    # -- descent ---------------------------------------------------------------------------
+
+    def _pods(self, trial: _Trial, domain: str, task: TaskRequest, indices: list[int]) -> bool:
+        """Place single pods under `domain`, fullest-first, spanning as few children as possible."""
+        resource = _dominant(task.request, self.totals)
+        d = self.topology.domains[domain]
+        options: list[tuple[str, bool, int]] = [(c, False, trial.capacity(c, task)) for c in d.children]
+        options += [(n, True, trial.fit(n, task)) for n in d.nodes]
+        options = [o for o in options if o[2] > 0]
+        remaining = list(indices)
+        while remaining:
+            if not options:
+                return False
+            whole = [o for o in options if o[2] >= len(remaining)]
+            if whole:
+                per = {r: a * len(remaining) for r, a in task.request.items()}
+                choice = min(whole, key=lambda o: (trial.leftover(o[0], o[1], per, resource), o[0]))
+            else:  # nothing takes them all: the child that takes the most, fullest first
+                choice = min(options, key=lambda o: (-o[2], trial.leftover(o[0], o[1], {}, resource), o[0]))
+            options.remove(choice)
+            name, is_node, capacity = choice
+            take, remaining = remaining[:capacity], remaining[capacity:]
+            if is_node:
+                trial.put(name, task, take)
+            elif not self._pods(trial, name, task, take):
+                return False
+        return True
+
+    def _unit_capacity(self, trial: _Trial, domain: str, group: _Group) -> int:
+        """How many units of `group` fit under `domain`, each unit inside one domain of its tier limit."""
+        d = self.topology.domains[domain]
+        if group.unit_tier is None or d.tier <= group.unit_tier:
+            return trial.capacity(domain, group.task) // group.size
+        return sum(self._unit_capacity(trial, c, group) for c in d.children)
+
+    def _units(self, trial: _Trial, domain: str, group: _Group, units: list[list[int]]) -> bool:
+        d = self.topology.domains[domain]
+        if group.unit_tier is None or d.tier <= group.unit_tier:
+            return self._pods(trial, domain, group.task, [i for unit in units for i in unit])
+        resource = _dominant(group.task.request, self.totals)
+        options = [(c, self._unit_capacity(trial, c, group)) for c in d.children]
+        options = [o for o in options if o[1] > 0]
+        remaining = list(units)
+        while remaining:
+            if not options:
+                return False
+            whole = [o for o in options if o[1] >= len(remaining)]
+            if whole:
+                per = {r: a * len(remaining) * group.size for r, a in group.task.request.items()}
+                choice = min(whole, key=lambda o: (trial.leftover(o[0], False, per, resource), o[0]))
+            else:
+                choice = min(options, key=lambda o: (-o[1], trial.leftover(o[0], False, {}, resource), o[0]))
+            options.remove(choice)
+            take, remaining = remaining[:choice[1]], remaining[choice[1]:]
+            if not self._units(trial, choice[0], group, take):
+                return False
+        return True
+
+    # -- one domain ------------------------------------------------------------------------
+
+    def trial(self, domain: str) -> _Trial | None:
+        """Required units all under `domain`, then as many optional ones as fit; None if not all required fit."""
+        trial = _Trial(self.state, self.base)
+        for g in self.groups:
+            if g.required and not self._units(trial, domain, g, g.units[:g.required]):
+                return None
+        for g in self.groups:
+            for unit in g.units[g.required:]:
+                mark = trial.mark()
+                if self._unit_capacity(trial, domain, g) < 1 or not self._units(trial, domain, g, [unit]):
+                    trial.rollback(mark)
+        return trial
+
+    def fits_roughly(self, domain: str, request: Resources) -> bool:
+        """Cheap necessary conditions: free totals, and each group's unit count on its own."""
+        free = self.state.domain_free[domain]
+        if any(free.get(r, 0) < a for r, a in request.items()):
+            return False
+        return all(self._unit_capacity(self.base, domain, g) >= g.required for g in self.groups if g.required)
+
+
+def place(state: ClusterState, gang: GangRequest) -> Placement | Rejection:
+    topology = state.topology
+    groups = sorted(_groups(gang), key=lambda g: (-g.size, -sum(g.task.request.values()), g.task.name))
+    if not groups:
+        return Rejection("the job has no pods left to place")
+    placer = _Placer(state, groups)
+    request = _request(groups, required_only=True)
+    root_tier = topology.root.tier
+    limit = root_tier
+    if gang.mode == "hard" and gang.highest_tier is not None:
+        limit = min(gang.highest_tier, root_tier)
+    tiers = [t for t in topology.tiers() if t <= limit] if gang.mode in ("hard", "soft") else [root_tier]
+    allowed: set[str] | None = None
+    if gang.running:
+        anchor = topology.lowest_common_domain(p.node for p in gang.running)
+        allowed = {anchor, *topology.above(anchor)}
+        tiers = [t for t in tiers if t >= topology.domains[anchor].tier] or \
+            ([] if gang.mode == "hard" else [root_tier])
+    resource = _dominant(request, placer.totals)
+    for tier in tiers:
+        candidates = [d.name for d in topology.of_tier(tier) if allowed is None or d.name in allowed]
+        candidates = [c for c in candidates if placer.fits_roughly(c, request)]
+        candidates.sort(key=lambda c: (placer.base.leftover(c, False, request, resource), c))
+        for candidate in candidates:
+            trial = placer.trial(candidate)
+            if trial is not None:
+                nodes = [p.node for p in trial.pods] + [p.node for p in gang.running]
+                landed = topology.lowest_common_domain(nodes)
+                return Placement(tuple(trial.pods), landed, topology.domains[landed].tier)
+    pods = sum(g.required * g.size for g in groups)
+    wanted = f"{pods} pods needing {_describe(request)}"
+    if gang.mode == "hard" and limit < root_tier:
+        return Rejection(f"no HyperNode of tier {limit} or below can hold {wanted}")
+    return Rejection(f"the cluster cannot hold {wanted} at once")
+
+
+def _describe(request: Resources) -> str:
+    return ", ".join(f"{k}={v}" for k, v in format_resources(request).items()) or "no resources"

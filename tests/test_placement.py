@@ -1,0 +1,211 @@
+"""The pure placement core: every rule of DESIGN §6, on small trees built like real HyperNodes."""
+
+import re
+from collections.abc import Mapping
+
+import pytest
+from member_agent import clusters
+from member_agent.placement import GangRequest, Placement, PodPlacement, Rejection, TaskRequest, place
+from member_agent.state import ClusterState
+from member_agent.topology import ROOT, TopologyError, build, discover_from_labels, load_objects, parse_hypernode
+
+GPU = "nvidia.com/gpu"
+
+
+def cluster(fanout: list[int], allocatable: Mapping[str, str] | None = None, **kw: object) -> ClusterState:
+    nodes, hypernodes, _ = load_objects(clusters.tree("n", fanout, allocatable or {GPU: "8", "cpu": "64"}, **kw))
+    return ClusterState(build(nodes, hypernodes))
+
+
+def gang(replicas: int, gpus: int = 8, **kw: object) -> GangRequest:
+    tasks = (TaskRequest("worker", replicas, {GPU: gpus}),)
+    return GangRequest(tasks=tasks, **kw)  # type: ignore[arg-type]
+
+
+def placed(result: Placement | Rejection) -> Placement:
+    assert isinstance(result, Placement), result
+    return result
+
+
+def nodes_of(result: Placement) -> list[str]:
+    return [p.node for p in result.pods]
+
+
+def test_tier_walk_takes_the_lowest_tier_that_fits() -> None:
+    state = cluster([2, 4, 4])  # 2 spines x 4 leaves x 4 nodes of 8 GPUs
+    small = placed(place(state, gang(4, mode="hard", highest_tier=2)))
+    assert (small.tier, small.hypernode) == (1, "n0-0")
+    big = placed(place(state, gang(8, mode="hard", highest_tier=2)))
+    assert (big.tier, big.hypernode) == (2, "n0")
+    assert len(set(nodes_of(big))) == 8
+
+
+def test_best_fit_takes_the_fullest_domain_that_fits() -> None:
+    state = cluster([2, 4, 4])
+    for node in ("n1-2-0", "n1-2-1"):  # leaf n1-2 is half full
+        state.allocate(node, {GPU: 8})
+    state.allocate("n0-3-0", {GPU: 8})  # leaf n0-3 is a quarter full
+    result = placed(place(state, gang(2, mode="hard", highest_tier=1)))
+    assert result.hypernode == "n1-2"  # fullest after placing: 4 of 4 nodes busy
+    result = placed(place(state, gang(3, mode="hard", highest_tier=1)))
+    assert result.hypernode == "n0-3"  # n1-2 cannot take 3 more; n0-3 is the fullest that can
+
+
+def test_hard_limit_rejects_with_the_reason_and_never_splits() -> None:
+    state = cluster([2, 4, 4])
+    result = place(state, gang(5, mode="hard", highest_tier=1))
+    assert isinstance(result, Rejection)
+    assert result.reason == "no HyperNode of tier 1 or below can hold 5 pods needing nvidia.com/gpu=40"
+    too_big = place(state, gang(40))
+    assert isinstance(too_big, Rejection) and "cannot hold 40 pods" in too_big.reason
+
+
+def test_soft_widens_tier_by_tier_and_is_never_rejected_for_topology() -> None:
+    state = cluster([2, 4, 4])
+    wide = placed(place(state, gang(12, mode="soft", highest_tier=1)))
+    assert wide.tier == 2
+    whole = placed(place(state, gang(32, mode="soft", highest_tier=1)))
+    assert whole.hypernode == ROOT and whole.tier == 3
+
+
+def test_fill_nodes_before_opening_new_ones_and_fragmented_domains_first() -> None:
+    state = cluster([2, 4, 4])
+    state.allocate("n1-1-2", {GPU: 4})
+    result = placed(place(state, gang(3, gpus=4)))  # no constraint: start at the root, best fit down
+    # the half-used node is filled, and one more node holds the other two: two nodes, one leaf
+    assert sorted(nodes_of(result)) == ["n1-1-0", "n1-1-0", "n1-1-2"]
+    assert result.hypernode == "n1-1"
+
+
+def test_partitions_stay_inside_their_tier_and_min_partitions_are_all_or_nothing() -> None:
+    state = cluster([1, 3, 4])  # three leaves of 4 nodes
+    task = TaskRequest("replica", 8, {GPU: 8}, partition_size=4, min_partitions=1, partition_tier=1)
+    result = placed(place(state, GangRequest(tasks=(task,), min_available=4)))
+    leaves = {}
+    for p in result.pods:
+        leaves.setdefault(p.index // 4, set()).add(p.node.rsplit("-", 1)[0])
+    assert len(result.pods) == 8  # the optional partition fitted too
+    assert all(len(v) == 1 for v in leaves.values()) and leaves[0] != leaves[1]
+    for node in ("n0-0-0", "n0-1-1", "n0-2-2"):
+        state.allocate(node, {GPU: 8})  # every leaf has 3 free nodes: no partition of 4 fits
+    assert isinstance(place(state, GangRequest(tasks=(task,), min_available=4)), Rejection)
+
+
+def test_min_available_pods_first_extra_replicas_when_they_fit() -> None:
+    state = cluster([1, 2, 2])  # 4 nodes
+    result = placed(place(state, gang(6, min_available=3)))
+    assert len(result.pods) == 4  # 3 required + 1 extra that fitted
+    assert [p.index for p in result.pods] == [0, 1, 2, 3]
+    assert isinstance(place(state, gang(6, min_available=5)), Rejection)
+
+
+def test_running_pods_anchor_the_rest_within_the_tier_limit() -> None:
+    state = cluster([2, 4, 4])
+    running = tuple(PodPlacement("worker", i, f"n1-2-{i}") for i in range(3))
+    for p in running:
+        state.allocate(p.node, {GPU: 8})
+    result = placed(place(state, gang(4, mode="hard", highest_tier=1, running=running)))
+    assert nodes_of(result) == ["n1-2-3"] and result.hypernode == "n1-2"
+    state.allocate("n1-2-3", {GPU: 8})  # the leaf is now full
+    assert isinstance(place(state, gang(4, mode="hard", highest_tier=1, running=running)), Rejection)
+    widened = placed(place(state, gang(4, mode="hard", highest_tier=2, running=running)))
+    assert nodes_of(widened)[0].startswith("n1-") and widened.hypernode == "n1"
+
+
+def test_node_selectors() -> None:
+    objs = clusters.tree("a", [1, 2], {GPU: "8"}, {"pool": "a"}) + clusters.tree("b", [1, 2], {GPU: "8"}, {"pool": "b"})
+    nodes, hypernodes, _ = load_objects(objs)
+    state = ClusterState(build(nodes, hypernodes))
+    task = TaskRequest("w", 2, {GPU: 8}, node_selector={"pool": "b"})
+    assert {p.node for p in placed(place(state, GangRequest(tasks=(task,)))).pods} == {"b0-0", "b0-1"}
+    nowhere = TaskRequest("w", 1, {GPU: 8}, node_selector={"pool": "c"})
+    assert isinstance(place(state, GangRequest(tasks=(nowhere,))), Rejection)
+
+
+def test_a_blocked_greedy_choice_tries_the_next_candidate() -> None:
+    """The fullest leaf passes every cheap check, but its trial fails; the next leaf is used."""
+    objs = [clusters.node("a1", {GPU: "8", "cpu": "100"}), clusters.node("a2", {"cpu": "20"}),
+            clusters.node("b1", {GPU: "8", "cpu": "200"}), clusters.node("b2", {GPU: "8", "cpu": "200"}),
+            clusters.hypernode("leaf-a", 1, "leaf", ["a1", "a2"], "Node"),
+            clusters.hypernode("leaf-b", 1, "leaf", ["b1", "b2"], "Node")]
+    nodes, hypernodes, _ = load_objects(objs)
+    state = ClusterState(build(nodes, hypernodes))
+    tasks = (TaskRequest("big", 1, {GPU: 8, "cpu": 10_000}), TaskRequest("small", 1, {"cpu": 100_000}))
+    result = placed(place(state, GangRequest(tasks=tasks, mode="hard", highest_tier=1)))
+    assert result.hypernode == "leaf-b"
+
+
+def test_same_input_same_placement() -> None:
+    results = []
+    for _ in range(2):
+        state = cluster([2, 4, 4])
+        state.allocate("n0-1-1", {GPU: 3})
+        tasks = (TaskRequest("a", 5, {GPU: 2}), TaskRequest("b", 3, {GPU: 8}))
+        results.append(place(state, GangRequest(tasks=tasks, mode="soft", highest_tier=1)))
+    assert results[0] == results[1]
+
+
+def test_placement_does_not_change_the_state() -> None:
+    state = cluster([1, 2, 2])
+    before = ({n: dict(f) for n, f in state.free.items()}, {d: dict(f) for d, f in state.domain_free.items()})
+    placed(place(state, gang(3)))
+    assert before == ({n: dict(f) for n, f in state.free.items()}, {d: dict(f) for d, f in state.domain_free.items()})
+
+
+def test_summary_and_node_loss() -> None:
+    state = cluster([2, 4, 4])
+    assert [(t.tier, t.max_free[GPU]) for t in state.summary()] == [(1, 32), (2, 128), (3, 256)]
+    for i in range(4):
+        state.allocate(f"n0-0-{i}", {GPU: 8})
+    for leaf in range(1, 4):
+        for i in range(4):
+            state.allocate(f"n0-{leaf}-{i}", {GPU: 8})
+    state.set_ready("n1-0-0", False)
+    assert [(t.tier, t.max_free[GPU]) for t in state.summary()] == [(1, 32), (2, 120), (3, 120)]
+    state.set_ready("n1-0-0", True)
+    assert state.summary()[-1].max_free[GPU] == 128
+    capacity, allocatable, used = state.totals()
+    assert (capacity[GPU], allocatable[GPU], used[GPU]) == (256, 256, 128)
+
+
+@pytest.mark.parametrize(("objs", "message"), [
+    ([clusters.node("a", {}), clusters.hypernode("h1", 1, "leaf", ["a"], "Node"),
+      clusters.hypernode("h2", 1, "leaf", ["a"], "Node")], "Node 'a' is under two HyperNodes: 'h1' and 'h2'"),
+    ([clusters.node("a", {}), clusters.hypernode("h1", 1, "leaf", ["ghost"], "Node")],
+     "HyperNode 'h1': members[0] (Node) matches nothing"),
+    ([clusters.node("a", {}), clusters.hypernode("h1", 2, "spine", ["h2"], "HyperNode"),
+      clusters.hypernode("h2", 2, "spine", ["h1"], "HyperNode")], "members must be of a lower tier"),
+    ([clusters.node("a", {}), clusters.hypernode("h1", 1, "x", ["a"], "Node"),
+      clusters.hypernode("h2", 2, "x", ["h1"], "HyperNode")], "tierName 'x' is used for tiers"),
+])
+def test_bad_trees_are_reported_naming_the_hypernode(objs: list[dict], message: str) -> None:
+    nodes, hypernodes, _ = load_objects(objs)
+    with pytest.raises(TopologyError, match=re.escape(message)):
+        build(nodes, hypernodes)
+
+
+def test_hypernode_manifest_selectors() -> None:
+    spec = parse_hypernode({"kind": "HyperNode", "metadata": {"name": "rack1"}, "spec": {"tier": 1, "members": [
+        {"type": "Node", "selector": {"regexMatch": {"pattern": "gpu-1[0-9]"}}},
+        {"type": "Node", "selector": {"labelMatch": {"matchLabels": {"rack": "1"}}}}]}})
+    nodes, _, _ = load_objects([clusters.node("gpu-12", {}), clusters.node("gpu-2", {}, {"rack": "1"}),
+                                clusters.node("cpu-1", {})])
+    topology = build(nodes, [spec])
+    assert topology.domains["rack1"].nodes == ["gpu-12", "gpu-2"]
+    assert topology.domains[ROOT].nodes == ["cpu-1"]  # listed by no HyperNode: hangs off the root
+    with pytest.raises(TopologyError, match=r"spec\.tier must be a positive integer"):
+        parse_hypernode({"metadata": {"name": "x"}, "spec": {"tier": 0, "members": []}})
+
+
+def test_label_discovery_builds_the_tree() -> None:
+    labels = lambda zone, spine, leaf: {"topology.kubernetes.io/zone": zone, "net/spine": spine,  # noqa: E731
+                                        "net/leaf": leaf}
+    nodes, _, _ = load_objects([clusters.node(name, {GPU: "8"}, labels("z1", spine, leaf)) for name, spine, leaf in (
+        ("a", "s1", "l1"), ("b", "s1", "l1"), ("c", "s1", "l2"), ("d", "s2", "l3"))])
+    topology = discover_from_labels(nodes, ["topology.kubernetes.io/zone", "net/spine", "net/leaf"])
+    assert topology.tiers() == [1, 2, 3, 4]
+    assert topology.domains["leaf-l1"].nodes == ["a", "b"]
+    assert topology.domains["spine-s1"].children == ["leaf-l1", "leaf-l2"]
+    assert topology.tier_names["leaf"] == 1 and topology.tier_names["zone"] == 3
+    state = ClusterState(topology)
+    assert placed(place(state, gang(2, mode="hard", highest_tier=1))).hypernode == "leaf-l1"
