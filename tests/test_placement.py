@@ -4,6 +4,7 @@ import re
 from collections.abc import Mapping
 
 import pytest
+
 from member_agent import clusters
 from member_agent.placement import GangRequest, Placement, PodPlacement, Rejection, TaskRequest, place
 from member_agent.state import ClusterState
@@ -209,3 +210,18 @@ def test_label_discovery_builds_the_tree() -> None:
     assert topology.tier_names["leaf"] == 1 and topology.tier_names["zone"] == 3
     state = ClusterState(topology)
     assert placed(place(state, gang(2, mode="hard", highest_tier=1))).hypernode == "leaf-l1"
+
+
+def test_example_cluster_files_are_current_and_valid() -> None:
+    import yaml
+
+    from member_agent.simulated import read_cluster_file
+    from tests.conftest import REPO
+
+    for name, objs in clusters.examples().items():
+        path = REPO / "examples" / "clusters" / f"{name}.yaml"
+        assert list(yaml.safe_load_all(path.read_text())) == objs, f"regenerate {path}"
+        state = read_cluster_file(path)
+        assert state.ready and state.summary()
+    h100 = read_cluster_file(REPO / "examples" / "clusters" / "h100-spine-leaf.yaml")
+    assert h100.free["h100-0-0-0"]["cpu"] == 184_000  # the file's monitoring pod holds 8 cores

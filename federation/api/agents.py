@@ -1,20 +1,27 @@
 """AgentService: the stream each member agent keeps open to the server.
 
-This side records who is connected and what they report. A cluster is Ready while its agent's
-stream is open and NotReady once it closes.
+The agent opens with Register (its cluster and its last word on every job it knows), then
+sends Inventory, Heartbeat and JobUpdate; the server sends Assign, Cancel and Preempt through
+the cluster's connection. On every (re)connect, jobs dispatched to the cluster that the agent
+does not report are assigned again, so an order lost with a dropped stream is never lost for good.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 from sqlalchemy import func, update
 
+from federation.api.convert import job_to_proto
 from federation.api.status import servicer
+from federation.connections import Connection, Connections
 from federation.errors import InvalidArgument
 from federation.store.admin import AdminStore
+from federation.store.jobs import JobStore
 from federation.store.models import Cluster
 from federation.v1 import agent_pb2, agent_pb2_grpc
 from federation.validation import Violation, Violations, check_labels, check_name
@@ -31,12 +38,39 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
 
 @servicer
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, admin: AdminStore) -> None:
+    def __init__(self, admin: AdminStore, jobs: JobStore, connections: Connections,
+                 on_change: Callable[[], None]) -> None:
         self.admin = admin
+        self.jobs = jobs
+        self.connections = connections
+        self.on_change = on_change  # wakes the dispatcher and the watchers
 
     async def _set(self, cluster: str, **values: Any) -> None:
         async with self.admin.engine.begin() as conn:
             await conn.execute(update(Cluster).where(Cluster.name == cluster).values(**values))
+
+    async def _apply(self, cluster: str, u: agent_pb2.JobUpdate) -> None:
+        if await self.jobs.apply_update(cluster, u):
+            self.connections.send(cluster, agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
+                job_id=u.job_id, attempt=u.attempt, reason="the job was cancelled")))
+        self.on_change()
+
+    async def _resend_dispatched(self, conn: Connection, reported: dict[str, int]) -> None:
+        for row in await self.jobs.active(conn.cluster, phases=("DISPATCHED",)):
+            if reported.get(row["id"], 0) < row["attempt"]:
+                conn.queue.put_nowait(agent_pb2.ControlMessage(
+                    assign=agent_pb2.Assign(job=job_to_proto(row), attempt=row["attempt"])))
+
+    async def _read(self, cluster: str, request_iterator: Any) -> None:
+        async for message in request_iterator:
+            kind = message.WhichOneof("msg")
+            if kind == "inventory":
+                await self._set(cluster, inventory=inventory_json(message.inventory), last_heartbeat=func.now())
+                self.on_change()
+            elif kind == "heartbeat":
+                await self._set(cluster, last_heartbeat=func.now(), status="READY")
+            elif kind == "job_update":
+                await self._apply(cluster, message.job_update)
 
     async def Connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         first = await anext(aiter(request_iterator), None)
@@ -49,15 +83,30 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         if v:
             raise InvalidArgument(v.items)
         await self.admin.register_cluster(reg.cluster, dict(reg.labels), reg.agent_version)
+        conn = self.connections.open(reg.cluster)
+        tasks: list[asyncio.Task[Any]] = []
         try:
-            async for message in request_iterator:
-                kind = message.WhichOneof("msg")
-                if kind == "inventory":
-                    await self._set(reg.cluster, inventory=inventory_json(message.inventory),
-                                    last_heartbeat=func.now())
-                elif kind == "heartbeat":
-                    await self._set(reg.cluster, last_heartbeat=func.now(), status="READY")
+            for u in reg.jobs:
+                await self._apply(reg.cluster, u)
+            await self._resend_dispatched(conn, {u.job_id: u.attempt for u in reg.jobs})
+            reader = asyncio.create_task(self._read(reg.cluster, request_iterator))
+            closed = asyncio.create_task(conn.closed.wait())
+            tasks += [reader, closed]
+            while True:
+                order = asyncio.create_task(conn.queue.get())
+                done, _ = await asyncio.wait({order, reader, closed}, return_when=asyncio.FIRST_COMPLETED)
+                if order in done:
+                    yield order.result()
+                    continue
+                order.cancel()
+                if reader in done:
+                    reader.result()  # raises what ended it, if anything did
+                return
         finally:
-            await self._set(reg.cluster, status="NOT_READY")
-        return
-        yield  # an async generator: the control direction carries nothing until dispatch exists
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if self.connections.close(conn):
+                await self._set(reg.cluster, status="NOT_READY")
+            self.on_change()

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
 
 from federation.api import convert
 from federation.api.status import servicer
+from federation.connections import Connections
 from federation.errors import FailedPrecondition, InvalidArgument
 from federation.events import EventHub
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore, NewJob
 from federation.store.models import Cluster, PriorityClass, Queue, Tenant
-from federation.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
+from federation.v1 import agent_pb2, common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import Violation, Violations, check_job_spec, normalise_job_spec
 
 MAX_BATCH = 1000
@@ -45,10 +46,13 @@ def _after_seq(token: str) -> int:
 
 @servicer
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
-    def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub) -> None:
+    def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub, connections: Connections,
+                 on_change: Callable[[], None]) -> None:
         self.jobs = jobs
         self.admin = admin
         self.hub = hub
+        self.connections = connections
+        self.on_change = on_change  # wakes the dispatcher and the watchers
 
     async def _prepare(self, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str]) -> list[NewJob]:
         """Validate a batch in full and resolve its references; raise before anything is stored."""
@@ -92,7 +96,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     async def SubmitJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         (new,) = await self._prepare([request.spec], ["spec"])
         (result,) = await self.jobs.submit([new])
-        self.hub.notify()
+        self.on_change()
         job = convert.job_to_proto(await self.jobs.get(result.job_id))
         return jobs_pb2.SubmitJobResponse(job=job, duplicate=result.duplicate)
 
@@ -103,7 +107,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             raise InvalidArgument([Violation("specs", f"at most {MAX_BATCH} jobs per batch, got {len(request.specs)}")])
         new = await self._prepare(request.specs, [f"specs[{i}]" for i in range(len(request.specs))])
         results = await self.jobs.submit(new)
-        self.hub.notify()
+        self.on_change()
         return jobs_pb2.SubmitJobsResponse(results=[
             jobs_pb2.SubmitJobResult(job_id=r.job_id, duplicate=r.duplicate) for r in results])
 
@@ -122,7 +126,10 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def CancelJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         row = await self.jobs.cancel(request.id, request.reason)
-        self.hub.notify()
+        if row["cluster"]:  # the agent stops what it runs; if it is away, it learns on reconnect
+            self.connections.send(row["cluster"], agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
+                job_id=row["id"], attempt=row["attempt"], reason=row["reason"])))
+        self.on_change()
         return convert.job_to_proto(row)
 
     async def WatchJobs(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:

@@ -9,7 +9,6 @@ field violations (`tasks[0].replicas`) can be shown at the line the user wrote.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from google.protobuf import duration_pb2
 from google.protobuf.message import Message
 
 from federation.cli.yamldoc import Document
+from federation.durations import parse_duration
 from federation.resources import QuantityError, format_amount, parse_amount
 from federation.v1 import admin_pb2, common_pb2
 
@@ -29,8 +29,6 @@ DEFAULT_QUEUE = "default"  # as in Volcano
 
 _JOB_SPEC_FIELDS = {"queue", "priorityClassName", "minAvailable", "maxRetry", "policies", "networkTopology", "tasks"}
 _TASK_FIELDS = {"name", "replicas", "minAvailable", "policies", "partitionPolicy", "template"}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
 
 
 @dataclass
@@ -93,12 +91,12 @@ class _Reader:
         return {str(k): self.str(v, f"{path}.{k}") for k, v in self.map(value, path).items()}
 
     def duration(self, value: Any, path: str) -> duration_pb2.Duration:
-        text = self.str(value, path)
-        parts = _DURATION.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            raise self.doc.error(path, f"{text!r} is not a duration like 30s, 5m or 1h30m")
+        try:
+            seconds = parse_duration(self.str(value, path))
+        except ValueError as err:
+            raise self.doc.error(path, str(err)) from None
         d = duration_pb2.Duration()
-        d.FromNanoseconds(round(sum(float(n) * _DURATION_UNITS[u] for n, u in parts) * 1e9))
+        d.FromNanoseconds(round(seconds * 1e9))
         return d
 
     def warn_unused(self, data: dict[str, Any], known: set[str], path: str) -> None:

@@ -13,6 +13,8 @@ from sqlalchemy.engine import URL
 from federation.api.admin import AdminServicer
 from federation.api.agents import AgentServicer
 from federation.api.jobs import JobServicer
+from federation.connections import Connections
+from federation.dispatch import Dispatcher
 from federation.events import EventHub
 from federation.store import database
 from federation.store.admin import AdminStore
@@ -62,9 +64,18 @@ class FederationServer:
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ])
-        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs, admin, self.hub), self.server)
+        self.connections = Connections()
+        self.dispatcher = Dispatcher(jobs, admin, self.connections, self.hub)
+
+        def changed() -> None:
+            self.dispatcher.wake()
+            self.hub.notify()
+
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs, admin, self.hub, self.connections, changed),
+                                                       self.server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(admin), self.server)
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(admin), self.server)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(admin, jobs, self.connections, changed),
+                                                          self.server)
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
@@ -74,10 +85,12 @@ class FederationServer:
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.dispatcher.start()
         return self.port
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.health.enter_graceful_shutdown()
+        await self.dispatcher.stop()
         await self.server.stop(grace)
         await self.hub.stop()
         await self.engine.dispose()

@@ -18,8 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation.errors import FailedPrecondition, NotFound
 from federation.store.models import EventCounter, Job, JobEvent, SubmitKey
+from federation.v1 import agent_pb2
 
 TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
+ACTIVE_PHASES = ("DISPATCHED", "RUNNING", "RESTARTING")
 
 _jobs = Job.__table__
 _events = JobEvent.__table__
@@ -183,3 +185,88 @@ class JobStore:
         async with self.engine.connect() as conn:
             return (await conn.execute(select(EventCounter.last_seq).where(EventCounter.id == 1))).scalar_one()
 
+
+    async def pending(self, limit: int) -> list[Any]:
+        """Pending jobs, higher priority first, then in submission order."""
+        query = select(Job).where(Job.phase == "PENDING").order_by(Job.priority.desc(), Job.seq).limit(limit)
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(query)).mappings().all())
+
+    async def active(self, cluster: str = "", phases: Sequence[str] = ACTIVE_PHASES) -> list[Any]:
+        query = select(Job).where(Job.phase.in_(phases))
+        if cluster:
+            query = query.where(Job.cluster == cluster)
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(query)).mappings().all())
+
+    async def dispatch(self, decisions: dict[str, str]) -> list[Any]:
+        """Move still-Pending jobs to their chosen cluster with a new attempt; returns the moved rows."""
+        if not decisions:
+            return []
+        async with self.engine.begin() as conn:
+            rows = (await conn.execute(
+                select(Job).where(Job.id.in_(decisions), Job.phase == "PENDING").order_by(Job.id).with_for_update()
+            )).mappings().all()
+            moved = []
+            events = []
+            for row in rows:
+                cluster = decisions[row["id"]]
+                reason = f"dispatched to cluster {cluster}; its agent is placing the gang"
+                updated = (await conn.execute(update(Job).where(Job.id == row["id"]).values(
+                    phase="DISPATCHED", cluster=cluster, attempt=Job.attempt + 1, reason=reason, queue_position=0,
+                    dispatched_at=func.now(), updated_at=func.now()).returning(Job))).mappings().one()
+                moved.append(updated)
+                events.append(EventRecord(row["id"], row["tenant"], row["queue"], "Dispatched", "DISPATCHED", reason,
+                                          updated["attempt"], cluster))
+            await append_events(conn, events)
+        return moved
+
+    async def set_reasons(self, reasons: dict[str, str]) -> None:
+        """Why each Pending job waits; rows whose reason is unchanged are not rewritten."""
+        if not reasons:
+            return
+        async with self.engine.begin() as conn:
+            for job_id, reason in sorted(reasons.items()):
+                await conn.execute(update(Job).where(Job.id == job_id, Job.phase == "PENDING", Job.reason != reason)
+                                   .values(reason=reason, updated_at=func.now()))
+
+    async def apply_update(self, cluster: str, u: agent_pb2.JobUpdate) -> bool:
+        """Apply an agent's JobUpdate, fenced by cluster and attempt.
+
+        True when the agent must be told to cancel: it bound a job that was cancelled here while
+        it was being placed.
+        """
+        async with self.engine.begin() as conn:
+            row = (await conn.execute(select(Job).where(Job.id == u.job_id).with_for_update())).mappings().first()
+            if row is None or row["cluster"] != cluster or row["attempt"] != u.attempt:
+                return False  # stale: another attempt, or another cluster, owns the job now
+            phase, kind = row["phase"], u.type
+            if phase in TERMINAL_PHASES:
+                return kind == agent_pb2.BOUND and phase == "CANCELLED"
+            values: dict[str, Any] = {}
+            event = ""
+            if kind == agent_pb2.REJECTED and phase == "DISPATCHED":
+                values = {"phase": "PENDING", "cluster": "", "reason": f"cluster {cluster} rejected it: {u.reason}"}
+                event = "Rejected"
+            elif kind == agent_pb2.BOUND and phase == "DISPATCHED":
+                values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "started_at": func.now(),
+                          "placements": [{"task": p.task, "index": p.index, "node": p.node} for p in u.placements],
+                          "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier})"}
+                event = "Running"
+            elif kind == agent_pb2.JOB_SUCCEEDED:
+                values = {"phase": "SUCCEEDED", "finished_at": func.now(), "reason": u.reason or "succeeded"}
+                event = "Succeeded"
+            elif kind == agent_pb2.JOB_FAILED:
+                values = {"phase": "FAILED", "finished_at": func.now(), "reason": u.reason or "failed"}
+                event = "Failed"
+            elif kind == agent_pb2.POD_FAILED:
+                pods = ", ".join(f"{p.task}[{p.index}] on {p.node}" for p in u.placements)
+                await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "PodFailed", phase,
+                                                       f"{pods}: {u.reason}", row["attempt"], cluster)])
+                return False
+            if not values:
+                return False  # a repeat of something already applied
+            await conn.execute(update(Job).where(Job.id == row["id"]).values(updated_at=func.now(), **values))
+            await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], event, values["phase"],
+                                                   values["reason"], row["attempt"], cluster)])
+        return False

@@ -1,0 +1,60 @@
+"""Which member agents are connected, and the bounded queue of orders to each.
+
+A queue that fills up means the agent is not reading: rather than let it stall the sender, the
+connection is dropped, and the agent's reconnect brings a full resynchronisation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from federation.v1 import agent_pb2
+
+log = logging.getLogger(__name__)
+
+QUEUE_LIMIT = 1000
+
+
+@dataclass(eq=False)
+class Connection:
+    cluster: str
+    queue: asyncio.Queue[agent_pb2.ControlMessage] = field(default_factory=lambda: asyncio.Queue(QUEUE_LIMIT))
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Connections:
+    def __init__(self) -> None:
+        self._by_cluster: dict[str, Connection] = {}
+
+    def open(self, cluster: str) -> Connection:
+        """A new stream for `cluster`; an older one is closed (the agent reconnected)."""
+        old = self._by_cluster.get(cluster)
+        if old is not None:
+            old.closed.set()
+        conn = self._by_cluster[cluster] = Connection(cluster)
+        return conn
+
+    def close(self, conn: Connection) -> bool:
+        """Forget `conn`; True when it was still the cluster's current connection."""
+        conn.closed.set()
+        if self._by_cluster.get(conn.cluster) is conn:
+            del self._by_cluster[conn.cluster]
+            return True
+        return False
+
+    def connected(self) -> set[str]:
+        return set(self._by_cluster)
+
+    def send(self, cluster: str, message: agent_pb2.ControlMessage) -> bool:
+        conn = self._by_cluster.get(cluster)
+        if conn is None:
+            return False
+        try:
+            conn.queue.put_nowait(message)
+        except asyncio.QueueFull:
+            log.warning("agent of %s is not reading its orders; dropping its stream to resynchronise", cluster)
+            self.close(conn)
+            return False
+        return True

@@ -1,0 +1,14 @@
+"""Go-style durations ("30s", "1m30s", "500ms"), as Kubernetes and Volcano manifests write them."""
+
+import re
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `text`; ValueError when it is not a duration."""
+    parts = _PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{text!r} is not a duration like 30s, 5m or 1h30m")
+    return sum(float(n) * _UNITS[u] for n, u in parts)

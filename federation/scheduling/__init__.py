@@ -1,0 +1,1 @@
+"""Scheduling decisions as pure functions over in-memory snapshots (no I/O, no clock)."""

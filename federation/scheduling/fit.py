@@ -1,0 +1,100 @@
+"""Does a job fit a member cluster? Judged from the cluster's labels, free resources and topology summary.
+
+Pure. The summary says, per tier, the most of each resource free inside one HyperNode of that
+tier; a gang with a hard tier limit can only fit where some tier at or under the limit has that
+much free. Per-resource maxima may come from different HyperNodes, so this is a necessary
+condition: the agent's trial placement is the final word, and a stale or optimistic answer comes
+back as a rejection that returns the job to its queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from federation.resources import Resources, format_resources
+
+
+@dataclass(frozen=True)
+class TierFree:
+    tier: int
+    tier_name: str
+    max_free: Resources
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    name: str
+    labels: Mapping[str, str]
+    free: Resources  # whole cluster, after work already sent to it
+    tiers: Sequence[TierFree] = ()  # lowest first; the last is the whole cluster
+
+
+@dataclass(frozen=True)
+class JobView:
+    id: str
+    request: Resources  # the whole gang
+    cluster_selector: Mapping[str, str] = field(default_factory=dict)
+    mode: str = ""
+    highest_tier: int = 0
+    highest_tier_name: str = ""
+
+
+def _covers(free: Mapping[str, int], request: Mapping[str, int]) -> bool:
+    return all(free.get(r, 0) >= a for r, a in request.items())
+
+
+def _short(resources: Mapping[str, int], request: Mapping[str, int]) -> str:
+    """The resources `free` lacks for `request`, as `gpu=32/64 free`."""
+    free = format_resources({r: max(resources.get(r, 0), 0) for r in request})
+    want = format_resources(request)
+    return ", ".join(f"{r} {free[r]}/{want[r]} free" for r in want if resources.get(r, 0) < request[r])
+
+
+def check(job: JobView, cluster: ClusterView) -> str | None:
+    """None when the job fits `cluster`, else why not (for the job's reason and ExplainJob)."""
+    missing = {k: v for k, v in job.cluster_selector.items() if cluster.labels.get(k) != v}
+    if missing:
+        return "lacks label " + ",".join(f"{k}={v}" for k, v in sorted(missing.items()))
+    if not _covers(cluster.free, job.request):
+        return "not enough free: " + _short(cluster.free, job.request)
+    if job.mode != "hard":
+        return None
+    limit = job.highest_tier
+    if job.highest_tier_name:
+        named = [t.tier for t in cluster.tiers if t.tier_name == job.highest_tier_name]
+        if not named:
+            return f"has no tier named {job.highest_tier_name!r}"
+        limit = named[0]
+    within = [t for t in cluster.tiers if t.tier <= limit]
+    if any(_covers(t.max_free, job.request) for t in within):
+        return None
+    best = within[-1].max_free if within else {}
+    return f"no HyperNode of tier {limit} or below has enough free: " + _short(best, job.request)
+
+
+def first_fit(jobs: Sequence[JobView], clusters: Sequence[ClusterView]) -> tuple[dict[str, str], dict[str, str]]:
+    """Each job, in the given order, to the first cluster (by name) that fits it, reserving as it goes.
+
+    Returns (job id -> cluster, job id -> reason it waits). The interim policy until the fair-share
+    scheduler: no quotas, no ordering of its own.
+    """
+    free = {c.name: dict(c.free) for c in clusters}
+    ordered = sorted(clusters, key=lambda c: c.name)
+    chosen: dict[str, str] = {}
+    waiting: dict[str, str] = {}
+    for job in jobs:
+        reasons = []
+        for c in ordered:
+            view = ClusterView(c.name, c.labels, free[c.name], c.tiers)
+            why = check(job, view)
+            if why is None:
+                chosen[job.id] = c.name
+                for r, a in job.request.items():
+                    free[c.name][r] = free[c.name].get(r, 0) - a
+                break
+            reasons.append(f"{c.name}: {why}")
+        else:
+            waiting[job.id] = ("no ready cluster fits: " + "; ".join(reasons)) if reasons else \
+                "no member cluster is connected"
+    return chosen, waiting

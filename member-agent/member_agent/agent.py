@@ -1,0 +1,200 @@
+"""The agent's core: assignments in, placements and pod events out, whatever runs the pods.
+
+Every state change is fenced by (job id, attempt): a repeated Assign is answered with what was
+already done, an older attempt is ignored, a newer one replaces the old pods. The latest report
+of every job is kept, so a reconnecting agent can give the server its full state at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from federation.resources import Resources, parse_resources
+from federation.v1 import agent_pb2, common_pb2
+from member_agent.gang import gang_request
+from member_agent.placement import PodPlacement, Rejection, place
+from member_agent.state import ClusterState
+
+log = logging.getLogger(__name__)
+
+OUTBOX_LIMIT = 10_000
+
+
+class BindError(Exception):
+    """The backend could not bind every pod; it has removed whatever it created."""
+
+
+@dataclass
+class AgentJob:
+    job: common_pb2.Job
+    attempt: int
+    pods: list[PodPlacement]
+    requests: dict[str, Resources]  # per task, one replica
+    hypernode: str
+    tier: int
+
+
+class Backend(Protocol):
+    """Where pods really run: a simulation, or a Kubernetes API server."""
+
+    state: ClusterState
+
+    async def bind(self, job: AgentJob) -> None: ...
+
+    async def delete(self, job: AgentJob) -> None: ...
+
+    def set_listener(self, on_finished: Callable[[str, int, bool, str], None]) -> None: ...
+
+
+@dataclass
+class Agent:
+    cluster: str
+    labels: dict[str, str]
+    backend: Backend
+    version: str = "0.1.0"
+    jobs: dict[str, AgentJob] = field(default_factory=dict)
+    reports: dict[str, agent_pb2.JobUpdate] = field(default_factory=dict)
+    outbox: asyncio.Queue[agent_pb2.AgentMessage] = field(default_factory=lambda: asyncio.Queue(OUTBOX_LIMIT))
+    overflowed: bool = False  # the outbox dropped a message: the next connection must resync
+
+    def __post_init__(self) -> None:
+        self.backend.set_listener(self._finished)
+
+    @property
+    def state(self) -> ClusterState:
+        return self.backend.state
+
+    # -- messages out --------------------------------------------------------------------
+
+    def _send(self, message: agent_pb2.AgentMessage) -> None:
+        try:
+            self.outbox.put_nowait(message)
+        except asyncio.QueueFull:
+            self.overflowed = True
+
+    def _report(self, update: agent_pb2.JobUpdate) -> None:
+        self.reports[update.job_id] = update
+        self._send(agent_pb2.AgentMessage(job_update=update))
+
+    def register(self) -> agent_pb2.AgentMessage:
+        """The first message of every connection: who we are and the last word on every job."""
+        return agent_pb2.AgentMessage(register=agent_pb2.Register(
+            cluster=self.cluster, labels=self.labels, agent_version=self.version, jobs=list(self.reports.values())))
+
+    def inventory(self) -> agent_pb2.AgentMessage:
+        capacity, allocatable, used = self.state.totals()
+        topology = [agent_pb2.TierFree(tier=t.tier, tier_name=t.tier_name,
+                                       max_free=agent_pb2.ResourceAmounts(amounts=t.max_free))
+                    for t in self.state.summary()]
+        return agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
+            capacity=agent_pb2.ResourceAmounts(amounts=capacity),
+            allocatable=agent_pb2.ResourceAmounts(amounts=allocatable),
+            used=agent_pb2.ResourceAmounts(amounts=used), healthy=bool(self.state.ready),
+            nodes=len(self.state.free), ready_nodes=len(self.state.ready), topology=topology))
+
+    def drain_outbox(self) -> None:
+        """A new connection starts from full state, so nothing queued for the old one matters."""
+        while not self.outbox.empty():
+            self.outbox.get_nowait()
+        self.overflowed = False
+
+    # -- control in ----------------------------------------------------------------------
+
+    async def handle(self, message: agent_pb2.ControlMessage) -> None:
+        kind = message.WhichOneof("msg")
+        if kind == "assign":
+            await self.assign(message.assign.job, message.assign.attempt)
+        elif kind in ("cancel", "preempt"):
+            order = getattr(message, kind)
+            await self.remove(order.job_id, order.attempt, order.reason)
+
+    async def assign(self, job: common_pb2.Job, attempt: int) -> None:
+        current = self.jobs.get(job.id)
+        if current is not None:
+            if attempt <= current.attempt:  # a repeat, or stale: say again what we did
+                if attempt == current.attempt and job.id in self.reports:
+                    self._send(agent_pb2.AgentMessage(job_update=self.reports[job.id]))
+                return
+            await self._release(current)
+        elif job.id in self.reports and self.reports[job.id].attempt >= attempt:
+            self._send(agent_pb2.AgentMessage(job_update=self.reports[job.id]))
+            return
+        result = gang_request(job.spec, self.state.topology)
+        placement = result if isinstance(result, Rejection) else place(self.state, result)
+        if isinstance(placement, Rejection):
+            self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
+                                             reason=placement.reason))
+            return
+        requests = {t.name: parse_resources(t.resources) for t in job.spec.tasks}
+        bound = AgentJob(job, attempt, list(placement.pods), requests, placement.hypernode, placement.tier)
+        for pod in bound.pods:
+            self.state.allocate(pod.node, requests[pod.task])
+        try:
+            await self.backend.bind(bound)
+        except BindError as err:
+            for pod in bound.pods:
+                self.state.release(pod.node, requests[pod.task])
+            self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
+                                             reason=f"binding failed: {err}"))
+            return
+        self.jobs[job.id] = bound
+        self._send(self.inventory())  # before the update, so the server never sees the job without its usage
+        self._report(agent_pb2.JobUpdate(
+            job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=placement.hypernode,
+            tier=placement.tier, placements=[common_pb2.PodPlacement(task=p.task, index=p.index, node=p.node)
+                                             for p in bound.pods]))
+
+    async def remove(self, job_id: str, attempt: int, reason: str) -> None:
+        current = self.jobs.get(job_id)
+        if current is None or current.attempt != attempt:
+            return
+        await self._release(current)
+        self._send(self.inventory())
+        log.info("removed job %s attempt %d: %s", job_id, attempt, reason)
+
+    async def _release(self, job: AgentJob) -> None:
+        await self.backend.delete(job)
+        for pod in job.pods:
+            self.state.release(pod.node, job.requests[pod.task])
+        del self.jobs[job.job.id]
+
+    def _finished(self, job_id: str, attempt: int, succeeded: bool, reason: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is None or job.attempt != attempt:
+            return
+        for pod in job.pods:
+            self.state.release(pod.node, job.requests[pod.task])
+        del self.jobs[job_id]
+        self._send(self.inventory())
+        self._report(agent_pb2.JobUpdate(job_id=job_id, attempt=attempt, reason=reason,
+                                         type=agent_pb2.JOB_SUCCEEDED if succeeded else agent_pb2.JOB_FAILED))
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def pod_failed(self, job_id: str, task: str, index: int, reason: str) -> bool:
+        """Report a pod failure (what to do about it is the job's lifecycle policy)."""
+        job = self.jobs.get(job_id)
+        if job is None or not any(p.task == task and p.index == index for p in job.pods):
+            return False
+        node = next(p.node for p in job.pods if p.task == task and p.index == index)
+        self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
+            job_id=job_id, attempt=job.attempt, type=agent_pb2.POD_FAILED, reason=reason,
+            placements=[common_pb2.PodPlacement(task=task, index=index, node=node)])))
+        return True
+
+    def node_ready(self, node: str, ready: bool) -> bool:
+        """A lost node offers nothing and its pods are reported as failed (event Unknown)."""
+        if node not in self.state.free:
+            return False
+        self.state.set_ready(node, ready)
+        if not ready:
+            for job in list(self.jobs.values()):
+                for pod in job.pods:
+                    if pod.node == node:
+                        self.pod_failed(job.job.id, pod.task, pod.index, f"node {node} lost (Unknown)")
+        self._send(self.inventory())
+        return True

@@ -1,0 +1,76 @@
+"""The agent's side of `AgentService.Connect`: one stream, kept open, resynchronised on reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import grpc
+
+from federation.v1 import agent_pb2, agent_pb2_grpc
+from member_agent.agent import Agent
+
+log = logging.getLogger(__name__)
+
+
+class ResyncNeeded(Exception):
+    """The outbox overflowed while connected; reconnect and send full state."""
+
+
+async def _writer(call: grpc.aio.StreamStreamCall, agent: Agent, heartbeat: float) -> None:
+    loop = asyncio.get_running_loop()
+    next_beat = loop.time() + heartbeat
+    while True:
+        if agent.overflowed:
+            raise ResyncNeeded
+        try:
+            message = await asyncio.wait_for(agent.outbox.get(), max(next_beat - loop.time(), 0.01))
+        except TimeoutError:
+            message = agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat())
+            message.heartbeat.time.GetCurrentTime()
+            next_beat = loop.time() + heartbeat
+        await call.write(message)
+
+
+async def _connection(server: str, agent: Agent, heartbeat: float, connected: asyncio.Event) -> None:
+    async with grpc.aio.insecure_channel(server) as channel:
+        call = agent_pb2_grpc.AgentServiceStub(channel).Connect()
+        agent.drain_outbox()
+        await call.write(agent.register())
+        await call.write(agent.inventory())
+        writer = asyncio.create_task(_writer(call, agent, heartbeat))
+        try:
+            connected.set()
+            log.info("connected to %s as cluster %s", server, agent.cluster)
+            while True:
+                read = asyncio.ensure_future(call.read())
+                done, _ = await asyncio.wait({read, writer}, return_when=asyncio.FIRST_COMPLETED)
+                if writer in done:
+                    read.cancel()
+                    writer.result()  # raises what ended it
+                message = read.result()
+                if message is grpc.aio.EOF:
+                    return
+                await agent.handle(message)
+        finally:
+            connected.clear()
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+            call.cancel()
+
+
+async def run(server: str, agent: Agent, heartbeat: float = 2.0, connected: asyncio.Event | None = None) -> None:
+    """Stay connected forever, backing off (0.5 s doubling to 10 s) while the server is away."""
+    connected = connected or asyncio.Event()
+    backoff = 0.5
+    while True:
+        try:
+            await _connection(server, agent, heartbeat, connected)
+            backoff = 0.5
+        except (grpc.aio.AioRpcError, ResyncNeeded) as err:
+            detail = err.details() if isinstance(err, grpc.aio.AioRpcError) else "outbox overflowed"
+            log.warning("stream to %s ended (%s); reconnecting in %.1fs", server, detail, backoff)
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, 10.0)

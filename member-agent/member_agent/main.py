@@ -1,0 +1,168 @@
+"""`member-agent`: run the agent of one member cluster, or inject faults into a running one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import threading
+import urllib.error
+import urllib.request
+import warnings
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import click
+
+from member_agent import client
+from member_agent.agent import Agent
+from member_agent.simulated import SimulatedBackend, read_cluster_file
+from member_agent.topology import TopologyError
+
+log = logging.getLogger("member_agent")
+
+
+def _labels(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--label")
+        out[key] = value
+    return out
+
+
+class _Admin(BaseHTTPRequestHandler):
+    """POST /faults/node/NAME/fail|restore and /faults/pod/JOB/TASK/INDEX/fail."""
+
+    agent: Agent
+    loop: asyncio.AbstractEventLoop
+
+    def do_POST(self) -> None:
+        parts = self.path.strip("/").split("/")
+        result: bool | None = None
+        if len(parts) == 4 and parts[:2] == ["faults", "node"] and parts[3] in ("fail", "restore"):
+            result = self._call(self.agent.node_ready, parts[2], parts[3] == "restore")
+        elif len(parts) == 6 and parts[:2] == ["faults", "pod"] and parts[5] == "fail" and parts[4].isdigit():
+            result = self._call(self.agent.pod_failed, parts[2], parts[3], int(parts[4]), "failed by fault injection")
+        status = 404 if result is None else (200 if result else 409)
+        body = json.dumps({"ok": bool(result)}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _call(self, fn: Any, *args: Any) -> bool:
+        async def call() -> bool:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(10)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.info("admin: " + format, *args)
+
+
+def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) -> str:
+    host, _, port = address.rpartition(":")
+    handler = type("Admin", (_Admin,), {"agent": agent, "loop": loop})
+    server = ThreadingHTTPServer((host or "127.0.0.1", int(port)), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"{server.server_address[0]}:{server.server_address[1]}"
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--cluster", envvar="MEMBER_CLUSTER", help="This member cluster's name (a DNS-1123 label).")
+@click.option("--server", envvar="FEDERATION_SERVER", default="localhost:50051", show_default=True,
+              help="Address of the federation server.")
+@click.option("--simulate", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Run a simulated cluster from a YAML file of Nodes, HyperNodes and Pods.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Cluster label (repeatable).")
+@click.option("--heartbeat", type=float, default=2.0, show_default=True, help="Seconds between heartbeats.")
+@click.option("--admin-listen", default="", metavar="HOST:PORT",
+              help="Serve fault injection over HTTP here (simulated clusters).")
+@click.option("--log-level", envvar="MEMBER_AGENT_LOG_LEVEL", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.pass_context
+def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path | None, labels: tuple[str, ...],
+        heartbeat: float, admin_listen: str, log_level: str) -> None:
+    """Member agent: places gangs topology-aware in one cluster and reports to the federation."""
+    if ctx.invoked_subcommand is not None:
+        return
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    if not cluster:
+        raise click.UsageError("--cluster is required")
+    if cluster_file is None:
+        raise click.UsageError("give --simulate FILE (the Kubernetes backend is not built yet)")
+    try:
+        state = read_cluster_file(cluster_file)
+    except TopologyError as err:
+        raise click.ClickException(f"{cluster_file}: {err}") from err
+    agent = Agent(cluster, _labels(labels), SimulatedBackend(state))
+    asyncio.run(_run(agent, server, heartbeat, admin_listen))
+
+
+async def _run(agent: Agent, server: str, heartbeat: float, admin_listen: str) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if admin_listen:
+        print(f"member-agent admin listening on {_start_admin(admin_listen, agent, loop)}", flush=True)
+    topology = agent.state.topology
+    print(f"member-agent {agent.cluster}: {len(topology.nodes)} nodes, tiers {topology.tiers()}, "
+          f"server {server}", flush=True)
+    task = asyncio.create_task(client.run(server, agent, heartbeat))
+    await stop.wait()
+    task.cancel()
+
+
+@cli.group()
+def fault() -> None:
+    """Inject faults into a running simulated agent (its --admin-listen address)."""
+
+
+def _post(agent_address: str, path: str) -> None:
+    request = urllib.request.Request(f"http://{agent_address}{path}", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+    except urllib.error.HTTPError as err:
+        raise click.ClickException(f"{path}: {'not found' if err.code in (404, 409) else err.reason}") from err
+    except urllib.error.URLError as err:
+        raise click.ClickException(f"cannot reach the agent at {agent_address}: {err.reason}") from err
+
+
+_agent_option = click.option("--agent", "agent_address", required=True, metavar="HOST:PORT",
+                             help="The agent's --admin-listen address.")
+
+
+@fault.command("fail-node")
+@click.argument("node")
+@_agent_option
+def fail_node(node: str, agent_address: str) -> None:
+    """Mark NODE lost: it offers nothing and its pods fail (event Unknown)."""
+    _post(agent_address, f"/faults/node/{node}/fail")
+    click.echo(f"node/{node} failed")
+
+
+@fault.command("restore-node")
+@click.argument("node")
+@_agent_option
+def restore_node(node: str, agent_address: str) -> None:
+    """Bring NODE back."""
+    _post(agent_address, f"/faults/node/{node}/restore")
+    click.echo(f"node/{node} restored")
+
+
+@fault.command("fail-pod")
+@click.argument("job_id")
+@click.argument("task")
+@click.argument("index", type=int)
+@_agent_option
+def fail_pod(job_id: str, task: str, index: int, agent_address: str) -> None:
+    """Fail pod INDEX of TASK of job JOB_ID."""
+    _post(agent_address, f"/faults/pod/{job_id}/{task}/{index}/fail")
+    click.echo(f"pod {job_id}/{task}/{index} failed")
