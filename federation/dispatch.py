@@ -16,6 +16,7 @@ from typing import Any
 from federation.api.convert import job_to_proto
 from federation.connections import Connections
 from federation.events import EventHub
+from federation.resources import parse_resources
 from federation.scheduling.fit import ClusterView, JobView, TierFree, first_fit
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
@@ -25,11 +26,17 @@ from federation.v1 import agent_pb2
 log = logging.getLogger(__name__)
 
 SCAN_LIMIT = 5000
+REJECTION_MEMORY = 30.0  # seconds a cluster's rejection keeps a job away from it
 
 
 def job_view(row: Mapping[str, Any]) -> JobView:
-    topo = row["spec"].get("network_topology", {})
-    return JobView(row["id"], row["request"], row["spec"].get("cluster_selector", {}), topo.get("mode", ""),
+    spec = row["spec"]
+    topo = spec.get("network_topology", {})
+    largest: dict[str, int] = {}
+    for task in spec.get("tasks", []):
+        for resource, amount in parse_resources(task.get("resources", {})).items():
+            largest[resource] = max(largest.get(resource, 0), amount)
+    return JobView(row["id"], row["request"], largest, spec.get("cluster_selector", {}), topo.get("mode", ""),
                    topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""))
 
 
@@ -48,9 +55,24 @@ class Dispatcher:
         self.period = period
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._refused: dict[str, dict[str, tuple[float, str]]] = {}  # job -> cluster -> (until, reason)
 
     def wake(self) -> None:
         self._wake.set()
+
+    def rejected(self, job_id: str, cluster: str, reason: str) -> None:
+        """An agent refused the job: do not offer it to that cluster again for a while."""
+        until = asyncio.get_running_loop().time() + REJECTION_MEMORY
+        self._refused.setdefault(job_id, {})[cluster] = (until, f"rejected it recently: {reason}")
+        self.wake()
+
+    def _recent_refusals(self) -> dict[str, dict[str, str]]:
+        now = asyncio.get_running_loop().time()
+        for job_id in list(self._refused):
+            self._refused[job_id] = {c: v for c, v in self._refused[job_id].items() if v[0] > now}
+            if not self._refused[job_id]:
+                del self._refused[job_id]
+        return {j: {c: v[1] for c, v in by.items()} for j, by in self._refused.items()}
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="dispatcher")
@@ -83,7 +105,7 @@ class Dispatcher:
                 totals[r] = totals.get(r, 0) + a
         clusters = [cluster_view(c, inflight.get(c["name"], {})) for c in await self.admin.list(Cluster)
                     if c["name"] in connected and c["status"] == "READY" and not c["cordoned"]]
-        chosen, waiting = first_fit([job_view(r) for r in pending], clusters)
+        chosen, waiting = first_fit([job_view(r) for r in pending], clusters, self._recent_refusals())
         for row in await self.jobs.dispatch(chosen):
             self.connections.send(row["cluster"], agent_pb2.ControlMessage(
                 assign=agent_pb2.Assign(job=job_to_proto(row), attempt=row["attempt"])))

@@ -155,18 +155,20 @@ def test_placement_does_not_change_the_state() -> None:
 
 def test_summary_and_node_loss() -> None:
     state = cluster([2, 4, 4])
-    assert [(t.tier, t.max_free[GPU]) for t in state.summary()] == [(1, 32), (2, 128), (3, 256)]
+    assert [(t.tier, t.max_free[GPU]) for t in state.summary()] == [(0, 8), (1, 32), (2, 128), (3, 256)]
     for i in range(4):
         state.allocate(f"n0-0-{i}", {GPU: 8})
     for leaf in range(1, 4):
         for i in range(4):
             state.allocate(f"n0-{leaf}-{i}", {GPU: 8})
     state.set_ready("n1-0-0", False)
-    assert [(t.tier, t.max_free[GPU]) for t in state.summary()] == [(1, 32), (2, 120), (3, 120)]
+    assert [(t.tier, t.max_free[GPU]) for t in state.summary()] == [(0, 8), (1, 32), (2, 120), (3, 120)]
+    state.allocate("n1-0-1", {GPU: 5})
+    assert state.summary()[0].max_free[GPU] == 8  # other nodes are still whole
     state.set_ready("n1-0-0", True)
-    assert state.summary()[-1].max_free[GPU] == 128
+    assert state.summary()[-1].max_free[GPU] == 128 - 5
     capacity, allocatable, used = state.totals()
-    assert (capacity[GPU], allocatable[GPU], used[GPU]) == (256, 256, 128)
+    assert (capacity[GPU], allocatable[GPU], used[GPU]) == (256, 256, 128 + 5)
 
 
 @pytest.mark.parametrize(("objs", "message"), [

@@ -16,45 +16,61 @@ import click
 BIN = Path(sys.executable).parent
 
 
-class ServerProcess:
-    """A federation-server child process, started on a free port; its address once it listens."""
+class _Child:
+    """A child process of ours whose output is collected, started when a line says it is ready."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> None:
+    def __init__(self, argv: list[str], ready: bytes, env: dict[str, str] | None, timeout: float) -> None:
         self.log = b""
-        self.proc = subprocess.Popen(
-            [str(BIN / "federation-server"), "serve", "--listen", "127.0.0.1:0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-        self.address = self._wait_for_address(timeout)
-
-    def _wait_for_address(self, timeout: float) -> str:
-        found: list[str] = []
+        self.ready_line = ""
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
+        found = threading.Event()
 
         def read() -> None:
             assert self.proc.stdout is not None
             for line in self.proc.stdout:
                 self.log += line
-                if b"listening on" in line and not found:
-                    found.append(line.decode().rsplit(" ", 1)[1].strip())
+                if ready in line and not found.is_set():
+                    self.ready_line = line.decode().strip()
+                    found.set()
 
         threading.Thread(target=read, daemon=True).start()
         deadline = time.monotonic() + timeout
-        while not found:
+        while not found.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.proc.kill()
                 self.proc.wait()
-                raise RuntimeError(f"federation-server did not start:\n{self.log.decode()}")
-            time.sleep(0.05)
-        return found[0]
+                raise RuntimeError(f"{Path(argv[0]).name} did not start:\n{self.log.decode()}")
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
     def stop(self) -> int:
-        """SIGTERM, so the server shuts down cleanly and stops its embedded PostgreSQL."""
+        """SIGTERM and wait: the programs shut down cleanly on it."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(30)
+
+
+class ServerProcess(_Child):
+    """federation-server on a free port; `address` once it listens."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> None:
+        super().__init__([str(BIN / "federation-server"), "serve", "--listen", "127.0.0.1:0", *args],
+                         b"listening on", env, timeout)
+        self.address = self.ready_line.rsplit(" ", 1)[1]
+
+
+class AgentProcess(_Child):
+    """A simulated member-agent; `admin` is its fault-injection address."""
+
+    def __init__(self, cluster: str, cluster_file: Path, server: str, *args: str,
+                 env: dict[str, str] | None = None, timeout: float = 60) -> None:
+        super().__init__([str(BIN / "member-agent"), "--cluster", cluster, "--simulate", str(cluster_file),
+                          "--server", server, "--admin-listen", "127.0.0.1:0", *args],
+                         b"admin listening on", env, timeout)
+        self.admin = self.ready_line.rsplit(" ", 1)[1]
 
 
 @click.group()

@@ -27,13 +27,14 @@ class ClusterView:
     name: str
     labels: Mapping[str, str]
     free: Resources  # whole cluster, after work already sent to it
-    tiers: Sequence[TierFree] = ()  # lowest first; the last is the whole cluster
+    tiers: Sequence[TierFree] = ()  # lowest first: tier 0 is one node, the last is the whole cluster
 
 
 @dataclass(frozen=True)
 class JobView:
     id: str
     request: Resources  # the whole gang
+    largest_pod: Resources = field(default_factory=dict)  # per resource, the most one pod asks for
     cluster_selector: Mapping[str, str] = field(default_factory=dict)
     mode: str = ""
     highest_tier: int = 0
@@ -58,6 +59,9 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
         return "lacks label " + ",".join(f"{k}={v}" for k, v in sorted(missing.items()))
     if not _covers(cluster.free, job.request):
         return "not enough free: " + _short(cluster.free, job.request)
+    nodes = [t for t in cluster.tiers if t.tier == 0]
+    if nodes and not _covers(nodes[0].max_free, job.largest_pod):
+        return "no node can hold its largest pod: " + _short(nodes[0].max_free, job.largest_pod)
     if job.mode != "hard":
         return None
     limit = job.highest_tier
@@ -66,16 +70,18 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
         if not named:
             return f"has no tier named {job.highest_tier_name!r}"
         limit = named[0]
-    within = [t for t in cluster.tiers if t.tier <= limit]
+    within = [t for t in cluster.tiers if 0 < t.tier <= limit]
     if any(_covers(t.max_free, job.request) for t in within):
         return None
     best = within[-1].max_free if within else {}
     return f"no HyperNode of tier {limit} or below has enough free: " + _short(best, job.request)
 
 
-def first_fit(jobs: Sequence[JobView], clusters: Sequence[ClusterView]) -> tuple[dict[str, str], dict[str, str]]:
+def first_fit(jobs: Sequence[JobView], clusters: Sequence[ClusterView],
+              refused: Mapping[str, Mapping[str, str]] | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """Each job, in the given order, to the first cluster (by name) that fits it, reserving as it goes.
 
+    `refused` holds, per job, clusters whose agent recently rejected it, with the agent's reason.
     Returns (job id -> cluster, job id -> reason it waits). The interim policy until the fair-share
     scheduler: no quotas, no ordering of its own.
     """
@@ -86,8 +92,8 @@ def first_fit(jobs: Sequence[JobView], clusters: Sequence[ClusterView]) -> tuple
     for job in jobs:
         reasons = []
         for c in ordered:
-            view = ClusterView(c.name, c.labels, free[c.name], c.tiers)
-            why = check(job, view)
+            why = (refused or {}).get(job.id, {}).get(c.name) or \
+                check(job, ClusterView(c.name, c.labels, free[c.name], c.tiers))
             if why is None:
                 chosen[job.id] = c.name
                 for r, a in job.request.items():

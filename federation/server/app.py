@@ -74,8 +74,8 @@ class FederationServer:
         jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs, admin, self.hub, self.connections, changed),
                                                        self.server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(admin), self.server)
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(admin, jobs, self.connections, changed),
-                                                          self.server)
+        agents = AgentServicer(admin, jobs, self.connections, self.dispatcher, changed)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(agents, self.server)
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(

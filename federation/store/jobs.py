@@ -49,6 +49,14 @@ class SubmitResult:
 
 
 @dataclass(frozen=True)
+class Applied:
+    """What applying an agent's update means for the agent and the dispatcher."""
+
+    cancel: bool = False  # the agent bound a job that was cancelled here meanwhile: tell it to stop
+    rejected: bool = False  # the agent refused the job, which is Pending again
+
+
+@dataclass(frozen=True)
 class EventRecord:
     job_id: str
     tenant: str
@@ -230,19 +238,15 @@ class JobStore:
                 await conn.execute(update(Job).where(Job.id == job_id, Job.phase == "PENDING", Job.reason != reason)
                                    .values(reason=reason, updated_at=func.now()))
 
-    async def apply_update(self, cluster: str, u: agent_pb2.JobUpdate) -> bool:
-        """Apply an agent's JobUpdate, fenced by cluster and attempt.
-
-        True when the agent must be told to cancel: it bound a job that was cancelled here while
-        it was being placed.
-        """
+    async def apply_update(self, cluster: str, u: agent_pb2.JobUpdate) -> Applied:
+        """Apply an agent's JobUpdate, fenced by cluster and attempt; a repeat or a stale one changes nothing."""
         async with self.engine.begin() as conn:
             row = (await conn.execute(select(Job).where(Job.id == u.job_id).with_for_update())).mappings().first()
             if row is None or row["cluster"] != cluster or row["attempt"] != u.attempt:
-                return False  # stale: another attempt, or another cluster, owns the job now
+                return Applied()  # stale: another attempt, or another cluster, owns the job now
             phase, kind = row["phase"], u.type
             if phase in TERMINAL_PHASES:
-                return kind == agent_pb2.BOUND and phase == "CANCELLED"
+                return Applied(cancel=kind == agent_pb2.BOUND and phase == "CANCELLED")
             values: dict[str, Any] = {}
             event = ""
             if kind == agent_pb2.REJECTED and phase == "DISPATCHED":
@@ -263,10 +267,10 @@ class JobStore:
                 pods = ", ".join(f"{p.task}[{p.index}] on {p.node}" for p in u.placements)
                 await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "PodFailed", phase,
                                                        f"{pods}: {u.reason}", row["attempt"], cluster)])
-                return False
+                return Applied()
             if not values:
-                return False  # a repeat of something already applied
+                return Applied()  # a repeat of something already applied
             await conn.execute(update(Job).where(Job.id == row["id"]).values(updated_at=func.now(), **values))
             await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], event, values["phase"],
                                                    values["reason"], row["attempt"], cluster)])
-        return False
+        return Applied(rejected=event == "Rejected")

@@ -63,8 +63,15 @@ class ClusterState:
             self._add_up(node, self.free[node], self.domain_free, -1)
 
     def summary(self) -> list[TierFree]:
-        """For each tier, lowest first, the most of each resource free inside one of its domains."""
-        out = []
+        """For each tier, lowest first, the most of each resource free inside one of its domains.
+
+        Tier 0 is the single node: whether the largest pod fits anywhere at all.
+        """
+        most_on_node: Resources = {}
+        for node in self.ready:
+            for resource, amount in self.free[node].items():
+                most_on_node[resource] = max(most_on_node.get(resource, 0), amount)
+        out = [TierFree(0, "node", {r: a for r, a in most_on_node.items() if a > 0})]
         for tier in self.topology.tiers():
             domains = self.topology.of_tier(tier)
             most: Resources = {}

@@ -1,0 +1,142 @@
+"""The federation with real processes: server, two simulated member agents, gangs over gRPC."""
+
+import time
+from collections.abc import Callable, Iterator
+
+import grpc
+import pytest
+from sqlalchemy.engine import URL
+
+from federation.cli.dev import AgentProcess, ServerProcess
+from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
+from tests.conftest import REPO
+from tests.processes import fedctl
+
+pytestmark = pytest.mark.e2e
+CLUSTERS = REPO / "examples" / "clusters"
+GPU = "nvidia.com/gpu"
+
+
+def wait_for(what: str, probe: Callable[[], object], timeout: float = 60) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Federation:
+    def __init__(self, db_url: URL) -> None:
+        self.server = ServerProcess("--database-url", db_url.render_as_string(hide_password=False))
+        self.agents = {
+            "h100": AgentProcess("h100", CLUSTERS / "h100-spine-leaf.yaml", self.server.address,
+                                 "--label", "accelerator=h100", "--heartbeat", "0.5"),
+            "gb300": AgentProcess("gb300", CLUSTERS / "gb300-nvl72.yaml", self.server.address,
+                                  "--label", "accelerator=gb300", "--heartbeat", "0.5"),
+        }
+        channel = grpc.insecure_channel(self.server.address)
+        self.jobs = jobs_pb2_grpc.JobServiceStub(channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(channel)
+
+    def ready(self) -> set[str]:
+        clusters = self.admin.ListClusters(admin_pb2.ListClustersRequest()).clusters
+        return {c.name for c in clusters if c.status == admin_pb2.READY and c.nodes}
+
+    def job(self, job_id: str) -> common_pb2.Job:
+        return self.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id))
+
+    def close(self) -> None:
+        for agent in self.agents.values():
+            agent.stop()
+        self.server.stop()
+
+
+@pytest.fixture
+def federation(db_url: URL) -> Iterator[Federation]:
+    fed = Federation(db_url)
+    try:
+        wait_for("both clusters Ready", lambda: fed.ready() == {"h100", "gb300"})
+        fed.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml")))
+        fed.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="train", tenant="ml")))
+        yield fed
+    finally:
+        fed.close()
+
+
+def gang(name: str, pods: int, gpus: int, mode: str = "", tier: int = 0, accelerator: str = "h100",
+         duration: str = "2s", **task: object) -> common_pb2.JobSpec:
+    return common_pb2.JobSpec(
+        name=name, queue="train", cluster_selector={"accelerator": accelerator},
+        annotations={"federation.dev/sim-duration": duration},
+        network_topology=common_pb2.NetworkTopology(mode=mode, highest_tier_allowed=tier),
+        tasks=[common_pb2.TaskSpec(name="worker", replicas=pods, resources={GPU: str(gpus), "cpu": "8"}, **task)])
+
+
+def leaf(node: str) -> str:
+    return node.rsplit("-", 1)[0]  # h100-<spine>-<leaf>-<n>: its tier-1 HyperNode
+
+
+def spine(node: str) -> str:
+    return node.rsplit("-", 2)[0]
+
+
+def test_gangs_are_placed_within_their_tier_limits_and_finish(federation: Federation) -> None:
+    specs = [
+        gang("hard-leaf", 4, 8, "hard", 1),
+        gang("soft-leaf", 6, 8, "soft", 1),
+        gang("hard-spine", 8, 8, "hard", 2),
+        gang("too-big-for-a-leaf", 5, 8, "hard", 1, duration="1s"),
+        gang("nvl72-parts", 8, 4, accelerator="gb300", partition_policy=common_pb2.PartitionPolicy(
+            total_partitions=2, partition_size=4, network_topology=common_pb2.NetworkTopology(
+                mode="hard", highest_tier_allowed=1))),
+    ]
+    ids = [r.job_id for r in federation.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=specs)).results]
+    jobs = dict(zip([s.name for s in specs], ids, strict=True))
+    finished = {"hard-leaf", "soft-leaf", "hard-spine", "nvl72-parts"}
+
+    def all_succeeded() -> bool:
+        return all(federation.job(jobs[n]).status.phase == common_pb2.SUCCEEDED for n in finished)
+
+    wait_for("the placeable gangs to succeed", all_succeeded, 90)
+    placed = {n: federation.job(jobs[n]) for n in finished}
+    hard_leaf = placed["hard-leaf"].status
+    assert hard_leaf.cluster == "h100" and hard_leaf.tier == 1
+    assert len({leaf(p.node) for p in hard_leaf.placements}) == 1 and hard_leaf.hypernode == leaf(
+        hard_leaf.placements[0].node)
+    assert len(hard_leaf.placements) == 4
+    soft = placed["soft-leaf"].status
+    assert len(soft.placements) == 6 and soft.tier == 2  # widened: a leaf holds only 4 such pods
+    spine_job = placed["hard-spine"].status
+    assert len({spine(p.node) for p in spine_job.placements}) == 1 and spine_job.tier <= 2
+    parts = placed["nvl72-parts"].status
+    assert parts.cluster == "gb300"
+    by_partition: dict[int, set[str]] = {}
+    for p in parts.placements:
+        by_partition.setdefault(p.index // 4, set()).add(leaf(p.node))
+    assert all(len(racks) == 1 for racks in by_partition.values())
+
+    too_big = federation.job(jobs["too-big-for-a-leaf"])
+    assert too_big.status.phase == common_pb2.PENDING  # never split over two leaves
+    assert "h100: no HyperNode of tier 1 or below has enough free: nvidia.com/gpu 32/40 free" in too_big.status.reason
+    assert too_big.status.cluster == "" and not too_big.status.placements
+
+
+def test_cancel_reaches_the_agent_and_frees_its_resources(federation: Federation) -> None:
+    big = federation.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=gang("long", 32, 8, duration="10m"))).job
+    wait_for("the long job to run", lambda: federation.job(big.id).status.phase == common_pb2.RUNNING)
+    queued = federation.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=gang("next", 4, 8))).job
+    time.sleep(1.5)
+    assert federation.job(queued.id).status.phase == common_pb2.PENDING  # the cluster is full
+    federation.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=big.id))
+    wait_for("the queued job to finish on the freed nodes",
+             lambda: federation.job(queued.id).status.phase == common_pb2.SUCCEEDED, 60)
+
+
+def test_fedctl_shows_placements(federation: Federation) -> None:
+    done = federation.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=gang("shown", 2, 8, "hard", 1))).job
+    wait_for("the job to succeed", lambda: federation.job(done.id).status.phase == common_pb2.SUCCEEDED)
+    shown = fedctl(federation.server.address, "get", "job", done.id)
+    assert "Succeeded" in shown.stdout and "h100" in shown.stdout
+    assert shown.stdout.count("worker") == 2  # one row per pod: task, index, node

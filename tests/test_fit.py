@@ -1,0 +1,32 @@
+"""The server's pure fit check and interim first-fit dispatch."""
+
+from federation.scheduling.fit import ClusterView, JobView, TierFree, check, first_fit
+
+GPU = "nvidia.com/gpu"
+H100 = ClusterView("h100", {"accelerator": "h100"}, {GPU: 64}, [
+    TierFree(0, "node", {GPU: 8}), TierFree(1, "leaf", {GPU: 32}), TierFree(2, "spine", {GPU: 64})])
+SMALL_NODES = ClusterView("gb300", {"accelerator": "gb300"}, {GPU: 64}, [
+    TierFree(0, "node", {GPU: 4}), TierFree(1, "nvl72", {GPU: 64})])
+
+
+def test_check_explains_each_reason() -> None:
+    assert check(JobView("j", {GPU: 32}, {GPU: 8}, mode="hard", highest_tier=1), H100) is None
+    assert check(JobView("j", {GPU: 64}, {GPU: 8}, mode="hard", highest_tier=1), H100) == \
+        "no HyperNode of tier 1 or below has enough free: nvidia.com/gpu 32/64 free"
+    assert check(JobView("j", {GPU: 64}, {GPU: 8}, mode="hard", highest_tier_name="spine"), H100) is None
+    assert check(JobView("j", {GPU: 8}, {GPU: 8}, mode="hard", highest_tier_name="rack"), H100) == \
+        "has no tier named 'rack'"
+    assert check(JobView("j", {GPU: 8}, {GPU: 8}, {"accelerator": "gb300"}), H100) == "lacks label accelerator=gb300"
+    assert check(JobView("j", {GPU: 128}, {GPU: 8}), H100) == "not enough free: nvidia.com/gpu 64/128 free"
+    assert check(JobView("j", {GPU: 32}, {GPU: 8}, mode="soft", highest_tier=1), SMALL_NODES) == \
+        "no node can hold its largest pod: nvidia.com/gpu 4/8 free"
+
+
+def test_first_fit_reserves_and_respects_refusals() -> None:
+    jobs = [JobView("a", {GPU: 48}, {GPU: 4}), JobView("b", {GPU: 48}, {GPU: 4}), JobView("c", {GPU: 48}, {GPU: 4})]
+    chosen, waiting = first_fit(jobs, [H100, SMALL_NODES])
+    assert chosen == {"a": "gb300", "b": "h100"}  # by cluster name, and a reservation per job
+    assert waiting["c"].startswith("no ready cluster fits: gb300: not enough free")
+    chosen, waiting = first_fit(jobs[:1], [H100, SMALL_NODES], {"a": {"gb300": "rejected it recently: full"}})
+    assert chosen == {"a": "h100"}
+    assert first_fit(jobs[:1], [])[1] == {"a": "no member cluster is connected"}
