@@ -2,6 +2,7 @@
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -140,3 +141,25 @@ def test_fedctl_shows_placements(federation: Federation) -> None:
     shown = fedctl(federation.server.address, "get", "job", done.id)
     assert "Succeeded" in shown.stdout and "h100" in shown.stdout
     assert shown.stdout.count("worker") == 2  # one row per pod: task, index, node
+
+
+def test_demo_runs_every_example_to_success_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    import subprocess
+
+    import psutil
+
+    from tests.processes import BIN, postgres_running_in
+
+    data_dir = tmp_path / "pg"
+    before = {p.pid for p in psutil.process_iter()}
+    done = subprocess.run([str(BIN / "fedctl"), "dev", "demo", "--data-dir", str(data_dir), "--examples",
+                           str(REPO / "examples")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = done.stdout.split("summary\n", 1)[1]
+    rows = [line for line in summary.splitlines()[1:] if line and not line.startswith("stopped")]
+    assert len(rows) == len(list((REPO / "examples" / "jobs").glob("*.yaml")))
+    assert all(" Succeeded " in row for row in rows)
+    time.sleep(1)
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
+                 and any(name in " ".join(p.info["cmdline"] or []) for name in ("federation-server", "member-agent"))]
+    assert leftovers == [] and postgres_running_in(data_dir) == []

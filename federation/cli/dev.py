@@ -10,8 +10,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import click
+import grpc
+
+from federation.cli.output import render_table
+from federation.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
 
 BIN = Path(sys.executable).parent
 
@@ -85,23 +90,86 @@ def _run(server: str, *args: str) -> None:
         raise click.ClickException(f"'fedctl {' '.join(args)}' failed")
 
 
+DEMO_CLUSTERS = (("h100", "h100-spine-leaf", "accelerator=h100"), ("gb300", "gb300-nvl72", "accelerator=gb300"),
+                 ("cpu", "cpu-small", "pool=batch"))
+
+
+def _seconds(a: Any, b: Any) -> str:
+    return f"{b.ToDatetime().timestamp() - a.ToDatetime().timestamp():.1f}s" if a.seconds and b.seconds else "-"
+
+
+def _watch_until_done(address: str, timeout: float) -> list[common_pb2.Job]:
+    """A live line per second (phases per cluster) until every job has ended; then the jobs."""
+    stub = jobs_pb2_grpc.JobServiceStub(grpc.insecure_channel(address))
+    deadline = time.monotonic() + timeout
+    live, last = sys.stdout.isatty(), ""
+    while True:
+        jobs = list(stub.ListJobs(jobs_pb2.ListJobsRequest(page_size=1000)).jobs)
+        counts: dict[str, dict[str, int]] = {}
+        for job in jobs:
+            phase = common_pb2.JobPhase.Name(job.status.phase).capitalize()
+            per = counts.setdefault(job.status.cluster or "(queued)", {})
+            per[phase] = per.get(phase, 0) + 1
+        line = "  ".join(f"{c}: " + ",".join(f"{n} {p}" for p, n in sorted(v.items()))
+                         for c, v in sorted(counts.items()))
+        if live:
+            click.echo(f"\r\x1b[K{line}", nl=False)
+        elif line != last:  # a log, not a screen: one line per change
+            click.echo(line)
+        last = line
+        done = all(j.status.phase in (common_pb2.SUCCEEDED, common_pb2.FAILED, common_pb2.CANCELLED) for j in jobs)
+        if done or time.monotonic() > deadline:
+            if live:
+                click.echo()
+            return jobs
+        time.sleep(1)
+
+
+def _summary(jobs: list[common_pb2.Job]) -> str:
+    rows = []
+    for j in jobs:
+        s = j.status
+        nodes = sorted({p.node for p in s.placements})
+        shown = ",".join(nodes[:3]) + (f",+{len(nodes) - 3}" if len(nodes) > 3 else "")
+        rows.append([j.id, j.spec.queue, common_pb2.JobPhase.Name(s.phase).capitalize(), s.cluster or "-",
+                     s.hypernode or "-", s.tier or "-", len(s.placements), shown or "-",
+                     _seconds(s.create_time, s.start_time), _seconds(s.start_time, s.finish_time)])
+    return render_table(("JOB", "QUEUE", "PHASE", "CLUSTER", "HYPERNODE", "TIER", "PODS", "NODES", "WAITED", "RAN"),
+                        rows)
+
+
 @dev.command()
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".demo/postgres"), show_default=True,
               help="Embedded PostgreSQL data; wiped first so every demo starts the same.")
 @click.option("--examples", type=click.Path(path_type=Path, exists=True, file_okay=False), default=Path("examples"),
               show_default=True)
-def demo(data_dir: Path, examples: Path) -> None:
-    """Start the server on an embedded PostgreSQL, load the examples, show the jobs, clean up."""
+@click.option("--timeout", type=float, default=180, show_default=True, help="Seconds to wait for the jobs.")
+def demo(data_dir: Path, examples: Path, timeout: float) -> None:
+    """Server on an embedded PostgreSQL, three simulated clusters, the example jobs run to the end."""
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     click.echo(f"starting federation-server on an embedded PostgreSQL in {data_dir} ...")
-    server = ServerProcess("--data-dir", str(data_dir), "--auto-migrate")
+    children: list[_Child] = []
     try:
-        click.echo(f"federation-server listening on {server.address}\n")
+        server = ServerProcess("--data-dir", str(data_dir), "--auto-migrate")
+        children.append(server)
+        click.echo(f"federation-server listening on {server.address}")
+        for name, file, label in DEMO_CLUSTERS:
+            children.append(AgentProcess(name, examples / "clusters" / f"{file}.yaml", server.address,
+                                         "--label", label))
+            click.echo(f"member-agent {name} started ({file})")
+        click.echo()
         _run(server.address, "apply", "-f", str(examples / "admin" / "federation.yaml"))
         _run(server.address, "submit", *map(str, sorted((examples / "jobs").glob("*.yaml"))))
-        _run(server.address, "list", "jobs")
         _run(server.address, "clusters")
+        click.secho("\nwatching the jobs (phases per cluster):", bold=True)
+        jobs = _watch_until_done(server.address, timeout)
+        click.secho("\nsummary", bold=True)
+        click.echo(_summary(jobs))
+        unfinished = [j.id for j in jobs if j.status.phase != common_pb2.SUCCEEDED]
+        if unfinished:
+            raise click.ClickException(f"not every job succeeded: {', '.join(unfinished)}")
     finally:
-        code = server.stop()
-        click.echo(f"\nfederation-server stopped (exit {code}); its PostgreSQL data stays in {data_dir}")
+        for child in reversed(children):
+            child.stop()
+        click.echo(f"\nstopped {len(children)} processes; PostgreSQL data stays in {data_dir}")
