@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint proto bench-api clean
+.PHONY: demo test lint proto bench-api bench-agent clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -31,6 +31,9 @@ proto: $(STAMP)
 
 bench-api: $(STAMP)
 	$(BIN)/python bench/bench_api.py
+
+bench-agent: $(STAMP)
+	$(BIN)/python bench/bench_agent.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .ruff_cache *.egg-info

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from federation.resources import Resources, format_resources
-from member_agent.state import ClusterState
+from member_agent.state import ClusterState, Shape
 from member_agent.topology import ROOT
 
 UNLIMITED = 1 << 30  # pods that request nothing fit anywhere
@@ -42,6 +43,11 @@ class TaskRequest:
     partition_size: int = 0  # 0: no partitions
     min_partitions: int = 0  # 0: all partitions
     partition_tier: int | None = None  # hard tier limit of each partition
+
+    @cached_property
+    def shape(self) -> Shape:
+        """What decides where one pod fits: pods of equal shape share their fit counts."""
+        return tuple(sorted(self.request.items())), tuple(sorted(self.node_selector.items()))
 
 
 @dataclass(frozen=True)
@@ -89,31 +95,36 @@ class _Group:
 class _Trial:
     """Free resources as a trial placement would leave them, over the untouched state.
 
-    Per-node fit counts and per-domain capacities are memoised; placing pods on a node forgets
-    only that node's entries and its ancestors', so a descent costs about one pass over the
-    nodes of the domain it works in.
+    Pod counts for places this trial has not touched are the state's shared counts (and counts
+    computed here for them are stored there); places it has touched get counts of their own.
     """
 
-    def __init__(self, state: ClusterState, base: _Trial | None = None) -> None:
+    def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.topology = state.topology
         self.used: dict[str, Resources] = {}
         self.domain_used: dict[str, Resources] = {}
         self.pods: list[PodPlacement] = []
         self._journal: list[tuple[str, TaskRequest, int]] = []
-        self._fit: dict[tuple[str, str], int] = dict(base._fit) if base else {}
-        self._cap: dict[tuple[str, str], int] = dict(base._cap) if base else {}
-        self._tasks: set[str] = set(base._tasks) if base else set()  # task names with memoised counts
+        self._touched: set[str] = set()
+        self._fit: dict[tuple[str, Shape], int] = {}
+        self._cap: dict[tuple[str, Shape], int] = {}
+
+    def _memo(self, place: str, kind: str) -> dict[tuple[str, Shape], int]:
+        if place in self._touched:
+            return self._fit if kind == "fit" else self._cap
+        return self.state.counts.fit if kind == "fit" else self.state.counts.cap
 
     def free(self, node: str, resource: str) -> int:
         return self.state.free[node].get(resource, 0) - self.used.get(node, {}).get(resource, 0)
 
     def fit(self, node: str, task: TaskRequest) -> int:
         """How many more pods of `task` fit on `node`."""
-        key = (node, task.name)
-        count = self._fit.get(key)
+        key = (node, task.shape)
+        memo = self._memo(node, "fit")
+        count = memo.get(key)
         if count is None:
-            self._tasks.add(task.name)
+            self.state.counts.remember(task.shape)
             if node not in self.state.ready:
                 count = 0
             else:
@@ -121,18 +132,19 @@ class _Trial:
                 count = 0 if any(labels.get(k) != v for k, v in task.node_selector.items()) else UNLIMITED
                 for resource, amount in task.request.items():
                     count = min(count, max(self.free(node, resource), 0) // amount)
-            self._fit[key] = count
+            memo[key] = count
         return count
 
     def capacity(self, domain: str, task: TaskRequest) -> int:
         """How many more pods of `task` fit under `domain`."""
-        key = (domain, task.name)
-        count = self._cap.get(key)
+        key = (domain, task.shape)
+        memo = self._memo(domain, "cap")
+        count = memo.get(key)
         if count is None:
             d = self.topology.domains[domain]
             count = sum(self.fit(n, task) for n in d.nodes) + sum(self.capacity(c, task) for c in d.children)
-            self._tasks.add(task.name)
-            self._cap[key] = count
+            self.state.counts.remember(task.shape)
+            memo[key] = count
         return count
 
     def put(self, node: str, task: TaskRequest, indices: Sequence[int], sign: int = 1) -> None:
@@ -143,10 +155,10 @@ class _Trial:
             used = table.setdefault(place, {})
             for resource, amount in task.request.items():
                 used[resource] = used.get(resource, 0) + amount * count
-        for place in path:
-            for name in self._tasks:
-                self._fit.pop((place, name), None)
-                self._cap.pop((place, name), None)
+            self._touched.add(place)
+            for memo in (self._fit, self._cap):
+                for key in [k for k in memo if k[0] == place]:
+                    del memo[key]
         if sign > 0:
             self.pods.extend(PodPlacement(task.name, i, node) for i in indices)
             self._journal.append((node, task, len(indices)))
@@ -294,7 +306,7 @@ class _Placer:
 
     def trial(self, domain: str) -> _Trial | None:
         """Required units all under `domain`, then as many optional ones as fit; None if not all required fit."""
-        trial = _Trial(self.state, self.base)
+        trial = _Trial(self.state)
         for g in self.groups:
             if g.required and not self._units(trial, domain, g, g.units[:g.required]):
                 return None

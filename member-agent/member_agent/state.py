@@ -20,6 +20,38 @@ class TierFree:
     max_free: Resources  # per resource, the most free inside one domain of this tier
 
 
+Shape = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...]]  # (request, node selector)
+
+
+class PodCounts:
+    """Memo of how many pods of each shape fit on each node and under each domain.
+
+    Shared by every placement on this state; whatever changes a node forgets the entries of that
+    node and of the domains above it, so a placement recounts only what changed since the last.
+    """
+
+    MAX_SHAPES = 256
+
+    def __init__(self) -> None:
+        self.fit: dict[tuple[str, Shape], int] = {}
+        self.cap: dict[tuple[str, Shape], int] = {}
+        self.shapes: set[Shape] = set()
+
+    def remember(self, shape: Shape) -> None:
+        if shape not in self.shapes:
+            if len(self.shapes) >= self.MAX_SHAPES:
+                self.fit.clear()
+                self.cap.clear()
+                self.shapes.clear()
+            self.shapes.add(shape)
+
+    def forget(self, places: list[str]) -> None:
+        for place in places:
+            for shape in self.shapes:
+                self.fit.pop((place, shape), None)
+                self.cap.pop((place, shape), None)
+
+
 class ClusterState:
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -27,9 +59,19 @@ class ClusterState:
         self.ready: set[str] = set(topology.nodes)
         self.domain_free: dict[str, Resources] = {d: {} for d in topology.domains}
         self.domain_allocatable: dict[str, Resources] = {d: {} for d in topology.domains}
+        self.used: Resources = {}
+        self.ready_allocatable: Resources = {}
+        self.counts = PodCounts()
+        self._node_max: dict[str, Resources] = {}  # per parent domain: most free on one of its ready nodes
+        self._stale_node_max: set[str] = set(topology.domains)
         for name, node in topology.nodes.items():
             self._add_up(name, node.allocatable, self.domain_allocatable)
             self._add_up(name, node.allocatable, self.domain_free)
+            _add(self.ready_allocatable, node.allocatable)
+
+    def _changed(self, node: str) -> None:
+        self.counts.forget([node, *self.topology.ancestors(node)])
+        self._stale_node_max.add(self.topology.node_parent[node])
 
     def _add_up(self, node: str, amounts: Mapping[str, int], table: dict[str, Resources], sign: int = 1) -> None:
         for domain in self.topology.ancestors(node):
@@ -37,39 +79,47 @@ class ClusterState:
             for resource, amount in amounts.items():
                 totals[resource] = totals.get(resource, 0) + sign * amount
 
-    def allocate(self, node: str, request: Mapping[str, int]) -> None:
+    def allocate(self, node: str, request: Mapping[str, int], sign: int = 1) -> None:
         free = self.free[node]
         for resource, amount in request.items():
-            free[resource] = free.get(resource, 0) - amount
+            free[resource] = free.get(resource, 0) - sign * amount
+        _add(self.used, request, sign)
         if node in self.ready:
-            self._add_up(node, request, self.domain_free, -1)
+            self._add_up(node, request, self.domain_free, -sign)
+        self._changed(node)
 
     def release(self, node: str, request: Mapping[str, int]) -> None:
-        free = self.free[node]
-        for resource, amount in request.items():
-            free[resource] = free.get(resource, 0) + amount
-        if node in self.ready:
-            self._add_up(node, request, self.domain_free)
+        self.allocate(node, request, -1)
 
     def set_ready(self, node: str, ready: bool) -> None:
         """A node that is not ready offers nothing; its pods' resources stay booked to it."""
         if ready == (node in self.ready):
             return
+        sign = 1 if ready else -1
         if ready:
             self.ready.add(node)
-            self._add_up(node, self.free[node], self.domain_free)
         else:
             self.ready.discard(node)
-            self._add_up(node, self.free[node], self.domain_free, -1)
+        self._add_up(node, self.free[node], self.domain_free, sign)
+        _add(self.ready_allocatable, self.topology.nodes[node].allocatable, sign)
+        self._changed(node)
 
     def summary(self) -> list[TierFree]:
         """For each tier, lowest first, the most of each resource free inside one of its domains.
 
         Tier 0 is the single node: whether the largest pod fits anywhere at all.
         """
+        for domain in self._stale_node_max:
+            most: Resources = {}
+            for node in self.topology.domains[domain].nodes:
+                if node in self.ready:
+                    for resource, amount in self.free[node].items():
+                        most[resource] = max(most.get(resource, 0), amount)
+            self._node_max[domain] = most
+        self._stale_node_max.clear()
         most_on_node: Resources = {}
-        for node in self.ready:
-            for resource, amount in self.free[node].items():
+        for most in self._node_max.values():
+            for resource, amount in most.items():
                 most_on_node[resource] = max(most_on_node.get(resource, 0), amount)
         out = [TierFree(0, "node", {r: a for r, a in most_on_node.items() if a > 0})]
         for tier in self.topology.tiers():
@@ -84,10 +134,10 @@ class ClusterState:
 
     def totals(self) -> tuple[Resources, Resources, Resources]:
         """(capacity, allocatable of ready nodes, used) over the whole cluster."""
-        capacity = dict(self.domain_allocatable[ROOT])
-        allocatable: Resources = {}
-        for node in self.ready:
-            for resource, amount in self.topology.nodes[node].allocatable.items():
-                allocatable[resource] = allocatable.get(resource, 0) + amount
-        used = {r: capacity[r] - sum(self.free[n].get(r, 0) for n in self.free) for r in capacity}
-        return capacity, allocatable, {r: a for r, a in used.items() if a}
+        return (dict(self.domain_allocatable[ROOT]), {r: a for r, a in self.ready_allocatable.items() if a},
+                {r: a for r, a in self.used.items() if a})
+
+
+def _add(totals: Resources, amounts: Mapping[str, int], sign: int = 1) -> None:
+    for resource, amount in amounts.items():
+        totals[resource] = totals.get(resource, 0) + sign * amount
