@@ -47,7 +47,9 @@ class Backend(Protocol):
 
     async def delete(self, job: AgentJob) -> None: ...
 
-    def set_listener(self, on_finished: Callable[[str, int, bool, str], None]) -> None: ...
+    def set_listener(self, on_finished: Callable[[str, int, bool, str], None],
+                     on_pod_failed: Callable[[str, str, int, str], object],
+                     on_node: Callable[[str, bool], object]) -> None: ...
 
 
 @dataclass
@@ -62,7 +64,7 @@ class Agent:
     overflowed: bool = False  # the outbox dropped a message: the next connection must resync
 
     def __post_init__(self) -> None:
-        self.backend.set_listener(self._finished)
+        self.backend.set_listener(self._finished, self.pod_failed, self.node_ready)
 
     @property
     def state(self) -> ClusterState:

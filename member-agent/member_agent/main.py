@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from member_agent import client
-from member_agent.agent import Agent
+from member_agent.agent import Agent, Backend
 from member_agent.simulated import SimulatedBackend, read_cluster_file
 from member_agent.topology import TopologyError
 
@@ -78,6 +78,15 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
               help="Address of the federation server.")
 @click.option("--simulate", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Run a simulated cluster from a YAML file of Nodes, HyperNodes and Pods.")
+@click.option("--kubeconfig", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Run against this Kubernetes cluster (kubeconfig file).")
+@click.option("--in-cluster", is_flag=True, help="Run against the Kubernetes cluster this pod runs in.")
+@click.option("--namespace", envvar="MEMBER_NAMESPACE", default="default", show_default=True,
+              help="Namespace of the gangs' pods (Kubernetes backend).")
+@click.option("--scheduler-name", default="federation-agent", show_default=True,
+              help="schedulerName of the pods it creates, so no other scheduler takes them.")
+@click.option("--topology-label", "topology_labels", multiple=True, metavar="KEY",
+              help="Node label keys from the widest domain to tier 1, when the cluster has no HyperNodes.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Cluster label (repeatable).")
 @click.option("--heartbeat", type=float, default=2.0, show_default=True, help="Seconds between heartbeats.")
 @click.option("--admin-listen", default="", metavar="HOST:PORT",
@@ -85,8 +94,9 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 @click.option("--log-level", envvar="MEMBER_AGENT_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.pass_context
-def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path | None, labels: tuple[str, ...],
-        heartbeat: float, admin_listen: str, log_level: str) -> None:
+def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path | None, kubeconfig: Path | None,
+        in_cluster: bool, namespace: str, scheduler_name: str, topology_labels: tuple[str, ...],
+        labels: tuple[str, ...], heartbeat: float, admin_listen: str, log_level: str) -> None:
     """Member agent: places gangs topology-aware in one cluster and reports to the federation."""
     if ctx.invoked_subcommand is not None:
         return
@@ -94,18 +104,46 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     if not cluster:
         raise click.UsageError("--cluster is required")
-    if cluster_file is None:
-        raise click.UsageError("give --simulate FILE (the Kubernetes backend is not built yet)")
+    if sum(map(bool, (cluster_file, kubeconfig, in_cluster))) != 1:
+        raise click.UsageError("give exactly one of --simulate FILE, --kubeconfig PATH or --in-cluster")
+    backend: Backend
     try:
-        state = read_cluster_file(cluster_file)
+        if cluster_file is not None:
+            backend = SimulatedBackend(read_cluster_file(cluster_file))
+        else:
+            backend = _kubernetes(cluster, kubeconfig, namespace, scheduler_name, topology_labels)
     except TopologyError as err:
-        raise click.ClickException(f"{cluster_file}: {err}") from err
-    agent = Agent(cluster, _labels(labels), SimulatedBackend(state))
+        raise click.ClickException(f"{cluster_file or kubeconfig or 'cluster'}: {err}") from err
+    agent = Agent(cluster, _labels(labels), backend)
     asyncio.run(_run(agent, server, heartbeat, admin_listen))
+
+
+def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, scheduler: str,
+                topology_labels: tuple[str, ...]) -> Backend:
+    from kubernetes import config
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from member_agent.kube import KubernetesBackend
+
+    try:
+        if kubeconfig is not None:
+            api = config.new_client_from_config(config_file=str(kubeconfig))
+        else:
+            config.load_incluster_config()
+            from kubernetes import client
+
+            api = client.ApiClient()
+        return KubernetesBackend(api, cluster, namespace, scheduler, topology_labels)
+    except (ApiException, HTTPError, config.ConfigException) as err:
+        raise click.ClickException(f"cannot read the cluster through its API server: {err}") from err
 
 
 async def _run(agent: Agent, server: str, heartbeat: float, admin_listen: str) -> None:
     loop = asyncio.get_running_loop()
+    start_watches = getattr(agent.backend, "start_watches", None)
+    if start_watches is not None:
+        start_watches(loop)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

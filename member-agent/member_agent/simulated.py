@@ -63,7 +63,10 @@ class SimulatedBackend:
         self.running: dict[str, asyncio.TimerHandle] = {}
         self._on_finished: Callable[[str, int, bool, str], None] = lambda *_: None
 
-    def set_listener(self, on_finished: Callable[[str, int, bool, str], None]) -> None:
+    def set_listener(self, on_finished: Callable[[str, int, bool, str], None],
+                     on_pod_failed: Callable[[str, str, int, str], object],
+                     on_node: Callable[[str, bool], object]) -> None:
+        """Faults in a simulation are injected through the agent itself, so only endings come from here."""
         self._on_finished = on_finished
 
     def duration(self, job: AgentJob) -> float:
