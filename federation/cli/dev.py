@@ -68,13 +68,12 @@ class ServerProcess(_Child):
 
 
 class AgentProcess(_Child):
-    """A simulated member-agent; `admin` is its fault-injection address."""
+    """A member-agent (`args` choose its backend); `admin` is its fault-injection address."""
 
-    def __init__(self, cluster: str, cluster_file: Path, server: str, *args: str,
-                 env: dict[str, str] | None = None, timeout: float = 60) -> None:
-        super().__init__([str(BIN / "member-agent"), "--cluster", cluster, "--simulate", str(cluster_file),
-                          "--server", server, "--admin-listen", "127.0.0.1:0", *args],
-                         b"admin listening on", env, timeout)
+    def __init__(self, cluster: str, server: str, *args: str, env: dict[str, str] | None = None,
+                 timeout: float = 60) -> None:
+        super().__init__([str(BIN / "member-agent"), "--cluster", cluster, "--server", server,
+                          "--admin-listen", "127.0.0.1:0", *args], b"admin listening on", env, timeout)
         self.admin = self.ready_line.rsplit(" ", 1)[1]
 
 
@@ -155,8 +154,8 @@ def demo(data_dir: Path, examples: Path, timeout: float) -> None:
         children.append(server)
         click.echo(f"federation-server listening on {server.address}")
         for name, file, label in DEMO_CLUSTERS:
-            children.append(AgentProcess(name, examples / "clusters" / f"{file}.yaml", server.address,
-                                         "--label", label))
+            children.append(AgentProcess(name, server.address, "--simulate",
+                                         str(examples / "clusters" / f"{file}.yaml"), "--label", label))
             click.echo(f"member-agent {name} started ({file})")
         click.echo()
         _run(server.address, "apply", "-f", str(examples / "admin" / "federation.yaml"))
