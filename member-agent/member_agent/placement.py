@@ -246,6 +246,16 @@ class _Placer:
 
     # -- descent ---------------------------------------------------------------------------
 
+    @staticmethod
+    def _choose(trial: _Trial, options: list[tuple[str, bool, int]], wanted: int, per_unit: Mapping[str, int],
+                resource: str | None) -> tuple[str, bool, int]:
+        """The fullest option that takes all `wanted` units, else the one that takes the most (then fullest)."""
+        whole = [o for o in options if o[2] >= wanted]
+        if whole:
+            request = {r: a * wanted for r, a in per_unit.items()}
+            return min(whole, key=lambda o: (trial.leftover(o[0], o[1], request, resource), o[0]))
+        return min(options, key=lambda o: (-o[2], trial.leftover(o[0], o[1], {}, resource), o[0]))
+
     def _pods(self, trial: _Trial, domain: str, task: TaskRequest, indices: list[int]) -> bool:
         """Place single pods under `domain`, fullest-first, spanning as few children as possible."""
         resource = _dominant(task.request, self.totals)
@@ -257,12 +267,7 @@ class _Placer:
         while remaining:
             if not options:
                 return False
-            whole = [o for o in options if o[2] >= len(remaining)]
-            if whole:
-                per = {r: a * len(remaining) for r, a in task.request.items()}
-                choice = min(whole, key=lambda o: (trial.leftover(o[0], o[1], per, resource), o[0]))
-            else:  # nothing takes them all: the child that takes the most, fullest first
-                choice = min(options, key=lambda o: (-o[2], trial.leftover(o[0], o[1], {}, resource), o[0]))
+            choice = self._choose(trial, options, len(remaining), task.request, resource)
             options.remove(choice)
             name, is_node, capacity = choice
             take, remaining = remaining[:capacity], remaining[capacity:]
@@ -284,20 +289,16 @@ class _Placer:
         if group.unit_tier is None or d.tier <= group.unit_tier:
             return self._pods(trial, domain, group.task, [i for unit in units for i in unit])
         resource = _dominant(group.task.request, self.totals)
-        options = [(c, self._unit_capacity(trial, c, group)) for c in d.children]
-        options = [o for o in options if o[1] > 0]
+        options = [(c, False, self._unit_capacity(trial, c, group)) for c in d.children]
+        options = [o for o in options if o[2] > 0]
+        per_unit = {r: a * group.size for r, a in group.task.request.items()}
         remaining = list(units)
         while remaining:
             if not options:
                 return False
-            whole = [o for o in options if o[1] >= len(remaining)]
-            if whole:
-                per = {r: a * len(remaining) * group.size for r, a in group.task.request.items()}
-                choice = min(whole, key=lambda o: (trial.leftover(o[0], False, per, resource), o[0]))
-            else:
-                choice = min(options, key=lambda o: (-o[1], trial.leftover(o[0], False, {}, resource), o[0]))
+            choice = self._choose(trial, options, len(remaining), per_unit, resource)
             options.remove(choice)
-            take, remaining = remaining[:choice[1]], remaining[choice[1]:]
+            take, remaining = remaining[:choice[2]], remaining[choice[2]:]
             if not self._units(trial, choice[0], group, take):
                 return False
         return True

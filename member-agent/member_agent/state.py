@@ -7,18 +7,10 @@ node and its few ancestors only, so the per-tier summary sent to the server is c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from federation.resources import Resources
+from federation.scheduling.fit import TierFree
 from member_agent.topology import ROOT, Topology
-
-
-@dataclass(frozen=True)
-class TierFree:
-    tier: int
-    tier_name: str
-    max_free: Resources  # per resource, the most free inside one domain of this tier
-
 
 Shape = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...]]  # (request, node selector)
 
