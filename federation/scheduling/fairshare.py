@@ -1,0 +1,117 @@
+"""Deserved shares: hierarchical water-filling over tenants, then each tenant's queues.
+
+Pure. At each level and for each resource, every member first gets its guarantee (when it has
+demand), then what is left flows to the members still hungry in proportion to their weights,
+never past a member's cap (the smaller of its limit and its demand). What one member cannot use
+flows on to the others, round after round, until nothing is left or nobody is hungry. When
+guarantees alone exceed the capacity, they are scaled down together.
+
+A queue's or tenant's *dominant share* is the largest, over resources, of usage / deserved: how
+far it is into what it deserves (DRF, measured against the deserved share so weights, guarantees
+and limits all count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from federation.resources import Resources
+
+EPSILON = 1e-9
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One member of a level: its weight, guarantee, limit (absent = unlimited) and demand."""
+
+    name: str
+    weight: float = 1.0
+    guarantee: Mapping[str, int] = field(default_factory=dict)
+    limit: Mapping[str, int] | None = None
+    demand: Mapping[str, int] = field(default_factory=dict)
+
+
+def _cap(claim: Claim, resource: str) -> float:
+    demand = float(claim.demand.get(resource, 0))
+    if claim.limit is not None and resource in claim.limit:
+        return min(demand, float(claim.limit[resource]))
+    return demand
+
+
+def water_fill(total: float, claims: Sequence[tuple[float, float, float]]) -> list[float]:
+    """Share `total` among (weight, guarantee, cap) claims; returns each one's share."""
+    shares = [min(g, c) for _, g, c in claims]
+    floor = sum(shares)
+    if floor > total + EPSILON:  # guarantees over-subscribed: scale them down together
+        return [s * total / floor for s in shares]
+    left = total - floor
+    hungry = [i for i, (_, _, c) in enumerate(claims) if shares[i] < c - EPSILON]
+    while left > EPSILON and hungry:
+        weights = sum(claims[i][0] for i in hungry)
+        if weights <= 0:
+            break
+        given = 0.0
+        for i in hungry:
+            offer = left * claims[i][0] / weights
+            take = min(offer, claims[i][2] - shares[i])
+            shares[i] += take
+            given += take
+        left -= given
+        hungry = [i for i in hungry if shares[i] < claims[i][2] - EPSILON]
+        if given <= EPSILON:
+            break
+    return shares
+
+
+def deserved(total: Mapping[str, int], claims: Sequence[Claim]) -> dict[str, dict[str, float]]:
+    """Each claim's deserved amount of every resource of `total`."""
+    out: dict[str, dict[str, float]] = {c.name: {} for c in claims}
+    for resource, amount in total.items():
+        shares = water_fill(float(amount), [(c.weight, float(c.guarantee.get(resource, 0)), _cap(c, resource))
+                                            for c in claims])
+        for claim, share in zip(claims, shares, strict=True):
+            out[claim.name][resource] = share
+    return out
+
+
+@dataclass(frozen=True)
+class Tree:
+    """Deserved shares of tenants and of queues (queue names are global)."""
+
+    tenants: dict[str, dict[str, float]]
+    queues: dict[str, dict[str, float]]
+
+
+def hierarchical(total: Mapping[str, int], tenants: Sequence[Claim],
+                 queues_of: Mapping[str, Sequence[Claim]]) -> Tree:
+    """Tenants share the federation; each tenant's queues share what the tenant deserves.
+
+    A tenant's demand is its queues' demands added up (its claim's own demand is ignored).
+    """
+    with_demand = []
+    for t in tenants:
+        demand: Resources = {}
+        for q in queues_of.get(t.name, ()):
+            for r, a in q.demand.items():
+                demand[r] = demand.get(r, 0) + a
+        with_demand.append(Claim(t.name, t.weight, t.guarantee, t.limit, demand))
+    tenant_shares = deserved(total, with_demand)
+    queue_shares: dict[str, dict[str, float]] = {}
+    for t in with_demand:
+        inner = {r: round(a) for r, a in tenant_shares[t.name].items()}
+        queue_shares.update(deserved(inner, list(queues_of.get(t.name, ()))))
+    return Tree(tenant_shares, queue_shares)
+
+
+def dominant_share(usage: Mapping[str, int], deserved_share: Mapping[str, float],
+                   extra: Mapping[str, int] | None = None) -> float:
+    """Largest over resources of (usage + extra) / deserved; using what one does not deserve is infinite."""
+    share = 0.0
+    for resource in set(usage) | set(extra or {}):
+        used = usage.get(resource, 0) + (extra or {}).get(resource, 0)
+        if used <= 0:
+            continue
+        have = deserved_share.get(resource, 0.0)
+        share = max(share, used / have if have > EPSILON else float("inf"))
+    return share
