@@ -1,0 +1,109 @@
+"""The pure scheduling cycle: order, fairness, quotas, cluster choice, reservation, reclaim, preemption."""
+
+from federation.scheduling.cycle import PendingJob, QueueInfo, RunningJob, Snapshot, TenantInfo, schedule
+from federation.scheduling.fit import ClusterView, JobView, TierFree
+
+GPU = "nvidia.com/gpu"
+
+
+def cluster(name: str, free: int, leaf: int | None = None, labels: dict | None = None) -> ClusterView:
+    tiers = [TierFree(0, "node", {GPU: min(free, 8)}), TierFree(1, "leaf", {GPU: min(free, leaf or free)}),
+             TierFree(2, "spine", {GPU: free})]
+    return ClusterView(name, labels or {}, {GPU: free}, tiers)
+
+
+def job(job_id: str, queue: str, gpus: int, seq: int, priority: int = 0, **view: object) -> PendingJob:
+    return PendingJob(JobView(job_id, {GPU: gpus}, {GPU: min(gpus, 8)}, **view), queue, priority, seq)  # type: ignore
+
+
+def snap(tenants: list[TenantInfo], queues: list[QueueInfo], pending: list[PendingJob], clusters: list[ClusterView],
+         running: list[RunningJob] | None = None, capacity: int | None = None) -> Snapshot:
+    total = capacity if capacity is not None else sum(c.free[GPU] for c in clusters) + sum(
+        r.request[GPU] for r in running or [])
+    return Snapshot(tenants, queues, pending, running or [], clusters, {GPU: total})
+
+
+def test_weights_decide_who_gets_a_full_federation() -> None:
+    pending = [job(f"a{i}", "qa", 8, i) for i in range(10)] + [job(f"b{i}", "qb", 8, 100 + i) for i in range(10)]
+    d = schedule(snap([TenantInfo("ta", 1), TenantInfo("tb", 3)], [QueueInfo("qa", "ta"), QueueInfo("qb", "tb")],
+                      pending, [cluster("c1", 64)]))
+    assigned = sorted(d.assign)
+    assert sum(j.startswith("a") for j in assigned) == 2 and sum(j.startswith("b") for j in assigned) == 6
+    assert d.shares is not None and round(d.shares.tenants["tb"][GPU]) == 48
+    assert d.waiting["a2"].startswith("no ready cluster fits: c1: not enough free")
+
+
+def test_queue_priority_first_then_job_priority_then_age() -> None:
+    pending = [job("low-old", "batch", 8, 1), job("urgent", "prod", 8, 5), job("young-high", "batch", 8, 9, 10)]
+    d = schedule(snap([TenantInfo("t")], [QueueInfo("batch", "t"), QueueInfo("prod", "t", priority=5)], pending,
+                      [cluster("c1", 16)]))
+    assert set(d.assign) == {"urgent", "young-high"}
+    assert d.positions == {"young-high": 1, "low-old": 2, "urgent": 1}
+
+
+def test_limits_hold_and_smaller_jobs_are_not_blocked_by_them() -> None:
+    pending = [job("big", "q", 16, 1), job("a", "q", 8, 2), job("b", "q", 8, 3), job("c", "q", 8, 4)]
+    d = schedule(snap([TenantInfo("t", limit={GPU: 64})], [QueueInfo("q", "t", limit={GPU: 24})], pending,
+                      [cluster("c1", 64)]))
+    assert set(d.assign) == {"big", "a"}
+    assert d.waiting["b"] == "queue at limit nvidia.com/gpu=24"
+    d = schedule(snap([TenantInfo("t", limit={GPU: 8})], [QueueInfo("q", "t")], pending, [cluster("c1", 64)]))
+    assert set(d.assign) == {"a"} and d.waiting["big"] == "tenant t at limit nvidia.com/gpu=8"
+
+
+def test_cluster_choice_lowest_tier_then_tightest_fit() -> None:
+    clusters = [cluster("roomy", 64, leaf=8), cluster("tight", 24, leaf=16), cluster("exact", 16, leaf=16)]
+    d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], [job("j", "q", 16, 1)], clusters))
+    assert d.assign == {"j": "exact"}  # fits at tier 1 in tight and exact; exact leaves least over
+    hard = job("h", "q", 16, 1, mode="hard", highest_tier=1)
+    other = RunningJob("r", "q2", "roomy", 0, 0, {GPU: 64}, preemptible=False)  # q is over its share: no reservation
+    d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t"), QueueInfo("q2", "t")], [hard],
+                      [cluster("roomy", 64, leaf=8)], [other], capacity=16))
+    assert d.waiting["h"] == ("no ready cluster fits: roomy: no HyperNode of tier 1 or below has enough free: "
+                              "nvidia.com/gpu 8/16 free")
+
+
+def test_head_of_a_queue_below_its_share_holds_a_reservation() -> None:
+    queues = [QueueInfo("big", "t1"), QueueInfo("small", "t2")]
+    tenants = [TenantInfo("t1"), TenantInfo("t2")]
+    running = [RunningJob("r", "small", "c1", 0, 0, {GPU: 48}, preemptible=False)]
+    pending = [job("wide", "big", 32, 1), job("tiny", "small", 8, 2)]
+    # 64 GPUs: each tenant deserves 32; "wide" would take big exactly to its share, but only 16 are free
+    d = schedule(snap(tenants, queues, pending, [cluster("c1", 16)], running))
+    assert d.waiting["wide"].startswith("waiting for resources in cluster c1, reserved so smaller jobs do not starve")
+    assert "tiny" not in d.assign  # the free GPUs are held for the wide gang
+    d = schedule(snap(tenants, queues, pending[1:], [cluster("c1", 16)], running))
+    assert d.assign == {"tiny": "c1"}  # without the wide gang waiting, the small one runs
+
+
+def test_reclaim_takes_whole_gangs_from_over_share_queues_youngest_first() -> None:
+    tenants = [TenantInfo("owner", guarantee={GPU: 16}), TenantInfo("borrower")]
+    queues = [QueueInfo("mine", "owner", guarantee={GPU: 16}), QueueInfo("lent", "borrower"),
+              QueueInfo("locked", "borrower", reclaimable=False)]
+    running = [RunningJob(f"b{i}", "lent", "c1", 0, i, {GPU: 8}, preemptible=True) for i in range(6)]
+    running += [RunningJob("keep", "locked", "c1", 0, 99, {GPU: 8}, preemptible=True),
+                RunningJob("vip", "lent", "c1", 0, 100, {GPU: 8}, preemptible=False)]
+    d = schedule(snap(tenants, queues, [job("need", "mine", 16, 200)], [cluster("c1", 0)], running, capacity=64))
+    assert set(d.preempt) == {"b5", "b4"}  # two youngest whole gangs: exactly enough
+    assert all(r.startswith("reclaimed for need") for r in d.preempt.values())
+    assert d.waiting["need"] == "waiting for 2 preempted job(s) to exit in cluster c1"
+
+
+def test_priority_preempts_within_its_queue_never_a_non_preemptible_job() -> None:
+    running = [RunningJob("fixed", "q", "c1", 10, 1, {GPU: 8}, preemptible=False),
+               RunningJob("spare", "q", "c1", 10, 2, {GPU: 8}, preemptible=True)]
+    d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], [job("hi", "q", 8, 3, priority=100)],
+                      [cluster("c1", 0)], running, capacity=16))
+    assert d.preempt == {"spare": "preempted for hi (priority 100) in queue q"}
+    d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], [job("hi", "q", 16, 3, priority=100)],
+                      [cluster("c1", 0)], running, capacity=16))
+    assert d.preempt == {}  # evicting 'spare' alone would not make room: nothing is preempted
+
+
+def test_closed_queues_and_disabled_tenants_explain_themselves() -> None:
+    queues = [QueueInfo("shut", "t", state="CLOSED"), QueueInfo("q", "off")]
+    d = schedule(snap([TenantInfo("t"), TenantInfo("off", disabled=True)], queues,
+                      [job("a", "shut", 8, 1), job("b", "q", 8, 2)], [cluster("c1", 64)]))
+    assert d.assign == {} and d.waiting == {"a": "queue shut is closed", "b": "tenant off is disabled"}
+    d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], [job("a", "q", 8, 1)], []))
+    assert d.waiting == {"a": "no member cluster is ready"}
