@@ -38,16 +38,18 @@ class EventHub:
         self._poll_interval = poll_interval
         self._subscribers: set[_Subscriber] = set()
         self._wake = asyncio.Event()
+        self._stopping = False
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="event-hub")
 
     async def stop(self) -> None:
+        """Let the current read finish (never cut a query short), then stop."""
+        self._stopping = True
+        self._wake.set()
         if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await self._task
 
     def notify(self) -> None:
         """Local writers call this after commit so watchers see their events at once."""
@@ -58,6 +60,8 @@ class EventHub:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._poll_interval)
             self._wake.clear()
+            if self._stopping:
+                return
             try:
                 await self._deliver_new()
             except Exception:  # a database hiccup must not end every watch stream

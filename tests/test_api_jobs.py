@@ -37,7 +37,7 @@ async def test_submit_get_and_defaults(api: Api) -> None:
     assert not response.duplicate
     assert job.id.startswith("train-")
     assert (job.tenant, job.priority, job.status.phase) == ("ml", 100, common_pb2.PENDING)
-    assert job.status.reason == "no member cluster is connected"
+    assert job.status.reason == "no member cluster is ready"
     assert job.spec.priority_class_name == ""  # as submitted; the class it got is stored beside it
     assert job.spec.max_retry == 3 and job.spec.network_topology.highest_tier_allowed == 1  # Volcano defaults
     fetched = await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=job.id))

@@ -124,7 +124,7 @@ def test_fedctl_job_lifecycle(live: str, tmp_path: Path) -> None:
     ids = [line.split()[0].removeprefix("job/") for line in done.stdout.splitlines()]
     assert len(ids) == 2 and ids[1].startswith("finetune-13b-")
     shown = fedctl(live, "get", "job", ids[0])
-    assert "Pending" in shown.stdout and "no member cluster is connected" in shown.stdout
+    assert "Pending" in shown.stdout and "no member cluster is ready" in shown.stdout
     as_json = json.loads(fedctl(live, "get", "job", ids[0], "-o", "json").stdout)
     assert as_json["status"]["phase"] == "PENDING" and as_json["spec"]["queue"] == "research-batch"
     cancelled = fedctl(live, "cancel", ids[1], "--reason", "not needed")

@@ -1,6 +1,6 @@
-"""The server's pure fit check and interim first-fit dispatch."""
+"""The server's pure per-cluster fit check."""
 
-from federation.scheduling.fit import ClusterView, JobView, TierFree, check, first_fit
+from federation.scheduling.fit import ClusterView, JobView, TierFree, check
 
 GPU = "nvidia.com/gpu"
 H100 = ClusterView("h100", {"accelerator": "h100"}, {GPU: 64}, [
@@ -20,13 +20,3 @@ def test_check_explains_each_reason() -> None:
     assert check(JobView("j", {GPU: 128}, {GPU: 8}), H100) == "not enough free: nvidia.com/gpu 64/128 free"
     assert check(JobView("j", {GPU: 32}, {GPU: 8}, mode="soft", highest_tier=1), SMALL_NODES) == \
         "no node can hold its largest pod: nvidia.com/gpu 4/8 free"
-
-
-def test_first_fit_reserves_and_respects_refusals() -> None:
-    jobs = [JobView("a", {GPU: 48}, {GPU: 4}), JobView("b", {GPU: 48}, {GPU: 4}), JobView("c", {GPU: 48}, {GPU: 4})]
-    chosen, waiting = first_fit(jobs, [H100, SMALL_NODES])
-    assert chosen == {"a": "gb300", "b": "h100"}  # by cluster name, and a reservation per job
-    assert waiting["c"].startswith("no ready cluster fits: gb300: not enough free")
-    chosen, waiting = first_fit(jobs[:1], [H100, SMALL_NODES], {"a": {"gb300": "rejected it recently: full"}})
-    assert chosen == {"a": "h100"}
-    assert first_fit(jobs[:1], [])[1] == {"a": "no member cluster is connected"}

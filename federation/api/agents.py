@@ -19,8 +19,8 @@ from sqlalchemy import func, update
 from federation.api.convert import job_to_proto
 from federation.api.status import servicer
 from federation.connections import Connection, Connections
-from federation.dispatch import Dispatcher
 from federation.errors import InvalidArgument
+from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Cluster
@@ -39,13 +39,13 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
 
 @servicer
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, admin: AdminStore, jobs: JobStore, connections: Connections, dispatcher: Dispatcher,
+    def __init__(self, admin: AdminStore, jobs: JobStore, connections: Connections, scheduler: Scheduler,
                  on_change: Callable[[], None]) -> None:
         self.admin = admin
         self.jobs = jobs
         self.connections = connections
-        self.dispatcher = dispatcher
-        self.on_change = on_change  # wakes the dispatcher and the watchers
+        self.scheduler = scheduler
+        self.on_change = on_change  # wakes the scheduler and the watchers
 
     async def _set(self, cluster: str, **values: Any) -> None:
         async with self.admin.engine.begin() as conn:
@@ -57,7 +57,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             self.connections.send(cluster, agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
                 job_id=u.job_id, attempt=u.attempt, reason="the job was cancelled")))
         if applied.rejected:
-            self.dispatcher.rejected(u.job_id, cluster, u.reason)
+            self.scheduler.rejected(u.job_id, cluster, u.reason)
         self.on_change()
 
     async def _resend_dispatched(self, conn: Connection, reported: dict[str, int]) -> None:

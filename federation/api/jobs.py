@@ -24,7 +24,7 @@ MAX_BATCH = 1000
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 
-NO_CLUSTER_REASON = "no member cluster is connected"
+NO_CLUSTER_REASON = "no member cluster is ready"
 WAITING_REASON = "waiting for the scheduler"
 
 
@@ -52,7 +52,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self.admin = admin
         self.hub = hub
         self.connections = connections
-        self.on_change = on_change  # wakes the dispatcher and the watchers
+        self.on_change = on_change  # wakes the scheduler and the watchers
 
     async def _prepare(self, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str]) -> list[NewJob]:
         """Validate a batch in full and resolve its references; raise before anything is stored."""

@@ -75,6 +75,7 @@ class Snapshot:
     running: Sequence[RunningJob]  # Dispatched or Running: they hold resources
     clusters: Sequence[ClusterView]  # Ready and not cordoned
     capacity: Mapping[str, int]  # of those clusters, for deserved shares
+    refused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # job -> cluster -> agent's reason
 
 
 @dataclass
@@ -162,8 +163,9 @@ class _Cycle:
     def choose(self, job: JobView) -> tuple[str | None, list[str]]:
         """The best cluster for `job`, or None with each cluster's reason."""
         fitting, reasons = [], []
+        refused = self.snap.refused.get(job.id, {})
         for name in sorted(self.clusters):
-            why = check(job, self._view(name))
+            why = refused.get(name) or check(job, self._view(name))
             if why is None:
                 fitting.append((self._fit_tier(job, name), self._leftover(job, name), name))
             else:

@@ -75,32 +75,3 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
         return None
     best = within[-1].max_free if within else {}
     return f"no HyperNode of tier {limit} or below has enough free: " + _short(best, job.request)
-
-
-def first_fit(jobs: Sequence[JobView], clusters: Sequence[ClusterView],
-              refused: Mapping[str, Mapping[str, str]] | None = None) -> tuple[dict[str, str], dict[str, str]]:
-    """Each job, in the given order, to the first cluster (by name) that fits it, reserving as it goes.
-
-    `refused` holds, per job, clusters whose agent recently rejected it, with the agent's reason.
-    Returns (job id -> cluster, job id -> reason it waits). The interim policy until the fair-share
-    scheduler: no quotas, no ordering of its own.
-    """
-    free = {c.name: dict(c.free) for c in clusters}
-    ordered = sorted(clusters, key=lambda c: c.name)
-    chosen: dict[str, str] = {}
-    waiting: dict[str, str] = {}
-    for job in jobs:
-        reasons = []
-        for c in ordered:
-            why = (refused or {}).get(job.id, {}).get(c.name) or \
-                check(job, ClusterView(c.name, c.labels, free[c.name], c.tiers))
-            if why is None:
-                chosen[job.id] = c.name
-                for r, a in job.request.items():
-                    free[c.name][r] = free[c.name].get(r, 0) - a
-                break
-            reasons.append(f"{c.name}: {why}")
-        else:
-            waiting[job.id] = ("no ready cluster fits: " + "; ".join(reasons)) if reasons else \
-                "no member cluster is connected"
-    return chosen, waiting

@@ -14,8 +14,8 @@ from federation.api.admin import AdminServicer
 from federation.api.agents import AgentServicer
 from federation.api.jobs import JobServicer
 from federation.connections import Connections
-from federation.dispatch import Dispatcher
 from federation.events import EventHub
+from federation.scheduler import Scheduler
 from federation.store import database
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
@@ -65,16 +65,16 @@ class FederationServer:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ])
         self.connections = Connections()
-        self.dispatcher = Dispatcher(jobs, admin, self.connections, self.hub)
+        self.scheduler = Scheduler(jobs, admin, self.connections, self.hub)
 
         def changed() -> None:
-            self.dispatcher.wake()
+            self.scheduler.wake()
             self.hub.notify()
 
         jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs, admin, self.hub, self.connections, changed),
                                                        self.server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(admin), self.server)
-        agents = AgentServicer(admin, jobs, self.connections, self.dispatcher, changed)
+        agents = AgentServicer(admin, jobs, self.connections, self.scheduler, changed)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(agents, self.server)
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -85,12 +85,12 @@ class FederationServer:
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        self.dispatcher.start()
+        self.scheduler.start()
         return self.port
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.health.enter_graceful_shutdown()
-        await self.dispatcher.stop()
+        await self.scheduler.stop()
         await self.server.stop(grace)
         await self.hub.stop()
         await self.engine.dispose()

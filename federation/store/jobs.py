@@ -22,6 +22,7 @@ from federation.v1 import agent_pb2
 
 TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
 ACTIVE_PHASES = ("DISPATCHED", "RUNNING", "RESTARTING")
+WAITING_PHASES = ("PENDING", "PREEMPTED")  # in a queue, waiting to be scheduled
 
 _jobs = Job.__table__
 _events = JobEvent.__table__
@@ -50,7 +51,7 @@ class SubmitResult:
 
 @dataclass(frozen=True)
 class Applied:
-    """What applying an agent's update means for the agent and the dispatcher."""
+    """What applying an agent's update means for the agent and the scheduler."""
 
     cancel: bool = False  # the agent bound a job that was cancelled here meanwhile: tell it to stop
     rejected: bool = False  # the agent refused the job, which is Pending again
@@ -195,8 +196,8 @@ class JobStore:
 
 
     async def pending(self, limit: int) -> list[Any]:
-        """Pending jobs, higher priority first, then in submission order."""
-        query = select(Job).where(Job.phase == "PENDING").order_by(Job.priority.desc(), Job.seq).limit(limit)
+        """Jobs waiting in their queues (Pending or Preempted), higher priority first, then by submission."""
+        query = select(Job).where(Job.phase.in_(WAITING_PHASES)).order_by(Job.priority.desc(), Job.seq).limit(limit)
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
 
@@ -208,13 +209,13 @@ class JobStore:
             return list((await conn.execute(query)).mappings().all())
 
     async def dispatch(self, decisions: dict[str, str]) -> list[Any]:
-        """Move still-Pending jobs to their chosen cluster with a new attempt; returns the moved rows."""
+        """Move still-waiting jobs to their chosen cluster with a new attempt; returns the moved rows."""
         if not decisions:
             return []
         async with self.engine.begin() as conn:
             rows = (await conn.execute(
-                select(Job).where(Job.id.in_(decisions), Job.phase == "PENDING").order_by(Job.id).with_for_update()
-            )).mappings().all()
+                select(Job).where(Job.id.in_(decisions), Job.phase.in_(WAITING_PHASES)).order_by(Job.id)
+                .with_for_update())).mappings().all()
             moved = []
             events = []
             for row in rows:
@@ -229,14 +230,37 @@ class JobStore:
             await append_events(conn, events)
         return moved
 
-    async def set_reasons(self, reasons: dict[str, str]) -> None:
-        """Why each Pending job waits; rows whose reason is unchanged are not rewritten."""
+    async def preempt(self, reasons: dict[str, str]) -> list[Any]:
+        """Return running gangs to their queues (phase Preempted, keeping their submission order).
+
+        Returns the rows as they were, so the caller can tell each one's agent which attempt to stop.
+        """
         if not reasons:
+            return []
+        async with self.engine.begin() as conn:
+            rows = (await conn.execute(
+                select(Job).where(Job.id.in_(reasons), Job.phase.in_(ACTIVE_PHASES)).order_by(Job.id)
+                .with_for_update())).mappings().all()
+            for row in rows:
+                await conn.execute(update(Job).where(Job.id == row["id"]).values(
+                    phase="PREEMPTED", cluster="", hypernode="", tier=0, placements=[], reason=reasons[row["id"]],
+                    updated_at=func.now()))
+            await append_events(conn, [EventRecord(r["id"], r["tenant"], r["queue"], "Preempted", "PREEMPTED",
+                                                   reasons[r["id"]], r["attempt"], r["cluster"]) for r in rows])
+        return list(rows)
+
+    async def set_waiting(self, rows: Sequence[Any], reasons: dict[str, str], positions: dict[str, int]) -> None:
+        """Why each waiting job waits and its place in its queue; only rows that changed are written."""
+        changes = [{"job_id": r["id"], "reason": reasons.get(r["id"], r["reason"]),
+                    "position": positions.get(r["id"], 0)} for r in rows
+                   if (reasons.get(r["id"], r["reason"]), positions.get(r["id"], 0)) != (r["reason"],
+                                                                                         r["queue_position"])]
+        if not changes:
             return
         async with self.engine.begin() as conn:
-            for job_id, reason in sorted(reasons.items()):
-                await conn.execute(update(Job).where(Job.id == job_id, Job.phase == "PENDING", Job.reason != reason)
-                                   .values(reason=reason, updated_at=func.now()))
+            await conn.execute(
+                text("UPDATE jobs SET reason = :reason, queue_position = :position, updated_at = now() "
+                     "WHERE id = :job_id AND phase IN ('PENDING', 'PREEMPTED')"), changes)
 
     async def apply_update(self, cluster: str, u: agent_pb2.JobUpdate) -> Applied:
         """Apply an agent's JobUpdate, fenced by cluster and attempt; a repeat or a stale one changes nothing."""

@@ -1,8 +1,9 @@
-"""Interim dispatch: Pending jobs to the first Ready cluster that fits them, by priority then age.
+"""The scheduling loop: snapshot in, one pure cycle, decisions written in one go, orders out.
 
-This is the placeholder the fair-share scheduler replaces; it shares that scheduler's edges
-(a snapshot in, decisions written in one transaction, orders to the agents after the commit)
-and its pure fit check, `federation.scheduling.fit`.
+It wakes on a short period and at once when something changes (a submit, a cancel, a job's end,
+an agent's inventory). Decisions are written before any order is sent, so an order an agent
+receives always matches what Postgres says; a crash in between leaves Dispatched jobs that are
+re-sent when their agent reconnects.
 """
 
 from __future__ import annotations
@@ -17,15 +18,24 @@ from federation.api.convert import job_to_proto
 from federation.connections import Connections
 from federation.events import EventHub
 from federation.resources import parse_resources
-from federation.scheduling.fit import ClusterView, JobView, TierFree, first_fit
+from federation.scheduling.cycle import (
+    Decisions,
+    PendingJob,
+    QueueInfo,
+    RunningJob,
+    Snapshot,
+    TenantInfo,
+    schedule,
+)
+from federation.scheduling.fit import ClusterView, JobView, TierFree
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
-from federation.store.models import Cluster
+from federation.store.models import Cluster, PriorityClass, Queue, Tenant
 from federation.v1 import agent_pb2
 
 log = logging.getLogger(__name__)
 
-SCAN_LIMIT = 5000
+SCAN_LIMIT = 200_000
 REJECTION_MEMORY = 30.0  # seconds a cluster's rejection keeps a job away from it
 
 
@@ -41,6 +51,7 @@ def job_view(row: Mapping[str, Any]) -> JobView:
 
 
 def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> ClusterView:
+    """A Ready cluster as its last inventory says, less what was dispatched and not yet bound there."""
     inv = row["inventory"] or {}
     allocatable, used = inv.get("allocatable", {}), inv.get("used", {})
     free = {r: a - used.get(r, 0) - inflight.get(r, 0) for r, a in allocatable.items()}
@@ -48,12 +59,14 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
     return ClusterView(row["name"], row["labels"], free, tiers)
 
 
-class Dispatcher:
+class Scheduler:
     def __init__(self, jobs: JobStore, admin: AdminStore, connections: Connections, hub: EventHub,
                  period: float = 1.0) -> None:
         self.jobs, self.admin, self.connections, self.hub = jobs, admin, connections, hub
         self.period = period
+        self.last: Decisions | None = None  # for queue status and metrics
         self._wake = asyncio.Event()
+        self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._refused: dict[str, dict[str, tuple[float, str]]] = {}  # job -> cluster -> (until, reason)
 
@@ -75,39 +88,70 @@ class Dispatcher:
         return {j: {c: v[1] for c, v in by.items()} for j, by in self._refused.items()}
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="dispatcher")
+        self._task = asyncio.create_task(self._run(), name="scheduler")
 
     async def stop(self) -> None:
+        """Let the current cycle finish (never cut a transaction short), then stop."""
+        self._stopping = True
+        self._wake.set()
         if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await self._task
 
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.period)
             self._wake.clear()
+            if self._stopping:
+                return
             try:
                 await self.cycle()
             except Exception:
-                log.exception("dispatch cycle failed; retrying")
+                log.exception("scheduling cycle failed; retrying")
 
-    async def cycle(self) -> None:
+    async def snapshot(self) -> tuple[Snapshot, list[Any]]:
         pending = await self.jobs.pending(SCAN_LIMIT)
-        if not pending:
-            return
+        active = await self.jobs.active()
+        classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
         connected = self.connections.connected()
         inflight: dict[str, dict[str, int]] = {}
-        for row in await self.jobs.active(phases=("DISPATCHED",)):
-            totals = inflight.setdefault(row["cluster"], {})
-            for r, a in row["request"].items():
-                totals[r] = totals.get(r, 0) + a
-        clusters = [cluster_view(c, inflight.get(c["name"], {})) for c in await self.admin.list(Cluster)
+        for row in active:
+            if row["phase"] == "DISPATCHED":
+                totals = inflight.setdefault(row["cluster"], {})
+                for r, a in row["request"].items():
+                    totals[r] = totals.get(r, 0) + a
+        clusters = [c for c in await self.admin.list(Cluster)
                     if c["name"] in connected and c["status"] == "READY" and not c["cordoned"]]
-        chosen, waiting = first_fit([job_view(r) for r in pending], clusters, self._recent_refusals())
-        for row in await self.jobs.dispatch(chosen):
+        capacity: dict[str, int] = {}
+        for c in clusters:
+            for r, a in ((c["inventory"] or {}).get("allocatable") or {}).items():
+                capacity[r] = capacity.get(r, 0) + a
+        snapshot = Snapshot(
+            tenants=[TenantInfo(t["name"], t["weight"], t["guarantee"], t["limit"], t["disabled"])
+                     for t in await self.admin.list(Tenant)],
+            queues=[QueueInfo(q["name"], q["tenant"], q["weight"], q["priority"], q["guarantee"], q["limit"],
+                              q["reclaimable"], q["state"]) for q in await self.admin.list(Queue)],
+            pending=[PendingJob(job_view(r), r["queue"], r["priority"], r["seq"]) for r in pending],
+            running=[RunningJob(r["id"], r["queue"], r["cluster"], r["priority"], r["seq"], r["request"],
+                                bool(classes.get(r["priority_class"], {}).get("preemptible", True)))
+                     for r in active],
+            clusters=[cluster_view(c, inflight.get(c["name"], {})) for c in clusters],
+            capacity=capacity,
+            refused=self._recent_refusals(),
+        )
+        return snapshot, pending
+
+    async def cycle(self) -> Decisions:
+        snapshot, pending = await self.snapshot()
+        decisions = schedule(snapshot)
+        self.last = decisions
+        for row in await self.jobs.preempt(decisions.preempt):
+            self.connections.send(row["cluster"], agent_pb2.ControlMessage(preempt=agent_pb2.Preempt(
+                job_id=row["id"], attempt=row["attempt"], reason=decisions.preempt[row["id"]])))
+        for row in await self.jobs.dispatch(decisions.assign):
             self.connections.send(row["cluster"], agent_pb2.ControlMessage(
                 assign=agent_pb2.Assign(job=job_to_proto(row), attempt=row["attempt"])))
-        await self.jobs.set_reasons(waiting)
+        await self.jobs.set_waiting([r for r in pending if r["id"] not in decisions.assign], decisions.waiting,
+                                    decisions.positions)
         self.hub.notify()
+        return decisions
