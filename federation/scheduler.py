@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from federation import metrics
 from federation.api.convert import job_to_proto
 from federation.connections import Connections
 from federation.events import EventHub
-from federation.resources import parse_resources
+from federation.resources import format_resources, parse_resources
 from federation.scheduling.cycle import (
     Decisions,
     PendingJob,
@@ -26,12 +28,14 @@ from federation.scheduling.cycle import (
     Snapshot,
     TenantInfo,
     schedule,
+    shares,
 )
-from federation.scheduling.fit import ClusterView, JobView, TierFree
+from federation.scheduling.fairshare import dominant_share
+from federation.scheduling.fit import ClusterState, ClusterView, JobView, TierFree, explain
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Cluster, PriorityClass, Queue, Tenant
-from federation.v1 import agent_pb2
+from federation.v1 import admin_pb2, agent_pb2
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +65,9 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
 
 class Scheduler:
     def __init__(self, jobs: JobStore, admin: AdminStore, connections: Connections, hub: EventHub,
-                 period: float = 1.0) -> None:
+                 is_leader: Callable[[], bool], period: float = 1.0) -> None:
         self.jobs, self.admin, self.connections, self.hub = jobs, admin, connections, hub
+        self.is_leader = is_leader
         self.period = period
         self.last: Decisions | None = None  # for queue status and metrics
         self._wake = asyncio.Event()
@@ -104,6 +109,8 @@ class Scheduler:
             self._wake.clear()
             if self._stopping:
                 return
+            if not self.is_leader():
+                continue
             try:
                 await self.cycle()
             except Exception:
@@ -124,8 +131,10 @@ class Scheduler:
                     if c["name"] in connected and c["status"] == "READY" and not c["cordoned"]]
         capacity: dict[str, int] = {}
         for c in clusters:
-            for r, a in ((c["inventory"] or {}).get("allocatable") or {}).items():
+            inv = c["inventory"] or {}
+            for r, a in (inv.get("allocatable") or {}).items():
                 capacity[r] = capacity.get(r, 0) + a
+                metrics.CLUSTER_UTILISATION.labels(c["name"], r).set((inv.get("used") or {}).get(r, 0) / a if a else 0)
         snapshot = Snapshot(
             tenants=[TenantInfo(t["name"], t["weight"], t["guarantee"], t["limit"], t["disabled"])
                      for t in await self.admin.list(Tenant)],
@@ -142,9 +151,11 @@ class Scheduler:
         return snapshot, pending
 
     async def cycle(self) -> Decisions:
+        started = time.perf_counter()
         snapshot, pending = await self.snapshot()
         decisions = schedule(snapshot)
         self.last = decisions
+        self._record(snapshot, decisions, time.perf_counter() - started)
         for row in await self.jobs.preempt(decisions.preempt):
             self.connections.send(row["cluster"], agent_pb2.ControlMessage(preempt=agent_pb2.Preempt(
                 job_id=row["id"], attempt=row["attempt"], reason=decisions.preempt[row["id"]])))
@@ -155,3 +166,45 @@ class Scheduler:
                                     decisions.positions)
         self.hub.notify()
         return decisions
+
+    def _record(self, snapshot: Snapshot, decisions: Decisions, seconds: float) -> None:
+        metrics.CYCLE_SECONDS.observe(seconds)
+        metrics.JOBS_SCHEDULED.inc(len(decisions.assign))
+        metrics.JOBS_PREEMPTED.inc(len(decisions.preempt))
+        waiting: dict[str, int] = {q.name: 0 for q in snapshot.queues}
+        for job in snapshot.pending:
+            if job.id not in decisions.assign:
+                waiting[job.queue] = waiting.get(job.queue, 0) + 1
+        for queue, count in waiting.items():
+            metrics.QUEUE_PENDING.labels(queue).set(count)
+        assert decisions.shares is not None
+        for queue, usage in decisions.usage.items():
+            share = dominant_share(usage, decisions.shares.queues.get(queue, {}))
+            metrics.QUEUE_DOMINANT_SHARE.labels(queue).set(share if share != float("inf") else -1)
+
+    async def queue_status(self, name: str) -> admin_pb2.QueueStatus:
+        """Usage, deserved share and counts of one queue, computed now as a cycle would."""
+        queue = await self.admin.get(Queue, name)
+        snapshot, _ = await self.snapshot()
+        tree, usage, _ = shares(snapshot)
+        deserved = {r: round(a) for r, a in tree.queues.get(name, {}).items()}
+        share = dominant_share(usage.get(name, {}), tree.queues.get(name, {}))
+        return admin_pb2.QueueStatus(
+            queue=name, tenant=queue["tenant"], usage=format_resources(usage.get(name, {})),
+            deserved=format_resources({r: a for r, a in deserved.items() if a}),
+            dominant_share=share if share != float("inf") else -1.0,
+            pending=sum(1 for j in snapshot.pending if j.queue == name),
+            running=sum(1 for j in snapshot.running if j.queue == name))
+
+    async def explain(self, row: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+        """For a waiting job, each cluster and why it does not fit there now (None: it does)."""
+        connected = self.connections.connected()
+        inflight: dict[str, dict[str, int]] = {}
+        for active in await self.jobs.active(phases=("DISPATCHED",)):
+            totals = inflight.setdefault(active["cluster"], {})
+            for r, a in active["request"].items():
+                totals[r] = totals.get(r, 0) + a
+        states = [ClusterState(cluster_view(c, inflight.get(c["name"], {})),
+                               c["name"] in connected and c["status"] == "READY", c["cordoned"])
+                  for c in await self.admin.list(Cluster)]
+        return explain(job_view(row), states, self._recent_refusals().get(row["id"], {}))

@@ -12,6 +12,7 @@ from google.protobuf.message import Message
 from federation.api import convert
 from federation.api.status import servicer
 from federation.errors import InvalidArgument
+from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.models import Base, Cluster, PriorityClass, Queue, Tenant
 from federation.v1 import admin_pb2, admin_pb2_grpc
@@ -47,8 +48,9 @@ def _checked(kind: _Kind, obj: Message) -> dict[str, Any]:
 
 @servicer
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, store: AdminStore) -> None:
+    def __init__(self, store: AdminStore, scheduler: Scheduler) -> None:
         self.store = store
+        self.scheduler = scheduler
 
     async def _create(self, kind: _Kind, obj: Message) -> Message:
         return kind.to_proto(await self.store.create(kind.model, _checked(kind, obj), kind.field))
@@ -104,6 +106,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     async def DeleteQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._delete(QUEUE, request.name)
+
+    async def GetQueueStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self.scheduler.queue_status(request.name)
 
     async def CreatePriorityClass(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._create(PRIORITY_CLASS, request.priority_class)

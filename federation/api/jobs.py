@@ -14,8 +14,9 @@ from federation.api.status import servicer
 from federation.connections import Connections
 from federation.errors import FailedPrecondition, InvalidArgument
 from federation.events import EventHub
+from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
-from federation.store.jobs import JobStore, NewJob
+from federation.store.jobs import WAITING_PHASES, JobStore, NewJob
 from federation.store.models import Cluster, PriorityClass, Queue, Tenant
 from federation.v1 import agent_pb2, common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import Violation, Violations, check_job_spec, normalise_job_spec
@@ -47,10 +48,11 @@ def _after_seq(token: str) -> int:
 @servicer
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub, connections: Connections,
-                 on_change: Callable[[], None]) -> None:
+                 scheduler: Scheduler, on_change: Callable[[], None]) -> None:
         self.jobs = jobs
         self.admin = admin
         self.hub = hub
+        self.scheduler = scheduler
         self.connections = connections
         self.on_change = on_change  # wakes the scheduler and the watchers
 
@@ -144,3 +146,13 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             if request.job_id and event["job_id"] != request.job_id:
                 continue
             yield convert.event_to_proto(event)
+
+    async def ExplainJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        row = await self.jobs.get(request.id)
+        response = jobs_pb2.ExplainJobResponse(job_id=row["id"], phase=common_pb2.JobPhase.Value(row["phase"]),
+                                               reason=row["reason"], queue_position=row["queue_position"])
+        if row["phase"] in WAITING_PHASES:
+            for cluster, why in await self.scheduler.explain(row):
+                response.clusters.add(cluster=cluster, fits=why is None,
+                                      reason=why or "fits now; waiting for its turn in the next cycle")
+        return response

@@ -62,8 +62,10 @@ class ServerProcess(_Child):
     """federation-server on a free port; `address` once it listens."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> None:
-        super().__init__([str(BIN / "federation-server"), "serve", "--listen", "127.0.0.1:0", *args],
-                         b"listening on", env, timeout)
+        super().__init__([str(BIN / "federation-server"), "serve", "--listen", "127.0.0.1:0",
+                          "--metrics-listen", "127.0.0.1:0", *args], b"listening on", env, timeout)
+        self.metrics = next((line.rsplit(" ", 1)[1] for line in self.log.decode().splitlines()
+                             if "metrics on" in line), "")
         self.address = self.ready_line.rsplit(" ", 1)[1]
 
 

@@ -208,6 +208,25 @@ def list_jobs(client: Client, tenant: str, queue: str, phases: tuple[str, ...], 
 
 @cli.command()
 @click.argument("job_id")
+@_format_option
+@pass_client
+def explain(client: Client, job_id: str, fmt: str) -> None:
+    """Why job JOB_ID waits: its reason, its place in its queue, and each cluster's verdict."""
+    response = client.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=job_id))
+    if fmt != "table":
+        output.emit(fmt, [response], response)
+        return
+    click.echo(f"job/{response.job_id}: {output.phase_name(response.phase)}")
+    if response.queue_position:
+        click.echo(f"position in its queue: {response.queue_position}")
+    click.echo(f"reason: {response.reason or '-'}")
+    if response.clusters:
+        click.echo("\n" + output.render_table(("CLUSTER", "FITS", "WHY"), [
+            [c.cluster, "yes" if c.fits else "no", c.reason] for c in response.clusters]))
+
+
+@cli.command()
+@click.argument("job_id")
 @click.option("--reason", default="", help="Shown as the job's reason.")
 @pass_client
 def cancel(client: Client, job_id: str, reason: str) -> None:
@@ -323,7 +342,7 @@ cli.add_command(_crud_group(
     [_weight, _guarantee, _limit, click.option("--disabled/--enabled", default=None)],
     lambda weight, guarantee, limit, disabled: {"weight": weight, **_quota(guarantee, limit), "disabled": disabled}))
 
-cli.add_command(_crud_group(
+queue_group = _crud_group(
     "queue", admin_pb2.Queue, "queue", "ListQueues",
     [click.option("--tenant", help="Owning tenant (create only)."), _weight,
      click.option("--priority", type=int, help="Queues of higher priority are served first."), _guarantee, _limit,
@@ -331,7 +350,24 @@ cli.add_command(_crud_group(
      click.option("--state", type=click.Choice(["open", "closed", "draining"], case_sensitive=False))],
     lambda tenant, weight, priority, guarantee, limit, reclaimable, state: {
         "tenant": tenant, "weight": weight, "priority": priority, **_quota(guarantee, limit),
-        "reclaimable": reclaimable, "state": admin_pb2.QueueState.Value(state.upper()) if state else None}))
+        "reclaimable": reclaimable, "state": admin_pb2.QueueState.Value(state.upper()) if state else None})
+cli.add_command(queue_group)
+
+
+@queue_group.command("status")
+@click.argument("name")
+@_format_option
+@pass_client
+def queue_status(client: Client, name: str, fmt: str) -> None:
+    """Usage, deserved share, dominant share and job counts of queue NAME."""
+    status = client.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name=name))
+    if fmt != "table":
+        output.emit(fmt, [status], status)
+        return
+    share = "-" if status.dominant_share < 0 else f"{status.dominant_share:.2f}"
+    click.echo(output.render_table(("QUEUE", "TENANT", "USAGE", "DESERVED", "DOMINANT-SHARE", "PENDING", "RUNNING"), [
+        [status.queue, status.tenant, output.quantities(status.usage), output.quantities(status.deserved), share,
+         status.pending, status.running]]))
 
 cli.add_command(_crud_group(
     "priorityclass", admin_pb2.PriorityClass, "priority_class", "ListPriorityClasses",

@@ -346,3 +346,11 @@ def _covers(free: Mapping[str, int], request: Mapping[str, int]) -> bool:
 
 def schedule(snapshot: Snapshot) -> Decisions:
     return _Cycle(snapshot).run()
+
+
+def shares(snapshot: Snapshot) -> tuple[Tree, dict[str, Resources], dict[str, Resources]]:
+    """Deserved shares, and usage per queue and per tenant, exactly as a cycle would see them."""
+    cycle = _Cycle(snapshot)
+    cycle.compute_shares()
+    assert cycle.out.shares is not None
+    return cycle.out.shares, cycle.queue_usage, cycle.tenant_usage

@@ -75,3 +75,27 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
         return None
     best = within[-1].max_free if within else {}
     return f"no HyperNode of tier {limit} or below has enough free: " + _short(best, job.request)
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """A member cluster as ExplainJob sees it: perhaps not Ready, perhaps cordoned."""
+
+    view: ClusterView
+    ready: bool
+    cordoned: bool
+
+
+def explain(job: JobView, clusters: Sequence[ClusterState],
+            refused: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """For each cluster, by name: None when the job fits there now, else why not."""
+    out = []
+    for c in sorted(clusters, key=lambda c: c.view.name):
+        if not c.ready:
+            why: str | None = "not Ready (its agent is not connected)"
+        elif c.cordoned:
+            why = "cordoned"
+        else:
+            why = (refused or {}).get(c.view.name) or check(job, c.view)
+        out.append((c.view.name, why))
+    return out

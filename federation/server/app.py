@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import grpc
@@ -15,6 +16,7 @@ from federation.api.agents import AgentServicer
 from federation.api.jobs import JobServicer
 from federation.connections import Connections
 from federation.events import EventHub
+from federation.leader import Leadership, announce
 from federation.scheduler import Scheduler
 from federation.store import database
 from federation.store.admin import AdminStore
@@ -65,15 +67,18 @@ class FederationServer:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ])
         self.connections = Connections()
-        self.scheduler = Scheduler(jobs, admin, self.connections, self.hub)
+        self.leadership = Leadership(self.url, self._noticed)
+        self.scheduler = Scheduler(jobs, admin, self.connections, self.hub, lambda: self.leadership.is_leader)
+        self._announcing: asyncio.Task[None] | None = None
+        self._announce_again = False
 
         def changed() -> None:
-            self.scheduler.wake()
-            self.hub.notify()
+            self._noticed()
+            self._announce()
 
-        jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(jobs, admin, self.hub, self.connections, changed),
-                                                       self.server)
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(admin), self.server)
+        job_servicer = JobServicer(jobs, admin, self.hub, self.connections, self.scheduler, changed)
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(job_servicer, self.server)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(admin, self.scheduler), self.server)
         agents = AgentServicer(admin, jobs, self.connections, self.scheduler, changed)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(agents, self.server)
         self.health = health_aio.HealthServicer()
@@ -85,12 +90,39 @@ class FederationServer:
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.leadership.start()
         self.scheduler.start()
         return self.port
+
+    def _noticed(self) -> None:
+        """Something changed, here or on another replica."""
+        self.scheduler.wake()
+        self.hub.notify()
+
+    def _announce(self) -> None:
+        """Tell the other replicas, one NOTIFY at a time however many changes come meanwhile."""
+        if self._announcing is not None and not self._announcing.done():
+            self._announce_again = True
+            return
+
+        async def run() -> None:
+            while True:
+                self._announce_again = False
+                try:
+                    await announce(self.engine)
+                except Exception as err:  # the period will still wake the leader
+                    log.warning("could not announce a change: %s", err)
+                if not self._announce_again:
+                    return
+
+        self._announcing = asyncio.create_task(run())
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.health.enter_graceful_shutdown()
         await self.scheduler.stop()
+        await self.leadership.stop()
+        if self._announcing is not None:
+            await self._announcing
         await self.server.stop(grace)
         await self.hub.stop()
         await self.engine.dispose()

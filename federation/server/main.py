@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 from sqlalchemy.engine import URL
 
+from federation import metrics
 from federation.server.app import FederationServer, SchemaOutOfDate, ensure_schema
 from federation.store import database
 
@@ -58,19 +59,24 @@ def cli(log_level: str) -> None:
 @_data_dir
 @click.option("--auto-migrate/--no-auto-migrate", envvar="FEDERATION_AUTO_MIGRATE", default=False,
               show_default=True, help="Upgrade an out-of-date database schema at startup instead of refusing.")
-def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool) -> None:
+@click.option("--metrics-listen", envvar="FEDERATION_METRICS_LISTEN", default="0.0.0.0:9464", show_default=True,
+              help="Address of the Prometheus /metrics endpoint ('' turns it off; port 0 picks one).")
+def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str) -> None:
     """Serve JobService, AdminService and AgentService until SIGINT or SIGTERM."""
     with _database(database_url, data_dir) as url:
         try:
             ensure_schema(url, auto_migrate)
         except SchemaOutOfDate as err:
             raise click.ClickException(str(err)) from err
-        asyncio.run(_serve(url, listen))
+        asyncio.run(_serve(url, listen, metrics_listen))
 
 
-async def _serve(url: URL, listen: str) -> None:
+async def _serve(url: URL, listen: str, metrics_listen: str) -> None:
     server = FederationServer(url, listen)
     port = await server.start()
+    if metrics_listen:
+        print(f"federation-server metrics on {metrics_listen.rpartition(':')[0]}:{metrics.serve(metrics_listen)}",
+              flush=True)
     host = listen.rpartition(":")[0]
     print(f"federation-server listening on {host}:{port}", flush=True)
     stop = asyncio.Event()
