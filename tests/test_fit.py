@@ -20,3 +20,18 @@ def test_check_explains_each_reason() -> None:
     assert check(JobView("j", {GPU: 128}, {GPU: 8}), H100) == "not enough free: nvidia.com/gpu 64/128 free"
     assert check(JobView("j", {GPU: 32}, {GPU: 8}, mode="soft", highest_tier=1), SMALL_NODES) == \
         "no node can hold its largest pod: nvidia.com/gpu 4/8 free"
+
+
+def test_explain_gives_each_cluster_its_verdict() -> None:
+    from federation.scheduling.fit import ClusterState, explain
+
+    job = JobView("j", {GPU: 16}, {GPU: 8}, mode="hard", highest_tier=1)
+    states = [ClusterState(H100, ready=True, cordoned=False), ClusterState(SMALL_NODES, ready=True, cordoned=False),
+              ClusterState(ClusterView("away", {}, {GPU: 64}), ready=False, cordoned=False),
+              ClusterState(ClusterView("shut", {}, {GPU: 64}), ready=True, cordoned=True)]
+    assert explain(job, states, {"h100": "rejected it recently: stale"}) == [
+        ("away", "not Ready (its agent is not connected)"),
+        ("gb300", "no node can hold its largest pod: nvidia.com/gpu 4/8 free"),
+        ("h100", "rejected it recently: stale"),
+        ("shut", "cordoned")]
+    assert explain(job, states[:1]) == [("h100", None)]

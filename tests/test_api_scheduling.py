@@ -1,0 +1,65 @@
+"""Queue status, explanations, leadership and metrics over real sockets on real PostgreSQL."""
+
+import asyncio
+import urllib.request
+from pathlib import Path
+
+import grpc
+
+from federation.leader import Leadership
+from federation.store.admin import AdminStore
+from federation.v1 import admin_pb2, jobs_pb2
+from tests.conftest import Api, make_queue
+from tests.test_api_admin import rpc_error
+from tests.test_api_jobs import spec
+
+
+async def test_queue_status_and_explain(api: Api) -> None:
+    await make_queue(api, "train", "ml", guarantee={"nvidia.com/gpu": "16"})
+    job = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(replicas=2)))).job
+    status = await api.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name="train"))
+    assert (status.queue, status.tenant, status.pending, status.running) == ("train", "ml", 1, 0)
+    assert dict(status.usage) == {}
+    err = await rpc_error(api.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name="nope")))
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+
+    await AdminStore(api.server.engine).register_cluster("east", {}, "0.1.0")  # registered, not connected
+    explained = await api.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=job.id))
+    assert explained.phase == 1 and [(c.cluster, c.fits, c.reason) for c in explained.clusters] == [
+        ("east", False, "not Ready (its agent is not connected)")]
+    for _ in range(50):  # the leader's cycle writes the queue position and the reason
+        current = await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=job.id))
+        if current.status.queue_position == 1:
+            break
+        await asyncio.sleep(0.1)
+    assert current.status.queue_position == 1 and current.status.reason == "no member cluster is ready"
+
+
+async def test_only_one_replica_leads(api: Api) -> None:
+    for _ in range(50):
+        if api.server.leadership.is_leader:
+            break
+        await asyncio.sleep(0.1)
+    assert api.server.leadership.is_leader
+    second = Leadership(api.server.url, lambda: None, retry=0.1)
+    second.start()
+    await asyncio.sleep(0.5)
+    assert not second.is_leader  # the lock is held
+    await api.server.leadership.stop()
+    for _ in range(50):
+        if second.is_leader:
+            break
+        await asyncio.sleep(0.1)
+    assert second.is_leader  # taken over once the leader let go
+    await second.stop()
+
+
+def test_metrics_endpoint(tmp_path: Path) -> None:
+    from federation.cli.dev import ServerProcess
+
+    server = ServerProcess("--data-dir", str(tmp_path / "pg"), "--auto-migrate")
+    try:
+        body = urllib.request.urlopen(f"http://{server.metrics}/metrics", timeout=10).read().decode()
+    finally:
+        server.stop()
+    assert "federation_scheduler_cycle_seconds" in body and "federation_jobs_scheduled_total" in body
