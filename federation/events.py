@@ -9,11 +9,12 @@ the gap from Postgres, so a slow client costs itself time but never stalls the o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from federation.loop import WakeLoop
 
 log = logging.getLogger(__name__)
 
@@ -37,36 +38,12 @@ class EventHub:
         self.last_seq = last_seq
         self._poll_interval = poll_interval
         self._subscribers: set[_Subscriber] = set()
-        self._wake = asyncio.Event()
-        self._stopping = False
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="event-hub")
-
-    async def stop(self) -> None:
-        """Let the current read finish (never cut a query short), then stop."""
-        self._stopping = True
-        self._wake.set()
-        if self._task:
-            await self._task
+        self._loop = WakeLoop("event-hub", poll_interval, self._deliver_new)
+        self.start, self.stop = self._loop.start, self._loop.stop
 
     def notify(self) -> None:
         """Local writers call this after commit so watchers see their events at once."""
-        self._wake.set()
-
-    async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._poll_interval)
-            self._wake.clear()
-            if self._stopping:
-                return
-            try:
-                await self._deliver_new()
-            except Exception:  # a database hiccup must not end every watch stream
-                log.exception("reading job events failed; retrying")
-                await asyncio.sleep(self._poll_interval)
+        self._loop.wake()
 
     async def _deliver_new(self) -> None:
         while True:

@@ -9,16 +9,16 @@ re-sent when their agent reconnects.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from federation import metrics
 from federation.api.convert import job_to_proto
 from federation.connections import Connections
 from federation.events import EventHub
+from federation.loop import WakeLoop
 from federation.resources import format_resources, parse_resources
 from federation.scheduling.cycle import (
     Decisions,
@@ -63,20 +63,25 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
     return ClusterView(row["name"], row["labels"], free, tiers)
 
 
+def _inflight(active: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per cluster, what was dispatched there and is not in its agent's inventory yet."""
+    out: dict[str, dict[str, int]] = {}
+    for row in active:
+        if row["phase"] == "DISPATCHED":
+            totals = out.setdefault(row["cluster"], {})
+            for r, a in row["request"].items():
+                totals[r] = totals.get(r, 0) + a
+    return out
+
+
 class Scheduler:
     def __init__(self, jobs: JobStore, admin: AdminStore, connections: Connections, hub: EventHub,
                  is_leader: Callable[[], bool], period: float = 1.0) -> None:
         self.jobs, self.admin, self.connections, self.hub = jobs, admin, connections, hub
         self.is_leader = is_leader
-        self.period = period
-        self.last: Decisions | None = None  # for queue status and metrics
-        self._wake = asyncio.Event()
-        self._stopping = False
-        self._task: asyncio.Task[None] | None = None
+        self._loop = WakeLoop("scheduler", period, self._pass)
+        self.wake, self.start, self.stop = self._loop.wake, self._loop.start, self._loop.stop
         self._refused: dict[str, dict[str, tuple[float, str]]] = {}  # job -> cluster -> (until, reason)
-
-    def wake(self) -> None:
-        self._wake.set()
 
     def rejected(self, job_id: str, cluster: str, reason: str) -> None:
         """An agent refused the job: do not offer it to that cluster again for a while."""
@@ -92,41 +97,16 @@ class Scheduler:
                 del self._refused[job_id]
         return {j: {c: v[1] for c, v in by.items()} for j, by in self._refused.items()}
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="scheduler")
-
-    async def stop(self) -> None:
-        """Let the current cycle finish (never cut a transaction short), then stop."""
-        self._stopping = True
-        self._wake.set()
-        if self._task:
-            await self._task
-
-    async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.period)
-            self._wake.clear()
-            if self._stopping:
-                return
-            if not self.is_leader():
-                continue
-            try:
-                await self.cycle()
-            except Exception:
-                log.exception("scheduling cycle failed; retrying")
+    async def _pass(self) -> None:
+        if self.is_leader():
+            await self.cycle()
 
     async def snapshot(self) -> tuple[Snapshot, list[Any]]:
         pending = await self.jobs.pending(SCAN_LIMIT)
         active = await self.jobs.active()
         classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
         connected = self.connections.connected()
-        inflight: dict[str, dict[str, int]] = {}
-        for row in active:
-            if row["phase"] == "DISPATCHED":
-                totals = inflight.setdefault(row["cluster"], {})
-                for r, a in row["request"].items():
-                    totals[r] = totals.get(r, 0) + a
+        inflight = _inflight(active)
         clusters = [c for c in await self.admin.list(Cluster)
                     if c["name"] in connected and c["status"] == "READY" and not c["cordoned"]]
         capacity: dict[str, int] = {}
@@ -154,7 +134,6 @@ class Scheduler:
         started = time.perf_counter()
         snapshot, pending = await self.snapshot()
         decisions = schedule(snapshot)
-        self.last = decisions
         self._record(snapshot, decisions, time.perf_counter() - started)
         for row in await self.jobs.preempt(decisions.preempt):
             self.connections.send(row["cluster"], agent_pb2.ControlMessage(preempt=agent_pb2.Preempt(
@@ -199,11 +178,7 @@ class Scheduler:
     async def explain(self, row: Mapping[str, Any]) -> list[tuple[str, str | None]]:
         """For a waiting job, each cluster and why it does not fit there now (None: it does)."""
         connected = self.connections.connected()
-        inflight: dict[str, dict[str, int]] = {}
-        for active in await self.jobs.active(phases=("DISPATCHED",)):
-            totals = inflight.setdefault(active["cluster"], {})
-            for r, a in active["request"].items():
-                totals[r] = totals.get(r, 0) + a
+        inflight = _inflight(await self.jobs.active(phases=("DISPATCHED",)))
         states = [ClusterState(cluster_view(c, inflight.get(c["name"], {})),
                                c["name"] in connected and c["status"] == "READY", c["cordoned"])
                   for c in await self.admin.list(Cluster)]

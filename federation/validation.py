@@ -65,7 +65,6 @@ class CheckedJob:
     """What validation learned about a valid job: the canonical request the scheduler needs."""
 
     request: Resources  # the whole gang (every replica), canonical integers
-    task_requests: tuple[Resources, ...]  # one replica of each task
     replicas: int
 
 
@@ -228,7 +227,7 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
     for task, request in zip(spec.tasks, task_requests, strict=True):
         for name, amount in request.items():
             gang[name] = gang.get(name, 0) + amount * task.replicas
-    return CheckedJob(request=gang, task_requests=tuple(task_requests), replicas=replicas)
+    return CheckedJob(request=gang, replicas=replicas)
 
 
 def normalise_job_spec(spec: common_pb2.JobSpec) -> None:

@@ -6,7 +6,6 @@ so they describe topology the same way a real cluster's HyperNode objects do.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,19 +54,6 @@ def tree(prefix: str, fanout: Sequence[int], allocatable: Mapping[str, str], lab
     for i in range(fanout[0]):
         build(f"{prefix}{i}", 0)
     return objs
-
-
-def occupy(objs: list[Obj], fraction: float, resource: str, per_node: int, seed: int) -> list[Obj]:
-    """Bound pods taking about `fraction` of `resource` on the nodes, at random (seeded)."""
-    rng = random.Random(seed)
-    pods = []
-    for obj in objs:
-        if obj["kind"] != "Node":
-            continue
-        used = sum(rng.random() < fraction for _ in range(per_node))
-        if used:
-            pods.append(pod(f"other-{obj['metadata']['name']}", obj["metadata"]["name"], {resource: str(used)}))
-    return objs + pods
 
 
 H100 = {"cpu": "192", "memory": "2000Gi", "nvidia.com/gpu": "8"}

@@ -120,7 +120,7 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
 
 def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, scheduler: str,
                 topology_labels: tuple[str, ...]) -> Backend:
-    from kubernetes import config
+    from kubernetes import client, config
     from kubernetes.client.rest import ApiException
     from urllib3.exceptions import HTTPError
 
@@ -131,8 +131,6 @@ def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, scheduler
             api = config.new_client_from_config(config_file=str(kubeconfig))
         else:
             config.load_incluster_config()
-            from kubernetes import client
-
             api = client.ApiClient()
         return KubernetesBackend(api, cluster, namespace, scheduler, topology_labels)
     except (ApiException, HTTPError, config.ConfigException) as err:

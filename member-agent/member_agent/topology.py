@@ -83,11 +83,6 @@ class Topology:
     def root(self) -> Domain:
         return self.domains[ROOT]
 
-    @property
-    def max_tier(self) -> int:
-        """The highest HyperNode tier; the virtual root sits one above it."""
-        return self.root.tier - 1
-
     def tiers(self) -> list[int]:
         return sorted({d.tier for d in self.domains.values()})
 
@@ -110,15 +105,6 @@ class Topology:
         while current is not None:
             out.append(current)
             current = self.domains[current].parent
-        return out
-
-    def nodes_under(self, domain: str) -> list[str]:
-        out: list[str] = []
-        stack = [domain]
-        while stack:
-            d = self.domains[stack.pop()]
-            out.extend(d.nodes)
-            stack.extend(d.children)
         return out
 
     def lowest_common_domain(self, nodes: Iterable[str]) -> str:
