@@ -22,18 +22,19 @@ class Connection:
     cluster: str
     queue: asyncio.Queue[agent_pb2.ControlMessage] = field(default_factory=lambda: asyncio.Queue(QUEUE_LIMIT))
     closed: asyncio.Event = field(default_factory=asyncio.Event)
+    cursor: int = 0  # orders from job events up to this sequence number have been relayed to it
 
 
 class Connections:
     def __init__(self) -> None:
         self._by_cluster: dict[str, Connection] = {}
 
-    def open(self, cluster: str) -> Connection:
-        """A new stream for `cluster`; an older one is closed (the agent reconnected)."""
+    def open(self, cluster: str, cursor: int) -> Connection:
+        """A new stream for `cluster`, relayed orders after `cursor`; an older one is closed (the agent reconnected)."""
         old = self._by_cluster.get(cluster)
         if old is not None:
             old.closed.set()
-        conn = self._by_cluster[cluster] = Connection(cluster)
+        conn = self._by_cluster[cluster] = Connection(cluster, cursor=cursor)
         return conn
 
     def close(self, conn: Connection) -> bool:
@@ -44,17 +45,16 @@ class Connections:
             return True
         return False
 
-    def connected(self) -> set[str]:
-        return set(self._by_cluster)
+    def all(self) -> list[Connection]:
+        return list(self._by_cluster.values())
 
-    def send(self, cluster: str, message: agent_pb2.ControlMessage) -> bool:
-        conn = self._by_cluster.get(cluster)
-        if conn is None:
+    def send(self, conn: Connection, message: agent_pb2.ControlMessage) -> bool:
+        if conn.closed.is_set():
             return False
         try:
             conn.queue.put_nowait(message)
         except asyncio.QueueFull:
-            log.warning("agent of %s is not reading its orders; dropping its stream to resynchronise", cluster)
+            log.warning("agent of %s is not reading its orders; dropping its stream to resynchronise", conn.cluster)
             self.close(conn)
             return False
         return True

@@ -1,9 +1,9 @@
-"""The scheduling loop: snapshot in, one pure cycle, decisions written in one go, orders out.
+"""The scheduling loop: snapshot in, one pure cycle, decisions written to Postgres.
 
 It wakes on a short period and at once when something changes (a submit, a cancel, a job's end,
-an agent's inventory). Decisions are written before any order is sent, so an order an agent
-receives always matches what Postgres says; a crash in between leaves Dispatched jobs that are
-re-sent when their agent reconnects.
+an agent's inventory), on the leader replica only. It never talks to agents: each decision is a
+job event, and the replica holding the agent's stream relays it as an order (`federation.orders`),
+so an order always matches what Postgres says, whichever replica leads.
 """
 
 from __future__ import annotations
@@ -15,9 +15,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from federation import metrics
-from federation.api.convert import job_to_proto
-from federation.connections import Connections
-from federation.events import EventHub
 from federation.loop import WakeLoop
 from federation.resources import format_resources, parse_resources
 from federation.scheduling.cycle import (
@@ -34,13 +31,14 @@ from federation.scheduling.fairshare import dominant_share
 from federation.scheduling.fit import ClusterState, ClusterView, JobView, TierFree, explain
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
-from federation.store.models import Cluster, PriorityClass, Queue, Tenant
-from federation.v1 import admin_pb2, agent_pb2
+from federation.store.models import PriorityClass, Queue, Tenant
+from federation.v1 import admin_pb2
 
 log = logging.getLogger(__name__)
 
 SCAN_LIMIT = 200_000
 REJECTION_MEMORY = 30.0  # seconds a cluster's rejection keeps a job away from it
+HEARTBEAT_TIMEOUT = 30.0  # seconds of silence after which an agent's cluster gets nothing new
 
 
 def job_view(row: Mapping[str, Any]) -> JobView:
@@ -75,10 +73,13 @@ def _inflight(active: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
 
 
 class Scheduler:
-    def __init__(self, jobs: JobStore, admin: AdminStore, connections: Connections, hub: EventHub,
-                 is_leader: Callable[[], bool], period: float = 1.0) -> None:
-        self.jobs, self.admin, self.connections, self.hub = jobs, admin, connections, hub
+    def __init__(self, jobs: JobStore, admin: AdminStore, is_leader: Callable[[], bool],
+                 on_change: Callable[[], None], period: float = 1.0,
+                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT) -> None:
+        self.jobs, self.admin = jobs, admin
         self.is_leader = is_leader
+        self.on_change = on_change  # relays the orders written, wakes watchers, tells the other replicas
+        self.heartbeat_timeout = heartbeat_timeout
         self._loop = WakeLoop("scheduler", period, self._pass)
         self.wake, self.start, self.stop = self._loop.wake, self._loop.start, self._loop.stop
         self._refused: dict[str, dict[str, tuple[float, str]]] = {}  # job -> cluster -> (until, reason)
@@ -105,10 +106,8 @@ class Scheduler:
         pending = await self.jobs.pending(SCAN_LIMIT)
         active = await self.jobs.active()
         classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
-        connected = self.connections.connected()
         inflight = _inflight(active)
-        clusters = [c for c in await self.admin.list(Cluster)
-                    if c["name"] in connected and c["status"] == "READY" and not c["cordoned"]]
+        clusters = [c for c in await self.admin.clusters(self.heartbeat_timeout) if c["live"] and not c["cordoned"]]
         capacity: dict[str, int] = {}
         for c in clusters:
             inv = c["inventory"] or {}
@@ -135,15 +134,13 @@ class Scheduler:
         snapshot, pending = await self.snapshot()
         decisions = schedule(snapshot)
         self._record(snapshot, decisions, time.perf_counter() - started)
-        for row in await self.jobs.preempt(decisions.preempt):
-            self.connections.send(row["cluster"], agent_pb2.ControlMessage(preempt=agent_pb2.Preempt(
-                job_id=row["id"], attempt=row["attempt"], reason=decisions.preempt[row["id"]])))
-        for row in await self.jobs.dispatch(decisions.assign):
-            self.connections.send(row["cluster"], agent_pb2.ControlMessage(
-                assign=agent_pb2.Assign(job=job_to_proto(row), attempt=row["attempt"])))
+        # Preempted and Dispatched events are the orders; the replicas holding the agents relay them.
+        await self.jobs.preempt(decisions.preempt)
+        await self.jobs.dispatch(decisions.assign)
         await self.jobs.set_waiting([r for r in pending if r["id"] not in decisions.assign], decisions.waiting,
                                     decisions.positions)
-        self.hub.notify()
+        if decisions.assign or decisions.preempt:
+            self.on_change()
         return decisions
 
     def _record(self, snapshot: Snapshot, decisions: Decisions, seconds: float) -> None:
@@ -177,9 +174,7 @@ class Scheduler:
 
     async def explain(self, row: Mapping[str, Any]) -> list[tuple[str, str | None]]:
         """For a waiting job, each cluster and why it does not fit there now (None: it does)."""
-        connected = self.connections.connected()
         inflight = _inflight(await self.jobs.active(phases=("DISPATCHED",)))
-        states = [ClusterState(cluster_view(c, inflight.get(c["name"], {})),
-                               c["name"] in connected and c["status"] == "READY", c["cordoned"])
-                  for c in await self.admin.list(Cluster)]
+        states = [ClusterState(cluster_view(c, inflight.get(c["name"], {})), c["live"], c["cordoned"])
+                  for c in await self.admin.clusters(self.heartbeat_timeout)]
         return explain(job_view(row), states, self._recent_refusals().get(row["id"], {}))

@@ -2,12 +2,15 @@
 
 import asyncio
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
+from sqlalchemy import func, update
 
 from federation.leader import Leadership
 from federation.store.admin import AdminStore
+from federation.store.models import Cluster
 from federation.v1 import admin_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
 from tests.test_api_admin import rpc_error
@@ -23,10 +26,15 @@ async def test_queue_status_and_explain(api: Api) -> None:
     err = await rpc_error(api.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name="nope")))
     assert err.code() == grpc.StatusCode.NOT_FOUND
 
-    await AdminStore(api.server.engine).register_cluster("east", {}, "0.1.0")  # registered, not connected
+    await AdminStore(api.server.engine).register_cluster("east", {}, "0.1.0")  # just heard from, no inventory
+    explained = await api.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=job.id))
+    assert [(c.cluster, c.fits, c.reason) for c in explained.clusters] == [
+        ("east", False, "not enough free: cpu 0/8 free, nvidia.com/gpu 0/16 free")]
+    async with api.server.engine.begin() as conn:  # silent for longer than the heartbeat timeout
+        await conn.execute(update(Cluster).values(last_heartbeat=func.now() - timedelta(minutes=5)))
     explained = await api.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=job.id))
     assert explained.phase == 1 and [(c.cluster, c.fits, c.reason) for c in explained.clusters] == [
-        ("east", False, "not Ready (its agent is not connected)")]
+        ("east", False, "not Ready (its agent is not connected or has gone silent)")]
     for _ in range(50):  # the leader's cycle writes the queue position and the reason
         current = await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=job.id))
         if current.status.queue_position == 1:

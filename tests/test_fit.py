@@ -30,7 +30,7 @@ def test_explain_gives_each_cluster_its_verdict() -> None:
               ClusterState(ClusterView("away", {}, {GPU: 64}), ready=False, cordoned=False),
               ClusterState(ClusterView("shut", {}, {GPU: 64}), ready=True, cordoned=True)]
     assert explain(job, states, {"h100": "rejected it recently: stale"}) == [
-        ("away", "not Ready (its agent is not connected)"),
+        ("away", "not Ready (its agent is not connected or has gone silent)"),
         ("gb300", "no node can hold its largest pod: nvidia.com/gpu 4/8 free"),
         ("h100", "rejected it recently: stale"),
         ("shut", "cordoned")]

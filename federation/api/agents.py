@@ -51,13 +51,13 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         async with self.admin.engine.begin() as conn:
             await conn.execute(update(Cluster).where(Cluster.name == cluster).values(**values))
 
-    async def _apply(self, cluster: str, u: agent_pb2.JobUpdate) -> None:
-        applied = await self.jobs.apply_update(cluster, u)
-        if applied.cancel:
-            self.connections.send(cluster, agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
-                job_id=u.job_id, attempt=u.attempt, reason="the job was cancelled")))
+    async def _apply(self, conn: Connection, u: agent_pb2.JobUpdate) -> None:
+        applied = await self.jobs.apply_update(conn.cluster, u)
+        if applied.stop:
+            self.connections.send(conn, agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
+                job_id=u.job_id, attempt=u.attempt, reason=applied.stop)))
         if applied.rejected:
-            self.scheduler.rejected(u.job_id, cluster, u.reason)
+            self.scheduler.rejected(u.job_id, conn.cluster, u.reason)
         self.on_change()
 
     async def _resend_dispatched(self, conn: Connection, reported: dict[str, int]) -> None:
@@ -66,7 +66,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 conn.queue.put_nowait(agent_pb2.ControlMessage(
                     assign=agent_pb2.Assign(job=job_to_proto(row), attempt=row["attempt"])))
 
-    async def _read(self, cluster: str, request_iterator: Any) -> None:
+    async def _read(self, conn: Connection, request_iterator: Any) -> None:
+        cluster = conn.cluster
         async for message in request_iterator:
             kind = message.WhichOneof("msg")
             if kind == "inventory":
@@ -75,7 +76,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             elif kind == "heartbeat":
                 await self._set(cluster, last_heartbeat=func.now(), status="READY")
             elif kind == "job_update":
-                await self._apply(cluster, message.job_update)
+                await self._apply(conn, message.job_update)
 
     async def Connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         first = await anext(aiter(request_iterator), None)
@@ -88,13 +89,14 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         if v:
             raise InvalidArgument(v.items)
         await self.admin.register_cluster(reg.cluster, dict(reg.labels), reg.agent_version)
-        conn = self.connections.open(reg.cluster)
+        # Orders logged from here on are relayed; what came before is resent from the jobs' state.
+        conn = self.connections.open(reg.cluster, cursor=await self.jobs.last_event_seq())
         tasks: list[asyncio.Task[Any]] = []
         try:
             for u in reg.jobs:
-                await self._apply(reg.cluster, u)
+                await self._apply(conn, u)
             await self._resend_dispatched(conn, {u.job_id: u.attempt for u in reg.jobs})
-            reader = asyncio.create_task(self._read(reg.cluster, request_iterator))
+            reader = asyncio.create_task(self._read(conn, request_iterator))
             closed = asyncio.create_task(conn.closed.wait())
             tasks += [reader, closed]
             while True:

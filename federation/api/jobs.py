@@ -11,14 +11,13 @@ import grpc
 
 from federation.api import convert
 from federation.api.status import servicer
-from federation.connections import Connections
 from federation.errors import FailedPrecondition, InvalidArgument
 from federation.events import EventHub
 from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.jobs import WAITING_PHASES, JobStore, NewJob
 from federation.store.models import Cluster, PriorityClass, Queue, Tenant
-from federation.v1 import agent_pb2, common_pb2, jobs_pb2, jobs_pb2_grpc
+from federation.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import Violation, Violations, check_job_spec, normalise_job_spec
 
 MAX_BATCH = 1000
@@ -47,13 +46,12 @@ def _after_seq(token: str) -> int:
 
 @servicer
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
-    def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub, connections: Connections,
-                 scheduler: Scheduler, on_change: Callable[[], None]) -> None:
+    def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub, scheduler: Scheduler,
+                 on_change: Callable[[], None]) -> None:
         self.jobs = jobs
         self.admin = admin
         self.hub = hub
         self.scheduler = scheduler
-        self.connections = connections
         self.on_change = on_change  # wakes the scheduler and the watchers
 
     async def _prepare(self, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str]) -> list[NewJob]:
@@ -128,10 +126,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def CancelJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         row = await self.jobs.cancel(request.id, request.reason)
-        if row["cluster"]:  # the agent stops what it runs; if it is away, it learns on reconnect
-            self.connections.send(row["cluster"], agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
-                job_id=row["id"], attempt=row["attempt"], reason=row["reason"])))
-        self.on_change()
+        self.on_change()  # the Cancelled event is relayed to the job's agent as an order
         return convert.job_to_proto(row)
 
     async def WatchJobs(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:

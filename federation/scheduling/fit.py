@@ -92,7 +92,7 @@ def explain(job: JobView, clusters: Sequence[ClusterState],
     out = []
     for c in sorted(clusters, key=lambda c: c.view.name):
         if not c.ready:
-            why: str | None = "not Ready (its agent is not connected)"
+            why: str | None = "not Ready (its agent is not connected or has gone silent)"
         elif c.cordoned:
             why = "cordoned"
         else:

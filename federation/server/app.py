@@ -17,7 +17,8 @@ from federation.api.jobs import JobServicer
 from federation.connections import Connections
 from federation.events import EventHub
 from federation.leader import Leadership, announce
-from federation.scheduler import Scheduler
+from federation.orders import OrderRelay
+from federation.scheduler import HEARTBEAT_TIMEOUT, Scheduler
 from federation.store import database
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
@@ -51,9 +52,10 @@ def ensure_schema(url: URL, auto_migrate: bool) -> None:
 
 
 class FederationServer:
-    def __init__(self, url: URL, listen: str) -> None:
+    def __init__(self, url: URL, listen: str, heartbeat_timeout: float = HEARTBEAT_TIMEOUT) -> None:
         self.url = url
         self.listen = listen
+        self.heartbeat_timeout = heartbeat_timeout
         self.port = 0
 
     async def start(self) -> int:
@@ -67,8 +69,8 @@ class FederationServer:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ])
         self.connections = Connections()
+        self.relay = OrderRelay(self.connections, jobs.order_events, jobs.last_event_seq, jobs.by_ids)
         self.leadership = Leadership(self.url, self._noticed)
-        self.scheduler = Scheduler(jobs, admin, self.connections, self.hub, lambda: self.leadership.is_leader)
         self._announcing: asyncio.Task[None] | None = None
         self._announce_again = False
 
@@ -76,7 +78,9 @@ class FederationServer:
             self._noticed()
             self._announce()
 
-        job_servicer = JobServicer(jobs, admin, self.hub, self.connections, self.scheduler, changed)
+        self.scheduler = Scheduler(jobs, admin, lambda: self.leadership.is_leader, changed,
+                                   heartbeat_timeout=self.heartbeat_timeout)
+        job_servicer = JobServicer(jobs, admin, self.hub, self.scheduler, changed)
         jobs_pb2_grpc.add_JobServiceServicer_to_server(job_servicer, self.server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(admin, self.scheduler), self.server)
         agents = AgentServicer(admin, jobs, self.connections, self.scheduler, changed)
@@ -90,6 +94,7 @@ class FederationServer:
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.relay.start()
         self.leadership.start()
         self.scheduler.start()
         return self.port
@@ -97,6 +102,7 @@ class FederationServer:
     def _noticed(self) -> None:
         """Something changed, here or on another replica."""
         self.scheduler.wake()
+        self.relay.wake()
         self.hub.notify()
 
     def _announce(self) -> None:
@@ -121,6 +127,7 @@ class FederationServer:
         await self.health.enter_graceful_shutdown()
         await self.scheduler.stop()
         await self.leadership.stop()
+        await self.relay.stop()
         if self._announcing is not None:
             await self._announcing
         await self.server.stop(grace)

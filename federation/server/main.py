@@ -15,6 +15,7 @@ import click
 from sqlalchemy.engine import URL
 
 from federation import metrics
+from federation.scheduler import HEARTBEAT_TIMEOUT
 from federation.server.app import FederationServer, SchemaOutOfDate, ensure_schema
 from federation.store import database
 
@@ -61,18 +62,22 @@ def cli(log_level: str) -> None:
               show_default=True, help="Upgrade an out-of-date database schema at startup instead of refusing.")
 @click.option("--metrics-listen", envvar="FEDERATION_METRICS_LISTEN", default="0.0.0.0:9464", show_default=True,
               help="Address of the Prometheus /metrics endpoint ('' turns it off; port 0 picks one).")
-def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str) -> None:
+@click.option("--heartbeat-timeout", envvar="FEDERATION_HEARTBEAT_TIMEOUT", type=click.FloatRange(min=1),
+              default=HEARTBEAT_TIMEOUT, show_default=True,
+              help="Seconds without a heartbeat after which a cluster gets no new work.")
+def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str,
+          heartbeat_timeout: float) -> None:
     """Serve JobService, AdminService and AgentService until SIGINT or SIGTERM."""
     with _database(database_url, data_dir) as url:
         try:
             ensure_schema(url, auto_migrate)
         except SchemaOutOfDate as err:
             raise click.ClickException(str(err)) from err
-        asyncio.run(_serve(url, listen, metrics_listen))
+        asyncio.run(_serve(url, listen, metrics_listen, heartbeat_timeout))
 
 
-async def _serve(url: URL, listen: str, metrics_listen: str) -> None:
-    server = FederationServer(url, listen)
+async def _serve(url: URL, listen: str, metrics_listen: str, heartbeat_timeout: float) -> None:
+    server = FederationServer(url, listen, heartbeat_timeout)
     port = await server.start()
     if metrics_listen:
         print(f"federation-server metrics on {metrics_listen.rpartition(':')[0]}:{metrics.serve(metrics_listen)}",

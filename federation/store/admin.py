@@ -6,9 +6,10 @@ between them (which references must exist, what blocks a delete) is stated next 
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -103,6 +104,18 @@ class AdminStore:
                 index_elements=[Cluster.name],
                 set_={k: v for k, v in values.items() if k != "name"}))
             return await self._get(conn, Cluster, name)
+
+    async def clusters(self, heartbeat_timeout: float) -> list[Any]:
+        """Every cluster, with `live`: Ready and heard from within the timeout, on whichever replica.
+
+        Liveness is read from Postgres rather than from this replica's streams, because the agent
+        may be connected to another replica; the clock is Postgres', so replicas agree.
+        """
+        live = and_(Cluster.status == "READY",
+                    Cluster.last_heartbeat > func.now() - timedelta(seconds=heartbeat_timeout)).label("live")
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(
+                select(Cluster.__table__, live).order_by(Cluster.name))).mappings().all())
 
     async def _get(self, conn: AsyncConnection, model: type[Base], name: str, for_update: bool = False) -> Any:
         query = select(model).where(model.name == name)

@@ -53,7 +53,7 @@ class SubmitResult:
 class Applied:
     """What applying an agent's update means for the agent and the scheduler."""
 
-    cancel: bool = False  # the agent bound a job that was cancelled here meanwhile: tell it to stop
+    stop: str = ""  # the agent runs what it must not (cancelled, preempted or moved meanwhile): why it must stop
     rejected: bool = False  # the agent refused the job, which is Pending again
 
 
@@ -190,6 +190,18 @@ class JobStore:
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
 
+    async def order_events(self, after_seq: int, upto: int, clusters: Sequence[str]) -> list[Any]:
+        """Events that are orders to the agents of `clusters` (see `federation.orders`), in order."""
+        query = (select(JobEvent).where(JobEvent.seq > after_seq, JobEvent.seq <= upto,
+                                        JobEvent.type.in_(("Dispatched", "Preempted", "Cancelled")),
+                                        JobEvent.cluster.in_(clusters)).order_by(JobEvent.seq))
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(query)).mappings().all())
+
+    async def by_ids(self, ids: Sequence[str]) -> dict[str, Any]:
+        async with self.engine.connect() as conn:
+            return {r["id"]: r for r in (await conn.execute(select(Job).where(Job.id.in_(ids)))).mappings().all()}
+
     async def last_event_seq(self) -> int:
         async with self.engine.connect() as conn:
             return (await conn.execute(select(EventCounter.last_seq).where(EventCounter.id == 1))).scalar_one()
@@ -266,11 +278,14 @@ class JobStore:
         """Apply an agent's JobUpdate, fenced by cluster and attempt; a repeat or a stale one changes nothing."""
         async with self.engine.begin() as conn:
             row = (await conn.execute(select(Job).where(Job.id == u.job_id).with_for_update())).mappings().first()
+            alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED)
             if row is None or row["cluster"] != cluster or row["attempt"] != u.attempt:
-                return Applied()  # stale: another attempt, or another cluster, owns the job now
+                # Stale: another attempt, or another cluster, owns the job now (it was preempted or
+                # moved while this agent was away); whatever the agent still runs of it must stop.
+                return Applied(stop="the job was preempted or moved to another cluster" if alive else "")
             phase, kind = row["phase"], u.type
             if phase in TERMINAL_PHASES:
-                return Applied(cancel=kind == agent_pb2.BOUND and phase == "CANCELLED")
+                return Applied(stop="the job was cancelled" if alive and phase == "CANCELLED" else "")
             values: dict[str, Any] = {}
             event = ""
             if kind == agent_pb2.REJECTED and phase == "DISPATCHED":
