@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 SCAN_LIMIT = 200_000
 REJECTION_MEMORY = 30.0  # seconds a cluster's rejection keeps a job away from it
+ROOM_MEMORY = 60.0  # seconds a job waits for the gangs preempted for it before it may preempt again
 HEARTBEAT_TIMEOUT = 30.0  # seconds of silence after which an agent's cluster gets nothing new
 
 
@@ -83,6 +84,7 @@ class Scheduler:
         self._loop = WakeLoop("scheduler", period, self._pass)
         self.wake, self.start, self.stop = self._loop.wake, self._loop.start, self._loop.stop
         self._refused: dict[str, dict[str, tuple[float, str]]] = {}  # job -> cluster -> (until, reason)
+        self._making_room: dict[str, tuple[float, str]] = {}  # job -> (until, cluster preempted for it)
 
     def rejected(self, job_id: str, cluster: str, reason: str) -> None:
         """An agent refused the job: do not offer it to that cluster again for a while."""
@@ -97,6 +99,11 @@ class Scheduler:
             if not self._refused[job_id]:
                 del self._refused[job_id]
         return {j: {c: v[1] for c, v in by.items()} for j, by in self._refused.items()}
+
+    def _room_being_made(self) -> dict[str, str]:
+        now = asyncio.get_running_loop().time()
+        self._making_room = {j: v for j, v in self._making_room.items() if v[0] > now}
+        return {j: cluster for j, (_, cluster) in self._making_room.items()}
 
     async def _pass(self) -> None:
         if self.is_leader():
@@ -126,6 +133,7 @@ class Scheduler:
             clusters=[cluster_view(c, inflight.get(c["name"], {})) for c in clusters],
             capacity=capacity,
             refused=self._recent_refusals(),
+            making_room=self._room_being_made(),
         )
         return snapshot, pending
 
@@ -133,6 +141,10 @@ class Scheduler:
         started = time.perf_counter()
         snapshot, pending = await self.snapshot()
         decisions = schedule(snapshot)
+        until = asyncio.get_running_loop().time() + ROOM_MEMORY
+        self._making_room.update({j: (until, c) for j, c in decisions.making_room.items()})
+        for job_id in decisions.assign:
+            self._making_room.pop(job_id, None)
         self._record(snapshot, decisions, time.perf_counter() - started)
         # Preempted and Dispatched events are the orders; the replicas holding the agents relay them.
         await self.jobs.preempt(decisions.preempt)

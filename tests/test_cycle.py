@@ -100,6 +100,25 @@ def test_priority_preempts_within_its_queue_never_a_non_preemptible_job() -> Non
     assert d.preempt == {}  # evicting 'spare' alone would not make room: nothing is preempted
 
 
+def test_a_job_waits_for_the_gangs_preempted_for_it_and_keeps_their_room() -> None:
+    running = [RunningJob(f"low{i}", "q", c, 10, i, {GPU: 8}, preemptible=True) for i, c in enumerate("aabb")]
+    clusters = [cluster("a", 0), cluster("b", 0)]
+    first = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], [job("hi", "q", 8, 9, priority=100)],
+                          clusters, running, capacity=32))
+    assert len(first.preempt) == 1 and first.making_room == {"hi": "a"}
+    still = [r for r in running if r.id not in first.preempt]
+    pending = [job("hi", "q", 8, 9, priority=100), job("next", "q", 8, 10)]
+    # The victim has not exited yet (no free GPU shown): nothing more is preempted, the job waits.
+    d = schedule(Snapshot([TenantInfo("t")], [QueueInfo("q", "t")], pending, still, clusters, {GPU: 32},
+                          making_room={"hi": "a"}))
+    assert d.preempt == {} and d.assign == {}
+    assert d.waiting["hi"] == "waiting for preempted job(s) to exit in cluster a"
+    # It has exited: the job takes the room made for it.
+    d = schedule(Snapshot([TenantInfo("t")], [QueueInfo("q", "t")], pending, still,
+                          [cluster("a", 8), cluster("b", 0)], {GPU: 32}, making_room={"hi": "a"}))
+    assert d.assign == {"hi": "a"} and d.preempt == {}
+
+
 def test_closed_queues_and_disabled_tenants_explain_themselves() -> None:
     queues = [QueueInfo("shut", "t", state="CLOSED"), QueueInfo("q", "off")]
     d = schedule(snap([TenantInfo("t"), TenantInfo("off", disabled=True)], queues,

@@ -76,12 +76,16 @@ class Snapshot:
     clusters: Sequence[ClusterView]  # Ready and not cordoned
     capacity: Mapping[str, int]  # of those clusters, for deserved shares
     refused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # job -> cluster -> agent's reason
+    # job -> cluster where gangs were preempted for it and may not have exited yet (the agent's
+    # inventory still counts them): it waits there instead of preempting again.
+    making_room: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class Decisions:
     assign: dict[str, str] = field(default_factory=dict)  # job -> cluster
     preempt: dict[str, str] = field(default_factory=dict)  # running job -> reason
+    making_room: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster preempted for it
     waiting: dict[str, str] = field(default_factory=dict)  # pending job -> why it waits
     positions: dict[str, int] = field(default_factory=dict)  # pending job -> place in its queue, from 1
     shares: Tree | None = None
@@ -305,6 +309,12 @@ class _Cycle:
         if not self.clusters:
             self.out.waiting[job.id] = "no member cluster is ready"
             return
+        room = self.snap.making_room.get(job.id)
+        if room in self.clusters:
+            self.out.waiting[job.id] = f"waiting for preempted job(s) to exit in cluster {room}"
+            self.reserve(job.view, room)
+            blocked.add(queue)
+            return
         within_share = max(self.share_after(queue, job.view.request)) <= 1.0 + 1e-9
         if head:
             found = self.victims(job, reclaim=within_share)
@@ -316,6 +326,7 @@ class _Cycle:
                     _add(self.queue_usage[victim.queue], victim.request, -1)
                     _add(self.tenant_usage[self.queues[victim.queue].tenant], victim.request, -1)
                 self.out.waiting[job.id] = f"waiting for {len(gangs)} preempted job(s) to exit in cluster {cluster}"
+                self.out.making_room[job.id] = cluster
                 self.reserve(job.view, cluster)
                 blocked.add(queue)
                 return

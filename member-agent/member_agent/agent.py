@@ -171,9 +171,11 @@ class Agent:
         for pod in job.pods:
             self.state.release(pod.node, job.requests[pod.task])
         del self.jobs[job_id]
-        self._send(self.inventory())
+        # The update before the inventory, so the server never sees the freed resources while it still
+        # counts them as the job's: that would hand them to whoever is next, not to the queue they are owed to.
         self._report(agent_pb2.JobUpdate(job_id=job_id, attempt=attempt, reason=reason,
                                          type=agent_pb2.JOB_SUCCEEDED if succeeded else agent_pb2.JOB_FAILED))
+        self._send(self.inventory())
 
     # -- faults ----------------------------------------------------------------------------
 

@@ -1,0 +1,230 @@
+"""Fair share, reclaim, priority preemption, limits and leader failover with real processes.
+
+Each test runs federation-server processes on a real PostgreSQL database and simulated
+member-agent processes: two member clusters of four 8-GPU nodes (64 GPUs in all).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import URL
+
+from federation.cli.dev import AgentProcess, ServerProcess
+from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
+from member_agent import clusters
+from tests.test_e2e_agents import GPU, wait_for
+
+pytestmark = pytest.mark.e2e
+CLUSTERS = ("east", "west")
+CAPACITY = 64
+
+
+class Federation:
+    """Server replicas and one simulated agent per member cluster; API calls go to the first replica."""
+
+    def __init__(self, db_url: URL, tmp_path: Path, replicas: int = 1) -> None:
+        self.db_url = db_url
+        self.servers = [ServerProcess("--database-url", db_url.render_as_string(hide_password=False))
+                        for _ in range(replicas)]
+        self.agents: dict[str, AgentProcess] = {}
+        for i, name in enumerate(CLUSTERS):
+            path = tmp_path / f"{name}.yaml"
+            path.write_text(yaml.safe_dump_all(clusters.tree(f"{name}-", [1, 2, 2], clusters.H100), sort_keys=False))
+            self.agents[name] = AgentProcess(name, self.target(i), "--simulate", str(path), "--heartbeat", "0.5")
+        self.connect(self.servers[0].address)
+
+    def target(self, first: int) -> str:
+        """Every replica, starting with the `first`-th, for gRPC's pick_first: an agent moves on when its dies."""
+        addresses = [s.address for s in self.servers]
+        return "ipv4:" + ",".join(addresses[first % len(addresses):] + addresses[:first % len(addresses)])
+
+    def connect(self, address: str) -> None:
+        channel = grpc.insecure_channel(address)
+        self.jobs = jobs_pb2_grpc.JobServiceStub(channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(channel)
+
+    def ready(self) -> bool:
+        found = self.admin.ListClusters(admin_pb2.ListClustersRequest()).clusters
+        return {c.name for c in found if c.status == admin_pb2.READY and c.nodes} == set(CLUSTERS)
+
+    def tenant(self, name: str, weight: int = 1, **fields: Mapping[str, str]) -> None:
+        self.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(
+            name=name, weight=weight, **fields)))
+
+    def queue(self, name: str, tenant: str, **fields: object) -> None:
+        self.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name=name, tenant=tenant, **fields)))
+
+    def submit(self, queue: str, count: int, pods: int, gpus: int, duration: str, priority_class: str = "",
+               name: str = "job") -> list[str]:
+        return self.submit_specs([spec(queue, pods, gpus, duration, priority_class, name)] * count)
+
+    def submit_specs(self, specs: list[common_pb2.JobSpec]) -> list[str]:
+        return [r.job_id for r in self.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=specs)).results]
+
+    def gpus(self, queue: str) -> int:
+        usage = self.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name=queue)).usage
+        return int(usage.get(GPU, "0"))
+
+    def job(self, job_id: str) -> common_pb2.Job:
+        return self.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id))
+
+    def events(self, *types: str) -> list[tuple[str, str, str, int, str]]:
+        """(job, queue, type, attempt, message) of every logged event of these types, in order."""
+        engine = create_engine(self.db_url)
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(text("SELECT job_id, queue, type, attempt, message FROM job_events "
+                                         "WHERE type = ANY(:types) ORDER BY seq"), {"types": list(types)})
+                return [tuple(r) for r in rows]  # type: ignore[misc]
+        finally:
+            engine.dispose()
+
+    def close(self) -> None:
+        for agent in self.agents.values():
+            agent.stop()
+        for server in self.servers:
+            if server.proc.poll() is None:
+                server.stop()
+
+
+def spec(queue: str, pods: int, gpus: int, duration: str, priority_class: str = "", name: str = "job"
+         ) -> common_pb2.JobSpec:
+    return common_pb2.JobSpec(
+        name=name, queue=queue, priority_class_name=priority_class,
+        annotations={"federation.dev/sim-duration": duration},
+        tasks=[common_pb2.TaskSpec(name="worker", replicas=pods, resources={GPU: str(gpus), "cpu": "8"})])
+
+
+def start(db_url: URL, tmp_path: Path, replicas: int = 1) -> Federation:
+    fed = Federation(db_url, tmp_path, replicas)
+    try:
+        wait_for("both clusters Ready", fed.ready)
+    except BaseException:
+        fed.close()
+        raise
+    return fed
+
+
+@pytest.fixture
+def federation(db_url: URL, tmp_path: Path) -> Iterator[Federation]:
+    fed = start(db_url, tmp_path)
+    try:
+        yield fed
+    finally:
+        fed.close()
+
+
+def test_weights_one_to_three_share_a_flooded_federation_one_to_three(federation: Federation) -> None:
+    federation.tenant("light", weight=1)
+    federation.tenant("heavy", weight=3)
+    federation.queue("light-q", "light")
+    federation.queue("heavy-q", "heavy")
+    # Both at once, far more than fits: each tenant alone could fill the federation five times over.
+    federation.submit_specs([spec(queue, 1, 4, "3s") for _ in range(80) for queue in ("light-q", "heavy-q")])
+    wait_for("the federation to fill", lambda: federation.gpus("light-q") + federation.gpus("heavy-q") >= CAPACITY)
+    light = heavy = 0
+    for _ in range(40):  # ~10 s of steady state, several generations of 3 s jobs
+        light += federation.gpus("light-q")
+        heavy += federation.gpus("heavy-q")
+        time.sleep(0.25)
+    share = light / (light + heavy)
+    assert abs(share - 0.25) <= 0.025, f"light tenant held {share:.3f} of the GPUs, deserves 0.25"
+    assert light + heavy >= 0.85 * CAPACITY * 40  # and the federation stayed (nearly) full meanwhile
+
+
+def test_a_guarantee_is_reclaimed_from_over_share_queues_as_whole_gangs(federation: Federation) -> None:
+    for tenant in ("a", "b"):
+        federation.tenant(tenant)
+        federation.queue(f"{tenant}-q", tenant, reclaimable=True)
+    federation.tenant("c", guarantee={GPU: "16"})
+    federation.queue("c-q", "c")
+    borrowers = federation.submit_specs([spec(q, 2, 4, "10m") for _ in range(6) for q in ("a-q", "b-q")])
+    wait_for("a and b to hold every GPU, half each", lambda: [federation.gpus(q) for q in ("a-q", "b-q")] == [32, 32])
+
+    # c's guarantee comes first (16), a and b deserve the rest equally (24 each): each holds 8 too many.
+    (wanted,) = federation.submit("c-q", 1, 4, 4, "10m", name="guaranteed")
+    wait_for("the guaranteed job to run", lambda: federation.job(wanted).status.phase == common_pb2.RUNNING, 30)
+    for_c = [job for job, _, _, _, message in federation.events("Preempted") if wanted in message]
+    assert len(for_c) * 8 == 16 and set(for_c) <= set(borrowers)  # two whole gangs: the fewest GPUs that make room
+    for victim in for_c:  # each gang stopped as a whole and waits again, no pod left placed
+        status = federation.job(victim).status
+        assert status.phase in (common_pb2.PENDING, common_pb2.PREEMPTED) and not status.placements
+    assert [federation.gpus(q) for q in ("a-q", "b-q", "c-q")] == [24, 24, 16]  # one gang from each
+    preempted = federation.events("Preempted")
+    time.sleep(3)
+    assert federation.events("Preempted") == preempted  # and nothing more is taken back
+
+
+def test_high_priority_preempts_only_preemptible_jobs_of_its_queue(federation: Federation) -> None:
+    for name, value, preemptible in (("low", 10, True), ("keep", 10, False), ("high", 100, False)):
+        federation.admin.CreatePriorityClass(admin_pb2.CreatePriorityClassRequest(
+            priority_class=admin_pb2.PriorityClass(name=name, value=value, preemptible=preemptible)))
+    federation.tenant("t")
+    federation.queue("q", "t")
+    kept = federation.submit("q", 4, 2, 4, "10m", "keep", name="keep")
+    low = federation.submit("q", 4, 2, 4, "10m", "low", name="low")
+    wait_for("the low jobs to fill the federation", lambda: federation.gpus("q") == CAPACITY)
+
+    (urgent,) = federation.submit("q", 1, 4, 4, "10m", "high", name="urgent")
+    wait_for("the urgent job to run", lambda: federation.job(urgent).status.phase == common_pb2.RUNNING, 30)
+    victims = [job for job, _, _, _, _ in federation.events("Preempted")]
+    assert len(victims) == 2 and set(victims) <= set(low)  # 16 GPUs, from preemptible jobs only
+
+    # Evicting every remaining preemptible job would still not make room: nothing is preempted.
+    (huge,) = federation.submit("q", 1, 4, 8, "10m", "high", name="huge")
+    time.sleep(4)
+    assert [job for job, _, _, _, _ in federation.events("Preempted")] == victims
+    assert federation.job(huge).status.phase == common_pb2.PENDING
+    assert all(federation.job(k).status.phase == common_pb2.RUNNING for k in kept)
+
+
+def test_limits_hold_under_a_flood(federation: Federation) -> None:
+    federation.tenant("capped-tenant", limit={GPU: "24"})
+    federation.queue("capped-a", "capped-tenant")
+    federation.queue("capped-b", "capped-tenant")
+    federation.tenant("other")
+    federation.queue("capped-q", "other", limit={GPU: "16"})
+    for queue in ("capped-a", "capped-b", "capped-q"):
+        federation.submit(queue, 40, 1, 4, "2s")
+    wait_for("the flood to start", lambda: federation.gpus("capped-q") > 0)
+    tenant_peak = queue_peak = 0
+    for _ in range(32):  # ~8 s: several generations of 2 s jobs
+        tenant_peak = max(tenant_peak, federation.gpus("capped-a") + federation.gpus("capped-b"))
+        queue_peak = max(queue_peak, federation.gpus("capped-q"))
+        time.sleep(0.25)
+    assert (tenant_peak, queue_peak) == (24, 16)  # reached, never passed, with 24 GPUs to spare
+    waiting = federation.jobs.ListJobs(jobs_pb2.ListJobsRequest(queue="capped-q", phases=[common_pb2.PENDING]))
+    assert waiting.jobs and all("limit" in j.status.reason for j in waiting.jobs)
+
+
+def test_a_second_replica_takes_over_scheduling_without_dispatching_twice(db_url: URL, tmp_path: Path) -> None:
+    fed = start(db_url, tmp_path, replicas=2)
+    try:
+        leader, standby = fed.servers
+        assert b"now the scheduling leader" in leader.log and b"now the scheduling leader" not in standby.log
+        fed.connect(standby.address)  # submits on one replica wake the leader on the other
+        fed.tenant("t")
+        fed.queue("q", "t")
+        before = fed.submit("q", 30, 1, 8, "2s", name="before")
+        # west's agent is on the standby: the leader's orders reach it through the event log.
+        wait_for("jobs to run in both clusters", lambda: {fed.job(j).status.cluster for j in before} >= set(CLUSTERS))
+        leader.kill()
+        wait_for("the standby to lead", lambda: b"now the scheduling leader" in standby.log, 15)
+        after = fed.submit("q", 30, 1, 8, "2s", name="after")
+        done = lambda: all(fed.job(j).status.phase == common_pb2.SUCCEEDED for j in before + after)  # noqa: E731
+        wait_for("every job to succeed", done, 120)
+        dispatched = Counter(job for job, _, _, _, _ in fed.events("Dispatched"))
+        rejected = Counter(job for job, _, _, _, _ in fed.events("Rejected"))
+        ran = Counter(job for job, _, _, _, _ in fed.events("Running"))
+        for job in before + after:  # one dispatch per attempt, and every gang ran exactly once
+            assert dispatched[job] == 1 + rejected[job] and ran[job] == 1, job
+    finally:
+        fed.close()
