@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from federation.resources import Resources, format_resources
+from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
 from federation.scheduling.fairshare import Claim, Tree, dominant_share, hierarchical
-from federation.scheduling.fit import ClusterView, JobView, TierFree, check
+from federation.scheduling.fit import ClusterView, JobView
 
 RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # victims are chosen to evict the fewest of these
 
@@ -99,6 +100,8 @@ def _add(into: dict[str, int], amounts: Mapping[str, int], sign: int = 1) -> Non
 
 def _over(usage: Mapping[str, int], extra: Mapping[str, int], limit: Mapping[str, int]) -> dict[str, int]:
     """Resources of `limit` that usage + extra would exceed."""
+    if not limit:
+        return {}
     return {r: cap for r, cap in limit.items() if usage.get(r, 0) + extra.get(r, 0) > cap}
 
 
@@ -111,18 +114,21 @@ class _Cycle:
         self.snap = snap
         self.tenants = {t.name: t for t in snap.tenants}
         self.queues = {q.name: q for q in snap.queues}
-        self.free = {c.name: dict(c.free) for c in snap.clusters}
-        self.tiers = {c.name: [(t.tier, t.tier_name, dict(t.max_free)) for t in c.tiers] for c in snap.clusters}
-        self.clusters = {c.name: c for c in snap.clusters}
+        self.clusters = ClusterTable(snap.clusters, snap.capacity)
         self.queue_usage: dict[str, dict[str, int]] = {q: {} for q in self.queues}
         self.tenant_usage: dict[str, dict[str, int]] = {t: {} for t in self.tenants}
         self.running_by_cluster: dict[str, list[RunningJob]] = {}
+        self.pool = PreemptiblePool(self.clusters, sorted(self.queues))
+        self.out = Decisions()
         for job in snap.running:
             if job.queue in self.queues:
-                _add(self.queue_usage[job.queue], job.request)
-                _add(self.tenant_usage[self.queues[job.queue].tenant], job.request)
+                self.use(job.queue, job.request)
+                if job.preemptible:
+                    self.pool.add(job.cluster, job.queue, job.request)
             self.running_by_cluster.setdefault(job.cluster, []).append(job)
-        self.out = Decisions()
+        self.over_share: set[str] = set()  # reclaimable queues holding more than they deserve
+        self.preemptible = {c: sorted((v for v in jobs if v.preemptible), key=lambda v: (v.priority, -v.seq, v.id))
+                            for c, jobs in self.running_by_cluster.items()}
 
     # -- shares ----------------------------------------------------------------------------
 
@@ -138,6 +144,8 @@ class _Cycle:
         tenants = [Claim(t.name, t.weight, t.guarantee, t.limit or None) for t in self.snap.tenants
                    if not t.disabled]
         self.out.shares = hierarchical(self.snap.capacity, tenants, queues_of)
+        self.over_share = {q for q, info in self.queues.items() if info.reclaimable and dominant_share(
+            self.queue_usage[q], self.out.shares.queues.get(q, {})) > 1}
 
     def share_after(self, queue: str, extra: Mapping[str, int]) -> tuple[float, float]:
         assert self.out.shares is not None
@@ -147,48 +155,11 @@ class _Cycle:
 
     # -- cluster choice ----------------------------------------------------------------------
 
-    def _fit_tier(self, job: JobView, cluster: str) -> int:
-        """The lowest tier whose largest free HyperNode covers the gang (the whole cluster if none)."""
-        for tier, _, most in self.tiers[cluster]:
-            if tier > 0 and all(most.get(r, 0) >= a for r, a in job.request.items()):
-                return tier
-        return 1 << 20
-
-    def _leftover(self, job: JobView, cluster: str) -> float:
-        totals = self.snap.capacity
-        shares = [(self.free[cluster].get(r, 0) - a) / totals[r] for r, a in job.request.items() if totals.get(r)]
-        return max(shares) if shares else 0.0
-
-    def _view(self, cluster: str) -> ClusterView:
-        c = self.clusters[cluster]
-        return ClusterView(c.name, c.labels, self.free[cluster],
-                           [TierFree(t, n, m) for t, n, m in self.tiers[cluster]])
-
     def choose(self, job: JobView) -> tuple[str | None, list[str]]:
         """The best cluster for `job`, or None with each cluster's reason."""
-        fitting, reasons = [], []
         refused = self.snap.refused.get(job.id, {})
-        for name in sorted(self.clusters):
-            why = refused.get(name) or check(job, self._view(name))
-            if why is None:
-                fitting.append((self._fit_tier(job, name), self._leftover(job, name), name))
-            else:
-                reasons.append(f"{name}: {why}")
-        return (min(fitting)[2] if fitting else None), reasons
-
-    def reserve(self, job: JobView, cluster: str) -> None:
-        """Take the gang's resources out of the cluster for the rest of the cycle.
-
-        No HyperNode can have more free than the whole cluster has left, so each tier's maximum is
-        capped at that. Where the gang lands inside the cluster is not known here; a later job sent
-        on a stale maximum is rejected by the agent and comes back with the reason.
-        """
-        free = self.free[cluster]
-        _add(free, job.request, -1)
-        for _, _, most in self.tiers[cluster]:
-            for r in job.request:
-                if r in most:
-                    most[r] = max(min(most[r], free.get(r, 0)), 0)
+        best = self.clusters.best(job, refused)
+        return (best, []) if best is not None else (None, self.clusters.reasons(job, refused))
 
     # -- reclaim and preemption --------------------------------------------------------------
 
@@ -201,35 +172,27 @@ class _Cycle:
         on whole-gang totals; the agent's placement decides the topology.
         """
         assert self.out.shares is not None
+        deserved = self.out.shares.queues
+        over = {q for q in self.over_share if q != job.queue} if reclaim else set()
         best: tuple[int, int, str, list[RunningJob]] | None = None
-        for cluster in sorted(self.clusters):
-            view = self._view(cluster)
-            if any(view.labels.get(k) != v for k, v in job.view.cluster_selector.items()):
+        for cluster in self.pool.could_make_room(job.view.request, [job.queue, *over]):
+            labels = self.clusters.labels[self.clusters.index[cluster]]
+            if any(labels.get(k) != v for k, v in job.view.cluster_selector.items()):
                 continue
-            candidates = []
-            for victim in self.running_by_cluster.get(cluster, []):
-                if not victim.preemptible or victim.id in self.out.preempt:
-                    continue
-                if victim.queue == job.queue:
-                    if victim.priority < job.priority:
-                        candidates.append(victim)
-                    continue
-                q = self.queues.get(victim.queue)
-                if not reclaim or q is None or not q.reclaimable:
-                    continue
-                if dominant_share(self.queue_usage[victim.queue], self.out.shares.queues.get(victim.queue, {})) > 1:
-                    candidates.append(victim)
-            candidates.sort(key=lambda v: (v.priority, -v.seq, v.id))  # lowest priority, then youngest
-            freed: dict[str, int] = dict(self.free[cluster])
+            freed = self.clusters.free_dict(cluster)
             chosen: list[RunningJob] = []
-            borrowed = {q: dict(u) for q, u in self.queue_usage.items()}
-            for victim in candidates:
+            borrowed: dict[str, dict[str, int]] = {}  # queue -> its usage once this cluster's victims are gone
+            for victim in self.preemptible[cluster]:  # lowest priority, then youngest
                 if _covers(freed, job.view.request):
                     break
+                if victim.id in self.out.preempt or not (
+                        victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
+                    continue
                 if victim.queue != job.queue:  # reclaim only while the victim's queue stays over its share
-                    if dominant_share(borrowed[victim.queue], self.out.shares.queues.get(victim.queue, {})) <= 1:
+                    usage = borrowed.setdefault(victim.queue, dict(self.queue_usage[victim.queue]))
+                    if dominant_share(usage, deserved.get(victim.queue, {})) <= 1:
                         continue
-                    _add(borrowed[victim.queue], victim.request, -1)
+                    _add(usage, victim.request, -1)
                 chosen.append(victim)
                 _add(freed, victim.request)
             if chosen and _covers(freed, job.view.request):
@@ -238,6 +201,16 @@ class _Cycle:
                 if best is None or key[:3] < best[:3]:
                     best = key
         return (best[2], best[3]) if best else None
+
+    def use(self, queue: str, request: Mapping[str, int], sign: int = 1) -> None:
+        """Count a gang starting (+1) or leaving (-1) against its queue and tenant."""
+        _add(self.queue_usage[queue], request, sign)
+        _add(self.tenant_usage[self.queues[queue].tenant], request, sign)
+        if self.out.shares is not None and self.queues[queue].reclaimable:
+            if dominant_share(self.queue_usage[queue], self.out.shares.queues.get(queue, {})) > 1:
+                self.over_share.add(queue)
+            else:
+                self.over_share.discard(queue)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -277,34 +250,53 @@ class _Cycle:
         blocked: set[str] = set()
         while heap:
             _, _, _, queue = heapq.heappop(heap)
-            job = by_queue[queue][heads[queue]]
+            jobs = by_queue[queue]
+            job = jobs[heads[queue]]
             heads[queue] += 1
             self.consider(job, queue, heads[queue] == 1, blocked)
             if queue in blocked:
-                for rest in by_queue[queue][heads[queue]:]:
+                for rest in jobs[heads[queue]:]:
                     self.out.waiting[rest.id] = f"behind {job.id}, which holds a reservation in queue {queue}"
-                heads[queue] = len(by_queue[queue])
-            else:
-                push(queue)
+                heads[queue] = len(jobs)
+                continue
+            # A job that certainly stays where it is changes nothing, so its turn in the order does not
+            # matter: settle it now instead of sending it round the heap (most of a large backlog).
+            while heads[queue] < len(jobs) and (why := self.stays(jobs[heads[queue]], queue)):
+                self.out.waiting[jobs[heads[queue]].id] = why
+                heads[queue] += 1
+            push(queue)
         self.out.usage = self.queue_usage
         return self.out
 
-    def consider(self, job: PendingJob, queue: str, head: bool, blocked: set[str]) -> None:
+    def over_limit(self, job: PendingJob, queue: str) -> str | None:
         q = self.queues[queue]
         over = _over(self.queue_usage[queue], job.view.request, q.limit)
         if over:
-            self.out.waiting[job.id] = f"queue at limit {_fmt(over)}"
-            return
+            return f"queue at limit {_fmt(over)}"
         over = _over(self.tenant_usage[q.tenant], job.view.request, self.tenants[q.tenant].limit)
         if over:
-            self.out.waiting[job.id] = f"tenant {q.tenant} at limit {_fmt(over)}"
+            return f"tenant {q.tenant} at limit {_fmt(over)}"
+        return None
+
+    def stays(self, job: PendingJob, queue: str) -> str | None:
+        """Why a job that is not its queue's head must wait, when that is already certain; else None."""
+        if job.id in self.snap.making_room or job.id in self.snap.refused:
+            return None
+        why = self.over_limit(job, queue)
+        if why is None and self.clusters:
+            why = self.clusters.fits_nowhere(job.view)
+        return why
+
+    def consider(self, job: PendingJob, queue: str, head: bool, blocked: set[str]) -> None:
+        why = self.over_limit(job, queue)
+        if why:
+            self.out.waiting[job.id] = why
             return
         cluster, reasons = self.choose(job.view)
         if cluster is not None:
             self.out.assign[job.id] = cluster
-            self.reserve(job.view, cluster)
-            _add(self.queue_usage[queue], job.view.request)
-            _add(self.tenant_usage[q.tenant], job.view.request)
+            self.clusters.reserve(job.view, cluster)
+            self.use(queue, job.view.request)
             return
         if not self.clusters:
             self.out.waiting[job.id] = "no member cluster is ready"
@@ -312,7 +304,7 @@ class _Cycle:
         room = self.snap.making_room.get(job.id)
         if room in self.clusters:
             self.out.waiting[job.id] = f"waiting for preempted job(s) to exit in cluster {room}"
-            self.reserve(job.view, room)
+            self.clusters.reserve(job.view, room)
             blocked.add(queue)
             return
         within_share = max(self.share_after(queue, job.view.request)) <= 1.0 + 1e-9
@@ -323,31 +315,31 @@ class _Cycle:
                 for victim in gangs:
                     why = "reclaimed" if victim.queue != queue else "preempted"
                     self.out.preempt[victim.id] = f"{why} for {job.id} (priority {job.priority}) in queue {queue}"
-                    _add(self.queue_usage[victim.queue], victim.request, -1)
-                    _add(self.tenant_usage[self.queues[victim.queue].tenant], victim.request, -1)
+                    self.use(victim.queue, victim.request, -1)
+                    self.pool.add(victim.cluster, victim.queue, victim.request, -1)
                 self.out.waiting[job.id] = f"waiting for {len(gangs)} preempted job(s) to exit in cluster {cluster}"
                 self.out.making_room[job.id] = cluster
-                self.reserve(job.view, cluster)
+                self.clusters.reserve(job.view, cluster)
                 blocked.add(queue)
                 return
         if head and within_share:
             best = self._reservation_cluster(job.view)
             if best is not None:
-                self.reserve(job.view, best)
+                self.clusters.reserve(job.view, best)
                 self.out.waiting[job.id] = (f"waiting for resources in cluster {best}, reserved so smaller jobs do "
-                                            f"not starve it; " + "; ".join(reasons))
+                                            f"not starve it; " + summary(reasons))
                 blocked.add(queue)
                 return
-        self.out.waiting[job.id] = "no ready cluster fits: " + "; ".join(reasons)
+        self.out.waiting[job.id] = self.clusters.fits_nowhere(job.view) or "no ready cluster fits: " + summary(reasons)
 
     def _reservation_cluster(self, job: JobView) -> str | None:
         """Where the job fits best by capacity: matching labels and enough allocatable, most free first."""
         options = []
-        for name, c in self.clusters.items():
-            if any(c.labels.get(k) != v for k, v in job.cluster_selector.items()):
+        for name, labels in zip(self.clusters.names, self.clusters.labels, strict=True):
+            if any(labels.get(k) != v for k, v in job.cluster_selector.items()):
                 continue
-            options.append((-min((self.free[name].get(r, 0) / a for r, a in job.request.items() if a), default=0),
-                            name))
+            options.append((-min((self.clusters.free_of(name, r) / a for r, a in job.request.items() if a),
+                                 default=0), name))
         return min(options)[1] if options else None
 
 

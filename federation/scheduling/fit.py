@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from federation.resources import Resources, format_resources
 
@@ -39,6 +40,15 @@ class JobView:
     mode: str = ""
     highest_tier: int = 0
     highest_tier_name: str = ""
+
+    @cached_property
+    def shape(self) -> tuple[object, ...]:
+        """Everything about the gang that decides where it fits: equal shapes fit the same clusters.
+
+        Unsorted, for speed: the same resources listed in another order only make a second shape.
+        """
+        return (tuple(self.request.items()), tuple(self.largest_pod.items()), tuple(self.cluster_selector.items()),
+                self.mode, self.highest_tier, self.highest_tier_name)
 
 
 def _covers(free: Mapping[str, int], request: Mapping[str, int]) -> bool:

@@ -221,26 +221,25 @@ class JobStore:
             return list((await conn.execute(query)).mappings().all())
 
     async def dispatch(self, decisions: dict[str, str]) -> list[Any]:
-        """Move still-waiting jobs to their chosen cluster with a new attempt; returns the moved rows."""
+        """Move still-waiting jobs to their chosen cluster with a new attempt; returns the moved rows.
+
+        One statement for the whole batch: a first cycle may dispatch tens of thousands of jobs.
+        """
         if not decisions:
             return []
+        ids = sorted(decisions)
         async with self.engine.begin() as conn:
-            rows = (await conn.execute(
-                select(Job).where(Job.id.in_(decisions), Job.phase.in_(WAITING_PHASES)).order_by(Job.id)
-                .with_for_update())).mappings().all()
-            moved = []
-            events = []
-            for row in rows:
-                cluster = decisions[row["id"]]
-                reason = f"dispatched to cluster {cluster}; its agent is placing the gang"
-                updated = (await conn.execute(update(Job).where(Job.id == row["id"]).values(
-                    phase="DISPATCHED", cluster=cluster, attempt=Job.attempt + 1, reason=reason, queue_position=0,
-                    dispatched_at=func.now(), updated_at=func.now()).returning(Job))).mappings().one()
-                moved.append(updated)
-                events.append(EventRecord(row["id"], row["tenant"], row["queue"], "Dispatched", "DISPATCHED", reason,
-                                          updated["attempt"], cluster))
-            await append_events(conn, events)
-        return moved
+            moved = (await conn.execute(text(
+                "UPDATE jobs SET phase = 'DISPATCHED', cluster = v.cluster, attempt = jobs.attempt + 1, "
+                "reason = 'dispatched to cluster ' || v.cluster || '; its agent is placing the gang', "
+                "queue_position = 0, dispatched_at = now(), updated_at = now() "
+                "FROM unnest(CAST(:ids AS text[]), CAST(:clusters AS text[])) AS v(id, cluster) "
+                "WHERE jobs.id = v.id AND jobs.phase IN ('PENDING', 'PREEMPTED') "
+                "RETURNING jobs.id, jobs.tenant, jobs.queue, jobs.attempt, jobs.cluster, jobs.reason"),
+                {"ids": ids, "clusters": [decisions[i] for i in ids]})).mappings().all()
+            await append_events(conn, [EventRecord(r["id"], r["tenant"], r["queue"], "Dispatched", "DISPATCHED",
+                                                   r["reason"], r["attempt"], r["cluster"]) for r in moved])
+        return list(moved)
 
     async def preempt(self, reasons: dict[str, str]) -> list[Any]:
         """Return running gangs to their queues (phase Preempted, keeping their submission order).
@@ -249,14 +248,17 @@ class JobStore:
         """
         if not reasons:
             return []
+        ids = sorted(reasons)
         async with self.engine.begin() as conn:
             rows = (await conn.execute(
-                select(Job).where(Job.id.in_(reasons), Job.phase.in_(ACTIVE_PHASES)).order_by(Job.id)
+                select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster)
+                .where(Job.id.in_(ids), Job.phase.in_(ACTIVE_PHASES)).order_by(Job.id)
                 .with_for_update())).mappings().all()
-            for row in rows:
-                await conn.execute(update(Job).where(Job.id == row["id"]).values(
-                    phase="PREEMPTED", cluster="", hypernode="", tier=0, placements=[], reason=reasons[row["id"]],
-                    updated_at=func.now()))
+            await conn.execute(text(
+                "UPDATE jobs SET phase = 'PREEMPTED', cluster = '', hypernode = '', tier = 0, "
+                "placements = '[]'::jsonb, reason = v.reason, updated_at = now() "
+                "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS v(id, reason) WHERE jobs.id = v.id"),
+                {"ids": [r["id"] for r in rows], "reasons": [reasons[r["id"]] for r in rows]})
             await append_events(conn, [EventRecord(r["id"], r["tenant"], r["queue"], "Preempted", "PREEMPTED",
                                                    reasons[r["id"]], r["attempt"], r["cluster"]) for r in rows])
         return list(rows)

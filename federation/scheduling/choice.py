@@ -1,0 +1,212 @@
+"""Cluster choice for one cycle: every Ready cluster's free resources and tier maxima as arrays.
+
+A cycle asks "which cluster is best for this gang?" tens of thousands of times over a hundred or
+more clusters; asked one cluster at a time in Python, that alone takes seconds. Here the question
+is one set of array operations over all clusters at once, with the same rule as `fit.check`
+(selector, free totals, largest pod on one node, hard tier limit) and DESIGN §5's preference
+(lowest fitting tier, then least left over, then name). Reasons for a job that fits nowhere are
+still worded by `fit.check`, cluster by cluster: that path runs once per distinct gang shape,
+because within a cycle free resources only shrink and a shape that fits nowhere stays so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from federation.scheduling.fit import ClusterView, JobView, TierFree, check
+
+NO_TIER = 1 << 20  # the "fit tier" of a cluster where no HyperNode covers the gang
+UNBOUNDED = np.iinfo(np.int64).max // 4  # a missing tier-0 summary: no per-node limit is known
+
+
+class ClusterTable:
+    def __init__(self, clusters: Sequence[ClusterView], capacity: Mapping[str, int]) -> None:
+        self.names = sorted(c.name for c in clusters)
+        self.index = {name: i for i, name in enumerate(self.names)}
+        by_name = {c.name: c for c in clusters}
+        self.labels = [by_name[n].labels for n in self.names]
+        self.tier_names = [{t.tier: t.tier_name for t in by_name[n].tiers} for n in self.names]
+        resources = sorted({r for c in clusters for r in c.free} | {r for c in clusters for t in c.tiers
+                                                                    for r in t.max_free} | set(capacity))
+        self.resource = {r: k for k, r in enumerate(resources)}
+        self.top = max((t.tier for c in clusters for t in c.tiers), default=0)
+        n, k = len(self.names), len(resources)
+        self.free = np.zeros((n, k), dtype=np.int64)
+        # tiers[c, t, r]: the most of r free in one HyperNode of tier t (t = 0: one node); -1 where
+        # the cluster has no such tier, so it never covers anything.
+        self.tiers = np.full((n, self.top + 1, k), -1, dtype=np.int64)
+        self.tiers[:, 0, :] = UNBOUNDED
+        for i, name in enumerate(self.names):
+            c = by_name[name]
+            for r, a in c.free.items():
+                self.free[i, self.resource[r]] = a
+            for t in c.tiers:
+                self.tiers[i, t.tier, :] = 0
+                for r, a in t.max_free.items():
+                    self.tiers[i, t.tier, self.resource[r]] = a
+        self.capacity = np.array([capacity.get(r, 0) for r in resources], dtype=np.float64)
+        self._selectors: dict[tuple[tuple[str, str], ...], np.ndarray] = {}
+        self._nowhere: dict[tuple[object, ...], list[str]] = {}  # shape -> each cluster's reason
+        self._nowhere_summary: dict[tuple[object, ...], str] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.index
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+    def view(self, name: str) -> ClusterView:
+        i = self.index[name]
+        free = {r: int(self.free[i, k]) for r, k in self.resource.items()}
+        tiers = [TierFree(t, self.tier_names[i].get(t, ""),
+                          {r: int(self.tiers[i, t, k]) for r, k in self.resource.items()})
+                 for t in range(self.top + 1) if t in self.tier_names[i]]
+        return ClusterView(name, self.labels[i], free, tiers)
+
+    def free_of(self, name: str, resource: str) -> int:
+        k = self.resource.get(resource)
+        return 0 if k is None else int(self.free[self.index[name], k])
+
+    def free_dict(self, name: str) -> dict[str, int]:
+        i = self.index[name]
+        return {r: int(self.free[i, k]) for r, k in self.resource.items()}
+
+    def _selector(self, selector: Mapping[str, str]) -> np.ndarray:
+        key = tuple(sorted(selector.items()))
+        mask = self._selectors.get(key)
+        if mask is None:
+            mask = np.array([all(labels.get(k) == v for k, v in key) for labels in self.labels], dtype=bool)
+            self._selectors[key] = mask
+        return mask
+
+    def _vector(self, amounts: Mapping[str, int]) -> np.ndarray | None:
+        """The amounts as a row over this table's resources; None if one is unknown to every cluster."""
+        row = np.zeros(len(self.resource), dtype=np.int64)
+        for r, a in amounts.items():
+            k = self.resource.get(r)
+            if k is None:
+                if a > 0:
+                    return None
+                continue
+            row[k] = a
+        return row
+
+    def best(self, job: JobView, refused: Mapping[str, str]) -> str | None:
+        """The cluster the gang fits best now, or None."""
+        if not refused and job.shape in self._nowhere:
+            return None
+        if not self.names or job.highest_tier_name:
+            return self._best_slowly(job, refused)
+        request, largest = self._vector(job.request), self._vector(job.largest_pod)
+        if request is None or largest is None:
+            return None
+        mask = self._selector(job.cluster_selector) & (self.free >= request).all(1) & (
+            self.tiers[:, 0, :] >= largest).all(1)
+        for name in refused:
+            if name in self.index:
+                mask[self.index[name]] = False
+        if not mask.any():
+            return None
+        covers = (self.tiers[:, 1:, :] >= request).all(2)  # [c, t - 1]
+        if job.mode == "hard":
+            mask &= covers[:, :job.highest_tier].any(1)
+            if not mask.any():
+                return None
+        fit_tier = np.where(covers.any(1), covers.argmax(1) + 1, NO_TIER)
+        fit_tier = np.where(mask, fit_tier, NO_TIER + 1)
+        lowest = fit_tier == fit_tier.min()
+        asked = request > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            left = ((self.free[:, asked] - request[asked]) / self.capacity[asked]).max(1) if asked.any() else \
+                np.zeros(len(self.names))
+        left = np.where(lowest, left, np.inf)
+        return self.names[int(left.argmin())]
+
+    def _best_slowly(self, job: JobView, refused: Mapping[str, str]) -> str | None:
+        """The same choice, one cluster at a time, for what the arrays do not express (tiers by name)."""
+        fitting = []
+        for name in self.names:
+            if name in refused:
+                continue
+            view = self.view(name)
+            if check(job, view) is None:
+                fit = next((t.tier for t in view.tiers if t.tier > 0 and all(
+                    t.max_free.get(r, 0) >= a for r, a in job.request.items())), NO_TIER)
+                left = max(((view.free.get(r, 0) - a) / c for r, a in job.request.items()
+                            if (c := self.capacity[self.resource[r]]) > 0), default=0.0)
+                fitting.append((fit, left, name))
+        return min(fitting)[2] if fitting else None
+
+    def reasons(self, job: JobView, refused: Mapping[str, str]) -> list[str]:
+        """Why the gang fits none of the clusters, one "cluster: reason" each."""
+        key = job.shape
+        if not refused and key in self._nowhere:
+            return self._nowhere[key]
+        out = [f"{name}: {refused.get(name) or check(job, self.view(name))}" for name in self.names]
+        if not refused:
+            self._nowhere[key] = out
+            self._nowhere_summary[key] = "no ready cluster fits: " + summary(out)
+        return out
+
+    def fits_nowhere(self, job: JobView) -> str | None:
+        """The waiting reason, when a gang of this shape was already found to fit nowhere in this
+        cycle (free resources only shrink during a cycle, so it still fits nowhere)."""
+        return self._nowhere_summary.get(job.shape)
+
+    def reserve(self, job: JobView, name: str) -> None:
+        """Take the gang's resources out of the cluster for the rest of the cycle.
+
+        No HyperNode can have more free than the whole cluster has left, so each tier's maximum is
+        capped at that. Where the gang lands inside the cluster is not known here; a later job sent
+        on a stale maximum is rejected by the agent and comes back with the reason.
+        """
+        i = self.index[name]
+        request = self._vector(job.request)
+        assert request is not None
+        self.free[i] -= request
+        asked = request > 0
+        self.tiers[i][:, asked] = np.maximum(np.minimum(self.tiers[i][:, asked], self.free[i, asked]), 0)
+
+
+
+SHOWN_REASONS = 3  # clusters named in a waiting job's reason; ExplainJob lists them all
+
+
+def summary(reasons: Sequence[str]) -> str:
+    shown = "; ".join(reasons[:SHOWN_REASONS])
+    more = len(reasons) - SHOWN_REASONS
+    return shown + (f"; and {more} more clusters (see fedctl explain)" if more > 0 else "")
+
+
+class PreemptiblePool:
+    """Per cluster and queue, the resources of running gangs that preemption could free.
+
+    Finding victims means, for each cluster, greedily evicting gangs until the waiting gang fits;
+    most clusters cannot make room however many eligible gangs they evict, and one array sum over
+    the eligible queues says so for all clusters at once, before any greedy search.
+    """
+
+    def __init__(self, table: ClusterTable, queues: Sequence[str]) -> None:
+        self.table = table
+        self.queue = {q: j for j, q in enumerate(queues)}
+        self.amounts = np.zeros((len(table.names), len(queues), len(table.resource)), dtype=np.int64)
+
+    def add(self, cluster: str, queue: str, request: Mapping[str, int], sign: int = 1) -> None:
+        i, j = self.table.index.get(cluster), self.queue.get(queue)
+        if i is None or j is None:
+            return
+        for r, a in request.items():
+            k = self.table.resource.get(r)
+            if k is not None:
+                self.amounts[i, j, k] += sign * a
+
+    def could_make_room(self, request: Mapping[str, int], queues: Sequence[str]) -> list[str]:
+        """Clusters where free resources plus every eligible gang of `queues` would cover `request`."""
+        need = self.table._vector(request)
+        rows = [self.queue[q] for q in queues if q in self.queue]
+        if need is None or not rows:
+            return []
+        pool = self.table.free + self.amounts[:, rows, :].sum(1)
+        return [self.table.names[i] for i in np.flatnonzero((pool >= need).all(1))]
