@@ -135,7 +135,7 @@ class ClusterTable:
                 fit = next((t.tier for t in view.tiers if t.tier > 0 and all(
                     t.max_free.get(r, 0) >= a for r, a in job.request.items())), NO_TIER)
                 left = max(((view.free.get(r, 0) - a) / c for r, a in job.request.items()
-                            if (c := self.capacity[self.resource[r]]) > 0), default=0.0)
+                            if a > 0 and (c := self.capacity[self.resource[r]]) > 0), default=0.0)
                 fitting.append((fit, left, name))
         return min(fitting)[2] if fitting else None
 

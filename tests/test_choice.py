@@ -1,0 +1,65 @@
+"""The vectorised cluster choice picks exactly what the rule, checked one cluster at a time, picks."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from federation.scheduling.choice import ClusterTable, PreemptiblePool
+from federation.scheduling.fit import ClusterView, JobView, TierFree
+
+GPU, CPU = "nvidia.com/gpu", "cpu"
+
+
+@st.composite
+def cluster(draw: st.DrawFn, name: str) -> ClusterView:
+    """A cluster whose tier maxima grow with the tier and never exceed its free totals."""
+    free = {GPU: draw(st.integers(0, 64)), CPU: draw(st.integers(0, 512))}
+    tiers, below = [], {GPU: 0, CPU: 0}
+    for tier, tier_name in enumerate(["node", "leaf", "spine"]):
+        most = {r: draw(st.integers(below[r], free[r])) for r in free}
+        tiers.append(TierFree(tier, tier_name, most))
+        below = most
+    return ClusterView(name, {"zone": draw(st.sampled_from(["a", "b"]))}, free, tiers)
+
+
+@st.composite
+def job(draw: st.DrawFn) -> JobView:
+    request = {GPU: draw(st.integers(1, 48)), CPU: draw(st.integers(0, 256))}
+    largest = {r: draw(st.integers(0, a)) for r, a in request.items()}
+    mode = draw(st.sampled_from(["", "soft", "hard"]))
+    selector = draw(st.sampled_from([{}, {"zone": "a"}, {"zone": "b"}]))
+    return JobView("j", request, largest, selector, mode, draw(st.integers(1, 2)) if mode == "hard" else 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=6, unique=True).flatmap(
+    lambda ids: st.tuples(*[cluster(f"c{i}") for i in ids])), job(), st.data())
+def test_vectorised_choice_matches_the_rule(clusters: tuple[ClusterView, ...], gang: JobView,
+                                            data: st.DataObject) -> None:
+    capacity = {GPU: 64 * len(clusters), CPU: 512 * len(clusters)}
+    table = ClusterTable(list(clusters), capacity)
+    refused = {c.name: "rejected it" for c in clusters if data.draw(st.booleans(), label=f"refuse {c.name}")}
+    assert table.best(gang, refused) == table._best_slowly(gang, refused)
+    chosen = table.best(gang, {})
+    if chosen is not None:  # after a reservation, the arrays and the rule still agree
+        table.reserve(gang, chosen)
+        assert table.best(gang, {}) == table._best_slowly(gang, {})
+
+
+def test_a_shape_that_fits_nowhere_is_remembered_with_its_reasons() -> None:
+    table = ClusterTable([ClusterView("c1", {}, {GPU: 8}, [TierFree(0, "node", {GPU: 8})])], {GPU: 8})
+    big = JobView("big", {GPU: 16}, {GPU: 8})
+    assert table.fits_nowhere(big) is None
+    assert table.best(big, {}) is None
+    assert table.reasons(big, {}) == ["c1: not enough free: nvidia.com/gpu 8/16 free"]
+    assert table.fits_nowhere(JobView("same-shape", {GPU: 16}, {GPU: 8})) == (
+        "no ready cluster fits: c1: not enough free: nvidia.com/gpu 8/16 free")
+
+
+def test_the_pool_says_where_eviction_could_make_room() -> None:
+    table = ClusterTable([ClusterView(n, {}, {GPU: 0}, []) for n in ("c1", "c2")], {GPU: 32})
+    pool = PreemptiblePool(table, ["q1", "q2"])
+    pool.add("c1", "q1", {GPU: 8})
+    pool.add("c2", "q2", {GPU: 16})
+    assert pool.could_make_room({GPU: 8}, ["q1", "q2"]) == ["c1", "c2"]
+    assert pool.could_make_room({GPU: 16}, ["q1"]) == []
+    assert pool.could_make_room({GPU: 16}, ["q2"]) == ["c2"]
