@@ -164,8 +164,7 @@ class Scheduler:
         # Preempted and Dispatched events are the orders; the replicas holding the agents relay them.
         await self.jobs.preempt(decisions.preempt)
         await self.jobs.dispatch(decisions.assign)
-        await self.jobs.set_waiting([r for r in pending if r["id"] not in decisions.assign], decisions.waiting,
-                                    decisions.positions)
+        await self.jobs.set_waiting([r for r in pending if r["id"] not in decisions.assign], decisions.waiting)
         if decisions.assign or decisions.preempt:
             self.on_change()
         return decisions

@@ -35,12 +35,22 @@ async def test_queue_status_and_explain(api: Api) -> None:
     explained = await api.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=job.id))
     assert explained.phase == 1 and [(c.cluster, c.fits, c.reason) for c in explained.clusters] == [
         ("east", False, "not Ready (its agent is not connected or has gone silent)")]
-    for _ in range(50):  # the leader's cycle writes the queue position and the reason
+    for _ in range(50):  # the leader's cycle writes the reason
         current = await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=job.id))
-        if current.status.queue_position == 1:
+        if current.status.reason == "no member cluster is ready":
             break
         await asyncio.sleep(0.1)
-    assert current.status.queue_position == 1 and current.status.reason == "no member cluster is ready"
+    assert current.status.reason == "no member cluster is ready" and current.status.queue_position == 1
+    # Positions are counted when read: a more urgent job in the queue goes ahead at once.
+    await api.admin.CreatePriorityClass(admin_pb2.CreatePriorityClassRequest(
+        priority_class=admin_pb2.PriorityClass(name="urgent", value=100)))
+    urgent_spec = spec(replicas=2)
+    urgent_spec.priority_class_name = "urgent"
+    urgent = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=urgent_spec))).job
+    later = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(replicas=2)))).job
+    positions = {j.id: j.status.queue_position
+                 for j in (await api.jobs.ListJobs(jobs_pb2.ListJobsRequest(queue="train"))).jobs}
+    assert positions == {urgent.id: 1, job.id: 2, later.id: 3}
 
 
 async def test_only_one_replica_leads(api: Api) -> None:

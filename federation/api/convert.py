@@ -75,7 +75,8 @@ def spec_to_json(spec: common_pb2.JobSpec) -> dict[str, Any]:
 def job_to_proto(row: Mapping[str, Any]) -> common_pb2.Job:
     spec = json_format.ParseDict(row["spec"], common_pb2.JobSpec())
     status = common_pb2.JobStatus(
-        phase=common_pb2.JobPhase.Value(row["phase"]), reason=row["reason"], queue_position=row["queue_position"],
+        phase=common_pb2.JobPhase.Value(row["phase"]), reason=row["reason"],
+        queue_position=row.get("queue_position", 0),
         cluster=row["cluster"], hypernode=row["hypernode"], tier=row["tier"], attempt=row["attempt"],
         retries=row["retries"],
         placements=[common_pb2.PodPlacement(task=p["task"], index=p["index"], node=p["node"])

@@ -88,7 +88,6 @@ class Decisions:
     preempt: dict[str, str] = field(default_factory=dict)  # running job -> reason
     making_room: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster preempted for it
     waiting: dict[str, str] = field(default_factory=dict)  # pending job -> why it waits
-    positions: dict[str, int] = field(default_factory=dict)  # pending job -> place in its queue, from 1
     shares: Tree | None = None
     usage: dict[str, Resources] = field(default_factory=dict)  # queue -> in use after this cycle
 
@@ -221,8 +220,6 @@ class _Cycle:
             by_queue.setdefault(job.queue, []).append(job)
         for jobs in by_queue.values():
             jobs.sort(key=lambda j: (-j.priority, j.seq))
-            for i, job in enumerate(jobs, 1):
-                self.out.positions[job.id] = i
         heap: list[tuple[int, float, float, str]] = []
         heads = {q: 0 for q in by_queue}
 

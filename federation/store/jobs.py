@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import and_, case, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.orm import aliased
 
 from federation.errors import FailedPrecondition, NotFound
 from federation.store.models import EventCounter, Job, JobEvent, SubmitKey
@@ -86,6 +87,20 @@ async def append_events(conn: AsyncConnection, events: Sequence[EventRecord]) ->
     return last
 
 
+def _with_position() -> Any:
+    """Jobs with `queue_position`: a waiting job's place in its queue (priority, then submission), from 1.
+
+    Counted when read, over the queue's index, rather than stored: every dispatch moves every job
+    behind it, and rewriting a large backlog's positions each cycle would cost more than the cycle.
+    """
+    ahead = aliased(Job)
+    position = select(func.count()).where(
+        ahead.queue == Job.queue, ahead.phase.in_(WAITING_PHASES),
+        or_(ahead.priority > Job.priority, and_(ahead.priority == Job.priority, ahead.seq <= Job.seq)),
+    ).scalar_subquery()
+    return select(Job, case((Job.phase.in_(WAITING_PHASES), position), else_=0).label("queue_position"))
+
+
 class JobStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -148,14 +163,14 @@ class JobStore:
 
     async def get(self, job_id: str) -> Job:
         async with self.engine.connect() as conn:
-            row = (await conn.execute(select(Job).where(Job.id == job_id))).mappings().first()
+            row = (await conn.execute(_with_position().where(Job.id == job_id))).mappings().first()
         if row is None:
             raise NotFound(f"job {job_id!r} not found")
         return row  # type: ignore[return-value]
 
     async def list(self, *, tenant: str = "", queue: str = "", phases: Sequence[str] = (),
                    after_seq: int = 0, limit: int = 100) -> list[Any]:
-        query = select(Job).where(Job.seq > after_seq).order_by(Job.seq).limit(limit)
+        query = _with_position().where(Job.seq > after_seq).order_by(Job.seq).limit(limit)
         if tenant:
             query = query.where(Job.tenant == tenant)
         if queue:
@@ -177,7 +192,7 @@ class JobStore:
                 raise FailedPrecondition(f"job {job_id!r} already ended ({row['phase']})")
             reason = reason or "cancelled by user"
             await conn.execute(update(Job).where(Job.id == job_id).values(
-                phase="CANCELLED", reason=reason, queue_position=0,
+                phase="CANCELLED", reason=reason,
                 finished_at=func.now(), updated_at=func.now()))
             await append_events(conn, [EventRecord(job_id, row["tenant"], row["queue"], "Cancelled", "CANCELLED",
                                                    reason, row["attempt"], row["cluster"])])
@@ -213,7 +228,7 @@ class JobStore:
         Without their specs, which never change after submit: the scheduler keeps what it needs of
         each (`specs`) across cycles rather than decoding a hundred thousand of them every second.
         """
-        query = (select(Job.id, Job.queue, Job.priority, Job.seq, Job.reason, Job.queue_position)
+        query = (select(Job.id, Job.queue, Job.priority, Job.seq, Job.reason)
                  .where(Job.phase.in_(WAITING_PHASES)).order_by(Job.priority.desc(), Job.seq).limit(limit))
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
@@ -250,7 +265,7 @@ class JobStore:
             moved = (await conn.execute(text(
                 "UPDATE jobs SET phase = 'DISPATCHED', cluster = v.cluster, attempt = jobs.attempt + 1, "
                 "reason = 'dispatched to cluster ' || v.cluster || '; its agent is placing the gang', "
-                "queue_position = 0, dispatched_at = now(), updated_at = now() "
+                "dispatched_at = now(), updated_at = now() "
                 "FROM unnest(CAST(:ids AS text[]), CAST(:clusters AS text[])) AS v(id, cluster) "
                 "WHERE jobs.id = v.id AND jobs.phase IN ('PENDING', 'PREEMPTED') "
                 "RETURNING jobs.id, jobs.tenant, jobs.queue, jobs.attempt, jobs.cluster, jobs.reason"),
@@ -281,17 +296,15 @@ class JobStore:
                                                    reasons[r["id"]], r["attempt"], r["cluster"]) for r in rows])
         return list(rows)
 
-    async def set_waiting(self, rows: Sequence[Any], reasons: dict[str, str], positions: dict[str, int]) -> None:
-        """Why each waiting job waits and its place in its queue; only rows that changed are written."""
-        changes = [{"job_id": r["id"], "reason": reasons.get(r["id"], r["reason"]),
-                    "position": positions.get(r["id"], 0)} for r in rows
-                   if (reasons.get(r["id"], r["reason"]), positions.get(r["id"], 0)) != (r["reason"],
-                                                                                         r["queue_position"])]
+    async def set_waiting(self, rows: Sequence[Any], reasons: dict[str, str]) -> None:
+        """Why each waiting job waits; only reasons that changed are written."""
+        changes = [{"job_id": r["id"], "reason": reasons[r["id"]]} for r in rows
+                   if r["id"] in reasons and reasons[r["id"]] != r["reason"]]
         if not changes:
             return
         async with self.engine.begin() as conn:
             await conn.execute(
-                text("UPDATE jobs SET reason = :reason, queue_position = :position, updated_at = now() "
+                text("UPDATE jobs SET reason = :reason, updated_at = now() "
                      "WHERE id = :job_id AND phase IN ('PENDING', 'PREEMPTED')"), changes)
 
     async def apply_update(self, cluster: str, u: agent_pb2.JobUpdate) -> Applied:

@@ -99,7 +99,6 @@ class Job(Base):
     priority: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     phase: Mapped[str] = mapped_column(String(16), nullable=False)
     reason: Mapped[str] = mapped_column(Text, nullable=False, default="")
-    queue_position: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     cluster: Mapped[str] = mapped_column(NAME, nullable=False, default="")
     hypernode: Mapped[str] = mapped_column(String(253), nullable=False, default="")
     tier: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
