@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from federation import metrics
+from federation.backlog import Backlog
 from federation.loop import WakeLoop
 from federation.resources import format_resources, parse_resources
 from federation.scheduling.cycle import (
@@ -36,8 +37,6 @@ from federation.v1 import admin_pb2
 
 log = logging.getLogger(__name__)
 
-SCAN_LIMIT = 200_000
-SPEC_BATCH = 10_000
 REJECTION_MEMORY = 30.0  # seconds a cluster's rejection keeps a job away from it
 ROOM_MEMORY = 60.0  # seconds a job waits for the gangs preempted for it before it may preempt again
 HEARTBEAT_TIMEOUT = 30.0  # seconds of silence after which an agent's cluster gets nothing new
@@ -87,7 +86,7 @@ class Scheduler:
         self.wake, self.start, self.stop = self._loop.wake, self._loop.start, self._loop.stop
         self._refused: dict[str, dict[str, tuple[float, str]]] = {}  # job -> cluster -> (until, reason)
         self._making_room: dict[str, tuple[float, str]] = {}  # job -> (until, cluster preempted for it)
-        self._views: dict[str, JobView] = {}
+        self.backlog = Backlog(jobs, job_view)
 
     def rejected(self, job_id: str, cluster: str, reason: str) -> None:
         """An agent refused the job: do not offer it to that cluster again for a while."""
@@ -108,24 +107,13 @@ class Scheduler:
         self._making_room = {j: v for j, v in self._making_room.items() if v[0] > now}
         return {j: cluster for j, (_, cluster) in self._making_room.items()}
 
-    async def _views_of(self, pending: Sequence[Mapping[str, Any]]) -> dict[str, JobView]:
-        """Each waiting job's view, kept across cycles: a job's spec never changes once submitted."""
-        known = self._views
-        missing = [r["id"] for r in pending if r["id"] not in known]
-        for start in range(0, len(missing), SPEC_BATCH):
-            batch = await self.jobs.specs(missing[start:start + SPEC_BATCH])
-            known.update((job_id, job_view(row)) for job_id, row in batch.items())
-        self._views = {r["id"]: known[r["id"]] for r in pending if r["id"] in known}
-        return self._views
-
     async def _pass(self) -> None:
         if self.is_leader():
             await self.cycle()
 
     async def snapshot(self) -> tuple[Snapshot, list[Any]]:
-        pending = await self.jobs.pending(SCAN_LIMIT)
+        pending, views = await self.backlog.waiting()
         active = await self.jobs.holding()
-        views = await self._views_of(pending)
         classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
         inflight = _inflight(active)
         clusters = [c for c in await self.admin.clusters(self.heartbeat_timeout) if c["live"] and not c["cordoned"]]
@@ -165,6 +153,7 @@ class Scheduler:
         await self.jobs.preempt(decisions.preempt)
         await self.jobs.dispatch(decisions.assign)
         await self.jobs.set_waiting([r for r in pending if r["id"] not in decisions.assign], decisions.waiting)
+        self.backlog.reasons_written(decisions.waiting)
         if decisions.assign or decisions.preempt:
             self.on_change()
         return decisions

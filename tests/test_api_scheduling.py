@@ -81,3 +81,26 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert "federation_scheduler_cycle_seconds" in body and "federation_jobs_scheduled_total" in body
+
+
+async def test_the_backlog_follows_the_event_log(api: Api) -> None:
+    from federation.backlog import Backlog
+    from federation.scheduler import job_view
+    from federation.store.jobs import JobStore
+
+    await make_queue(api)
+    store = JobStore(api.server.engine)
+    backlog = Backlog(store, job_view)
+    first = [(await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(replicas=2)))).job.id for _ in range(3)]
+    rows, views = await backlog.waiting()
+    assert [r["id"] for r in rows] == first and set(views) == set(first)
+
+    await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=first[1]))
+    await api.admin.CreatePriorityClass(admin_pb2.CreatePriorityClassRequest(
+        priority_class=admin_pb2.PriorityClass(name="urgent", value=100)))
+    urgent_spec = spec(replicas=2)
+    urgent_spec.priority_class_name = "urgent"
+    urgent = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=urgent_spec))).job.id
+    rows, views = await backlog.waiting()  # caught up from the events, not read again whole
+    assert [r["id"] for r in rows] == [urgent, first[0], first[2]] == [r["id"] for r in await store.pending(100)]
+    assert set(views) == {urgent, first[0], first[2]} and views[urgent].request["nvidia.com/gpu"] == 16

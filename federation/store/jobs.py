@@ -222,14 +222,17 @@ class JobStore:
             return (await conn.execute(select(EventCounter.last_seq).where(EventCounter.id == 1))).scalar_one()
 
 
-    async def pending(self, limit: int) -> list[Any]:
+    async def pending(self, limit: int, ids: Sequence[str] | None = None) -> list[Any]:
         """Jobs waiting in their queues (Pending or Preempted), higher priority first, then by submission.
 
         Without their specs, which never change after submit: the scheduler keeps what it needs of
         each (`specs`) across cycles rather than decoding a hundred thousand of them every second.
+        `ids`: only those of these jobs that are waiting.
         """
         query = (select(Job.id, Job.queue, Job.priority, Job.seq, Job.reason)
                  .where(Job.phase.in_(WAITING_PHASES)).order_by(Job.priority.desc(), Job.seq).limit(limit))
+        if ids is not None:
+            query = query.where(Job.id == func.any(list(ids)))
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
 
