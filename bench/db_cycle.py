@@ -42,7 +42,7 @@ def _inventory(nodes: int) -> dict[str, Any]:
     return inventory_json(inv)
 
 
-def _job(i: int, queue: str, tenant: str, rng: random.Random) -> NewJob:
+def _job(queue: str, tenant: str, rng: random.Random) -> NewJob:
     gpus = rng.choices([s for s, _ in MIX], [w for _, w in MIX])[0]
     pod = min(gpus, 8)
     mode = "hard" if gpus in (16, 64) and rng.random() < 0.7 else "soft" if gpus > 8 else ""
@@ -67,9 +67,9 @@ async def _run(url: Any, jobs: int, clusters: int, seed: int, runs: int) -> dict
     store = JobStore(engine)
     for start in range(0, jobs, BATCH):
         batch = []
-        for i in range(start, min(start + BATCH, jobs)):
+        for _ in range(start, min(start + BATCH, jobs)):
             t, q = rng.randrange(100), rng.randrange(10)
-            batch.append(_job(i, f"t{t:03d}-q{q}", f"t{t:03d}", rng))
+            batch.append(_job(f"t{t:03d}-q{q}", f"t{t:03d}", rng))
         await store.submit(batch)
     scheduler = Scheduler(store, AdminStore(engine), lambda: True, lambda: None, heartbeat_timeout=3600)
     times, dispatched = [], []

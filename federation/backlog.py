@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from federation.resources import parse_resources
 from federation.scheduling.fit import JobView
 from federation.store.jobs import WAITING_PHASES, JobStore
 
@@ -20,10 +21,21 @@ SCAN_LIMIT = 200_000
 BATCH = 10_000
 
 
+def job_view(row: Mapping[str, Any]) -> JobView:
+    """What the cycle needs of a job: from its id, whole-gang request and spec."""
+    spec = row["spec"]
+    topo = spec.get("network_topology", {})
+    largest: dict[str, int] = {}
+    for task in spec.get("tasks", []):
+        for resource, amount in parse_resources(task.get("resources", {})).items():
+            largest[resource] = max(largest.get(resource, 0), amount)
+    return JobView(row["id"], row["request"], largest, spec.get("cluster_selector", {}), topo.get("mode", ""),
+                   topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""))
+
+
 class Backlog:
-    def __init__(self, jobs: JobStore, view: Any) -> None:
+    def __init__(self, jobs: JobStore) -> None:
         self.jobs = jobs
-        self._view = view  # row with request and spec -> JobView
         self._rows: dict[str, dict[str, Any]] | None = None  # id -> id, queue, priority, seq, reason
         self._views: dict[str, JobView] = {}
         self._cursor = 0
@@ -45,7 +57,7 @@ class Backlog:
             missing = [job_id for job_id in self._rows if job_id not in self._views]
             for start in range(0, len(missing), BATCH):
                 specs = await self.jobs.specs(missing[start:start + BATCH])
-                self._views.update((job_id, self._view(row)) for job_id, row in specs.items())
+                self._views.update((job_id, job_view(row)) for job_id, row in specs.items())
             self._views = {job_id: self._views[job_id] for job_id in self._rows if job_id in self._views}
             rows = sorted(self._rows.values(), key=lambda r: (-r["priority"], r["seq"]))
             return rows, self._views

@@ -19,8 +19,6 @@ from federation.connections import Connections
 from federation.loop import WakeLoop
 from federation.v1 import agent_pb2
 
-ORDER_EVENTS = ("Dispatched", "Preempted", "Cancelled")
-
 Loader = Callable[[int, int, Sequence[str]], Awaitable[list[Any]]]  # (after, upto, clusters) -> order events
 Current = Callable[[], Awaitable[int]]
 Jobs = Callable[[Sequence[str]], Awaitable[dict[str, Any]]]  # ids -> job rows

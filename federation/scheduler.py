@@ -12,12 +12,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from federation import metrics
-from federation.backlog import Backlog
+from federation.backlog import Backlog, job_view
 from federation.loop import WakeLoop
-from federation.resources import format_resources, parse_resources
+from federation.resources import format_resources
 from federation.scheduling.cycle import (
     Decisions,
     PendingJob,
@@ -29,29 +29,19 @@ from federation.scheduling.cycle import (
     shares,
 )
 from federation.scheduling.fairshare import dominant_share
-from federation.scheduling.fit import ClusterState, ClusterView, JobView, TierFree, explain
+from federation.scheduling.fit import ClusterState, ClusterView, TierFree, explain
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import PriorityClass, Queue, Tenant
 from federation.v1 import admin_pb2
 
 log = logging.getLogger(__name__)
+K = TypeVar("K")
+V = TypeVar("V")
 
 REJECTION_MEMORY = 30.0  # seconds a cluster's rejection keeps a job away from it
 ROOM_MEMORY = 60.0  # seconds a job waits for the gangs preempted for it before it may preempt again
 HEARTBEAT_TIMEOUT = 30.0  # seconds of silence after which an agent's cluster gets nothing new
-
-
-def job_view(row: Mapping[str, Any]) -> JobView:
-    """What the cycle needs of a job: from its id, whole-gang request and spec."""
-    spec = row["spec"]
-    topo = spec.get("network_topology", {})
-    largest: dict[str, int] = {}
-    for task in spec.get("tasks", []):
-        for resource, amount in parse_resources(task.get("resources", {})).items():
-            largest[resource] = max(largest.get(resource, 0), amount)
-    return JobView(row["id"], row["request"], largest, spec.get("cluster_selector", {}), topo.get("mode", ""),
-                   topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""))
 
 
 def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> ClusterView:
@@ -74,6 +64,25 @@ def _inflight(active: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     return out
 
 
+class _Expiring(Generic[K, V]):
+    """Values forgotten `ttl` seconds (of the event loop's clock) after they were put."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._items: dict[K, tuple[float, V]] = {}
+
+    def put(self, key: K, value: V) -> None:
+        self._items[key] = (asyncio.get_running_loop().time() + self.ttl, value)
+
+    def pop(self, key: K) -> None:
+        self._items.pop(key, None)
+
+    def live(self) -> dict[K, V]:
+        now = asyncio.get_running_loop().time()
+        self._items = {k: v for k, v in self._items.items() if v[0] > now}
+        return {k: value for k, (_, value) in self._items.items()}
+
+
 class Scheduler:
     def __init__(self, jobs: JobStore, admin: AdminStore, is_leader: Callable[[], bool],
                  on_change: Callable[[], None], period: float = 1.0,
@@ -84,28 +93,21 @@ class Scheduler:
         self.heartbeat_timeout = heartbeat_timeout
         self._loop = WakeLoop("scheduler", period, self._pass)
         self.wake, self.start, self.stop = self._loop.wake, self._loop.start, self._loop.stop
-        self._refused: dict[str, dict[str, tuple[float, str]]] = {}  # job -> cluster -> (until, reason)
-        self._making_room: dict[str, tuple[float, str]] = {}  # job -> (until, cluster preempted for it)
-        self.backlog = Backlog(jobs, job_view)
+        self._refused: _Expiring[tuple[str, str], str] = _Expiring(REJECTION_MEMORY)  # (job, cluster) -> why
+        self._making_room: _Expiring[str, str] = _Expiring(ROOM_MEMORY)  # job -> cluster preempted for it
+        self.backlog = Backlog(jobs)
 
     def rejected(self, job_id: str, cluster: str, reason: str) -> None:
         """An agent refused the job: do not offer it to that cluster again for a while."""
-        until = asyncio.get_running_loop().time() + REJECTION_MEMORY
-        self._refused.setdefault(job_id, {})[cluster] = (until, f"rejected it recently: {reason}")
+        self._refused.put((job_id, cluster), f"rejected it recently: {reason}")
         self.wake()
 
     def _recent_refusals(self) -> dict[str, dict[str, str]]:
-        now = asyncio.get_running_loop().time()
-        for job_id in list(self._refused):
-            self._refused[job_id] = {c: v for c, v in self._refused[job_id].items() if v[0] > now}
-            if not self._refused[job_id]:
-                del self._refused[job_id]
-        return {j: {c: v[1] for c, v in by.items()} for j, by in self._refused.items()}
-
-    def _room_being_made(self) -> dict[str, str]:
-        now = asyncio.get_running_loop().time()
-        self._making_room = {j: v for j, v in self._making_room.items() if v[0] > now}
-        return {j: cluster for j, (_, cluster) in self._making_room.items()}
+        """Per job, the clusters that refused it recently and why."""
+        out: dict[str, dict[str, str]] = {}
+        for (job_id, cluster), why in self._refused.live().items():
+            out.setdefault(job_id, {})[cluster] = why
+        return out
 
     async def _pass(self) -> None:
         if self.is_leader():
@@ -136,7 +138,7 @@ class Scheduler:
             clusters=[cluster_view(c, inflight.get(c["name"], {})) for c in clusters],
             capacity=capacity,
             refused=self._recent_refusals(),
-            making_room=self._room_being_made(),
+            making_room=self._making_room.live(),
         )
         return snapshot, pending
 
@@ -144,10 +146,10 @@ class Scheduler:
         started = time.perf_counter()
         snapshot, pending = await self.snapshot()
         decisions = schedule(snapshot)
-        until = asyncio.get_running_loop().time() + ROOM_MEMORY
-        self._making_room.update({j: (until, c) for j, c in decisions.making_room.items()})
+        for job_id, cluster in decisions.making_room.items():
+            self._making_room.put(job_id, cluster)
         for job_id in decisions.assign:
-            self._making_room.pop(job_id, None)
+            self._making_room.pop(job_id)
         self._record(snapshot, decisions, time.perf_counter() - started)
         # Preempted and Dispatched events are the orders; the replicas holding the agents relay them.
         await self.jobs.preempt(decisions.preempt)

@@ -85,12 +85,11 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
 
 async def test_the_backlog_follows_the_event_log(api: Api) -> None:
     from federation.backlog import Backlog
-    from federation.scheduler import job_view
     from federation.store.jobs import JobStore
 
     await make_queue(api)
     store = JobStore(api.server.engine)
-    backlog = Backlog(store, job_view)
+    backlog = Backlog(store)
     first = [(await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(replicas=2)))).job.id for _ in range(3)]
     rows, views = await backlog.waiting()
     assert [r["id"] for r in rows] == first and set(views) == set(first)

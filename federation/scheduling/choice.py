@@ -48,8 +48,8 @@ class ClusterTable:
                     self.tiers[i, t.tier, self.resource[r]] = a
         self.capacity = np.array([capacity.get(r, 0) for r in resources], dtype=np.float64)
         self._selectors: dict[tuple[tuple[str, str], ...], np.ndarray] = {}
-        self._nowhere: dict[tuple[object, ...], list[str]] = {}  # shape -> each cluster's reason
-        self._nowhere_summary: dict[tuple[object, ...], str] = {}
+        # shape -> each cluster's reason, and the waiting reason made of them
+        self._nowhere: dict[tuple[object, ...], tuple[list[str], str]] = {}
 
     def __contains__(self, name: object) -> bool:
         return name in self.index
@@ -59,7 +59,7 @@ class ClusterTable:
 
     def view(self, name: str) -> ClusterView:
         i = self.index[name]
-        free = {r: int(self.free[i, k]) for r, k in self.resource.items()}
+        free = self.free_dict(name)
         tiers = [TierFree(t, self.tier_names[i].get(t, ""),
                           {r: int(self.tiers[i, t, k]) for r, k in self.resource.items()})
                  for t in range(self.top + 1) if t in self.tier_names[i]]
@@ -81,7 +81,7 @@ class ClusterTable:
             self._selectors[key] = mask
         return mask
 
-    def _vector(self, amounts: Mapping[str, int]) -> np.ndarray | None:
+    def vector(self, amounts: Mapping[str, int]) -> np.ndarray | None:
         """The amounts as a row over this table's resources; None if one is unknown to every cluster."""
         row = np.zeros(len(self.resource), dtype=np.int64)
         for r, a in amounts.items():
@@ -99,7 +99,7 @@ class ClusterTable:
             return None
         if not self.names or job.highest_tier_name:
             return self._best_slowly(job, refused)
-        request, largest = self._vector(job.request), self._vector(job.largest_pod)
+        request, largest = self.vector(job.request), self.vector(job.largest_pod)
         if request is None or largest is None:
             return None
         mask = self._selector(job.cluster_selector) & (self.free >= request).all(1) & (
@@ -143,17 +143,17 @@ class ClusterTable:
         """Why the gang fits none of the clusters, one "cluster: reason" each."""
         key = job.shape
         if not refused and key in self._nowhere:
-            return self._nowhere[key]
+            return self._nowhere[key][0]
         out = [f"{name}: {refused.get(name) or check(job, self.view(name))}" for name in self.names]
         if not refused:
-            self._nowhere[key] = out
-            self._nowhere_summary[key] = "no ready cluster fits: " + summary(out)
+            self._nowhere[key] = (out, "no ready cluster fits: " + summary(out))
         return out
 
     def fits_nowhere(self, job: JobView) -> str | None:
         """The waiting reason, when a gang of this shape was already found to fit nowhere in this
         cycle (free resources only shrink during a cycle, so it still fits nowhere)."""
-        return self._nowhere_summary.get(job.shape)
+        found = self._nowhere.get(job.shape)
+        return found[1] if found else None
 
     def reserve(self, job: JobView, name: str) -> None:
         """Take the gang's resources out of the cluster for the rest of the cycle.
@@ -163,7 +163,7 @@ class ClusterTable:
         on a stale maximum is rejected by the agent and comes back with the reason.
         """
         i = self.index[name]
-        request = self._vector(job.request)
+        request = self.vector(job.request)
         assert request is not None
         self.free[i] -= request
         asked = request > 0
@@ -204,7 +204,7 @@ class PreemptiblePool:
 
     def could_make_room(self, request: Mapping[str, int], queues: Sequence[str]) -> list[str]:
         """Clusters where free resources plus every eligible gang of `queues` would cover `request`."""
-        need = self.table._vector(request)
+        need = self.table.vector(request)
         rows = [self.queue[q] for q in queues if q in self.queue]
         if need is None or not rows:
             return []

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from federation.resources import Resources, format_resources
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
 from federation.scheduling.fairshare import Claim, Tree, dominant_share, hierarchical
-from federation.scheduling.fit import ClusterView, JobView
+from federation.scheduling.fit import ClusterView, JobView, covers
 
 RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # victims are chosen to evict the fewest of these
 
@@ -119,13 +119,13 @@ class _Cycle:
         self.running_by_cluster: dict[str, list[RunningJob]] = {}
         self.pool = PreemptiblePool(self.clusters, sorted(self.queues))
         self.out = Decisions()
+        self.over_share: set[str] = set()  # reclaimable queues holding more than they deserve (once shares are known)
         for job in snap.running:
             if job.queue in self.queues:
                 self.use(job.queue, job.request)
                 if job.preemptible:
                     self.pool.add(job.cluster, job.queue, job.request)
             self.running_by_cluster.setdefault(job.cluster, []).append(job)
-        self.over_share: set[str] = set()  # reclaimable queues holding more than they deserve
         self.preemptible = {c: sorted((v for v in jobs if v.preemptible), key=lambda v: (v.priority, -v.seq, v.id))
                             for c, jobs in self.running_by_cluster.items()}
 
@@ -182,7 +182,7 @@ class _Cycle:
             chosen: list[RunningJob] = []
             borrowed: dict[str, dict[str, int]] = {}  # queue -> its usage once this cluster's victims are gone
             for victim in self.preemptible[cluster]:  # lowest priority, then youngest
-                if _covers(freed, job.view.request):
+                if covers(freed, job.view.request):
                     break
                 if victim.id in self.out.preempt or not (
                         victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
@@ -194,7 +194,7 @@ class _Cycle:
                     _add(usage, victim.request, -1)
                 chosen.append(victim)
                 _add(freed, victim.request)
-            if chosen and _covers(freed, job.view.request):
+            if chosen and covers(freed, job.view.request):
                 evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
                 key = (evicted, len(chosen), cluster, chosen)
                 if best is None or key[:3] < best[:3]:
@@ -338,10 +338,6 @@ class _Cycle:
             options.append((-min((self.clusters.free_of(name, r) / a for r, a in job.request.items() if a),
                                  default=0), name))
         return min(options)[1] if options else None
-
-
-def _covers(free: Mapping[str, int], request: Mapping[str, int]) -> bool:
-    return all(free.get(r, 0) >= a for r, a in request.items())
 
 
 def schedule(snapshot: Snapshot) -> Decisions:

@@ -51,7 +51,7 @@ class JobView:
                 self.mode, self.highest_tier, self.highest_tier_name)
 
 
-def _covers(free: Mapping[str, int], request: Mapping[str, int]) -> bool:
+def covers(free: Mapping[str, int], request: Mapping[str, int]) -> bool:
     return all(free.get(r, 0) >= a for r, a in request.items())
 
 
@@ -67,10 +67,10 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
     missing = {k: v for k, v in job.cluster_selector.items() if cluster.labels.get(k) != v}
     if missing:
         return "lacks label " + ",".join(f"{k}={v}" for k, v in sorted(missing.items()))
-    if not _covers(cluster.free, job.request):
+    if not covers(cluster.free, job.request):
         return "not enough free: " + _short(cluster.free, job.request)
     nodes = [t for t in cluster.tiers if t.tier == 0]
-    if nodes and not _covers(nodes[0].max_free, job.largest_pod):
+    if nodes and not covers(nodes[0].max_free, job.largest_pod):
         return "no node can hold its largest pod: " + _short(nodes[0].max_free, job.largest_pod)
     if job.mode != "hard":
         return None
@@ -81,7 +81,7 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
             return f"has no tier named {job.highest_tier_name!r}"
         limit = named[0]
     within = [t for t in cluster.tiers if 0 < t.tier <= limit]
-    if any(_covers(t.max_free, job.request) for t in within):
+    if any(covers(t.max_free, job.request) for t in within):
         return None
     best = within[-1].max_free if within else {}
     return f"no HyperNode of tier {limit} or below has enough free: " + _short(best, job.request)

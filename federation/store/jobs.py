@@ -24,6 +24,7 @@ from federation.v1 import agent_pb2
 TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
 ACTIVE_PHASES = ("DISPATCHED", "RUNNING", "RESTARTING")
 WAITING_PHASES = ("PENDING", "PREEMPTED")  # in a queue, waiting to be scheduled
+ORDER_EVENTS = ("Dispatched", "Preempted", "Cancelled")  # events that are orders to an agent (federation.orders)
 
 _jobs = Job.__table__
 _events = JobEvent.__table__
@@ -208,7 +209,7 @@ class JobStore:
     async def order_events(self, after_seq: int, upto: int, clusters: Sequence[str]) -> list[Any]:
         """Events that are orders to the agents of `clusters` (see `federation.orders`), in order."""
         query = (select(JobEvent).where(JobEvent.seq > after_seq, JobEvent.seq <= upto,
-                                        JobEvent.type.in_(("Dispatched", "Preempted", "Cancelled")),
+                                        JobEvent.type.in_(ORDER_EVENTS),
                                         JobEvent.cluster.in_(clusters)).order_by(JobEvent.seq))
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
