@@ -6,6 +6,9 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 CYCLE_SECONDS = Histogram("federation_scheduler_cycle_seconds", "Duration of one scheduling cycle.",
                           buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+CYCLE_STEP_SECONDS = Histogram("federation_scheduler_cycle_step_seconds",
+                               "Duration of each step of a scheduling cycle: snapshot, decide, write, explain.",
+                               ["step"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 JOBS_SCHEDULED = Counter("federation_jobs_scheduled_total", "Jobs dispatched to a member cluster.")
 JOBS_PREEMPTED = Counter("federation_jobs_preempted_total", "Running jobs preempted or reclaimed.")
 QUEUE_PENDING = Gauge("federation_queue_pending_jobs", "Jobs waiting in a queue.", ["queue"])

@@ -9,18 +9,19 @@ so an order always matches what Postgres says, whichever replica leads.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from federation import metrics
-from federation.backlog import Backlog, job_view
+from federation.jobcache import HoldingJob, JobCache, job_view
 from federation.loop import WakeLoop
 from federation.resources import format_resources
 from federation.scheduling.cycle import (
     Decisions,
-    PendingJob,
     QueueInfo,
     RunningJob,
     Snapshot,
@@ -41,6 +42,7 @@ V = TypeVar("V")
 
 REJECTION_MEMORY = 30.0  # seconds a cluster's rejection keeps a job away from it
 ROOM_MEMORY = 60.0  # seconds a job waits for the gangs preempted for it before it may preempt again
+HEAP_SETTLE_CYCLES = 60  # the heap is settled after the first cycle (the cache's load), then every this many
 HEARTBEAT_TIMEOUT = 30.0  # seconds of silence after which an agent's cluster gets nothing new
 
 
@@ -53,13 +55,13 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
     return ClusterView(row["name"], row["labels"], free, tiers)
 
 
-def _inflight(active: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:
     """Per cluster, what was dispatched there and is not in its agent's inventory yet."""
     out: dict[str, dict[str, int]] = {}
-    for row in active:
-        if row["phase"] == "DISPATCHED":
-            totals = out.setdefault(row["cluster"], {})
-            for r, a in row["request"].items():
+    for job in active:
+        if job.phase == "DISPATCHED":
+            totals = out.setdefault(job.cluster, {})
+            for r, a in job.request.items():
                 totals[r] = totals.get(r, 0) + a
     return out
 
@@ -83,6 +85,34 @@ class _Expiring(Generic[K, V]):
         return {k: value for k, (_, value) in self._items.items()}
 
 
+def _settle_heap() -> None:
+    """Collect garbage once, then exempt every object alive from later cyclic collections.
+
+    The job cache holds a few objects per waiting job, hundreds of thousands of them, and lives as
+    long as the process: left to the collector, each full collection walks them all again (about
+    0.2 s at 100,000 jobs, every other cycle under churn). Frozen, they are still freed by reference
+    counting when they leave the cache; unfreezing first lets this collection reclaim any cycles
+    frozen last time.
+    """
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
+class _Steps:
+    """Wall-clock seconds of each step of one cycle, also observed as a metric."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def step(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = now - self._last
+        self._last = now
+        metrics.CYCLE_STEP_SECONDS.labels(name).observe(self.seconds[name])
+
+
 class Scheduler:
     def __init__(self, jobs: JobStore, admin: AdminStore, is_leader: Callable[[], bool],
                  on_change: Callable[[], None], period: float = 1.0,
@@ -95,7 +125,9 @@ class Scheduler:
         self.wake, self.start, self.stop = self._loop.wake, self._loop.start, self._loop.stop
         self._refused: _Expiring[tuple[str, str], str] = _Expiring(REJECTION_MEMORY)  # (job, cluster) -> why
         self._making_room: _Expiring[str, str] = _Expiring(ROOM_MEMORY)  # job -> cluster preempted for it
-        self.backlog = Backlog(jobs)
+        self.cache = JobCache(jobs)
+        self.steps: dict[str, float] = {}  # of the last cycle: seconds per step
+        self._cycles = 0
 
     def rejected(self, job_id: str, cluster: str, reason: str) -> None:
         """An agent refused the job: do not offer it to that cluster again for a while."""
@@ -113,9 +145,9 @@ class Scheduler:
         if self.is_leader():
             await self.cycle()
 
-    async def snapshot(self) -> tuple[Snapshot, list[Any]]:
-        pending, views = await self.backlog.waiting()
-        active = await self.jobs.holding()
+    async def snapshot(self) -> Snapshot:
+        await self.cache.refresh()
+        pending, active = list(self.cache.waiting.values()), list(self.cache.holding.values())
         classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
         inflight = _inflight(active)
         clusters = [c for c in await self.admin.clusters(self.heartbeat_timeout) if c["live"] and not c["cordoned"]]
@@ -125,49 +157,54 @@ class Scheduler:
             for r, a in (inv.get("allocatable") or {}).items():
                 capacity[r] = capacity.get(r, 0) + a
                 metrics.CLUSTER_UTILISATION.labels(c["name"], r).set((inv.get("used") or {}).get(r, 0) / a if a else 0)
-        snapshot = Snapshot(
+        return Snapshot(
             tenants=[TenantInfo(t["name"], t["weight"], t["guarantee"], t["limit"], t["disabled"])
                      for t in await self.admin.list(Tenant)],
             queues=[QueueInfo(q["name"], q["tenant"], q["weight"], q["priority"], q["guarantee"], q["limit"],
                               q["reclaimable"], q["state"]) for q in await self.admin.list(Queue)],
-            pending=[PendingJob(views[r["id"]], r["queue"], r["priority"], r["seq"]) for r in pending
-                     if r["id"] in views],  # a job gone between the two reads waits for the next cycle
-            running=[RunningJob(r["id"], r["queue"], r["cluster"], r["priority"], r["seq"], r["request"],
-                                bool(classes.get(r["priority_class"], {}).get("preemptible", True)))
-                     for r in active],
+            pending=pending,
+            running=[RunningJob(j.id, j.queue, j.cluster, j.priority, j.seq, j.request,
+                                bool(classes.get(j.priority_class, {}).get("preemptible", True))) for j in active],
             clusters=[cluster_view(c, inflight.get(c["name"], {})) for c in clusters],
             capacity=capacity,
             refused=self._recent_refusals(),
             making_room=self._making_room.live(),
         )
-        return snapshot, pending
 
     async def cycle(self) -> Decisions:
-        started = time.perf_counter()
-        snapshot, pending = await self.snapshot()
+        clock = _Steps()
+        snapshot = await self.snapshot()
+        clock.step("snapshot")
         decisions = schedule(snapshot)
+        clock.step("decide")
         for job_id, cluster in decisions.making_room.items():
             self._making_room.put(job_id, cluster)
         for job_id in decisions.assign:
             self._making_room.pop(job_id)
-        self._record(snapshot, decisions, time.perf_counter() - started)
         # Preempted and Dispatched events are the orders; the replicas holding the agents relay them.
         await self.jobs.preempt(decisions.preempt)
         await self.jobs.dispatch(decisions.assign)
-        await self.jobs.set_waiting([r for r in pending if r["id"] not in decisions.assign], decisions.waiting)
-        self.backlog.reasons_written(decisions.waiting)
         if decisions.assign or decisions.preempt:
             self.on_change()
+        clock.step("write")
+        reasons = self.cache.changed_reasons(decisions.waiting)
+        await self.jobs.set_waiting(reasons)
+        self.cache.reasons_written(reasons)
+        clock.step("explain")
+        self._cycles += 1
+        if self._cycles % HEAP_SETTLE_CYCLES == 1:
+            _settle_heap()
+            clock.step("heap")
+        self.steps = clock.seconds
+        self._record(snapshot, decisions, sum(clock.seconds.values()))
         return decisions
 
     def _record(self, snapshot: Snapshot, decisions: Decisions, seconds: float) -> None:
         metrics.CYCLE_SECONDS.observe(seconds)
         metrics.JOBS_SCHEDULED.inc(len(decisions.assign))
         metrics.JOBS_PREEMPTED.inc(len(decisions.preempt))
-        waiting: dict[str, int] = {q.name: 0 for q in snapshot.queues}
-        for job in snapshot.pending:
-            if job.id not in decisions.assign:
-                waiting[job.queue] = waiting.get(job.queue, 0) + 1
+        waiting = Counter({q.name: 0 for q in snapshot.queues})
+        waiting.update(job.queue for job in snapshot.pending if job.id not in decisions.assign)
         for queue, count in waiting.items():
             metrics.QUEUE_PENDING.labels(queue).set(count)
         assert decisions.shares is not None
@@ -178,7 +215,7 @@ class Scheduler:
     async def queue_status(self, name: str) -> admin_pb2.QueueStatus:
         """Usage, deserved share and counts of one queue, computed now as a cycle would."""
         queue = await self.admin.get(Queue, name)
-        snapshot, _ = await self.snapshot()
+        snapshot = await self.snapshot()
         tree, usage, _ = shares(snapshot)
         deserved = {r: round(a) for r, a in tree.queues.get(name, {}).items()}
         share = dominant_share(usage.get(name, {}), tree.queues.get(name, {}))
@@ -191,7 +228,7 @@ class Scheduler:
 
     async def explain(self, row: Mapping[str, Any]) -> list[tuple[str, str | None]]:
         """For a waiting job, each cluster and why it does not fit there now (None: it does)."""
-        inflight = _inflight(await self.jobs.active(phases=("DISPATCHED",)))
+        inflight = _inflight([HoldingJob(**r) for r in await self.jobs.holding()])
         states = [ClusterState(cluster_view(c, inflight.get(c["name"], {})), c["live"], c["cordoned"])
                   for c in await self.admin.clusters(self.heartbeat_timeout)]
         return explain(job_view(row), states, self._recent_refusals().get(row["id"], {}))

@@ -11,7 +11,7 @@ from sqlalchemy import func, update
 from federation.leader import Leadership
 from federation.store.admin import AdminStore
 from federation.store.models import Cluster
-from federation.v1 import admin_pb2, jobs_pb2
+from federation.v1 import admin_pb2, agent_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
 from tests.test_api_admin import rpc_error
 from tests.test_api_jobs import spec
@@ -83,16 +83,16 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
     assert "federation_scheduler_cycle_seconds" in body and "federation_jobs_scheduled_total" in body
 
 
-async def test_the_backlog_follows_the_event_log(api: Api) -> None:
-    from federation.backlog import Backlog
+async def test_the_job_cache_follows_the_event_log(api: Api) -> None:
+    from federation.jobcache import JobCache
     from federation.store.jobs import JobStore
 
     await make_queue(api)
     store = JobStore(api.server.engine)
-    backlog = Backlog(store)
+    cache = JobCache(store)
     first = [(await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(replicas=2)))).job.id for _ in range(3)]
-    rows, views = await backlog.waiting()
-    assert [r["id"] for r in rows] == first and set(views) == set(first)
+    await cache.refresh()
+    assert set(cache.waiting) == set(first) and not cache.holding
 
     await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=first[1]))
     await api.admin.CreatePriorityClass(admin_pb2.CreatePriorityClassRequest(
@@ -100,6 +100,20 @@ async def test_the_backlog_follows_the_event_log(api: Api) -> None:
     urgent_spec = spec(replicas=2)
     urgent_spec.priority_class_name = "urgent"
     urgent = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=urgent_spec))).job.id
-    rows, views = await backlog.waiting()  # caught up from the events, not read again whole
-    assert [r["id"] for r in rows] == [urgent, first[0], first[2]] == [r["id"] for r in await store.pending(100)]
-    assert set(views) == {urgent, first[0], first[2]} and views[urgent].request["nvidia.com/gpu"] == 16
+    await store.dispatch({first[0]: "c1"})
+    await cache.refresh()  # caught up from the events, not read again whole
+    assert set(cache.waiting) == {urgent, first[2]} == {r["id"] for r in await store.pending(100)}
+    assert cache.waiting[urgent].priority == 100 and cache.waiting[urgent].view.request["nvidia.com/gpu"] == 16
+    assert list(cache.holding) == [first[0]]
+    assert (cache.holding[first[0]].cluster, cache.holding[first[0]].phase) == ("c1", "DISPATCHED")
+
+    await store.apply_update("c1", agent_pb2.JobUpdate(job_id=first[0], attempt=1, type=agent_pb2.BOUND,
+                                                       hypernode="leaf-0", tier=1))
+    await cache.refresh()
+    assert cache.holding[first[0]].phase == "RUNNING"
+
+    await store.preempt({first[0]: "preempted for a test"})
+    await store.dispatch({urgent: "c2"})
+    await cache.refresh()
+    assert set(cache.waiting) == {first[0], first[2]} and set(cache.holding) == {urgent}
+    assert cache.reasons[first[0]] == "preempted for a test" == (await store.get(first[0]))["reason"]

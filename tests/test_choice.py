@@ -55,6 +55,23 @@ def test_a_shape_that_fits_nowhere_is_remembered_with_its_reasons() -> None:
         "no ready cluster fits: c1: not enough free: nvidia.com/gpu 8/16 free")
 
 
+def test_many_clusters_are_summarised_by_kind_without_amounts() -> None:
+    def reason(free: int) -> str:
+        clusters = [ClusterView(f"c{i}", {"zone": "a" if i < 4 else "b"}, {GPU: free + i},
+                                [TierFree(0, "node", {GPU: 8})]) for i in range(5)]
+        table = ClusterTable(clusters, {GPU: 64})
+        gang = JobView("g", {GPU: 16}, {GPU: 8}, {"zone": "a"})
+        assert table.best(gang, {}) is None
+        table.reasons(gang, {})
+        why = table.fits_nowhere(gang)
+        assert why is not None
+        return why
+
+    assert reason(2) == ("no ready cluster fits: not enough free in 4 clusters; lacks label zone=a in 1 cluster "
+                         "(see fedctl explain)")
+    assert reason(4) == reason(2)  # other free amounts, same words: nothing to rewrite for each waiting job
+
+
 def test_the_pool_says_where_eviction_could_make_room() -> None:
     table = ClusterTable([ClusterView(n, {}, {GPU: 0}, []) for n in ("c1", "c2")], {GPU: 32})
     pool = PreemptiblePool(table, ["q1", "q2"])

@@ -34,7 +34,7 @@ def test_db_upgrade_then_serve(empty_db_url: URL) -> None:
     done = subprocess.run([str(BIN / "federation-server"), "db", "upgrade", "--database-url", url_arg(empty_db_url)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "database schema at 0002" in done.stdout
+    assert "database schema at 0003" in done.stdout
     server = ServerProcess("--database-url", url_arg(empty_db_url))
     try:
         assert fedctl(server.address, "tenant", "create", "ml").returncode == 0

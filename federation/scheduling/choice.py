@@ -11,6 +11,7 @@ because within a cycle free resources only shrink and a shape that fits nowhere 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -47,6 +48,7 @@ class ClusterTable:
                 for r, a in t.max_free.items():
                     self.tiers[i, t.tier, self.resource[r]] = a
         self.capacity = np.array([capacity.get(r, 0) for r in resources], dtype=np.float64)
+        self.per_capacity = np.divide(1.0, self.capacity, out=np.zeros_like(self.capacity), where=self.capacity > 0)
         self._selectors: dict[tuple[tuple[str, str], ...], np.ndarray] = {}
         # shape -> each cluster's reason, and the waiting reason made of them
         self._nowhere: dict[tuple[object, ...], tuple[list[str], str]] = {}
@@ -117,10 +119,9 @@ class ClusterTable:
         fit_tier = np.where(covers.any(1), covers.argmax(1) + 1, NO_TIER)
         fit_tier = np.where(mask, fit_tier, NO_TIER + 1)
         lowest = fit_tier == fit_tier.min()
-        asked = request > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            left = ((self.free[:, asked] - request[asked]) / self.capacity[asked]).max(1) if asked.any() else \
-                np.zeros(len(self.names))
+        asked = request > 0  # every cluster still in `mask` has some of each, so capacity > 0 there
+        left = ((self.free[:, asked] - request[asked]) * self.per_capacity[asked]).max(1) if asked.any() else \
+            np.zeros(len(self.names))
         left = np.where(lowest, left, np.inf)
         return self.names[int(left.argmin())]
 
@@ -171,13 +172,21 @@ class ClusterTable:
 
 
 
-SHOWN_REASONS = 3  # clusters named in a waiting job's reason; ExplainJob lists them all
+SHOWN_REASONS = 3  # up to this many clusters, a waiting job's reason names each; ExplainJob always does
 
 
 def summary(reasons: Sequence[str]) -> str:
-    shown = "; ".join(reasons[:SHOWN_REASONS])
-    more = len(reasons) - SHOWN_REASONS
-    return shown + (f"; and {more} more clusters (see fedctl explain)" if more > 0 else "")
+    """The clusters' reasons ("name: why: detail") as one line for a waiting job.
+
+    A few clusters are named with their details. Many are counted by kind of reason, without the
+    free amounts: those change whenever any gang starts or ends somewhere, and a reason that changed
+    for every waiting job in every cycle would have to be written for all of them each time.
+    """
+    if len(reasons) <= SHOWN_REASONS:
+        return "; ".join(reasons)
+    kinds = Counter(r.split(": ", 2)[1] for r in reasons)
+    return "; ".join(f"{why} in {n} clusters" if n > 1 else f"{why} in 1 cluster"
+                     for why, n in sorted(kinds.items(), key=lambda k: (-k[1], k[0]))) + " (see fedctl explain)"
 
 
 class PreemptiblePool:

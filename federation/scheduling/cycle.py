@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from federation.resources import Resources, format_resources
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
@@ -45,19 +46,22 @@ class QueueInfo:
     state: str = "OPEN"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PendingJob:
     view: JobView
     queue: str
     priority: int
     seq: int
+    # Derived, as fields rather than properties: read hundreds of thousands of times a cycle.
+    id: str = field(init=False, compare=False)
+    rank: tuple[int, int] = field(init=False, compare=False)  # place in its queue: priority, then submission
 
-    @property
-    def id(self) -> str:
-        return self.view.id
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", self.view.id)
+        object.__setattr__(self, "rank", (-self.priority, self.seq))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunningJob:
     id: str
     queue: str
@@ -134,8 +138,10 @@ class _Cycle:
     def compute_shares(self) -> None:
         demand = {q: dict(u) for q, u in self.queue_usage.items()}
         for job in self.snap.pending:
-            if job.queue in demand:
-                _add(demand[job.queue], job.view.request)
+            into = demand.get(job.queue)
+            if into is not None:
+                for r, a in job.view.request.items():
+                    into[r] = into.get(r, 0) + a
         queues_of: dict[str, list[Claim]] = {}
         for q in self.snap.queues:
             queues_of.setdefault(q.tenant, []).append(Claim(q.name, q.weight, q.guarantee, q.limit or None,
@@ -179,11 +185,11 @@ class _Cycle:
             if any(labels.get(k) != v for k, v in job.view.cluster_selector.items()):
                 continue
             freed = self.clusters.free_dict(cluster)
+            if covers(freed, job.view.request):
+                continue  # its totals fit already (the topology does not): evicting is judged on totals
             chosen: list[RunningJob] = []
             borrowed: dict[str, dict[str, int]] = {}  # queue -> its usage once this cluster's victims are gone
             for victim in self.preemptible[cluster]:  # lowest priority, then youngest
-                if covers(freed, job.view.request):
-                    break
                 if victim.id in self.out.preempt or not (
                         victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
                     continue
@@ -194,6 +200,8 @@ class _Cycle:
                     _add(usage, victim.request, -1)
                 chosen.append(victim)
                 _add(freed, victim.request)
+                if covers(freed, job.view.request):
+                    break
             if chosen and covers(freed, job.view.request):
                 evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
                 key = (evicted, len(chosen), cluster, chosen)
@@ -219,7 +227,7 @@ class _Cycle:
         for job in self.snap.pending:
             by_queue.setdefault(job.queue, []).append(job)
         for jobs in by_queue.values():
-            jobs.sort(key=lambda j: (-j.priority, j.seq))
+            jobs.sort(key=attrgetter("rank"))
         heap: list[tuple[int, float, float, str]] = []
         heads = {q: 0 for q in by_queue}
 
@@ -258,9 +266,7 @@ class _Cycle:
                 continue
             # A job that certainly stays where it is changes nothing, so its turn in the order does not
             # matter: settle it now instead of sending it round the heap (most of a large backlog).
-            while heads[queue] < len(jobs) and (why := self.stays(jobs[heads[queue]], queue)):
-                self.out.waiting[jobs[heads[queue]].id] = why
-                heads[queue] += 1
+            heads[queue] = self.settle(jobs, heads[queue], queue)
             push(queue)
         self.out.usage = self.queue_usage
         return self.out
@@ -275,14 +281,28 @@ class _Cycle:
             return f"tenant {q.tenant} at limit {_fmt(over)}"
         return None
 
-    def stays(self, job: PendingJob, queue: str) -> str | None:
-        """Why a job that is not its queue's head must wait, when that is already certain; else None."""
-        if job.id in self.snap.making_room or job.id in self.snap.refused:
-            return None
-        why = self.over_limit(job, queue)
-        if why is None and self.clusters:
-            why = self.clusters.fits_nowhere(job.view)
-        return why
+    def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int:
+        """Give a reason to each job from `start` on that certainly must wait; return where that stops.
+
+        Certain: over a limit, or of a shape already found to fit nowhere in this cycle. A job with
+        a refusal or room being made for it is never certain.
+        """
+        q = self.queues[queue]
+        limited = bool(q.limit or self.tenants[q.tenant].limit)
+        special = self.snap.making_room.keys() | self.snap.refused.keys()
+        nowhere = self.clusters.fits_nowhere if self.clusters else lambda view: None
+        waiting = self.out.waiting
+        i = start
+        while i < len(jobs):
+            job = jobs[i]
+            if job.id in special:
+                break
+            why = (limited and self.over_limit(job, queue)) or nowhere(job.view)
+            if not why:
+                break
+            waiting[job.id] = why
+            i += 1
+        return i
 
     def consider(self, job: PendingJob, queue: str, head: bool, blocked: set[str]) -> None:
         why = self.over_limit(job, queue)

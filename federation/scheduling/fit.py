@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from federation.resources import Resources, format_resources
 
@@ -31,7 +30,7 @@ class ClusterView:
     tiers: Sequence[TierFree] = ()  # lowest first: tier 0 is one node, the last is the whole cluster
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobView:
     id: str
     request: Resources  # the whole gang
@@ -41,14 +40,15 @@ class JobView:
     highest_tier: int = 0
     highest_tier_name: str = ""
 
-    @cached_property
-    def shape(self) -> tuple[object, ...]:
-        """Everything about the gang that decides where it fits: equal shapes fit the same clusters.
+    # Everything about the gang that decides where it fits: equal shapes fit the same clusters.
+    # Made once with the view (it is asked for hundreds of thousands of times a cycle), unsorted for
+    # speed: the same resources listed in another order only make a second shape.
+    shape: tuple[object, ...] = field(init=False, compare=False, repr=False)
 
-        Unsorted, for speed: the same resources listed in another order only make a second shape.
-        """
-        return (tuple(self.request.items()), tuple(self.largest_pod.items()), tuple(self.cluster_selector.items()),
-                self.mode, self.highest_tier, self.highest_tier_name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", (
+            tuple(self.request.items()), tuple(self.largest_pod.items()), tuple(self.cluster_selector.items()),
+            self.mode, self.highest_tier, self.highest_tier_name))
 
 
 def covers(free: Mapping[str, int], request: Mapping[str, int]) -> bool:

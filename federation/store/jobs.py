@@ -206,6 +206,13 @@ class JobStore:
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
 
+    async def phases_after(self, after_seq: int, upto: int, limit: int) -> list[Any]:
+        """Sequence number, job, phase and cluster of the events after `after_seq` up to `upto`, in order."""
+        query = (select(JobEvent.seq, JobEvent.job_id, JobEvent.phase, JobEvent.cluster)
+                 .where(JobEvent.seq > after_seq, JobEvent.seq <= upto).order_by(JobEvent.seq).limit(limit))
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(query)).mappings().all())
+
     async def order_events(self, after_seq: int, upto: int, clusters: Sequence[str]) -> list[Any]:
         """Events that are orders to the agents of `clusters` (see `federation.orders`), in order."""
         query = (select(JobEvent).where(JobEvent.seq > after_seq, JobEvent.seq <= upto,
@@ -243,10 +250,15 @@ class JobStore:
             rows = await conn.execute(select(Job.id, Job.request, Job.spec).where(Job.id == func.any(list(ids))))
             return {r.id: r for r in rows.mappings()}
 
-    async def holding(self) -> list[Any]:
-        """What the scheduler needs of the jobs that hold resources (Dispatched, Running, Restarting)."""
+    async def holding(self, ids: Sequence[str] | None = None) -> list[Any]:
+        """What the scheduler needs of the jobs that hold resources (Dispatched, Running, Restarting).
+
+        `ids`: only those of these jobs that hold resources.
+        """
         query = select(Job.id, Job.queue, Job.cluster, Job.priority, Job.priority_class, Job.seq, Job.request,
                        Job.phase).where(Job.phase.in_(ACTIVE_PHASES))
+        if ids is not None:
+            query = query.where(Job.id == func.any(list(ids)))
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
 
@@ -300,16 +312,17 @@ class JobStore:
                                                    reasons[r["id"]], r["attempt"], r["cluster"]) for r in rows])
         return list(rows)
 
-    async def set_waiting(self, rows: Sequence[Any], reasons: dict[str, str]) -> None:
-        """Why each waiting job waits; only reasons that changed are written."""
-        changes = [{"job_id": r["id"], "reason": reasons[r["id"]]} for r in rows
-                   if r["id"] in reasons and reasons[r["id"]] != r["reason"]]
-        if not changes:
+    async def set_waiting(self, reasons: dict[str, str]) -> None:
+        """Why each of these jobs waits, for those still waiting; one statement for the whole batch."""
+        if not reasons:
             return
+        ids = sorted(reasons)
         async with self.engine.begin() as conn:
-            await conn.execute(
-                text("UPDATE jobs SET reason = :reason, updated_at = now() "
-                     "WHERE id = :job_id AND phase IN ('PENDING', 'PREEMPTED')"), changes)
+            await conn.execute(text(
+                "UPDATE jobs SET reason = v.reason, updated_at = now() "
+                "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS v(id, reason) "
+                "WHERE jobs.id = v.id AND jobs.phase IN ('PENDING', 'PREEMPTED')"),
+                {"ids": ids, "reasons": [reasons[i] for i in ids]})
 
     async def apply_update(self, cluster: str, u: agent_pb2.JobUpdate) -> Applied:
         """Apply an agent's JobUpdate, fenced by cluster and attempt; a repeat or a stale one changes nothing."""

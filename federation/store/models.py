@@ -87,6 +87,7 @@ class Job(Base):
         Index("ix_jobs_phase_seq", "phase", "seq"),
         Index("ix_jobs_cluster_active", "cluster",
               postgresql_where=text("phase IN ('DISPATCHED', 'RUNNING', 'RESTARTING')")),
+        {"postgresql_with": {"fillfactor": 70}},  # room for HOT updates of reasons (migration 0003)
     )
 
     id: Mapped[str] = mapped_column(String(80), primary_key=True)

@@ -1,0 +1,134 @@
+"""The jobs a scheduling cycle looks at, kept in memory and brought up to date from the job event log.
+
+Reading a hundred thousand waiting jobs and every running one from PostgreSQL every second would
+cost more than deciding about them. Every phase change of a job appends an event in the same
+transaction, and events commit in sequence order, so a job waits exactly when its latest event
+left it Pending or Preempted, and holds resources exactly when that event left it Dispatched,
+Running or Restarting: each cycle reads only the events since the last one, and the rows of the
+jobs they name (Kueue's cache and queue manager fed by informers, with the event log as the informer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from federation.resources import parse_resources
+from federation.scheduling.cycle import PendingJob
+from federation.scheduling.fit import JobView
+from federation.store.jobs import ACTIVE_PHASES, WAITING_PHASES, JobStore
+
+SCAN_LIMIT = 200_000
+BATCH = 10_000
+
+
+def job_view(row: Mapping[str, Any]) -> JobView:
+    """What the cycle needs of a job: from its id, whole-gang request and spec."""
+    spec = row["spec"]
+    topo = spec.get("network_topology", {})
+    largest: dict[str, int] = {}
+    for task in spec.get("tasks", []):
+        for resource, amount in parse_resources(task.get("resources", {})).items():
+            largest[resource] = max(largest.get(resource, 0), amount)
+    return JobView(row["id"], row["request"], largest, spec.get("cluster_selector", {}), topo.get("mode", ""),
+                   topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class HoldingJob:
+    """A Dispatched, Running or Restarting job: it holds resources in its cluster."""
+
+    id: str
+    queue: str
+    cluster: str
+    priority: int
+    priority_class: str
+    seq: int
+    request: Mapping[str, int]
+    phase: str
+
+
+class JobCache:
+    def __init__(self, jobs: JobStore) -> None:
+        self.jobs = jobs
+        self.waiting: dict[str, PendingJob] = {}
+        self.holding: dict[str, HoldingJob] = {}
+        # The reason PostgreSQL holds for each waiting job; None when an event may have changed it.
+        self.reasons: dict[str, str | None] = {}
+        self._cursor: int | None = None
+        self._lock = asyncio.Lock()
+
+    async def refresh(self) -> None:
+        """Bring `waiting`, `holding` and `reasons` up to date with PostgreSQL."""
+        async with self._lock:
+            try:
+                if self._cursor is None:
+                    await self._load()
+                else:
+                    await self._catch_up()
+            except BaseException:
+                self._cursor = None  # half caught up: read it all again next time
+                raise
+
+    async def _load(self) -> None:
+        cursor = await self.jobs.last_event_seq()  # before the rows: later events are applied again
+        self.waiting, self.holding, self.reasons = {}, {}, {}
+        await self._read_waiting([r["id"] for r in await self.jobs.pending(SCAN_LIMIT)])
+        self._add_holding(await self.jobs.holding())
+        self._cursor = cursor
+
+    async def _catch_up(self) -> None:
+        assert self._cursor is not None
+        upto = await self.jobs.last_event_seq()
+        latest: dict[str, Any] = {}  # job -> its latest event
+        cursor = self._cursor
+        while cursor < upto:
+            events = await self.jobs.phases_after(cursor, upto, limit=BATCH)
+            if not events:
+                break
+            for event in events:
+                latest[event["job_id"]] = event
+            cursor = events[-1]["seq"]
+        arrived, held = [], []
+        for job_id, event in latest.items():
+            phase = event["phase"]
+            self.reasons[job_id] = None
+            if phase not in WAITING_PHASES:
+                self.waiting.pop(job_id, None)
+                self.reasons.pop(job_id, None)
+            elif job_id not in self.waiting:
+                arrived.append(job_id)
+            # Read again rather than patched from the event: right after a load, an event may be
+            # older than the row already read.
+            self.holding.pop(job_id, None)
+            if phase in ACTIVE_PHASES:
+                held.append(job_id)
+        await self._read_waiting(arrived)
+        for start in range(0, len(held), BATCH):
+            self._add_holding(await self.jobs.holding(held[start:start + BATCH]))
+        self._cursor = cursor
+
+    async def _read_waiting(self, ids: list[str]) -> None:
+        """Add these jobs if they are still waiting; one that is not has a later event, read next time."""
+        for start in range(0, len(ids), BATCH):
+            rows = await self.jobs.pending(SCAN_LIMIT, ids=ids[start:start + BATCH])
+            specs = await self.jobs.specs([r["id"] for r in rows])
+            for r in rows:
+                self.waiting[r["id"]] = PendingJob(job_view(specs[r["id"]]), r["queue"], r["priority"], r["seq"])
+                self.reasons[r["id"]] = r["reason"]
+
+    def _add_holding(self, rows: list[Any]) -> None:
+        for r in rows:
+            self.holding[r["id"]] = HoldingJob(**r)
+
+    def changed_reasons(self, reasons: Mapping[str, str]) -> dict[str, str]:
+        """Of these reasons for waiting jobs, those PostgreSQL does not hold yet."""
+        return {job_id: why for job_id, why in reasons.items()
+                if job_id in self.reasons and self.reasons[job_id] != why}
+
+    def reasons_written(self, reasons: Mapping[str, str]) -> None:
+        for job_id, why in reasons.items():
+            if job_id in self.reasons:
+                self.reasons[job_id] = why
