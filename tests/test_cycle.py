@@ -77,6 +77,19 @@ def test_head_of_a_queue_below_its_share_holds_a_reservation() -> None:
     assert d.assign == {"tiny": "c1"}  # without the wide gang waiting, the small one runs
 
 
+def test_jobs_behind_a_reservation_say_why_unless_they_fit_nowhere_anyway() -> None:
+    tenants = [TenantInfo("t1"), TenantInfo("t2")]
+    queues = [QueueInfo("big", "t1"), QueueInfo("small", "t2"), QueueInfo("first", "t2", priority=1)]
+    running = [RunningJob("r", "small", "c1", 0, 0, {GPU: 48}, preemptible=False)]
+    pending = [job("giant-elsewhere", "first", 128, 0), job("wide", "big", 32, 1), job("after", "big", 8, 2),
+               job("giant", "big", 128, 3)]
+    d = schedule(snap(tenants, queues, pending, [cluster("c1", 16)], running))
+    assert d.waiting["wide"].startswith("waiting for resources in cluster c1, reserved")
+    assert d.waiting["after"] == "behind wide, which holds a reservation in queue big"
+    assert d.waiting["giant"] == d.waiting["giant-elsewhere"] == (
+        "no ready cluster fits: c1: not enough free: nvidia.com/gpu 16/128 free")
+
+
 def test_reclaim_takes_whole_gangs_from_over_share_queues_youngest_first() -> None:
     tenants = [TenantInfo("owner", guarantee={GPU: 16}), TenantInfo("borrower")]
     queues = [QueueInfo("mine", "owner", guarantee={GPU: 16}), QueueInfo("lent", "borrower"),
@@ -87,7 +100,7 @@ def test_reclaim_takes_whole_gangs_from_over_share_queues_youngest_first() -> No
     d = schedule(snap(tenants, queues, [job("need", "mine", 16, 200)], [cluster("c1", 0)], running, capacity=64))
     assert set(d.preempt) == {"b5", "b4"}  # two youngest whole gangs: exactly enough
     assert all(r.startswith("reclaimed for need") for r in d.preempt.values())
-    assert d.waiting["need"] == "waiting for 2 preempted job(s) to exit in cluster c1"
+    assert d.waiting["need"] == "waiting for preempted job(s) to exit in cluster c1"
 
 
 def test_priority_preempts_within_its_queue_never_a_non_preemptible_job() -> None:

@@ -260,8 +260,11 @@ class _Cycle:
             heads[queue] += 1
             self.consider(job, queue, heads[queue] == 1, blocked)
             if queue in blocked:
+                # A job that fits nowhere anyway says so: true whether or not the head holds a
+                # reservation, so it does not change (and need not be rewritten) when that does.
+                behind = f"behind {job.id}, which holds a reservation in queue {queue}"
                 for rest in jobs[heads[queue]:]:
-                    self.out.waiting[rest.id] = f"behind {job.id}, which holds a reservation in queue {queue}"
+                    self.out.waiting[rest.id] = self.clusters.fits_nowhere(rest.view) or behind
                 heads[queue] = len(jobs)
                 continue
             # A job that certainly stays where it is changes nothing, so its turn in the order does not
@@ -334,7 +337,8 @@ class _Cycle:
                     self.out.preempt[victim.id] = f"{why} for {job.id} (priority {job.priority}) in queue {queue}"
                     self.use(victim.queue, victim.request, -1)
                     self.pool.add(victim.cluster, victim.queue, victim.request, -1)
-                self.out.waiting[job.id] = f"waiting for {len(gangs)} preempted job(s) to exit in cluster {cluster}"
+                # Worded as in later cycles (above), so that the reason is not rewritten next cycle.
+                self.out.waiting[job.id] = f"waiting for preempted job(s) to exit in cluster {cluster}"
                 self.out.making_room[job.id] = cluster
                 self.clusters.reserve(job.view, cluster)
                 blocked.add(queue)
