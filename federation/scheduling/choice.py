@@ -50,8 +50,9 @@ class ClusterTable:
         self.capacity = np.array([capacity.get(r, 0) for r in resources], dtype=np.float64)
         self.per_capacity = np.divide(1.0, self.capacity, out=np.zeros_like(self.capacity), where=self.capacity > 0)
         self._selectors: dict[tuple[tuple[str, str], ...], np.ndarray] = {}
-        # shape -> each cluster's reason, and the waiting reason made of them
-        self._nowhere: dict[tuple[object, ...], tuple[list[str], str]] = {}
+        # Shapes found to fit nowhere in this cycle: each cluster's reason, and the waiting reason.
+        self._nowhere: dict[tuple[object, ...], list[str]] = {}
+        self.nowhere: dict[tuple[object, ...], str] = {}
 
     def __contains__(self, name: object) -> bool:
         return name in self.index
@@ -144,17 +145,17 @@ class ClusterTable:
         """Why the gang fits none of the clusters, one "cluster: reason" each."""
         key = job.shape
         if not refused and key in self._nowhere:
-            return self._nowhere[key][0]
+            return self._nowhere[key]
         out = [f"{name}: {refused.get(name) or check(job, self.view(name))}" for name in self.names]
         if not refused:
-            self._nowhere[key] = (out, "no ready cluster fits: " + summary(out))
+            self._nowhere[key] = out
+            self.nowhere[key] = "no ready cluster fits: " + summary(out)
         return out
 
     def fits_nowhere(self, job: JobView) -> str | None:
         """The waiting reason, when a gang of this shape was already found to fit nowhere in this
         cycle (free resources only shrink during a cycle, so it still fits nowhere)."""
-        found = self._nowhere.get(job.shape)
-        return found[1] if found else None
+        return self.nowhere.get(job.shape)
 
     def reserve(self, job: JobView, name: str) -> None:
         """Take the gang's resources out of the cluster for the rest of the cycle.

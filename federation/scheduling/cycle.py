@@ -132,6 +132,10 @@ class _Cycle:
             self.running_by_cluster.setdefault(job.cluster, []).append(job)
         self.preemptible = {c: sorted((v for v in jobs if v.preemptible), key=lambda v: (v.priority, -v.seq, v.id))
                             for c, jobs in self.running_by_cluster.items()}
+        self.preemptible_in: dict[tuple[str, str], list[RunningJob]] = {}  # (cluster, queue) -> same order
+        for c, gangs in self.preemptible.items():
+            for victim in gangs:
+                self.preemptible_in.setdefault((c, victim.queue), []).append(victim)
 
     # -- shares ----------------------------------------------------------------------------
 
@@ -189,7 +193,12 @@ class _Cycle:
                 continue  # its totals fit already (the topology does not): evicting is judged on totals
             chosen: list[RunningJob] = []
             borrowed: dict[str, dict[str, int]] = {}  # queue -> its usage once this cluster's victims are gone
-            for victim in self.preemptible[cluster]:  # lowest priority, then youngest
+            # Lowest priority, then youngest. Without reclaim only the job's own queue can yield,
+            # and only below the job's priority: its own list, up to there.
+            gangs = self.preemptible[cluster] if over else self.preemptible_in.get((cluster, job.queue), ())
+            for victim in gangs:
+                if not over and victim.priority >= job.priority:
+                    break
                 if victim.id in self.out.preempt or not (
                         victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
                     continue
@@ -293,14 +302,14 @@ class _Cycle:
         q = self.queues[queue]
         limited = bool(q.limit or self.tenants[q.tenant].limit)
         special = self.snap.making_room.keys() | self.snap.refused.keys()
-        nowhere = self.clusters.fits_nowhere if self.clusters else lambda view: None
+        nowhere = self.clusters.nowhere if self.clusters else {}
         waiting = self.out.waiting
         i = start
         while i < len(jobs):
             job = jobs[i]
             if job.id in special:
                 break
-            why = (limited and self.over_limit(job, queue)) or nowhere(job.view)
+            why = (limited and self.over_limit(job, queue)) or nowhere.get(job.view.shape)
             if not why:
                 break
             waiting[job.id] = why
