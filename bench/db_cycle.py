@@ -104,7 +104,8 @@ async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, round
             "first_dispatched": len(first.assign), "settling_seconds": settling, "rounds": rounds,
             "median_seconds": statistics.median(times), "max_seconds": max(times), "jobs_placed": placed,
             "jobs_per_second": placed / sum(times), "seconds": times,
-            "median_step_seconds": {step: statistics.median(s[step] for s in steps) for step in steps[0]}}
+            "median_step_seconds": {step: statistics.median(s.get(step, 0.0) for s in steps)
+                                    for step in dict.fromkeys(k for s in steps for k in s)}}
 
 
 async def _attempt(store: JobStore, job_id: str) -> int:
