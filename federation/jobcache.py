@@ -123,6 +123,15 @@ class JobCache:
         for r in rows:
             self.holding[r["id"]] = HoldingJob(**r)
 
+    async def reread_reasons(self) -> None:
+        """Take the reasons PostgreSQL holds now: a leader writes them without events, so a replica
+        that was not leading has only those it read when each job arrived."""
+        async with self._lock:
+            if self._cursor is None:
+                return  # the next refresh loads them
+            current = {r["id"]: r["reason"] for r in await self.jobs.pending(SCAN_LIMIT)}
+            self.reasons = {job_id: current.get(job_id) for job_id in self.waiting}
+
     def changed_reasons(self, reasons: Mapping[str, str]) -> dict[str, str]:
         """Of these reasons for waiting jobs, those PostgreSQL does not hold yet."""
         return {job_id: why for job_id, why in reasons.items()

@@ -121,13 +121,14 @@ class Scheduler:
         self.is_leader = is_leader
         self.on_change = on_change  # relays the orders written, wakes watchers, tells the other replicas
         self.heartbeat_timeout = heartbeat_timeout
-        self._loop = WakeLoop("scheduler", period, self._pass)
+        self._loop = WakeLoop("scheduler", period, self.tick)
         self.wake, self.start, self.stop = self._loop.wake, self._loop.start, self._loop.stop
         self._refused: _Expiring[tuple[str, str], str] = _Expiring(REJECTION_MEMORY)  # (job, cluster) -> why
         self._making_room: _Expiring[str, str] = _Expiring(ROOM_MEMORY)  # job -> cluster preempted for it
         self.cache = JobCache(jobs)
         self.steps: dict[str, float] = {}  # of the last cycle: seconds per step
         self._cycles = 0
+        self._leading = False
 
     def rejected(self, job_id: str, cluster: str, reason: str) -> None:
         """An agent refused the job: do not offer it to that cluster again for a while."""
@@ -141,9 +142,17 @@ class Scheduler:
             out.setdefault(job_id, {})[cluster] = why
         return out
 
-    async def _pass(self) -> None:
-        if self.is_leader():
-            await self.cycle()
+    async def tick(self) -> None:
+        """One pass of the loop: a cycle on the leader; elsewhere a hot standby's catch-up, so that
+        taking over costs reading the reasons rather than loading every job."""
+        if not self.is_leader():
+            self._leading = False
+            await self.cache.refresh()
+            return
+        if not self._leading:
+            await self.cache.reread_reasons()  # the last leader rewrote them without events
+            self._leading = True
+        await self.cycle()
 
     async def snapshot(self) -> Snapshot:
         await self.cache.refresh()

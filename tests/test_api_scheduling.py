@@ -117,3 +117,29 @@ async def test_the_job_cache_follows_the_event_log(api: Api) -> None:
     await cache.refresh()
     assert set(cache.waiting) == {first[0], first[2]} and set(cache.holding) == {urgent}
     assert cache.reasons[first[0]] == "preempted for a test" == (await store.get(first[0]))["reason"]
+
+
+async def test_a_standby_keeps_its_cache_and_takes_over_with_current_reasons(api: Api) -> None:
+    from federation.scheduler import Scheduler
+    from federation.store.jobs import JobStore
+
+    await make_queue(api)
+    store, admin = JobStore(api.server.engine), AdminStore(api.server.engine)
+    leader = {"a": True}
+    a = Scheduler(store, admin, lambda: leader["a"], lambda: None)
+    b = Scheduler(store, admin, lambda: not leader["a"], lambda: None)
+    job_id = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(replicas=2)))).job.id
+    await a.tick()
+    await b.tick()  # the standby reads the job, with the reason the leader wrote
+    assert job_id in b.cache.waiting and b.cache.reasons[job_id] == "no member cluster is ready"
+
+    await admin.register_cluster("east", {}, "0.1.0")
+    await a.tick()  # rewritten by the leader, without an event
+    await b.tick()
+    written = (await store.get(job_id))["reason"]
+    assert written.startswith("no ready cluster fits: east")
+
+    await admin.set_cordoned("east", True)  # back to the first reason, decided by the new leader
+    leader["a"] = False
+    await b.tick()
+    assert (await store.get(job_id))["reason"] == "no member cluster is ready"
