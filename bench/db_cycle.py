@@ -8,7 +8,9 @@ inventories, tenants, queues, pending jobs submitted through the job store), the
 - settling cycles, while reclaim evens out what the first cycle's packing left uneven;
 - sustained rounds: before each, a tenth of the dispatched gangs end (their agents report them
   Succeeded through the job store, as the agent stream would) and as many new jobs are submitted,
-  so every cycle has freed resources to hand out and a backlog kept at its size.
+  so every cycle has freed resources to hand out and a backlog kept at its size;
+- a takeover: a second replica, a hot standby catching up after each round, becomes leader and runs
+  its first cycle.
 """
 
 from __future__ import annotations
@@ -77,7 +79,12 @@ async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, round
             t, q = rng.randrange(100), rng.randrange(10)
             batch.append(_job(f"t{t:03d}-q{q}", f"t{t:03d}", rng))
         await store.submit(batch)
-    scheduler = Scheduler(store, AdminStore(engine), lambda: True, lambda: None, heartbeat_timeout=3600)
+    leading = {"scheduler": True}
+    scheduler = Scheduler(store, AdminStore(engine), lambda: leading["scheduler"], lambda: None,
+                          heartbeat_timeout=3600)
+    # A second replica, a hot standby: it catches up after every cycle, then takes over at the end.
+    standby = Scheduler(store, AdminStore(engine), lambda: not leading["scheduler"], lambda: None,
+                        heartbeat_timeout=3600)
     started = time.perf_counter()
     first = await scheduler.cycle()
     first_seconds = time.perf_counter() - started
@@ -99,9 +106,15 @@ async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, round
         times.append(time.perf_counter() - started)
         steps.append(scheduler.steps)
         placed += len(decisions.assign)
+        await standby.tick()
+    leading["scheduler"] = False
+    started = time.perf_counter()
+    await standby.tick()
+    takeover = time.perf_counter() - started
     await engine.dispose()
     return {"pending": jobs, "clusters": clusters, "first_seconds": first_seconds,
-            "first_dispatched": len(first.assign), "settling_seconds": settling, "rounds": rounds,
+            "first_dispatched": len(first.assign), "takeover_seconds": takeover, "settling_seconds": settling,
+            "rounds": rounds,
             "median_seconds": statistics.median(times), "max_seconds": max(times), "jobs_placed": placed,
             "jobs_per_second": placed / sum(times), "seconds": times,
             "median_step_seconds": {step: statistics.median(s.get(step, 0.0) for s in steps)

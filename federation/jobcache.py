@@ -60,14 +60,15 @@ class JobCache:
         self._cursor: int | None = None
         self._lock = asyncio.Lock()
 
-    async def refresh(self) -> None:
-        """Bring `waiting`, `holding` and `reasons` up to date with PostgreSQL."""
+    async def refresh(self) -> bool:
+        """Bring `waiting`, `holding` and `reasons` up to date with PostgreSQL; True if it read them all."""
         async with self._lock:
             try:
                 if self._cursor is None:
                     await self._load()
-                else:
-                    await self._catch_up()
+                    return True
+                await self._catch_up()
+                return False
             except BaseException:
                 self._cursor = None  # half caught up: read it all again next time
                 raise

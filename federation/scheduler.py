@@ -147,7 +147,8 @@ class Scheduler:
         taking over costs reading the reasons rather than loading every job."""
         if not self.is_leader():
             self._leading = False
-            await self.cache.refresh()
+            if await self.cache.refresh():
+                _settle_heap()
             return
         if not self._leading:
             await self.cache.reread_reasons()  # the last leader rewrote them without events
