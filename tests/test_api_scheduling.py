@@ -11,7 +11,7 @@ from sqlalchemy import func, update
 from federation.leader import Leadership
 from federation.store.admin import AdminStore
 from federation.store.models import Cluster
-from federation.v1 import admin_pb2, agent_pb2, jobs_pb2
+from federation.v1 import admin_pb2, agent_pb2, common_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
 from tests.test_api_admin import rpc_error
 from tests.test_api_jobs import spec
@@ -143,3 +143,27 @@ async def test_a_standby_keeps_its_cache_and_takes_over_with_current_reasons(api
     leader["a"] = False
     await b.tick()
     assert (await store.get(job_id))["reason"] == "no member cluster is ready"
+
+
+async def test_a_pod_restart_is_an_event_with_its_count_and_a_resent_one_changes_nothing(api: Api) -> None:
+    from federation.store.jobs import JobStore
+
+    await make_queue(api)
+    store = JobStore(api.server.engine)
+    job_id = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(replicas=2)))).job.id
+    await store.dispatch({job_id: "east"})
+    pods = [common_pb2.PodPlacement(task="worker", index=i, node=f"n{i}") for i in range(2)]
+    await store.apply_update("east", agent_pb2.JobUpdate(job_id=job_id, attempt=1, type=agent_pb2.BOUND,
+                                                         hypernode="leaf-0", tier=1, placements=pods))
+    pods[1] = common_pb2.PodPlacement(task="worker", index=1, node="n7")
+    restart = agent_pb2.JobUpdate(job_id=job_id, attempt=1, type=agent_pb2.POD_RESTARTED, hypernode="leaf-0",
+                                  tier=1, placements=pods, retries=1,
+                                  reason="RestartTask after PodFailed on worker[1]: OOMKilled (retry 1 of 3)")
+    await store.apply_update("east", restart)
+    await store.apply_update("east", restart)  # resent after a reconnect
+    job = await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id))
+    assert job.status.retries == 1 and job.status.phase == common_pb2.RUNNING
+    assert [(p.index, p.node) for p in job.status.placements] == [(0, "n0"), (1, "n7")]
+    assert "restarted 1 time(s), last: RestartTask after PodFailed on worker[1]" in job.status.reason
+    events = [e for e in await store.events_after(0, limit=100) if e["job_id"] == job_id]
+    assert [e["type"] for e in events] == ["Submitted", "Dispatched", "Running", "PodRestarted"]

@@ -134,10 +134,34 @@ async def test_cancel_deletes_the_pods_and_node_loss_is_reported(fake: FakeKube,
             if failed:
                 break
             await asyncio.sleep(0.1)
-        assert failed and "lost (Unknown)" in failed[0].reason
+        assert failed and failed[0].reason == f"Unknown: node {node} lost"
         assert node not in agent.state.ready
         await agent.remove("long-1", 1, "cancelled")
         assert [k for k in fake.pods if k[0] == "jobs"] == []
+    finally:
+        b.stop()
+
+
+async def test_a_failed_pod_is_recreated_under_a_new_name_and_bound_alone(fake: FakeKube, tmp_path: Path) -> None:
+    b = backend(fake, tmp_path, topology_labels=())
+    agent = Agent("east", {}, b)
+    b.start_watches(asyncio.get_running_loop())
+    spec = job("long", 2)
+    spec.spec.policies.add(events=["PodFailed"], action="RestartPod")
+    try:
+        await agent.assign(spec, attempt=1)
+        updates(agent)
+        fake.set_pod_phase("long-1-a1-worker-1", "Failed", namespace="jobs")
+        for _ in range(100):
+            restarted = [u for u in updates(agent) if u.type == agent_pb2.POD_RESTARTED]
+            if restarted:
+                break
+            await asyncio.sleep(0.1)
+        assert restarted and restarted[0].retries == 1
+        names = sorted(k[1] for k in fake.pods if k[0] == "jobs")
+        assert names == ["long-1-a1-worker-0", "long-1-a1-worker-1-r1"]  # the other pod never stopped
+        bound = fake.pods[("jobs", "long-1-a1-worker-1-r1")]["spec"].get("nodeName")
+        assert bound == next(p.node for p in restarted[0].placements if p.index == 1)
     finally:
         b.stop()
 

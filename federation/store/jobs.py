@@ -328,7 +328,7 @@ class JobStore:
         """Apply an agent's JobUpdate, fenced by cluster and attempt; a repeat or a stale one changes nothing."""
         async with self.engine.begin() as conn:
             row = (await conn.execute(select(Job).where(Job.id == u.job_id).with_for_update())).mappings().first()
-            alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED)
+            alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED)
             if row is None or row["cluster"] != cluster or row["attempt"] != u.attempt:
                 # Stale: another attempt, or another cluster, owns the job now (it was preempted or
                 # moved while this agent was away); whatever the agent still runs of it must stop.
@@ -352,6 +352,16 @@ class JobStore:
             elif kind == agent_pb2.JOB_FAILED:
                 values = {"phase": "FAILED", "finished_at": func.now(), "reason": u.reason or "failed"}
                 event = "Failed"
+            elif kind == agent_pb2.POD_RESTARTED and phase == "RUNNING" and u.retries > row["retries"]:
+                # The agent's count of restarts in this attempt orders them: a repeat (a resync) is older.
+                values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "retries": u.retries,
+                          "placements": [{"task": p.task, "index": p.index, "node": p.node} for p in u.placements],
+                          "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); "
+                                    f"restarted {u.retries} time(s), last: {u.reason}"}
+                await conn.execute(update(Job).where(Job.id == row["id"]).values(updated_at=func.now(), **values))
+                await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "PodRestarted",
+                                                       "RUNNING", u.reason, row["attempt"], cluster)])
+                return Applied()
             elif kind == agent_pb2.POD_FAILED:
                 pods = ", ".join(f"{p.task}[{p.index}] on {p.node}" for p in u.placements)
                 await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "PodFailed", phase,

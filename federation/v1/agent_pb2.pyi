@@ -109,7 +109,7 @@ class Heartbeat(_message.Message):
     def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobUpdate(_message.Message):
-    __slots__ = ("job_id", "attempt", "type", "reason", "hypernode", "tier", "placements")
+    __slots__ = ("job_id", "attempt", "type", "reason", "hypernode", "tier", "placements", "retries")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +117,7 @@ class JobUpdate(_message.Message):
     HYPERNODE_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     attempt: int
     type: JobUpdateType
@@ -124,7 +125,8 @@ class JobUpdate(_message.Message):
     hypernode: str
     tier: int
     placements: _containers.RepeatedCompositeFieldContainer[_common_pb2.PodPlacement]
-    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., type: _Optional[_Union[JobUpdateType, str]] = ..., reason: _Optional[str] = ..., hypernode: _Optional[str] = ..., tier: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.PodPlacement, _Mapping]]] = ...) -> None: ...
+    retries: int
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., type: _Optional[_Union[JobUpdateType, str]] = ..., reason: _Optional[str] = ..., hypernode: _Optional[str] = ..., tier: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.PodPlacement, _Mapping]]] = ..., retries: _Optional[int] = ...) -> None: ...
 
 class Assign(_message.Message):
     __slots__ = ("job", "attempt")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from federation.resources import Resources, parse_resources
 from federation.v1 import agent_pb2, common_pb2
 from member_agent.gang import gang_request
+from member_agent.lifecycle import ENDINGS, PodEvent, Response, respond
 from member_agent.placement import PodPlacement, Rejection, place
 from member_agent.state import ClusterState
 
@@ -36,6 +37,12 @@ class AgentJob:
     requests: dict[str, Resources]  # per task, one replica
     hypernode: str
     tier: int
+    retries: int = 0  # restarts by lifecycle policy, counted against max_retry
+    # Failed pods whose policy waits for a timeout before acting: (task, index) -> the pending action.
+    failed: dict[tuple[str, int], asyncio.TimerHandle] = field(default_factory=dict)
+
+    def pods_of(self, keys: Collection[tuple[str, int]]) -> list[PodPlacement]:
+        return [p for p in self.pods if (p.task, p.index) in keys]
 
 
 class Backend(Protocol):
@@ -43,12 +50,14 @@ class Backend(Protocol):
 
     state: ClusterState
 
-    async def bind(self, job: AgentJob) -> None: ...
+    async def bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
+        """Create and bind these pods of the job (all of them, on its first bind)."""
 
-    async def delete(self, job: AgentJob) -> None: ...
+    async def delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None = None) -> None:
+        """Delete these pods of the job; None: all of them."""
 
     def set_listener(self, on_finished: Callable[[str, int, bool, str], None],
-                     on_pod_failed: Callable[[str, str, int, str], object],
+                     on_pod_failed: Callable[[str, str, int, str, str], object],
                      on_node: Callable[[str, bool], object]) -> None: ...
 
 
@@ -62,6 +71,7 @@ class Agent:
     reports: dict[str, agent_pb2.JobUpdate] = field(default_factory=dict)
     outbox: asyncio.Queue[agent_pb2.AgentMessage] = field(default_factory=lambda: asyncio.Queue(OUTBOX_LIMIT))
     overflowed: bool = False  # the outbox dropped a message: the next connection must resync
+    _acting: set[asyncio.Task[None]] = field(default_factory=set)  # lifecycle actions under way
 
     def __post_init__(self) -> None:
         self.backend.set_listener(self._finished, self.pod_failed, self.node_ready)
@@ -132,11 +142,13 @@ class Agent:
                                              reason=placement.reason))
             return
         requests = {t.name: parse_resources(t.resources) for t in job.spec.tasks}
-        bound = AgentJob(job, attempt, list(placement.pods), requests, placement.hypernode, placement.tier)
+        # Restarts count over the job's whole life (the server's count so far), not per attempt.
+        bound = AgentJob(job, attempt, list(placement.pods), requests, placement.hypernode, placement.tier,
+                         retries=job.status.retries)
         for pod in bound.pods:
             self.state.allocate(pod.node, requests[pod.task])
         try:
-            await self.backend.bind(bound)
+            await self.backend.bind(bound, bound.pods)
         except BindError as err:
             for pod in bound.pods:
                 self.state.release(pod.node, requests[pod.task])
@@ -160,17 +172,20 @@ class Agent:
 
     async def _release(self, job: AgentJob) -> None:
         await self.backend.delete(job)
+        self._forget(job)
+
+    def _forget(self, job: AgentJob) -> None:
         for pod in job.pods:
             self.state.release(pod.node, job.requests[pod.task])
+        for timer in job.failed.values():
+            timer.cancel()
         del self.jobs[job.job.id]
 
     def _finished(self, job_id: str, attempt: int, succeeded: bool, reason: str) -> None:
         job = self.jobs.get(job_id)
         if job is None or job.attempt != attempt:
             return
-        for pod in job.pods:
-            self.state.release(pod.node, job.requests[pod.task])
-        del self.jobs[job_id]
+        self._forget(job)
         # The update before the inventory, so the server never sees the freed resources while it still
         # counts them as the job's: that would hand them to whoever is next, not to the queue they are owed to.
         self._report(agent_pb2.JobUpdate(job_id=job_id, attempt=attempt, reason=reason,
@@ -179,26 +194,98 @@ class Agent:
 
     # -- faults ----------------------------------------------------------------------------
 
-    def pod_failed(self, job_id: str, task: str, index: int, reason: str) -> bool:
-        """Report a pod failure (what to do about it is the job's lifecycle policy)."""
+    def pod_failed(self, job_id: str, task: str, index: int, reason: str, kind: str = "PodFailed") -> bool:
+        """Report a pod's failure, eviction or loss, and answer it with the job's lifecycle policy."""
         job = self.jobs.get(job_id)
-        if job is None or not any(p.task == task and p.index == index for p in job.pods):
+        pod = next((p for p in job.pods if p.task == task and p.index == index), None) if job else None
+        if job is None or pod is None:
             return False
-        node = next(p.node for p in job.pods if p.task == task and p.index == index)
         self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
-            job_id=job_id, attempt=job.attempt, type=agent_pb2.POD_FAILED, reason=reason,
-            placements=[common_pb2.PodPlacement(task=task, index=index, node=node)])))
+            job_id=job_id, attempt=job.attempt, type=agent_pb2.POD_FAILED, reason=f"{kind}: {reason}",
+            placements=[common_pb2.PodPlacement(task=task, index=index, node=pod.node)])))
+        if (task, index) in job.failed:
+            return True  # already waiting to act on this pod
+        response = respond(job.job.spec, PodEvent(kind, task, index, reason), job.retries)
+        if response.timeout > 0:
+            job.failed[(task, index)] = asyncio.get_running_loop().call_later(
+                response.timeout, self._start_acting, job, (task, index), response)
+        else:
+            self._start_acting(job, (task, index), response)
         return True
 
+    def pod_recovered(self, job_id: str, task: str, index: int) -> bool:
+        """The pod runs again (its container restarted, its node came back): a waiting policy stands down."""
+        job = self.jobs.get(job_id)
+        timer = job.failed.pop((task, index), None) if job else None
+        if timer is None:
+            return False
+        timer.cancel()
+        log.info("job %s: %s[%d] recovered before its policy's timeout", job_id, task, index)
+        return True
+
+    def _start_acting(self, job: AgentJob, failed: tuple[str, int], response: Response) -> None:
+        job.failed.pop(failed, None)
+        if self.jobs.get(job.job.id) is not job:
+            return  # ended, cancelled or replaced meanwhile
+        task = asyncio.get_running_loop().create_task(self._act(job, response))
+        self._acting.add(task)
+        task.add_done_callback(self._acting.discard)
+
+    async def _act(self, job: AgentJob, response: Response) -> None:
+        if response.action in ENDINGS or response.action == "FailJob":
+            await self.backend.delete(job)
+            self._finished(job.job.id, job.attempt, ENDINGS.get(response.action, False), response.reason)
+            return
+        failure = await self._restart(job, set(response.pods))
+        if failure:
+            await self.backend.delete(job)
+            self._finished(job.job.id, job.attempt, False, f"{response.reason}; the restart failed: {failure}")
+            return
+        self._send(self.inventory())
+        self._report(agent_pb2.JobUpdate(
+            job_id=job.job.id, attempt=job.attempt, type=agent_pb2.POD_RESTARTED, reason=response.reason,
+            hypernode=job.hypernode, tier=job.tier, retries=job.retries,
+            placements=[common_pb2.PodPlacement(task=p.task, index=p.index, node=p.node) for p in job.pods]))
+
+    async def _restart(self, job: AgentJob, keys: set[tuple[str, int]]) -> str:
+        """Recreate these pods of the job, back under the HyperNode holding the rest; why not, if it fails."""
+        job.retries += 1
+        old = job.pods_of(keys)
+        await self.backend.delete(job, old)
+        if self.jobs.get(job.job.id) is not job:
+            return "the job was removed meanwhile"
+        for pod in old:
+            self.state.release(pod.node, job.requests[pod.task])
+        job.pods = [p for p in job.pods if (p.task, p.index) not in keys]
+        request = gang_request(job.job.spec, self.state.topology, running=job.pods)
+        placement = request if isinstance(request, Rejection) else place(self.state, request)
+        if isinstance(placement, Rejection):
+            return placement.reason
+        for pod in placement.pods:
+            self.state.allocate(pod.node, job.requests[pod.task])
+        job.pods += placement.pods
+        job.hypernode, job.tier = placement.hypernode, placement.tier
+        try:
+            await self.backend.bind(job, placement.pods)
+        except BindError as err:
+            return f"binding failed: {err}"
+        if self.jobs.get(job.job.id) is not job:  # removed while binding: its new pods must go too
+            await self.backend.delete(job, placement.pods)
+            return "the job was removed meanwhile"
+        return ""
+
     def node_ready(self, node: str, ready: bool) -> bool:
-        """A lost node offers nothing and its pods are reported as failed (event Unknown)."""
+        """A lost node offers nothing and its pods fail (event Unknown); back, its pods recover."""
         if node not in self.state.free:
             return False
         self.state.set_ready(node, ready)
-        if not ready:
-            for job in list(self.jobs.values()):
-                for pod in job.pods:
-                    if pod.node == node:
-                        self.pod_failed(job.job.id, pod.task, pod.index, f"node {node} lost (Unknown)")
+        for job in list(self.jobs.values()):
+            for pod in job.pods:
+                if pod.node != node:
+                    continue
+                if ready:
+                    self.pod_recovered(job.job.id, pod.task, pod.index)
+                else:
+                    self.pod_failed(job.job.id, pod.task, pod.index, f"node {node} lost", kind="Unknown")
         self._send(self.inventory())
         return True

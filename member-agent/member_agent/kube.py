@@ -26,6 +26,7 @@ from kubernetes.client.rest import ApiException
 
 from federation.resources import format_resources
 from member_agent.agent import AgentJob, BindError
+from member_agent.placement import PodPlacement
 from member_agent.simulated import pod_requests
 from member_agent.state import ClusterState
 from member_agent.topology import Node, build, discover_from_labels, parse_hypernode, parse_node
@@ -63,7 +64,8 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
     labels = {**(meta.get("labels") or {}), MANAGED_BY: cluster, JOB_HASH: job_hash(job.job.id),
               ATTEMPT: str(job.attempt), TASK: task, INDEX: str(index)}
     annotations = {**(meta.get("annotations") or {}), JOB_ID: job.job.id}
-    name = f"{job.job.id}-a{job.attempt}-{task}-{index}"
+    # A restarted pod gets a new name: the one it replaces may still be terminating.
+    name = f"{job.job.id}-a{job.attempt}-{task}-{index}" + (f"-r{job.retries}" if job.retries else "")
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
             "spec": pod_spec}
@@ -88,7 +90,7 @@ class KubernetesBackend:
         self.topology_labels = list(topology_labels)
         self.state = self._load()
         self._on_finished: Callable[[str, int, bool, str], None] = lambda *_: None
-        self._on_pod_failed: Callable[[str, str, int, str], object] = lambda *_: None
+        self._on_pod_failed: Callable[[str, str, int, str, str], object] = lambda *_: None
         self._on_node: Callable[[str, bool], object] = lambda *_: None
         self._phases: dict[str, dict[str, str]] = {}  # job id -> pod name -> phase
         self._stop = threading.Event()
@@ -126,20 +128,20 @@ class KubernetesBackend:
         return state
 
     def set_listener(self, on_finished: Callable[[str, int, bool, str], None],
-                     on_pod_failed: Callable[[str, str, int, str], object],
+                     on_pod_failed: Callable[[str, str, int, str, str], object],
                      on_node: Callable[[str, bool], object]) -> None:
         self._on_finished, self._on_pod_failed, self._on_node = on_finished, on_pod_failed, on_node
 
     # -- binding -------------------------------------------------------------------------------
 
-    def _bind(self, job: AgentJob) -> None:
+    def _bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
         created: list[str] = []
         try:
-            for pod in job.pods:
+            for pod in pods:
                 manifest = pod_manifest(job, pod.task, pod.index, self.namespace, self.scheduler, self.cluster)
                 self.core.create_namespaced_pod(self.namespace, manifest)
                 created.append(manifest["metadata"]["name"])
-            for pod, name in zip(job.pods, created, strict=True):
+            for pod, name in zip(pods, created, strict=True):
                 binding = client.V1Binding(metadata=client.V1ObjectMeta(name=name),
                                            target=client.V1ObjectReference(api_version="v1", kind="Node",
                                                                            name=pod.node))
@@ -148,24 +150,32 @@ class KubernetesBackend:
         except ApiException as err:
             self._delete_pods(created)
             raise BindError(f"{err.status} {err.reason}: {_message(err)}") from None
-        self._phases[job.job.id] = {name: "Pending" for name in created}
+        self._phases.setdefault(job.job.id, {}).update((name, "Pending") for name in created)
 
     def _delete_pods(self, names: Sequence[str]) -> None:
         for name in names:
             with contextlib.suppress(ApiException):
                 self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
 
-    def _delete(self, job: AgentJob) -> None:
+    def _delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None) -> None:
         selector = f"{MANAGED_BY}={self.cluster},{JOB_HASH}={job_hash(job.job.id)}"
-        pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
-        self._delete_pods([p.metadata.name for p in pods])
-        self._phases.pop(job.job.id, None)
+        found = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        if pods is not None:
+            which = {(p.task, str(p.index)) for p in pods}
+            found = [p for p in found if (p.metadata.labels.get(TASK), p.metadata.labels.get(INDEX)) in which]
+        names = [p.metadata.name for p in found]
+        self._delete_pods(names)
+        phases = self._phases.get(job.job.id, {})
+        for name in names:
+            phases.pop(name, None)
+        if pods is None or not phases:
+            self._phases.pop(job.job.id, None)
 
-    async def bind(self, job: AgentJob) -> None:
-        await asyncio.to_thread(self._bind, job)
+    async def bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
+        await asyncio.to_thread(self._bind, job, pods)
 
-    async def delete(self, job: AgentJob) -> None:
-        await asyncio.to_thread(self._delete, job)
+    async def delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None = None) -> None:
+        await asyncio.to_thread(self._delete, job, pods)
 
     # -- watching ------------------------------------------------------------------------------
 
@@ -183,7 +193,8 @@ class KubernetesBackend:
         attempt = int(labels.get(ATTEMPT, "0"))
         if phase == "Failed" and before != "Failed":
             reason = (pod.get("status") or {}).get("reason") or "pod failed"
-            self._on_pod_failed(job_id, labels.get(TASK, ""), int(labels.get(INDEX, "0")), reason)
+            kind = "PodEvicted" if reason == "Evicted" else "PodFailed"
+            self._on_pod_failed(job_id, labels.get(TASK, ""), int(labels.get(INDEX, "0")), reason, kind)
         if all(p == "Succeeded" for p in phases.values()):
             del self._phases[job_id]
             self._on_finished(job_id, attempt, True, "all pods completed")

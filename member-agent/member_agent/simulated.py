@@ -8,7 +8,7 @@ in the file occupy their nodes for good, like other workloads in a real cluster.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import yaml
 from federation.durations import parse_duration
 from federation.resources import QuantityError, Resources, parse_amount
 from member_agent.agent import AgentJob
+from member_agent.placement import PodPlacement
 from member_agent.state import ClusterState
 from member_agent.topology import TopologyError, build, load_objects
 
@@ -64,7 +65,7 @@ class SimulatedBackend:
         self._on_finished: Callable[[str, int, bool, str], None] = lambda *_: None
 
     def set_listener(self, on_finished: Callable[[str, int, bool, str], None],
-                     on_pod_failed: Callable[[str, str, int, str], object],
+                     on_pod_failed: Callable[[str, str, int, str, str], object],
                      on_node: Callable[[str, bool], object]) -> None:
         """Faults in a simulation are injected through the agent itself, so only endings come from here."""
         self._on_finished = on_finished
@@ -78,7 +79,12 @@ class SimulatedBackend:
         except ValueError:
             return self.default_duration
 
-    async def bind(self, job: AgentJob) -> None:
+    async def bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
+        """The job runs for its duration from when all its pods are bound (again, after RestartJob);
+        a single restarted pod rejoins the run under way."""
+        if len(pods) < len(job.pods):
+            return
+        self._stop(job.job.id)
         loop = asyncio.get_running_loop()
         job_id, attempt = job.job.id, job.attempt
         self.running[job_id] = loop.call_later(self.duration(job), self._complete, job_id, attempt)
@@ -87,7 +93,11 @@ class SimulatedBackend:
         self.running.pop(job_id, None)
         self._on_finished(job_id, attempt, True, "all pods completed")
 
-    async def delete(self, job: AgentJob) -> None:
-        handle = self.running.pop(job.job.id, None)
+    async def delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None = None) -> None:
+        if pods is None:
+            self._stop(job.job.id)
+
+    def _stop(self, job_id: str) -> None:
+        handle = self.running.pop(job_id, None)
         if handle is not None:
             handle.cancel()

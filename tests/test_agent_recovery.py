@@ -1,0 +1,120 @@
+"""The agent applies lifecycle policies to the pods it runs: restarts in place, timeouts, maxRetry."""
+
+import asyncio
+
+from google.protobuf.duration_pb2 import Duration
+
+from federation.v1 import agent_pb2, common_pb2
+from member_agent.agent import Agent
+from member_agent.clusters import tree
+from member_agent.simulated import SimulatedBackend, load_cluster
+
+GPU = "nvidia.com/gpu"
+
+
+def make_agent() -> Agent:
+    # 2 spines (tier 2) x 4 leaves x 4 nodes of 8 GPUs
+    state = load_cluster(tree("h", [2, 4, 4], {GPU: "8", "cpu": "64"}))
+    return Agent("h100", {}, SimulatedBackend(state, default_duration=3600))
+
+
+def gang(policies: list[common_pb2.LifecyclePolicy], max_retry: int | None = None, pods: int = 16) -> common_pb2.Job:
+    spec = common_pb2.JobSpec(name="train", queue="q", policies=policies,
+                              network_topology=common_pb2.NetworkTopology(mode="hard", highest_tier_allowed=2),
+                              tasks=[common_pb2.TaskSpec(name="worker", replicas=pods, resources={GPU: "8"})])
+    if max_retry is not None:
+        spec.max_retry = max_retry
+    return common_pb2.Job(id="train-1", spec=spec)
+
+
+def updates(agent: Agent) -> list[agent_pb2.JobUpdate]:
+    out = []
+    while not agent.outbox.empty():
+        message = agent.outbox.get_nowait()
+        if message.HasField("job_update"):
+            out.append(message.job_update)
+    return out
+
+
+def restart_task(timeout: int | None = None) -> common_pb2.LifecyclePolicy:
+    p = common_pb2.LifecyclePolicy(events=["PodFailed", "Unknown"], action="RestartTask")
+    if timeout is not None:
+        p.timeout.CopyFrom(Duration(seconds=timeout))
+    return p
+
+
+async def settle(agent: Agent) -> None:
+    while agent._acting:
+        await asyncio.gather(*agent._acting)
+
+
+async def test_restart_task_recreates_only_the_failed_pod_under_the_same_hypernode() -> None:
+    agent = make_agent()
+    await agent.assign(gang([restart_task()], pods=12), attempt=1)  # one spine, with 4 nodes to spare
+    bound = updates(agent)[-1]
+    assert bound.type == agent_pb2.BOUND and bound.tier == 2
+    before = {(p.task, p.index): p.node for p in bound.placements}
+    lost = before[("worker", 3)]
+    assert agent.node_ready(lost, False)  # the node goes: its pod is lost (event Unknown)
+    await settle(agent)
+    sent = updates(agent)
+    assert [u.type for u in sent] == [agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED]
+    restarted = sent[-1]
+    after = {(p.task, p.index): p.node for p in restarted.placements}
+    assert {k: v for k, v in after.items() if k != ("worker", 3)} == {k: v for k, v in before.items()
+                                                                       if k != ("worker", 3)}  # 11 untouched
+    assert after[("worker", 3)] != lost and restarted.hypernode == bound.hypernode
+    assert restarted.retries == 1 and "RestartTask after Unknown on worker[3]" in restarted.reason
+    assert agent.state.free[lost][GPU] == 8  # the lost pod's share was released
+
+
+async def test_a_pod_that_recovers_within_the_timeout_is_not_restarted() -> None:
+    agent = make_agent()
+    await agent.assign(gang([restart_task(timeout=1)], pods=12), attempt=1)
+    node = updates(agent)[-1].placements[0].node
+    agent.node_ready(node, False)
+    agent.node_ready(node, True)  # back before the timeout
+    await asyncio.sleep(1.3)
+    assert [u.type for u in updates(agent)] == [agent_pb2.POD_FAILED]
+    agent.node_ready(node, False)  # this time it stays lost past the timeout
+    await asyncio.sleep(1.3)
+    await settle(agent)
+    assert [u.type for u in updates(agent)] == [agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED]
+
+
+async def test_max_retry_exhausted_fails_the_job_with_the_reason() -> None:
+    agent = make_agent()
+    await agent.assign(gang([restart_task()], max_retry=2, pods=4), attempt=1)
+    updates(agent)
+    for _ in range(3):
+        agent.pod_failed("train-1", "worker", 0, "exit code 137")
+        await settle(agent)
+    sent = [u for u in updates(agent) if u.type != agent_pb2.POD_FAILED]
+    assert [u.type for u in sent] == [agent_pb2.POD_RESTARTED, agent_pb2.POD_RESTARTED, agent_pb2.JOB_FAILED]
+    assert sent[-1].reason == "PodFailed on worker[0]: exit code 137; maxRetry 2 exhausted"
+    assert "train-1" not in agent.jobs and all(f[GPU] == 8 for f in agent.state.free.values())
+
+
+async def test_complete_job_and_no_policy_end_the_job() -> None:
+    agent = make_agent()
+    await agent.assign(gang([common_pb2.LifecyclePolicy(events=["PodFailed"], action="CompleteJob")], pods=2), 1)
+    agent.pod_failed("train-1", "worker", 1, "done early")
+    await settle(agent)
+    assert updates(agent)[-1].type == agent_pb2.JOB_SUCCEEDED
+    await agent.assign(gang([], pods=2), 2)
+    agent.pod_failed("train-1", "worker", 0, "segfault")
+    await settle(agent)
+    last = updates(agent)[-1]
+    assert last.type == agent_pb2.JOB_FAILED and "no lifecycle policy handles PodFailed" in last.reason
+
+
+async def test_a_restart_with_no_room_within_the_tier_limit_fails_the_job() -> None:
+    agent = make_agent()
+    await agent.assign(gang([restart_task()]), attempt=1)  # 16 pods: their spine is full
+    lost = updates(agent)[-1].placements[0].node
+    agent.node_ready(lost, False)
+    await settle(agent)
+    last = updates(agent)[-1]
+    assert last.type == agent_pb2.JOB_FAILED
+    assert last.reason.endswith("the restart failed: no HyperNode of tier 2 or below can hold 1 pods needing "
+                                "nvidia.com/gpu=8")
