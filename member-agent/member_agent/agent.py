@@ -72,6 +72,7 @@ class Agent:
     outbox: asyncio.Queue[agent_pb2.AgentMessage] = field(default_factory=lambda: asyncio.Queue(OUTBOX_LIMIT))
     overflowed: bool = False  # the outbox dropped a message: the next connection must resync
     _acting: set[asyncio.Task[None]] = field(default_factory=set)  # lifecycle actions under way
+    _action_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         self.backend.set_listener(self._finished, self.pod_failed, self.node_ready)
@@ -205,12 +206,13 @@ class Agent:
             placements=[common_pb2.PodPlacement(task=task, index=index, node=pod.node)])))
         if (task, index) in job.failed:
             return True  # already waiting to act on this pod
-        response = respond(job.job.spec, PodEvent(kind, task, index, reason), job.retries)
-        if response.timeout > 0:
+        event = PodEvent(kind, task, index, reason)
+        timeout = respond(job.job.spec, event, job.retries).timeout
+        if timeout > 0:
             job.failed[(task, index)] = asyncio.get_running_loop().call_later(
-                response.timeout, self._start_acting, job, (task, index), response)
+                timeout, self._start_acting, job, event)
         else:
-            self._start_acting(job, (task, index), response)
+            self._start_acting(job, event)
         return True
 
     def pod_recovered(self, job_id: str, task: str, index: int) -> bool:
@@ -223,15 +225,21 @@ class Agent:
         log.info("job %s: %s[%d] recovered before its policy's timeout", job_id, task, index)
         return True
 
-    def _start_acting(self, job: AgentJob, failed: tuple[str, int], response: Response) -> None:
-        job.failed.pop(failed, None)
-        if self.jobs.get(job.job.id) is not job:
-            return  # ended, cancelled or replaced meanwhile
-        task = asyncio.get_running_loop().create_task(self._act(job, response))
+    def _start_acting(self, job: AgentJob, event: PodEvent) -> None:
+        job.failed.pop((event.task, event.index), None)
+        task = asyncio.get_running_loop().create_task(self._act(job, event))
         self._acting.add(task)
         task.add_done_callback(self._acting.discard)
 
-    async def _act(self, job: AgentJob, response: Response) -> None:
+    async def _act(self, job: AgentJob, event: PodEvent) -> None:
+        """One action at a time, decided when it is taken: a node's loss fails several pods at once,
+        and each restart must see the retries and the placement the one before left."""
+        async with self._action_lock:
+            if self.jobs.get(job.job.id) is job and any((p.task, p.index) == (event.task, event.index)
+                                                        for p in job.pods):
+                await self._carry_out(job, respond(job.job.spec, event, job.retries))
+
+    async def _carry_out(self, job: AgentJob, response: Response) -> None:
         if response.action in ENDINGS or response.action == "FailJob":
             await self.backend.delete(job)
             self._finished(job.job.id, job.attempt, ENDINGS.get(response.action, False), response.reason)

@@ -35,7 +35,7 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 
 
 class _Admin(BaseHTTPRequestHandler):
-    """POST /faults/node/NAME/fail|restore and /faults/pod/JOB/TASK/INDEX/fail."""
+    """POST /faults/node/NAME/fail|restore and /faults/pod/JOB/TASK/INDEX/fail|recover."""
 
     agent: Agent
     loop: asyncio.AbstractEventLoop
@@ -45,8 +45,12 @@ class _Admin(BaseHTTPRequestHandler):
         result: bool | None = None
         if len(parts) == 4 and parts[:2] == ["faults", "node"] and parts[3] in ("fail", "restore"):
             result = self._call(self.agent.node_ready, parts[2], parts[3] == "restore")
-        elif len(parts) == 6 and parts[:2] == ["faults", "pod"] and parts[5] == "fail" and parts[4].isdigit():
-            result = self._call(self.agent.pod_failed, parts[2], parts[3], int(parts[4]), "failed by fault injection")
+        elif len(parts) == 6 and parts[:2] == ["faults", "pod"] and parts[4].isdigit():
+            job_id, task, index = parts[2], parts[3], int(parts[4])
+            if parts[5] == "fail":
+                result = self._call(self.agent.pod_failed, job_id, task, index, "failed by fault injection")
+            elif parts[5] == "recover":
+                result = self._call(self.agent.pod_recovered, job_id, task, index)
         status = 404 if result is None else (200 if result else 409)
         body = json.dumps({"ok": bool(result)}).encode()
         self.send_response(status)
@@ -202,3 +206,14 @@ def fail_pod(job_id: str, task: str, index: int, agent_address: str) -> None:
     """Fail pod INDEX of TASK of job JOB_ID."""
     _post(agent_address, f"/faults/pod/{job_id}/{task}/{index}/fail")
     click.echo(f"pod {job_id}/{task}/{index} failed")
+
+
+@fault.command("recover-pod")
+@click.argument("job_id")
+@click.argument("task")
+@click.argument("index", type=int)
+@_agent_option
+def recover_pod(job_id: str, task: str, index: int, agent_address: str) -> None:
+    """Pod INDEX of TASK of job JOB_ID runs again (as if its container restarted) before its policy acted."""
+    _post(agent_address, f"/faults/pod/{job_id}/{task}/{index}/recover")
+    click.echo(f"pod {job_id}/{task}/{index} recovered")
