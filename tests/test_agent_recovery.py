@@ -8,6 +8,7 @@ from federation.v1 import agent_pb2, common_pb2
 from member_agent.agent import Agent
 from member_agent.clusters import tree
 from member_agent.simulated import SimulatedBackend, load_cluster
+from tests.test_kube_backend import updates
 
 GPU = "nvidia.com/gpu"
 
@@ -25,15 +26,6 @@ def gang(policies: list[common_pb2.LifecyclePolicy], max_retry: int | None = Non
     if max_retry is not None:
         spec.max_retry = max_retry
     return common_pb2.Job(id="train-1", spec=spec)
-
-
-def updates(agent: Agent) -> list[agent_pb2.JobUpdate]:
-    out = []
-    while not agent.outbox.empty():
-        message = agent.outbox.get_nowait()
-        if message.HasField("job_update"):
-            out.append(message.job_update)
-    return out
 
 
 def restart_task(timeout: int | None = None) -> common_pb2.LifecyclePolicy:

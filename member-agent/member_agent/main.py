@@ -197,23 +197,17 @@ def restore_node(node: str, agent_address: str) -> None:
     click.echo(f"node/{node} restored")
 
 
-@fault.command("fail-pod")
-@click.argument("job_id")
-@click.argument("task")
-@click.argument("index", type=int)
-@_agent_option
-def fail_pod(job_id: str, task: str, index: int, agent_address: str) -> None:
-    """Fail pod INDEX of TASK of job JOB_ID."""
-    _post(agent_address, f"/faults/pod/{job_id}/{task}/{index}/fail")
-    click.echo(f"pod {job_id}/{task}/{index} failed")
+def _pod_fault(name: str, action: str, done: str, summary: str) -> None:
+    @fault.command(name, help=summary)
+    @click.argument("job_id")
+    @click.argument("task")
+    @click.argument("index", type=int)
+    @_agent_option
+    def command(job_id: str, task: str, index: int, agent_address: str) -> None:
+        _post(agent_address, f"/faults/pod/{job_id}/{task}/{index}/{action}")
+        click.echo(f"pod {job_id}/{task}/{index} {done}")
 
 
-@fault.command("recover-pod")
-@click.argument("job_id")
-@click.argument("task")
-@click.argument("index", type=int)
-@_agent_option
-def recover_pod(job_id: str, task: str, index: int, agent_address: str) -> None:
-    """Pod INDEX of TASK of job JOB_ID runs again (as if its container restarted) before its policy acted."""
-    _post(agent_address, f"/faults/pod/{job_id}/{task}/{index}/recover")
-    click.echo(f"pod {job_id}/{task}/{index} recovered")
+_pod_fault("fail-pod", "fail", "failed", "Fail pod INDEX of TASK of job JOB_ID.")
+_pod_fault("recover-pod", "recover", "recovered",
+           "Pod INDEX of TASK of job JOB_ID runs again (as if its container restarted) before its policy acted.")
