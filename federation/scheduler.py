@@ -44,6 +44,7 @@ REJECTION_MEMORY = 30.0  # seconds a cluster's rejection keeps a job away from i
 ROOM_MEMORY = 60.0  # seconds a job waits for the gangs preempted for it before it may preempt again
 HEAP_SETTLE_CYCLES = 60  # the heap is settled after the first cycle (the cache's load), then every this many
 HEARTBEAT_TIMEOUT = 30.0  # seconds of silence after which an agent's cluster gets nothing new
+LOST_GRACE = 60.0  # seconds more after which the running jobs of a silent cluster are lost and retried elsewhere
 
 
 def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> ClusterView:
@@ -116,11 +117,12 @@ class _Steps:
 class Scheduler:
     def __init__(self, jobs: JobStore, admin: AdminStore, is_leader: Callable[[], bool],
                  on_change: Callable[[], None], period: float = 1.0,
-                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT) -> None:
+                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT, lost_grace: float = LOST_GRACE) -> None:
         self.jobs, self.admin = jobs, admin
         self.is_leader = is_leader
         self.on_change = on_change  # relays the orders written, wakes watchers, tells the other replicas
         self.heartbeat_timeout = heartbeat_timeout
+        self.lost_grace = lost_grace
         self._loop = WakeLoop("scheduler", period, self.tick)
         self.wake, self.start, self.stop = self._loop.wake, self._loop.start, self._loop.stop
         self._refused: _Expiring[tuple[str, str], str] = _Expiring(REJECTION_MEMORY)  # (job, cluster) -> why
@@ -153,6 +155,8 @@ class Scheduler:
         if not self._leading:
             await self.cache.reread_reasons()  # the last leader rewrote them without events
             self._leading = True
+        if await self.jobs.requeue_from_silent(self.heartbeat_timeout, self.lost_grace):
+            self.on_change()
         await self.cycle()
 
     async def snapshot(self) -> Snapshot:

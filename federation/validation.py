@@ -25,6 +25,7 @@ MAX_TEMPLATE_BYTES = 256 * 1024
 MAX_REQUEST_ID = 128
 MAX_TIER = 16
 MAX_RETRY = 100
+DEFAULT_MAX_RETRY = 3  # restarts and losses a job may have when its spec does not say (Volcano's default)
 MAX_WEIGHT = 1_000_000
 MAX_PRIORITY_VALUE = 1_000_000_000
 MAX_DESCRIPTION = 1024

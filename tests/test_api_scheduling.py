@@ -167,3 +167,47 @@ async def test_a_pod_restart_is_an_event_with_its_count_and_a_resent_one_changes
     assert "restarted 1 time(s), last: RestartTask after PodFailed on worker[1]" in job.status.reason
     events = [e for e in await store.events_after(0, limit=100) if e["job_id"] == job_id]
     assert [e["type"] for e in events] == ["Submitted", "Dispatched", "Running", "PodRestarted"]
+
+
+async def test_work_comes_back_from_a_silent_cluster(api: Api) -> None:
+    from federation.store.jobs import JobStore
+
+    await make_queue(api)
+    store, admin = JobStore(api.server.engine), AdminStore(api.server.engine)
+    for name in ("east", "west"):
+        await admin.register_cluster(name, {}, "0.1.0")
+    once = spec(replicas=2)
+    once.max_retry = 0
+    ids = [(await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=s))).job.id
+           for s in (spec(replicas=2), spec(replicas=2), once, spec(replicas=2))]
+    queued, running, fragile, elsewhere = ids
+    await store.dispatch({queued: "east", running: "east", fragile: "east", elsewhere: "west"})
+    for job_id in (running, fragile):
+        await store.apply_update("east", agent_pb2.JobUpdate(job_id=job_id, attempt=1, type=agent_pb2.BOUND))
+
+    async def silent_for(seconds: int) -> None:
+        async with api.server.engine.begin() as conn:
+            await conn.execute(update(Cluster).where(Cluster.name == "east").values(
+                last_heartbeat=func.now() - timedelta(seconds=seconds)))
+
+    await silent_for(20)  # past the heartbeat timeout (10 s), within the grace (30 s more)
+    assert [r["id"] for r in await store.requeue_from_silent(10, 30)] == [queued]
+    job = await store.get(queued)
+    assert (job["phase"], job["cluster"], job["reason"]) == (
+        "PENDING", "", "requeued: cluster east went silent before placing it")
+    assert (await store.get(running))["phase"] == "RUNNING"
+    assert {c["name"]: c["status"] for c in await admin.clusters(10)} == {"east": "NOT_READY", "west": "READY"}
+
+    await silent_for(60)  # past the grace too: the running jobs are lost
+    assert sorted(r["id"] for r in await store.requeue_from_silent(10, 30)) == sorted([running, fragile])
+    job = await store.get(running)
+    assert (job["phase"], job["retries"]) == ("PENDING", 1)
+    assert job["reason"] == "lost with cluster east, silent for over 40 s; requeued (retry 1 of 3)"
+    job = await store.get(fragile)
+    assert (job["phase"], job["reason"]) == ("FAILED", "lost with cluster east, silent for over 40 s; "
+                                                       "maxRetry 0 exhausted")
+    assert (await store.get(elsewhere))["phase"] == "DISPATCHED"  # west still talks
+    assert await store.requeue_from_silent(10, 30) == []  # nothing twice
+    # the silent agent comes back still running the lost job: it is told to stop
+    stale = await store.apply_update("east", agent_pb2.JobUpdate(job_id=running, attempt=1, type=agent_pb2.BOUND))
+    assert stale.stop

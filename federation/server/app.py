@@ -18,7 +18,7 @@ from federation.connections import Connections
 from federation.events import EventHub
 from federation.leader import Leadership, announce
 from federation.orders import OrderRelay
-from federation.scheduler import HEARTBEAT_TIMEOUT, Scheduler
+from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE, Scheduler
 from federation.store import database
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
@@ -52,10 +52,12 @@ def ensure_schema(url: URL, auto_migrate: bool) -> None:
 
 
 class FederationServer:
-    def __init__(self, url: URL, listen: str, heartbeat_timeout: float = HEARTBEAT_TIMEOUT) -> None:
+    def __init__(self, url: URL, listen: str, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+                 lost_grace: float = LOST_GRACE) -> None:
         self.url = url
         self.listen = listen
         self.heartbeat_timeout = heartbeat_timeout
+        self.lost_grace = lost_grace
         self.port = 0
 
     async def start(self) -> int:
@@ -79,7 +81,7 @@ class FederationServer:
             self._announce()
 
         self.scheduler = Scheduler(jobs, admin, lambda: self.leadership.is_leader, changed,
-                                   heartbeat_timeout=self.heartbeat_timeout)
+                                   heartbeat_timeout=self.heartbeat_timeout, lost_grace=self.lost_grace)
         job_servicer = JobServicer(jobs, admin, self.hub, self.scheduler, changed)
         jobs_pb2_grpc.add_JobServiceServicer_to_server(job_servicer, self.server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(admin, self.scheduler), self.server)

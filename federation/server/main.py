@@ -15,7 +15,7 @@ import click
 from sqlalchemy.engine import URL
 
 from federation import metrics
-from federation.scheduler import HEARTBEAT_TIMEOUT
+from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.server.app import FederationServer, SchemaOutOfDate, ensure_schema
 from federation.store import database
 
@@ -64,20 +64,24 @@ def cli(log_level: str) -> None:
               help="Address of the Prometheus /metrics endpoint ('' turns it off; port 0 picks one).")
 @click.option("--heartbeat-timeout", envvar="FEDERATION_HEARTBEAT_TIMEOUT", type=click.FloatRange(min=1),
               default=HEARTBEAT_TIMEOUT, show_default=True,
-              help="Seconds without a heartbeat after which a cluster gets no new work.")
+              help="Seconds without a heartbeat after which a cluster is NotReady: it gets no new work and "
+                   "its jobs not yet placed go back to their queues.")
+@click.option("--lost-grace", envvar="FEDERATION_LOST_GRACE", type=click.FloatRange(min=0), default=LOST_GRACE,
+              show_default=True, help="Seconds more after which a silent cluster's running jobs are lost and "
+                                      "retried elsewhere while their maxRetry allows.")
 def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str,
-          heartbeat_timeout: float) -> None:
+          heartbeat_timeout: float, lost_grace: float) -> None:
     """Serve JobService, AdminService and AgentService until SIGINT or SIGTERM."""
     with _database(database_url, data_dir) as url:
         try:
             ensure_schema(url, auto_migrate)
         except SchemaOutOfDate as err:
             raise click.ClickException(str(err)) from err
-        asyncio.run(_serve(url, listen, metrics_listen, heartbeat_timeout))
+        asyncio.run(_serve(url, listen, metrics_listen, heartbeat_timeout, lost_grace))
 
 
-async def _serve(url: URL, listen: str, metrics_listen: str, heartbeat_timeout: float) -> None:
-    server = FederationServer(url, listen, heartbeat_timeout)
+async def _serve(url: URL, listen: str, metrics_listen: str, heartbeat_timeout: float, lost_grace: float) -> None:
+    server = FederationServer(url, listen, heartbeat_timeout, lost_grace)
     port = await server.start()
     if metrics_listen:
         print(f"federation-server metrics on {metrics_listen.rpartition(':')[0]}:{metrics.serve(metrics_listen)}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import and_, case, func, or_, select, text, update
@@ -18,8 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import aliased
 
 from federation.errors import FailedPrecondition, NotFound
-from federation.store.models import EventCounter, Job, JobEvent, SubmitKey
+from federation.store.models import Cluster, EventCounter, Job, JobEvent, SubmitKey
 from federation.v1 import agent_pb2
+from federation.validation import DEFAULT_MAX_RETRY
 
 TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
 ACTIVE_PHASES = ("DISPATCHED", "RUNNING", "RESTARTING")
@@ -86,6 +88,12 @@ async def append_events(conn: AsyncConnection, events: Sequence[EventRecord]) ->
         for i, e in enumerate(events)
     ])
     return last
+
+
+def _silent_clusters(seconds: float) -> Any:
+    """Names of the clusters not heard from for `seconds`."""
+    return select(Cluster.name).where(or_(Cluster.last_heartbeat.is_(None),
+                                          Cluster.last_heartbeat < func.now() - timedelta(seconds=seconds)))
 
 
 def _with_position() -> Any:
@@ -323,6 +331,49 @@ class JobStore:
                 "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS v(id, reason) "
                 "WHERE jobs.id = v.id AND jobs.phase IN ('PENDING', 'PREEMPTED')"),
                 {"ids": ids, "reasons": [reasons[i] for i in ids]})
+
+    async def requeue_from_silent(self, heartbeat_timeout: float, grace: float) -> list[Any]:
+        """Take work back from clusters whose agents have gone silent; returns the jobs moved.
+
+        Silent past `heartbeat_timeout`: the cluster is NotReady and its Dispatched jobs, never bound
+        there, go back to their queues at once. Silent past the timeout plus `grace` as well: its
+        Running jobs are lost; each loss counts as a retry, and while `max_retry` allows the job goes
+        back to its queue for another cluster, else it fails. The attempt number is kept and the next
+        dispatch raises it, so whatever the silent agent still runs of a job is fenced off as stale.
+        """
+        silent = _silent_clusters(heartbeat_timeout)
+        gone = _silent_clusters(heartbeat_timeout + grace)
+        async with self.engine.begin() as conn:
+            await conn.execute(update(Cluster).where(Cluster.name.in_(silent), Cluster.status == "READY")
+                               .values(status="NOT_READY"))
+            rows = (await conn.execute(
+                select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster, Job.phase, Job.retries, Job.spec)
+                .where(or_(and_(Job.phase == "DISPATCHED", Job.cluster.in_(silent)),
+                           and_(Job.phase.in_(("RUNNING", "RESTARTING")), Job.cluster.in_(gone))))
+                .order_by(Job.id).with_for_update())).mappings().all()
+            events = []
+            for r in rows:
+                values: dict[str, Any] = {"cluster": "", "hypernode": "", "tier": 0, "placements": [],
+                                          "updated_at": func.now()}
+                if r["phase"] == "DISPATCHED":
+                    values |= {"phase": "PENDING",
+                               "reason": f"requeued: cluster {r['cluster']} went silent before placing it"}
+                    kind = "Requeued"
+                else:
+                    allowed = r["spec"].get("max_retry", DEFAULT_MAX_RETRY)
+                    lost = f"lost with cluster {r['cluster']}, silent for over {heartbeat_timeout + grace:g} s"
+                    if r["retries"] < allowed:
+                        values |= {"phase": "PENDING", "retries": r["retries"] + 1,
+                                   "reason": f"{lost}; requeued (retry {r['retries'] + 1} of {allowed})"}
+                    else:
+                        values |= {"phase": "FAILED", "finished_at": func.now(),
+                                   "reason": f"{lost}; maxRetry {allowed} exhausted"}
+                    kind = "Lost"
+                await conn.execute(update(Job).where(Job.id == r["id"]).values(**values))
+                events.append(EventRecord(r["id"], r["tenant"], r["queue"], kind, values["phase"], values["reason"],
+                                          r["attempt"], r["cluster"]))
+            await append_events(conn, events)
+        return list(rows)
 
     async def apply_update(self, cluster: str, u: agent_pb2.JobUpdate) -> Applied:
         """Apply an agent's JobUpdate, fenced by cluster and attempt; a repeat or a stale one changes nothing."""

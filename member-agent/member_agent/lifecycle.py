@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from federation.v1 import common_pb2
+from federation.validation import DEFAULT_MAX_RETRY
 
-DEFAULT_MAX_RETRY = 3
 POD_EVENTS = ("PodFailed", "PodEvicted", "Unknown")  # the events a pod of a running gang can raise
 RESTARTS = ("RestartTask", "RestartPod", "RestartPartition", "RestartJob")
 ENDINGS = {"AbortJob": False, "TerminateJob": False, "CompleteJob": True}  # action -> the job succeeded
