@@ -2,10 +2,11 @@
 
 The scheduling leader and the API write decisions to Postgres; they never talk to agents
 directly, because the agent of a cluster may be connected to another replica. Each decision
-already appends an event in the same transaction (Dispatched, Preempted, Cancelled, each naming
-the cluster and attempt), and event numbers commit in order, so the event log is the outbox:
-every replica reads it past each local stream's cursor and turns the events for that stream's
-cluster into Assign, Preempt and Cancel orders. A stream starts its cursor where the log stood
+already appends an event in the same transaction (Dispatched, Preempted, Cancelled, and Requeued
+or Lost when work is taken back from a silent cluster, each naming the cluster and attempt), and
+event numbers commit in order, so the event log is the outbox: every replica reads it past each
+local stream's cursor and turns the events for that stream's cluster into Assign, Preempt and
+Cancel orders. A stream starts its cursor where the log stood
 when it opened; what the agent missed before that is covered by the reconnect's resynchronisation.
 """
 
@@ -38,6 +39,8 @@ def order_for(event: Any, job: Any | None) -> agent_pb2.ControlMessage | None:
     if event["type"] == "Preempted":
         return agent_pb2.ControlMessage(preempt=agent_pb2.Preempt(
             job_id=event["job_id"], attempt=event["attempt"], reason=event["message"]))
+    # Cancelled, Requeued, Lost: whatever the agent runs of that attempt must stop (a silent agent
+    # reads it when it wakes; one that reconnects instead is told on its resync).
     return agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
         job_id=event["job_id"], attempt=event["attempt"], reason=event["message"]))
 

@@ -26,7 +26,7 @@ from federation.validation import DEFAULT_MAX_RETRY
 TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
 ACTIVE_PHASES = ("DISPATCHED", "RUNNING", "RESTARTING")
 WAITING_PHASES = ("PENDING", "PREEMPTED")  # in a queue, waiting to be scheduled
-ORDER_EVENTS = ("Dispatched", "Preempted", "Cancelled")  # events that are orders to an agent (federation.orders)
+ORDER_EVENTS = ("Dispatched", "Preempted", "Cancelled", "Requeued", "Lost")  # orders to an agent (federation.orders)
 
 _jobs = Job.__table__
 _events = JobEvent.__table__
