@@ -166,6 +166,38 @@ async def test_a_failed_pod_is_recreated_under_a_new_name_and_bound_alone(fake: 
         b.stop()
 
 
+async def test_a_restarted_agent_adopts_the_pods_it_created(fake: FakeKube, tmp_path: Path) -> None:
+    first = Agent("east", {}, backend(fake, tmp_path, topology_labels=()))
+    await first.assign(job("long", 2), attempt=1)
+    (bound,) = updates(first)
+    created = sorted(k for k in fake.pods if k[0] == "jobs")
+    posts = len([1 for m, _ in fake.requests if m == "POST"])
+
+    b = backend(fake, tmp_path, topology_labels=())  # the agent restarted: it reads the cluster again
+    again = Agent("east", {}, b)
+    b.start_watches(asyncio.get_running_loop())
+    try:
+        await again.assign(job("long", 2), attempt=1)  # the server assigns what it was not told about
+        (adopted,) = updates(again)
+        assert adopted.type == agent_pb2.BOUND and "adopted" in adopted.reason
+        assert sorted((p.index, p.node) for p in adopted.placements) == sorted(
+            (p.index, p.node) for p in bound.placements)
+        assert sorted(k for k in fake.pods if k[0] == "jobs") == created
+        assert len([1 for m, _ in fake.requests if m == "POST"]) == posts  # nothing created, nothing bound
+        node = adopted.placements[0].node
+        assert again.state.free[node][GPU] == 0  # counted once: the job's, not also another workload's
+        for _, name in created:
+            fake.set_pod_phase(name, "Succeeded", namespace="jobs")
+        for _ in range(100):
+            done = [u for u in updates(again) if u.type == agent_pb2.JOB_SUCCEEDED]
+            if done:
+                break
+            await asyncio.sleep(0.1)
+        assert done and again.state.free[node][GPU] == 8
+    finally:
+        b.stop()
+
+
 def _verb(method: str, path: str) -> tuple[str, str, str]:
     """(apiGroup, resource, verb) of one request, as the API server's authorizer sees it."""
     parts = path.strip("/").split("/")

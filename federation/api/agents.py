@@ -60,8 +60,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             self.scheduler.rejected(u.job_id, conn.cluster, u.reason)
         self.on_change()
 
-    async def _resend_dispatched(self, conn: Connection, reported: dict[str, int]) -> None:
-        for row in await self.jobs.active(conn.cluster, phases=("DISPATCHED",)):
+    async def _resend_unreported(self, conn: Connection, reported: dict[str, int]) -> None:
+        """Assign again what this cluster should be running and its agent did not mention: an order
+        lost with a stream, or a job the agent forgot when it restarted (it adopts the pods it finds)."""
+        for row in await self.jobs.active(conn.cluster):
             if reported.get(row["id"], 0) < row["attempt"]:
                 conn.queue.put_nowait(agent_pb2.ControlMessage(
                     assign=agent_pb2.Assign(job=job_to_proto(row), attempt=row["attempt"])))
@@ -95,7 +97,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         try:
             for u in reg.jobs:
                 await self._apply(conn, u)
-            await self._resend_dispatched(conn, {u.job_id: u.attempt for u in reg.jobs})
+            await self._resend_unreported(conn, {u.job_id: u.attempt for u in reg.jobs})
             reader = asyncio.create_task(self._read(conn, request_iterator))
             closed = asyncio.create_task(conn.closed.wait())
             tasks += [reader, closed]

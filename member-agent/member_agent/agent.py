@@ -56,6 +56,9 @@ class Backend(Protocol):
     async def delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None = None) -> None:
         """Delete these pods of the job; None: all of them."""
 
+    async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
+        """Live pods of this attempt that an earlier run of the agent created, if pods outlive it here."""
+
     def set_listener(self, on_finished: Callable[[str, int, bool, str], None],
                      on_pod_failed: Callable[[str, str, int, str, str], object],
                      on_node: Callable[[str, bool], object]) -> None: ...
@@ -136,6 +139,8 @@ class Agent:
         elif job.id in self.reports and self.reports[job.id].attempt >= attempt:
             self._send(agent_pb2.AgentMessage(job_update=self.reports[job.id]))
             return
+        if await self._adopt(job, attempt):
+            return
         result = gang_request(job.spec, self.state.topology)
         placement = result if isinstance(result, Rejection) else place(self.state, result)
         if isinstance(placement, Rejection):
@@ -162,6 +167,35 @@ class Agent:
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=placement.hypernode,
             tier=placement.tier, placements=[common_pb2.PodPlacement(task=p.task, index=p.index, node=p.node)
                                              for p in bound.pods]))
+
+    async def _adopt(self, job: common_pb2.Job, attempt: int) -> bool:
+        """Take over the pods this attempt already has, as a restarted agent must, instead of making more.
+
+        A gang found whole is the job's again, counted by its tasks' requests; a partial one cannot
+        run as a gang, so it is deleted and placed afresh.
+        """
+        found = await self.backend.adopt(job.id, attempt)
+        if not found:
+            return False
+        requests = {t.name: parse_resources(t.resources) for t in job.spec.tasks}
+        for pod in found:
+            self.state.allocate(pod.node, requests[pod.task])
+        hypernode = self.state.topology.lowest_common_domain(p.node for p in found)
+        adopted = AgentJob(job, attempt, found, requests, hypernode, self.state.topology.domains[hypernode].tier,
+                           retries=job.status.retries)
+        if len(found) < sum(t.replicas for t in job.spec.tasks):
+            await self.backend.delete(adopted)
+            for pod in found:
+                self.state.release(pod.node, requests[pod.task])
+            return False
+        self.jobs[job.id] = adopted
+        self._send(self.inventory())
+        self._report(agent_pb2.JobUpdate(
+            job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=hypernode, tier=adopted.tier,
+            reason="adopted its running pods after the agent restarted",
+            placements=[common_pb2.PodPlacement(task=p.task, index=p.index, node=p.node) for p in found]))
+        log.info("adopted %d pods of job %s attempt %d", len(found), job.id, attempt)
+        return True
 
     async def remove(self, job_id: str, attempt: int, reason: str) -> None:
         current = self.jobs.get(job_id)

@@ -88,6 +88,9 @@ class KubernetesBackend:
         self.namespace = namespace
         self.scheduler = scheduler
         self.topology_labels = list(topology_labels)
+        # Pods an earlier run of this agent made, counted as used when the cluster was read: name ->
+        # (node, what was counted), until a job adopts them and counts them as its own.
+        self._earlier: dict[str, tuple[str, dict[str, int]]] = {}
         self.state = self._load()
         self._on_finished: Callable[[str, int, bool, str], None] = lambda *_: None
         self._on_pod_failed: Callable[[str, str, int, str, str], object] = lambda *_: None
@@ -125,6 +128,8 @@ class KubernetesBackend:
             node = raw["spec"].get("nodeName")
             if node in state.free:
                 state.allocate(node, pod_requests(raw))
+                if ((raw.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == self.cluster:
+                    self._earlier[raw["metadata"]["name"]] = (node, pod_requests(raw))
         return state
 
     def set_listener(self, on_finished: Callable[[str, int, bool, str], None],
@@ -170,6 +175,26 @@ class KubernetesBackend:
             phases.pop(name, None)
         if pods is None or not phases:
             self._phases.pop(job.job.id, None)
+
+    def _adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
+        selector = f"{MANAGED_BY}={self.cluster},{JOB_HASH}={job_hash(job_id)},{ATTEMPT}={attempt}"
+        found, phases = [], {}
+        for pod in self.core.list_namespaced_pod(self.namespace, label_selector=selector).items:
+            phase = pod.status.phase if pod.status else "Pending"
+            if phase in ("Succeeded", "Failed") or not pod.spec.node_name:
+                continue
+            labels = pod.metadata.labels
+            found.append(PodPlacement(labels[TASK], int(labels[INDEX]), pod.spec.node_name))
+            phases[pod.metadata.name] = phase
+            if pod.metadata.name in self._earlier:  # the adopting job counts it from now on
+                node, counted = self._earlier.pop(pod.metadata.name)
+                self.state.release(node, counted)
+        if found:
+            self._phases[job_id] = phases
+        return sorted(found, key=lambda p: (p.task, p.index))
+
+    async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
+        return await asyncio.to_thread(self._adopt, job_id, attempt)
 
     async def bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
         await asyncio.to_thread(self._bind, job, pods)

@@ -97,6 +97,9 @@ class SimulatedBackend:
         if pods is None:
             self._stop(job.job.id)
 
+    async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
+        return []  # simulated pods live in the agent's memory: none outlive it
+
     def _stop(self, job_id: str) -> None:
         handle = self.running.pop(job_id, None)
         if handle is not None:
