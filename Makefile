@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint proto bench-api bench-agent bench-scheduler clean
+.PHONY: demo test lint proto bench-api bench-agent bench-scheduler bench-faults clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -37,6 +37,9 @@ bench-agent: $(STAMP)
 
 bench-scheduler: $(STAMP)
 	$(BIN)/python bench/bench_scheduler.py $(BENCH_ARGS)
+
+bench-faults: $(STAMP)
+	$(BIN)/python bench/bench_faults.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,235 @@
+"""Time to recover from faults, with real processes: the server, simulated H100 member agents, PostgreSQL.
+
+1. A failed pod under RestartTask (issue 5 (a)): from `member-agent fault fail-pod` to the job showing the
+   restart (retries + 1), for a 16-pod gang; repeated on fresh jobs.
+2. A killed agent (issue 5 (d)): `kill -9` of the agent holding a running job and a job dispatched to it
+   but not placed (the agent was frozen first); from the kill to each job running on the other cluster.
+   The server runs with --heartbeat-timeout and --lost-grace as printed: recovery cannot be sooner.
+3. A killed server (issue 5 (e)): SIGKILL, restart on the same database and port; from the kill to the
+   first answered SubmitJob, to both agents Ready again, and to that job running.
+
+Wall-clock times on a shared 2-core machine: medians of --runs repetitions.
+Writes bench/results/faults.json and faults.md. Usage: python bench/bench_faults.py [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from federation.cli.dev import BIN, AgentProcess, ServerProcess
+from federation.store import database
+from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CLUSTER = Path(__file__).resolve().parent.parent / "examples" / "clusters" / "h100-spine-leaf.yaml"
+GPU = "nvidia.com/gpu"
+TIMEOUT, GRACE = 3.0, 3.0  # --heartbeat-timeout and --lost-grace of the server under test
+
+
+def progress(done: int, total: int, label: str) -> None:
+    filled = 30 * done // total
+    sys.stdout.write(f"\r  [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {label}   ")
+    sys.stdout.flush()
+
+
+def until(probe: Callable[[], Any], timeout: float = 120) -> float:
+    """Seconds until `probe` is truthy (a failed call counts as not yet)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            if probe():
+                return time.monotonic() - started
+        except grpc.RpcError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError("did not recover in time")
+
+
+class Federation:
+    def __init__(self, url: str) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.address = f"127.0.0.1:{s.getsockname()[1]}"
+        self.serve = ("--database-url", url, "--listen", self.address, "--heartbeat-timeout", str(TIMEOUT),
+                      "--lost-grace", str(GRACE))
+        self.server = ServerProcess(*self.serve)
+        self.agents = {n: self.start_agent(n) for n in ("east", "west")}
+        channel = grpc.insecure_channel(self.address, options=[("grpc.initial_reconnect_backoff_ms", 100),
+                                                               ("grpc.max_reconnect_backoff_ms", 500)])
+        self.jobs = jobs_pb2_grpc.JobServiceStub(channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(channel)
+        until(lambda: self.ready() == {"east", "west"})
+        self.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml")))
+        self.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="train", tenant="ml")))
+        self.n = 0
+
+    def start_agent(self, name: str) -> AgentProcess:
+        return AgentProcess(name, self.address, "--simulate", str(CLUSTER), "--heartbeat", "0.5")
+
+    def ready(self) -> set[str]:
+        return {c.name for c in self.admin.ListClusters(admin_pb2.ListClustersRequest(), timeout=2).clusters
+                if c.status == admin_pb2.READY and c.nodes}
+
+    def submit(self, pods: int, restart: bool = False) -> str:
+        self.n += 1
+        spec = common_pb2.JobSpec(
+            name="bench", queue="train", request_id=f"bench-{self.n}",
+            annotations={"federation.dev/sim-duration": "600s"},
+            network_topology=common_pb2.NetworkTopology(mode="hard", highest_tier_allowed=2),
+            tasks=[common_pb2.TaskSpec(name="worker", replicas=pods, resources={GPU: "4", "cpu": "8"})])
+        if restart:
+            spec.policies.add(events=["PodFailed"], action="RestartTask")
+        return self.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), timeout=5).job.id
+
+    def status(self, job_id: str) -> common_pb2.JobStatus:
+        return self.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id), timeout=2).status
+
+    def running_on(self, job_id: str, cluster: str = "") -> bool:
+        s = self.status(job_id)
+        return s.phase == common_pb2.RUNNING and (not cluster or s.cluster == cluster)
+
+    def cancel_all(self, ids: list[str]) -> None:
+        for job_id in ids:
+            self.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job_id), timeout=5)
+
+    def close(self) -> None:
+        for agent in self.agents.values():
+            if agent.proc.poll() is None:
+                agent.proc.send_signal(signal.SIGCONT)
+                agent.stop()
+        self.server.stop()
+
+
+def pod_restart(fed: Federation) -> float:
+    job_id = fed.submit(16, restart=True)
+    until(lambda: fed.running_on(job_id))
+    agent = fed.agents[fed.status(job_id).cluster]
+    started = time.monotonic()
+    subprocess.run([str(BIN / "member-agent"), "fault", "fail-pod", job_id, "worker", "5", "--agent", agent.admin],
+                   check=True, capture_output=True)
+    seconds = time.monotonic() - started + until(lambda: fed.status(job_id).retries == 1)
+    fed.cancel_all([job_id])
+    return seconds
+
+
+def agent_killed(fed: Federation) -> tuple[float, float]:
+    running = fed.submit(8)
+    until(lambda: fed.running_on(running))
+    first = fed.status(running).cluster
+    other = ({"east", "west"} - {first}).pop()
+    fed.agents[first].proc.send_signal(signal.SIGSTOP)
+    queued = fed.submit(8)
+    until(lambda: fed.status(queued).phase == common_pb2.DISPATCHED)
+    fed.agents[first].kill()
+    killed = time.monotonic()
+    queued_back = until(lambda: fed.running_on(queued, other))
+    running_back = time.monotonic() - killed + until(lambda: fed.running_on(running, other))
+    fed.cancel_all([running, queued])
+    fed.agents[first] = fed.start_agent(first)
+    until(lambda: fed.ready() == {"east", "west"})
+    return queued_back, running_back
+
+
+def server_killed(fed: Federation) -> tuple[float, float, float]:
+    fed.server.kill()
+    killed = time.monotonic()
+    fed.server = ServerProcess(*fed.serve)
+    job_id = ""
+
+    def answered() -> bool:
+        nonlocal job_id
+        job_id = fed.submit(2)
+        return True
+
+    answering = time.monotonic() - killed + until(answered)  # the restart itself included
+    agents_back = time.monotonic() - killed + until(lambda: fed.ready() == {"east", "west"})
+    job_running = time.monotonic() - killed + until(lambda: fed.running_on(job_id))
+    fed.cancel_all([job_id])
+    return answering, agents_back, job_running
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, database.embedded_postgres(Path(tmp) / "pg") as raw:
+        url = database.sqlalchemy_url(raw)
+        database.upgrade(url)
+        fed = Federation(url.render_as_string(hide_password=False))
+        try:
+            total, done = 3 * args.runs, 0
+            pods, agents, servers = [], [], []
+            for _ in range(args.runs):
+                progress(done, total, "pod restarts")
+                pods.append(pod_restart(fed))
+                done += 1
+            for _ in range(args.runs):
+                progress(done, total, "agent kills")
+                agents.append(agent_killed(fed))
+                done += 1
+            for _ in range(args.runs):
+                progress(done, total, "server kills")
+                servers.append(server_killed(fed))
+                done += 1
+            progress(total, total, "done")
+            print()
+        finally:
+            fed.close()
+
+    def median(values: list[float]) -> float:
+        return round(statistics.median(values), 3)
+
+    results = {
+        "benchmark": "faults", "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "runs": args.runs, "heartbeat_timeout": TIMEOUT, "lost_grace": GRACE,
+        "pod_restart_seconds": median(pods),
+        "agent_kill_queued_seconds": median([a[0] for a in agents]),
+        "agent_kill_running_seconds": median([a[1] for a in agents]),
+        "server_kill_answering_seconds": median([s[0] for s in servers]),
+        "server_kill_agents_ready_seconds": median([s[1] for s in servers]),
+        "server_kill_job_running_seconds": median([s[2] for s in servers]),
+        "raw": {"pod_restart": pods, "agent_kill": agents, "server_kill": servers},
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "faults.json").write_text(json.dumps(results, indent=2) + "\n")
+    (RESULTS / "faults.md").write_text(report(results))
+    print(report(results))
+
+
+def report(r: dict[str, Any]) -> str:
+    return "\n".join([
+        f"# Fault recovery benchmark ({r['date']})", "",
+        f"Machine: {r['machine']}. Real processes: federation-server, two simulated H100 member agents (32 nodes "
+        f"each), embedded PostgreSQL. Server flags: --heartbeat-timeout {r['heartbeat_timeout']:g} "
+        f"--lost-grace {r['lost_grace']:g}. Wall clock, median of {r['runs']} runs.", "",
+        "| fault | recovered when | seconds |", "|---|---|---:|",
+        f"| one pod of a 16-pod gang fails (RestartTask) | the job shows the restart | {r['pod_restart_seconds']} |",
+        f"| agent `kill -9` | its dispatched, unplaced job runs on the other cluster | "
+        f"{r['agent_kill_queued_seconds']} |",
+        f"| agent `kill -9` | its running job runs on the other cluster | {r['agent_kill_running_seconds']} |",
+        f"| server SIGKILL and restart | a SubmitJob is answered | {r['server_kill_answering_seconds']} |",
+        f"| server SIGKILL and restart | both agents Ready again | {r['server_kill_agents_ready_seconds']} |",
+        f"| server SIGKILL and restart | a job submitted then runs | {r['server_kill_job_running_seconds']} |",
+        "", "The agent-kill figures include the heartbeat timeout (and, for running work, the grace): recovery "
+        "cannot be sooner than those settings.", ""])
+
+
+if __name__ == "__main__":
+    main()
