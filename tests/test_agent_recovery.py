@@ -110,3 +110,20 @@ async def test_a_restart_with_no_room_within_the_tier_limit_fails_the_job() -> N
     assert last.type == agent_pb2.JOB_FAILED
     assert last.reason.endswith("the restart failed: no HyperNode of tier 2 or below can hold 1 pods needing "
                                 "nvidia.com/gpu=8")
+
+
+class SlowBackend(SimulatedBackend):
+    """Deleting takes a moment, as it does against an API server: other work interleaves."""
+
+    async def delete(self, job, pods=None) -> None:  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.05)
+        await super().delete(job, pods)
+
+
+async def test_a_cancel_racing_a_policys_ending_releases_the_job_once() -> None:
+    agent = Agent("h100", {}, SlowBackend(make_agent().state, default_duration=3600))
+    await agent.assign(gang([], pods=4), attempt=1)  # no policy: a failure ends the job
+    agent.pod_failed("train-1", "worker", 0, "segfault")
+    await asyncio.gather(agent.remove("train-1", 1, "cancelled"), settle(agent))
+    assert "train-1" not in agent.jobs
+    assert all(f[GPU] == 8 for f in agent.state.free.values())  # released once, not twice

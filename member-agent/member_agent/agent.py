@@ -210,6 +210,9 @@ class Agent:
         self._forget(job)
 
     def _forget(self, job: AgentJob) -> None:
+        """Release the job's resources, once: a cancel and a policy's ending may both be under way."""
+        if self.jobs.get(job.job.id) is not job:
+            return
         for pod in job.pods:
             self.state.release(pod.node, job.requests[pod.task])
         for timer in job.failed.values():
