@@ -110,9 +110,7 @@ class Federation:
 
     def close(self) -> None:
         for agent in self.agents.values():
-            if agent.proc.poll() is None:
-                agent.proc.send_signal(signal.SIGCONT)
-                agent.stop()
+            agent.stop()
         self.server.stop()
 
 

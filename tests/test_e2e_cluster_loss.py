@@ -48,9 +48,7 @@ class TwoClusters:
 
     def close(self) -> None:
         for agent in self.agents.values():
-            if agent.proc.poll() is None:
-                agent.proc.send_signal(signal.SIGCONT)
-                agent.stop()
+            agent.stop()
         self.server.stop()
 
 

@@ -52,8 +52,9 @@ class _Child:
         self.proc.wait(10)
 
     def stop(self) -> int:
-        """SIGTERM and wait: the programs shut down cleanly on it."""
+        """SIGTERM and wait: the programs shut down cleanly on it (woken first, if frozen with SIGSTOP)."""
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(30)
 
