@@ -76,7 +76,7 @@ class JobCache:
     async def _load(self) -> None:
         cursor = await self.jobs.last_event_seq()  # before the rows: later events are applied again
         self.waiting, self.holding, self.reasons = {}, {}, {}
-        await self._read_waiting([r["id"] for r in await self.jobs.pending(SCAN_LIMIT)])
+        await self._add_waiting(await self.jobs.pending(SCAN_LIMIT))
         self._add_holding(await self.jobs.holding())
         self._cursor = cursor
 
@@ -106,17 +106,18 @@ class JobCache:
             self.holding.pop(job_id, None)
             if phase in ACTIVE_PHASES:
                 held.append(job_id)
-        await self._read_waiting(arrived)
+        for start in range(0, len(arrived), BATCH):  # one no longer waiting has a later event, read next time
+            await self._add_waiting(await self.jobs.pending(SCAN_LIMIT, ids=arrived[start:start + BATCH]))
         for start in range(0, len(held), BATCH):
             self._add_holding(await self.jobs.holding(held[start:start + BATCH]))
         self._cursor = cursor
 
-    async def _read_waiting(self, ids: list[str]) -> None:
-        """Add these jobs if they are still waiting; one that is not has a later event, read next time."""
-        for start in range(0, len(ids), BATCH):
-            rows = await self.jobs.pending(SCAN_LIMIT, ids=ids[start:start + BATCH])
-            specs = await self.jobs.specs([r["id"] for r in rows])
-            for r in rows:
+    async def _add_waiting(self, rows: list[Any]) -> None:
+        """Add these waiting jobs, with the views made from their specs."""
+        for start in range(0, len(rows), BATCH):
+            batch = rows[start:start + BATCH]
+            specs = await self.jobs.specs([r["id"] for r in batch])
+            for r in batch:
                 self.waiting[r["id"]] = PendingJob(job_view(specs[r["id"]]), r["queue"], r["priority"], r["seq"])
                 self.reasons[r["id"]] = r["reason"]
 
@@ -139,6 +140,5 @@ class JobCache:
                 if job_id in self.reasons and self.reasons[job_id] != why}
 
     def reasons_written(self, reasons: Mapping[str, str]) -> None:
-        for job_id, why in reasons.items():
-            if job_id in self.reasons:
-                self.reasons[job_id] = why
+        """`reasons`, from `changed_reasons`, are what PostgreSQL holds now."""
+        self.reasons.update(reasons)

@@ -123,6 +123,7 @@ class _Cycle:
         self.running_by_cluster: dict[str, list[RunningJob]] = {}
         self.pool = PreemptiblePool(self.clusters, sorted(self.queues))
         self.out = Decisions()
+        self.remembered = snap.making_room.keys() | snap.refused.keys()  # jobs a past cycle's outcome follows
         self.over_share: set[str] = set()  # reclaimable queues holding more than they deserve (once shares are known)
         for job in snap.running:
             if job.queue in self.queues:
@@ -301,13 +302,12 @@ class _Cycle:
         """
         q = self.queues[queue]
         limited = bool(q.limit or self.tenants[q.tenant].limit)
-        special = self.snap.making_room.keys() | self.snap.refused.keys()
         nowhere = self.clusters.nowhere if self.clusters else {}
         waiting = self.out.waiting
         i = start
         while i < len(jobs):
             job = jobs[i]
-            if job.id in special:
+            if job.id in self.remembered:
                 break
             why = (limited and self.over_limit(job, queue)) or nowhere.get(job.view.shape)
             if not why:

@@ -90,6 +90,10 @@ async def append_events(conn: AsyncConnection, events: Sequence[EventRecord]) ->
     return last
 
 
+def _placements(u: agent_pb2.JobUpdate) -> list[dict[str, Any]]:
+    return [{"task": p.task, "index": p.index, "node": p.node} for p in u.placements]
+
+
 def _silent_clusters(seconds: float) -> Any:
     """Names of the clusters not heard from for `seconds`."""
     return select(Cluster.name).where(or_(Cluster.last_heartbeat.is_(None),
@@ -388,13 +392,13 @@ class JobStore:
             if phase in TERMINAL_PHASES:
                 return Applied(stop="the job was cancelled" if alive and phase == "CANCELLED" else "")
             values: dict[str, Any] = {}
-            event = ""
+            event = message = ""
             if kind == agent_pb2.REJECTED and phase == "DISPATCHED":
                 values = {"phase": "PENDING", "cluster": "", "reason": f"cluster {cluster} rejected it: {u.reason}"}
                 event = "Rejected"
             elif kind == agent_pb2.BOUND and phase == "DISPATCHED":
                 values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "started_at": func.now(),
-                          "placements": [{"task": p.task, "index": p.index, "node": p.node} for p in u.placements],
+                          "placements": _placements(u),
                           "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier})"}
                 event = "Running"
             elif kind == agent_pb2.JOB_SUCCEEDED:
@@ -404,15 +408,12 @@ class JobStore:
                 values = {"phase": "FAILED", "finished_at": func.now(), "reason": u.reason or "failed"}
                 event = "Failed"
             elif kind == agent_pb2.POD_RESTARTED and phase == "RUNNING" and u.retries > row["retries"]:
-                # The agent's count of restarts in this attempt orders them: a repeat (a resync) is older.
+                # The agent counts restarts over the job's life: a resent (older) report changes nothing.
                 values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "retries": u.retries,
-                          "placements": [{"task": p.task, "index": p.index, "node": p.node} for p in u.placements],
+                          "placements": _placements(u),
                           "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); "
                                     f"restarted {u.retries} time(s), last: {u.reason}"}
-                await conn.execute(update(Job).where(Job.id == row["id"]).values(updated_at=func.now(), **values))
-                await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "PodRestarted",
-                                                       "RUNNING", u.reason, row["attempt"], cluster)])
-                return Applied()
+                event, message = "PodRestarted", u.reason
             elif kind == agent_pb2.POD_FAILED:
                 pods = ", ".join(f"{p.task}[{p.index}] on {p.node}" for p in u.placements)
                 await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "PodFailed", phase,
@@ -422,5 +423,5 @@ class JobStore:
                 return Applied()  # a repeat of something already applied
             await conn.execute(update(Job).where(Job.id == row["id"]).values(updated_at=func.now(), **values))
             await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], event, values["phase"],
-                                                   values["reason"], row["attempt"], cluster)])
+                                                   message or values["reason"], row["attempt"], cluster)])
         return Applied(rejected=event == "Rejected")

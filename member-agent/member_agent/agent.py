@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,8 +41,15 @@ class AgentJob:
     # Failed pods whose policy waits for a timeout before acting: (task, index) -> the pending action.
     failed: dict[tuple[str, int], asyncio.TimerHandle] = field(default_factory=dict)
 
-    def pods_of(self, keys: Collection[tuple[str, int]]) -> list[PodPlacement]:
-        return [p for p in self.pods if (p.task, p.index) in keys]
+
+
+def _placements(pods: Sequence[PodPlacement]) -> list[common_pb2.PodPlacement]:
+    return [common_pb2.PodPlacement(task=p.task, index=p.index, node=p.node) for p in pods]
+
+
+def _task_requests(spec: common_pb2.JobSpec) -> dict[str, Resources]:
+    """Per task, what one replica requests."""
+    return {t.name: parse_resources(t.resources) for t in spec.tasks}
 
 
 class Backend(Protocol):
@@ -147,7 +154,7 @@ class Agent:
             self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
                                              reason=placement.reason))
             return
-        requests = {t.name: parse_resources(t.resources) for t in job.spec.tasks}
+        requests = _task_requests(job.spec)
         # Restarts count over the job's whole life (the server's count so far), not per attempt.
         bound = AgentJob(job, attempt, list(placement.pods), requests, placement.hypernode, placement.tier,
                          retries=job.status.retries)
@@ -165,8 +172,7 @@ class Agent:
         self._send(self.inventory())  # before the update, so the server never sees the job without its usage
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=placement.hypernode,
-            tier=placement.tier, placements=[common_pb2.PodPlacement(task=p.task, index=p.index, node=p.node)
-                                             for p in bound.pods]))
+            tier=placement.tier, placements=_placements(bound.pods)))
 
     async def _adopt(self, job: common_pb2.Job, attempt: int) -> bool:
         """Take over the pods this attempt already has, as a restarted agent must, instead of making more.
@@ -177,7 +183,7 @@ class Agent:
         found = await self.backend.adopt(job.id, attempt)
         if not found:
             return False
-        requests = {t.name: parse_resources(t.resources) for t in job.spec.tasks}
+        requests = _task_requests(job.spec)
         for pod in found:
             self.state.allocate(pod.node, requests[pod.task])
         hypernode = self.state.topology.lowest_common_domain(p.node for p in found)
@@ -193,7 +199,7 @@ class Agent:
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=hypernode, tier=adopted.tier,
             reason="adopted its running pods after the agent restarted",
-            placements=[common_pb2.PodPlacement(task=p.task, index=p.index, node=p.node) for p in found]))
+            placements=_placements(found)))
         log.info("adopted %d pods of job %s attempt %d", len(found), job.id, attempt)
         return True
 
@@ -240,7 +246,7 @@ class Agent:
             return False
         self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
             job_id=job_id, attempt=job.attempt, type=agent_pb2.POD_FAILED, reason=f"{kind}: {reason}",
-            placements=[common_pb2.PodPlacement(task=task, index=index, node=pod.node)])))
+            placements=_placements([pod]))))
         if (task, index) in job.failed:
             return True  # already waiting to act on this pod
         event = PodEvent(kind, task, index, reason)
@@ -278,30 +284,33 @@ class Agent:
 
     async def _carry_out(self, job: AgentJob, response: Response) -> None:
         if response.action in ENDINGS or response.action == "FailJob":
-            await self.backend.delete(job)
-            self._finished(job.job.id, job.attempt, ENDINGS.get(response.action, False), response.reason)
+            await self._end(job, ENDINGS.get(response.action, False), response.reason)
             return
         failure = await self._restart(job, set(response.pods))
         if failure:
-            await self.backend.delete(job)
-            self._finished(job.job.id, job.attempt, False, f"{response.reason}; the restart failed: {failure}")
+            await self._end(job, False, f"{response.reason}; the restart failed: {failure}")
             return
         self._send(self.inventory())
         self._report(agent_pb2.JobUpdate(
             job_id=job.job.id, attempt=job.attempt, type=agent_pb2.POD_RESTARTED, reason=response.reason,
             hypernode=job.hypernode, tier=job.tier, retries=job.retries,
-            placements=[common_pb2.PodPlacement(task=p.task, index=p.index, node=p.node) for p in job.pods]))
+            placements=_placements(job.pods)))
+
+    async def _end(self, job: AgentJob, succeeded: bool, reason: str) -> None:
+        """Stop every pod of the job and report its end, as its policy decided."""
+        await self.backend.delete(job)
+        self._finished(job.job.id, job.attempt, succeeded, reason)
 
     async def _restart(self, job: AgentJob, keys: set[tuple[str, int]]) -> str:
         """Recreate these pods of the job, back under the HyperNode holding the rest; why not, if it fails."""
         job.retries += 1
-        old = job.pods_of(keys)
+        old = [p for p in job.pods if (p.task, p.index) in keys]
         await self.backend.delete(job, old)
         if self.jobs.get(job.job.id) is not job:
             return "the job was removed meanwhile"
         for pod in old:
             self.state.release(pod.node, job.requests[pod.task])
-        job.pods = [p for p in job.pods if (p.task, p.index) not in keys]
+        job.pods = [p for p in job.pods if p not in old]
         request = gang_request(job.job.spec, self.state.topology, running=job.pods)
         placement = request if isinstance(request, Rejection) else place(self.state, request)
         if isinstance(placement, Rejection):

@@ -127,9 +127,10 @@ class KubernetesBackend:
                 continue
             node = raw["spec"].get("nodeName")
             if node in state.free:
-                state.allocate(node, pod_requests(raw))
+                counted = pod_requests(raw)
+                state.allocate(node, counted)
                 if ((raw.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == self.cluster:
-                    self._earlier[raw["metadata"]["name"]] = (node, pod_requests(raw))
+                    self._earlier[raw["metadata"]["name"]] = (node, counted)
         return state
 
     def set_listener(self, on_finished: Callable[[str, int, bool, str], None],
