@@ -126,7 +126,8 @@ def _check_topology(v: Violations, path: str, topo: common_pb2.NetworkTopology) 
         check_name(v, f"{path}.highest_tier_name", topo.highest_tier_name)
 
 
-def _check_policies(v: Violations, path: str, policies: list[common_pb2.LifecyclePolicy]) -> None:
+def _check_policies(v: Violations, path: str, policies: list[common_pb2.LifecyclePolicy],
+                    task: bool = False) -> None:
     if len(policies) > MAX_POLICIES:
         v.add(path, f"has {len(policies)} policies, at most {MAX_POLICIES} are allowed")
         return
@@ -137,6 +138,8 @@ def _check_policies(v: Violations, path: str, policies: list[common_pb2.Lifecycl
         for event in policy.events:
             if event not in EVENTS:
                 v.add(f"{p}.events", f"{event!r} is not one of {', '.join(EVENTS)}")
+            elif task and event == "JobUnknown":
+                v.add(f"{p}.events", "JobUnknown concerns the whole gang: name it in the job's policies")
         if policy.action not in ACTIONS:
             v.add(f"{p}.action", f"{policy.action!r} is not one of {', '.join(ACTIONS)}")
         if policy.HasField("timeout") and (policy.timeout.seconds < 0 or policy.timeout.nanos < 0):
@@ -152,7 +155,7 @@ def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> Resource
     if task.HasField("min_available") and not 0 <= task.min_available <= max(task.replicas, 0):
         v.add(f"{path}.min_available",
               f"must be between 0 and the task's replicas ({task.replicas}), got {task.min_available}")
-    _check_policies(v, f"{path}.policies", list(task.policies))
+    _check_policies(v, f"{path}.policies", list(task.policies), task=True)
     if task.HasField("partition_policy"):
         pp, pp_path = task.partition_policy, f"{path}.partition_policy"
         if pp.total_partitions < 1:

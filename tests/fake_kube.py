@@ -25,6 +25,7 @@ class FakeKube:
         self.events: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, resource, type, object
         self.requests: list[tuple[str, str]] = []
         self.fail_binding: set[str] = set()
+        self.stuck: set[str] = set()  # pods whose kubelet never starts them: Pending after binding
         self.lock = threading.Lock()
         self.rv = 1
         for pod in pods or []:
@@ -159,7 +160,7 @@ class FakeKube:
                         if pod is None or parts[5] in fake.fail_binding:
                             return self._status(409, "Conflict", f"cannot bind {parts[5]}")
                         pod["spec"]["nodeName"] = body["target"]["name"]
-                        pod["status"]["phase"] = "Running"
+                        pod["status"]["phase"] = "Pending" if parts[5] in fake.stuck else "Running"
                         fake._event("pods", "MODIFIED", pod)
                         return self._send(201, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
                 return self._status(404, "NotFound", self.path)

@@ -7,6 +7,7 @@ from google.protobuf.duration_pb2 import Duration
 from federation.v1 import agent_pb2, common_pb2
 from member_agent.agent import Agent
 from member_agent.clusters import tree
+from member_agent.placement import PodPlacement
 from member_agent.simulated import SimulatedBackend, load_cluster
 from tests.test_kube_backend import updates
 
@@ -127,3 +128,141 @@ async def test_a_cancel_racing_a_policys_ending_releases_the_job_once() -> None:
     await asyncio.gather(agent.remove("train-1", 1, "cancelled"), settle(agent))
     assert "train-1" not in agent.jobs
     assert all(f[GPU] == 8 for f in agent.state.free.values())  # released once, not twice
+
+
+def policy(action: str, event: str, seconds: float | None = None) -> common_pb2.LifecyclePolicy:
+    p = common_pb2.LifecyclePolicy(events=[event], action=action)
+    if seconds is not None:
+        p.timeout.CopyFrom(Duration(seconds=int(seconds), nanos=int(seconds % 1 * 1e9)))
+    return p
+
+
+def with_annotations(job: common_pb2.Job, **annotations: str) -> common_pb2.Job:
+    job.spec.annotations.update({f"federation.dev/{k.replace('_', '-')}": v for k, v in annotations.items()})
+    return job
+
+
+async def until(agent: Agent, kind: int, seconds: float = 10) -> list[agent_pb2.JobUpdate]:
+    """The updates sent until one of `kind` (the job's end, a restart) is among them."""
+    sent: list[agent_pb2.JobUpdate] = []
+    for _ in range(int(seconds * 20)):
+        sent += updates(agent)
+        if any(u.type == kind for u in sent):
+            await settle(agent)
+            return sent + updates(agent)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no update of type {kind} in {[u.type for u in sent]}")
+
+
+async def test_pods_stuck_pending_past_the_timeout_are_restarted_until_max_retry() -> None:
+    agent = make_agent()
+    job = with_annotations(gang([policy("RestartTask", "PodPending", 0.2)], max_retry=2, pods=4),
+                           sim_start_delay="1h")  # an image that never arrives
+    await agent.assign(job, attempt=1)
+    sent = await until(agent, agent_pb2.JOB_FAILED)
+    kinds = [u.type for u in sent]
+    assert kinds.count(agent_pb2.POD_RESTARTED) == 2  # retries count over the job, whichever pod is stuck
+    assert kinds[-1] == agent_pb2.JOB_FAILED
+    assert sent[-1].reason.startswith("PodPending on worker[")
+    assert sent[-1].reason.endswith("created, not running (still Pending after 0.2s); maxRetry 2 exhausted")
+    assert all(f[GPU] == 8 for f in agent.state.free.values())
+
+
+async def test_pods_that_start_within_the_pending_timeout_run_to_the_end() -> None:
+    agent = make_agent()
+    job = with_annotations(gang([policy("RestartTask", "PodPending", 1)], pods=4),
+                           sim_start_delay="0.2s", sim_duration="0.5s")
+    await agent.assign(job, attempt=1)
+    sent = await until(agent, agent_pb2.JOB_SUCCEEDED)
+    assert [u.type for u in sent] == [agent_pb2.BOUND, agent_pb2.JOB_SUCCEEDED]
+    assert sent[-1].reason == "all pods completed"
+
+
+def driver_and_workers(policies: list[common_pb2.LifecyclePolicy]) -> common_pb2.Job:
+    """An MPI-style job: the driver finishes when the work is done; the workers serve it until then."""
+    job = gang(policies, pods=4)
+    job.spec.tasks.insert(0, common_pb2.TaskSpec(
+        name="driver", replicas=1, resources={"cpu": "4"},
+        pod_template_json='{"metadata": {"annotations": {"federation.dev/sim-duration": "0.3s"}}}'))
+    return job
+
+
+async def test_a_completed_task_ends_the_job_under_complete_job() -> None:
+    agent = make_agent()  # the workers would run for an hour
+    await agent.assign(driver_and_workers([policy("CompleteJob", "TaskCompleted")]), attempt=1)
+    sent = await until(agent, agent_pb2.JOB_SUCCEEDED)
+    assert [u.type for u in sent] == [agent_pb2.BOUND, agent_pb2.JOB_SUCCEEDED]
+    assert sent[-1].reason == "CompleteJob after TaskCompleted of driver: all its pods succeeded"
+    assert "train-1" not in agent.jobs and all(f[GPU] == 8 for f in agent.state.free.values())
+
+
+async def test_without_a_policy_a_completed_task_waits_for_the_rest_of_the_job() -> None:
+    agent = make_agent()
+    await agent.assign(driver_and_workers([]), attempt=1)
+    updates(agent)
+    agent.pod_phase("train-1", 1, "driver", 0, "Succeeded", "completed")
+    await settle(agent)
+    assert "train-1" in agent.jobs and updates(agent) == []
+    for i in range(4):
+        agent.pod_phase("train-1", 1, "worker", i, "Succeeded", "completed")
+    (done,) = updates(agent)
+    assert (done.type, done.reason) == (agent_pb2.JOB_SUCCEEDED, "all pods completed")
+
+
+async def test_a_restarted_task_after_completion_runs_again() -> None:
+    agent = make_agent()
+    await agent.assign(driver_and_workers([policy("RestartTask", "TaskCompleted")]), attempt=1)
+    sent = await until(agent, agent_pb2.POD_RESTARTED)
+    restarted = next(u for u in sent if u.type == agent_pb2.POD_RESTARTED)
+    assert restarted.retries == 1 and len(restarted.placements) == 5
+    assert restarted.reason == "RestartTask after TaskCompleted of driver: all its pods succeeded (retry 1 of 3)"
+    assert agent.jobs["train-1"].done == set()  # the driver runs again, and will complete again
+
+
+class Survivors(SimulatedBackend):
+    """Pods of an earlier run of the agent, some of them gone while nobody watched."""
+
+    def __init__(self, state, found) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(state, default_duration=3600)
+        self.found = found
+        self.deleted: list[list[tuple[str, int]] | None] = []
+
+    async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
+        found, self.found = self.found, []
+        return found
+
+    async def delete(self, job, pods=None) -> None:  # type: ignore[no-untyped-def]
+        self.deleted.append(None if pods is None else [(p.task, p.index) for p in pods])
+        await super().delete(job, pods)
+
+
+def survivors(pods: int, of: int) -> Survivors:
+    """`pods` of a gang of `of` found on the first leaf's nodes and its neighbour's."""
+    state = make_agent().state
+    nodes = sorted(state.free)
+    return Survivors(state, [PodPlacement("worker", i, nodes[i]) for i in range(of) if i < pods])
+
+
+async def test_a_gang_found_in_pieces_keeps_its_survivors_under_a_job_unknown_policy() -> None:
+    backend = survivors(3, of=4)
+    agent = Agent("h100", {}, backend)
+    await agent.assign(gang([policy("RestartPod", "JobUnknown")], pods=4), attempt=1)
+    sent = await until(agent, agent_pb2.POD_RESTARTED)
+    assert [u.type for u in sent] == [agent_pb2.BOUND, agent_pb2.POD_RESTARTED]
+    assert sent[0].reason == "adopted 3 running pods after the agent restarted"
+    before = {p.index: p.node for p in sent[0].placements}
+    after = {p.index: p.node for p in sent[1].placements}
+    assert sorted(after) == [0, 1, 2, 3] and {i: after[i] for i in before} == before  # the survivors stay
+    assert sent[1].reason == ("RestartPod after JobUnknown: the agent restarted and found 3 of the gang's 4 pods "
+                              "(retry 1 of 3)")
+    assert backend.deleted == [[]]  # nothing of the survivors was deleted (only the missing pod, not there)
+
+
+async def test_without_a_policy_a_gang_found_in_pieces_is_placed_again_whole() -> None:
+    backend = survivors(3, of=4)
+    agent = Agent("h100", {}, backend)
+    await agent.assign(gang([], pods=4), attempt=1)
+    (bound,) = updates(agent)
+    assert bound.type == agent_pb2.BOUND and len(bound.placements) == 4 and "adopted" not in bound.reason
+    assert backend.deleted == [None]  # the pieces went first
+    assert sum(8 - f[GPU] for f in agent.state.free.values()) == 32  # counted once: the new gang's

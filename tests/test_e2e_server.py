@@ -54,10 +54,11 @@ def test_restart_on_the_same_data_dir_loses_nothing(tmp_path: Path) -> None:
     try:
         applied = fedctl(server.address, "apply", "-f", str(EXAMPLES / "admin" / "federation.yaml"))
         assert applied.returncode == 0, applied.stderr
-        submitted = fedctl(server.address, "submit", *map(str, sorted((EXAMPLES / "jobs").glob("*.yaml"))))
+        examples = sorted((EXAMPLES / "jobs").glob("*.yaml"))
+        submitted = fedctl(server.address, "submit", *map(str, examples))
         assert submitted.returncode == 0, submitted.stderr
         before = _jobs(server.address)
-        assert len(before) == 5
+        assert len(before) == len(examples)
     finally:
         server.kill()  # no chance to clean up
     server = ServerProcess("--data-dir", str(data_dir))  # adopts the PostgreSQL the killed one left

@@ -198,6 +198,73 @@ async def test_a_restarted_agent_adopts_the_pods_it_created(fake: FakeKube, tmp_
         b.stop()
 
 
+async def wait_for_update(agent: Agent, kind: int) -> list[agent_pb2.JobUpdate]:
+    sent: list[agent_pb2.JobUpdate] = []
+    for _ in range(100):
+        sent += updates(agent)
+        if any(u.type == kind for u in sent):
+            return sent
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no update of type {kind} in {[u.type for u in sent]}")
+
+
+async def test_a_pod_stuck_pending_is_replaced_and_one_in_phase_unknown_is_lost(fake: FakeKube,
+                                                                                tmp_path: Path) -> None:
+    b = backend(fake, tmp_path, topology_labels=())
+    agent = Agent("east", {}, b)
+    b.start_watches(asyncio.get_running_loop())
+    spec = job("long", 2)
+    spec.spec.policies.add(events=["PodPending"], action="RestartPod").timeout.FromMilliseconds(1500)
+    fake.stuck.add("long-1-a1-worker-1")  # say its image never arrives
+    try:
+        await agent.assign(spec, attempt=1)
+        updates(agent)
+        (restarted,) = [u for u in await wait_for_update(agent, agent_pb2.POD_RESTARTED)]
+        assert restarted.reason.startswith("RestartPod after PodPending on worker[1]")
+        assert sorted(k[1] for k in fake.pods if k[0] == "jobs") == ["long-1-a1-worker-0", "long-1-a1-worker-1-r1"]
+        fake.set_pod_phase("long-1-a1-worker-0", "Unknown", namespace="jobs")  # its kubelet went quiet
+        failed = [u for u in await wait_for_update(agent, agent_pb2.JOB_FAILED) if u.type != agent_pb2.JOB_FAILED]
+        assert failed[0].reason == "Unknown: the pod's node stopped reporting"
+    finally:
+        b.stop()
+
+
+async def test_a_completed_task_completes_the_job_by_policy(fake: FakeKube, tmp_path: Path) -> None:
+    b = backend(fake, tmp_path, topology_labels=())
+    agent = Agent("east", {}, b)
+    b.start_watches(asyncio.get_running_loop())
+    spec = job("mpi", 2)
+    spec.spec.tasks.insert(0, common_pb2.TaskSpec(name="launcher", replicas=1, resources={"cpu": "1"}))
+    spec.spec.tasks[0].policies.add(events=["TaskCompleted"], action="CompleteJob")
+    try:
+        await agent.assign(spec, attempt=1)
+        updates(agent)
+        fake.set_pod_phase("mpi-1-a1-worker-0", "Succeeded", namespace="jobs")  # a worker is not the launcher
+        fake.set_pod_phase("mpi-1-a1-launcher-0", "Succeeded", namespace="jobs")
+        (done,) = [u for u in await wait_for_update(agent, agent_pb2.JOB_SUCCEEDED)]
+        assert done.reason == "CompleteJob after TaskCompleted of launcher: all its pods succeeded"
+        assert [k for k in fake.pods if k[0] == "jobs"] == []  # the workers were stopped
+    finally:
+        b.stop()
+
+
+async def test_a_restarted_agent_restarts_the_pods_its_gang_lost_under_job_unknown(fake: FakeKube,
+                                                                                    tmp_path: Path) -> None:
+    spec = job("long", 2)
+    spec.spec.policies.add(events=["JobUnknown"], action="RestartTask")
+    first = Agent("east", {}, backend(fake, tmp_path, topology_labels=()))
+    await first.assign(spec, attempt=1)
+    del fake.pods[("jobs", "long-1-a1-worker-1")]  # gone while no agent watched
+
+    again = Agent("east", {}, backend(fake, tmp_path, topology_labels=()))
+    await again.assign(spec, attempt=1)
+    await asyncio.gather(*again._acting)
+    adopted, restarted = updates(again)
+    assert adopted.type == agent_pb2.BOUND and [p.index for p in adopted.placements] == [0]
+    assert restarted.type == agent_pb2.POD_RESTARTED and restarted.retries == 1
+    assert sorted(k[1] for k in fake.pods if k[0] == "jobs") == ["long-1-a1-worker-0", "long-1-a1-worker-1-r1"]
+
+
 def _verb(method: str, path: str) -> tuple[str, str, str]:
     """(apiGroup, resource, verb) of one request, as the API server's authorizer sees it."""
     parts = path.strip("/").split("/")

@@ -70,6 +70,8 @@ MUTATIONS: list[tuple[str, Callable[[common_pb2.JobSpec], object], str]] = [
      "spec.tasks[0].partition_policy.min_partitions"),
     ("bad event", lambda s: s.policies[0].events.append("PodExploded"), "spec.policies[0].events"),
     ("bad action", lambda s: setattr(s.policies[0], "action", "Reboot"), "spec.policies[0].action"),
+    ("task JobUnknown", lambda s: _task(s).policies.add(events=["JobUnknown"], action="RestartJob"),
+     "spec.tasks[0].policies[0].events"),
     ("negative timeout", lambda s: setattr(s.policies[0].timeout, "seconds", -5), "spec.policies[0].timeout"),
     ("max_retry", lambda s: setattr(s, "max_retry", -1), "spec.max_retry"),
     ("duplicate task", lambda s: s.tasks.append(common_pb2.TaskSpec(name="worker", replicas=1)), "spec.tasks[1].name"),

@@ -16,7 +16,7 @@ from typing import Protocol
 from federation.resources import Resources, parse_resources
 from federation.v1 import agent_pb2, common_pb2
 from member_agent.gang import gang_request
-from member_agent.lifecycle import ENDINGS, PodEvent, Response, respond
+from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, respond
 from member_agent.placement import PodPlacement, Rejection, place
 from member_agent.state import ClusterState
 
@@ -38,9 +38,10 @@ class AgentJob:
     hypernode: str
     tier: int
     retries: int = 0  # restarts by lifecycle policy, counted against max_retry
-    # Failed pods whose policy waits for a timeout before acting: (task, index) -> the pending action.
-    failed: dict[tuple[str, int], asyncio.TimerHandle] = field(default_factory=dict)
-
+    done: set[tuple[str, int]] = field(default_factory=set)  # pods that completed
+    # Events a policy will answer, by pod ((task, -1) for a task's or the gang's), with the timer of
+    # the policy's timeout (None: acting now). A pod that recovers takes its event off.
+    waiting: dict[tuple[str, int], tuple[Event, asyncio.TimerHandle | None]] = field(default_factory=dict)
 
 
 def _placements(pods: Sequence[PodPlacement]) -> list[common_pb2.PodPlacement]:
@@ -66,9 +67,9 @@ class Backend(Protocol):
     async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
         """Live pods of this attempt that an earlier run of the agent created, if pods outlive it here."""
 
-    def set_listener(self, on_finished: Callable[[str, int, bool, str], None],
-                     on_pod_failed: Callable[[str, str, int, str, str], object],
-                     on_node: Callable[[str, bool], object]) -> None: ...
+    def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
+                     on_node: Callable[[str, bool], object]) -> None:
+        """Where to report a pod's phase (job id, attempt, task, index, phase, reason) and a node's readiness."""
 
 
 @dataclass
@@ -83,9 +84,11 @@ class Agent:
     overflowed: bool = False  # the outbox dropped a message: the next connection must resync
     _acting: set[asyncio.Task[None]] = field(default_factory=set)  # lifecycle actions under way
     _action_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Gangs being bound: the phases their pods reported meanwhile, (task, index, phase, reason).
+    _binding: dict[str, list[tuple[str, int, str, str]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.backend.set_listener(self._finished, self.pod_failed, self.node_ready)
+        self.backend.set_listener(self.pod_phase, self.node_ready)
 
     @property
     def state(self) -> ClusterState:
@@ -160,6 +163,7 @@ class Agent:
                          retries=job.status.retries)
         for pod in bound.pods:
             self.state.allocate(pod.node, requests[pod.task])
+        self._binding[job.id] = early = []
         try:
             await self.backend.bind(bound, bound.pods)
         except BindError as err:
@@ -168,17 +172,24 @@ class Agent:
             self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
                                              reason=f"binding failed: {err}"))
             return
+        finally:
+            del self._binding[job.id]
         self.jobs[job.id] = bound
         self._send(self.inventory())  # before the update, so the server never sees the job without its usage
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=placement.hypernode,
             tier=placement.tier, placements=_placements(bound.pods)))
+        self._watch_pending(bound, bound.pods)
+        for phase in early:  # what the pods did while the gang was being bound
+            self.pod_phase(job.id, attempt, *phase)
 
     async def _adopt(self, job: common_pb2.Job, attempt: int) -> bool:
         """Take over the pods this attempt already has, as a restarted agent must, instead of making more.
 
-        A gang found whole is the job's again, counted by its tasks' requests; a partial one cannot
-        run as a gang, so it is deleted and placed afresh.
+        A gang found whole is the job's again, counted by its tasks' requests. A gang found in pieces
+        raises JobUnknown: a policy may keep the survivors and restart the missing pods, or end the
+        job; with none, the pieces are deleted and the gang placed afresh, since pods lost while no
+        agent watched are not the job's fault and a whole gang is the safe start.
         """
         found = await self.backend.adopt(job.id, attempt)
         if not found:
@@ -189,7 +200,11 @@ class Agent:
         hypernode = self.state.topology.lowest_common_domain(p.node for p in found)
         adopted = AgentJob(job, attempt, found, requests, hypernode, self.state.topology.domains[hypernode].tier,
                            retries=job.status.retries)
-        if len(found) < sum(t.replicas for t in job.spec.tasks):
+        have = {(p.task, p.index) for p in found}
+        missing = tuple((t.name, i) for t in job.spec.tasks for i in range(t.replicas) if (t.name, i) not in have)
+        unknown = Event("JobUnknown", "", missing,
+                        f"the agent restarted and found {len(found)} of the gang's {len(found) + len(missing)} pods")
+        if missing and respond(job.spec, unknown, adopted.retries) is None:
             await self.backend.delete(adopted)
             for pod in found:
                 self.state.release(pod.node, requests[pod.task])
@@ -198,9 +213,11 @@ class Agent:
         self._send(self.inventory())
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=hypernode, tier=adopted.tier,
-            reason="adopted its running pods after the agent restarted",
+            reason=f"adopted {len(found)} running pods after the agent restarted",
             placements=_placements(found)))
         log.info("adopted %d pods of job %s attempt %d", len(found), job.id, attempt)
+        if missing:
+            self._raise(adopted, unknown)
         return True
 
     async def remove(self, job_id: str, attempt: int, reason: str) -> None:
@@ -221,66 +238,110 @@ class Agent:
             return
         for pod in job.pods:
             self.state.release(pod.node, job.requests[pod.task])
-        for timer in job.failed.values():
-            timer.cancel()
+        for key in list(job.waiting):
+            self._stand_down(job, key)
         del self.jobs[job.job.id]
 
-    def _finished(self, job_id: str, attempt: int, succeeded: bool, reason: str) -> None:
-        job = self.jobs.get(job_id)
-        if job is None or job.attempt != attempt:
+    def _finish(self, job: AgentJob, succeeded: bool, reason: str) -> None:
+        if self.jobs.get(job.job.id) is not job:
             return
         self._forget(job)
         # The update before the inventory, so the server never sees the freed resources while it still
         # counts them as the job's: that would hand them to whoever is next, not to the queue they are owed to.
-        self._report(agent_pb2.JobUpdate(job_id=job_id, attempt=attempt, reason=reason,
+        self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, reason=reason,
                                          type=agent_pb2.JOB_SUCCEEDED if succeeded else agent_pb2.JOB_FAILED))
         self._send(self.inventory())
 
-    # -- faults ----------------------------------------------------------------------------
+    # -- pod events and faults -------------------------------------------------------------
+
+    def pod_phase(self, job_id: str, attempt: int, task: str, index: int, phase: str, reason: str) -> None:
+        """The backend saw a pod of ours change phase (a Kubernetes phase, or Evicted)."""
+        job = self.jobs.get(job_id)
+        if job is None and job_id in self._binding:
+            self._binding[job_id].append((task, index, phase, reason))
+        if job is None or job.attempt != attempt:
+            return
+        if phase == "Running":
+            self.pod_recovered(job_id, task, index)
+        elif phase == "Succeeded":
+            self._pod_succeeded(job, task, index)
+        elif phase in PHASE_EVENTS:
+            self.pod_failed(job_id, task, index, reason, PHASE_EVENTS[phase])
 
     def pod_failed(self, job_id: str, task: str, index: int, reason: str, kind: str = "PodFailed") -> bool:
         """Report a pod's failure, eviction or loss, and answer it with the job's lifecycle policy."""
         job = self.jobs.get(job_id)
-        pod = next((p for p in job.pods if p.task == task and p.index == index), None) if job else None
+        pod = _live(job, task, index) if job else None
         if job is None or pod is None:
             return False
         self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
             job_id=job_id, attempt=job.attempt, type=agent_pb2.POD_FAILED, reason=f"{kind}: {reason}",
             placements=_placements([pod]))))
-        if (task, index) in job.failed:
-            return True  # already waiting to act on this pod
-        event = PodEvent(kind, task, index, reason)
-        timeout = respond(job.job.spec, event, job.retries).timeout
-        if timeout > 0:
-            job.failed[(task, index)] = asyncio.get_running_loop().call_later(
-                timeout, self._start_acting, job, event)
-        else:
-            self._start_acting(job, event)
+        waiting = job.waiting.get((task, index))
+        if waiting is None or waiting[0].kind != kind:  # else already waiting to act on this pod
+            self._raise(job, Event.of_pod(kind, task, index, reason))
         return True
 
     def pod_recovered(self, job_id: str, task: str, index: int) -> bool:
-        """The pod runs again (its container restarted, its node came back): a waiting policy stands down."""
+        """The pod runs (it started, its container restarted, its node came back): a waiting policy stands down."""
         job = self.jobs.get(job_id)
-        timer = job.failed.pop((task, index), None) if job else None
-        if timer is None:
+        if job is None or not self._stand_down(job, (task, index)):
             return False
-        timer.cancel()
-        log.info("job %s: %s[%d] recovered before its policy's timeout", job_id, task, index)
+        log.info("job %s: %s[%d] runs before its policy acted", job_id, task, index)
         return True
 
-    def _start_acting(self, job: AgentJob, event: PodEvent) -> None:
-        job.failed.pop((event.task, event.index), None)
-        task = asyncio.get_running_loop().create_task(self._act(job, event))
+    def _pod_succeeded(self, job: AgentJob, task: str, index: int) -> None:
+        """A pod completed. Its share stays the job's until the job ends, as the server counts it."""
+        if _live(job, task, index) is None:
+            return
+        self._stand_down(job, (task, index))
+        job.done.add((task, index))
+        if len(job.done) == len(job.pods):
+            self._finish(job, True, "all pods completed")
+        elif all((p.task, p.index) in job.done for p in job.pods if p.task == task):
+            self._raise(job, Event("TaskCompleted", task, tuple(sorted(k for k in job.done if k[0] == task)),
+                                   "all its pods succeeded"))
+
+    def _watch_pending(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
+        """New pods are Pending until their backend says they run; a PodPending policy waits for that."""
+        for pod in pods:
+            self._raise(job, Event.of_pod("PodPending", pod.task, pod.index, "created, not running"))
+
+    def _raise(self, job: AgentJob, event: Event) -> None:
+        """Answer an event with the job's policy: at once, or when its timeout passes unless it stood down."""
+        response = respond(job.job.spec, event, job.retries)
+        if response is None:
+            return
+        key = _key(event)
+        self._stand_down(job, key)
+        timer = None
+        if response.timeout > 0:
+            timer = asyncio.get_running_loop().call_later(response.timeout, self._start_acting, job, key)
+        job.waiting[key] = (event, timer)
+        if timer is None:
+            self._start_acting(job, key)
+
+    @staticmethod
+    def _stand_down(job: AgentJob, key: tuple[str, int]) -> bool:
+        waiting = job.waiting.pop(key, None)
+        if waiting is not None and waiting[1] is not None:
+            waiting[1].cancel()
+        return waiting is not None
+
+    def _start_acting(self, job: AgentJob, key: tuple[str, int]) -> None:
+        task = asyncio.get_running_loop().create_task(self._act(job, key))
         self._acting.add(task)
         task.add_done_callback(self._acting.discard)
 
-    async def _act(self, job: AgentJob, event: PodEvent) -> None:
+    async def _act(self, job: AgentJob, key: tuple[str, int]) -> None:
         """One action at a time, decided when it is taken: a node's loss fails several pods at once,
-        and each restart must see the retries and the placement the one before left."""
+        and each restart must see the retries and the placement the one before left. An event that
+        stood down meanwhile (the pod recovered, or a restart replaced it) is no longer there."""
         async with self._action_lock:
-            if self.jobs.get(job.job.id) is job and any((p.task, p.index) == (event.task, event.index)
-                                                        for p in job.pods):
-                await self._carry_out(job, respond(job.job.spec, event, job.retries))
+            waiting = job.waiting.pop(key, None) if self.jobs.get(job.job.id) is job else None
+            response = respond(job.job.spec, waiting[0], job.retries) if waiting else None
+            if response is not None:
+                await self._carry_out(job, response)
 
     async def _carry_out(self, job: AgentJob, response: Response) -> None:
         if response.action in ENDINGS or response.action == "FailJob":
@@ -299,7 +360,7 @@ class Agent:
     async def _end(self, job: AgentJob, succeeded: bool, reason: str) -> None:
         """Stop every pod of the job and report its end, as its policy decided."""
         await self.backend.delete(job)
-        self._finished(job.job.id, job.attempt, succeeded, reason)
+        self._finish(job, succeeded, reason)
 
     async def _restart(self, job: AgentJob, keys: set[tuple[str, int]]) -> str:
         """Recreate these pods of the job, back under the HyperNode holding the rest; why not, if it fails."""
@@ -310,6 +371,8 @@ class Agent:
             return "the job was removed meanwhile"
         for pod in old:
             self.state.release(pod.node, job.requests[pod.task])
+            self._stand_down(job, (pod.task, pod.index))
+        job.done -= keys
         job.pods = [p for p in job.pods if p not in old]
         request = gang_request(job.job.spec, self.state.topology, running=job.pods)
         placement = request if isinstance(request, Rejection) else place(self.state, request)
@@ -319,6 +382,7 @@ class Agent:
             self.state.allocate(pod.node, job.requests[pod.task])
         job.pods += placement.pods
         job.hypernode, job.tier = placement.hypernode, placement.tier
+        self._watch_pending(job, placement.pods)  # before binding: they may start before it returns
         try:
             await self.backend.bind(job, placement.pods)
         except BindError as err:
@@ -335,7 +399,7 @@ class Agent:
         self.state.set_ready(node, ready)
         for job in list(self.jobs.values()):
             for pod in job.pods:
-                if pod.node != node:
+                if pod.node != node or (pod.task, pod.index) in job.done:
                     continue
                 if ready:
                     self.pod_recovered(job.job.id, pod.task, pod.index)
@@ -343,3 +407,18 @@ class Agent:
                     self.pod_failed(job.job.id, pod.task, pod.index, f"node {node} lost", kind="Unknown")
         self._send(self.inventory())
         return True
+
+
+PHASE_EVENTS = {"Failed": "PodFailed", "Evicted": "PodEvicted", "Unknown": "Unknown"}
+
+
+def _live(job: AgentJob, task: str, index: int) -> PodPlacement | None:
+    """The job's pod (task, index) when it is there and has not completed."""
+    if (task, index) in job.done:
+        return None
+    return next((p for p in job.pods if p.task == task and p.index == index), None)
+
+
+def _key(event: Event) -> tuple[str, int]:
+    """What a waiting event is filed under: its pod, or its task (-1) for the events of a task or gang."""
+    return event.pods[0] if event.kind in POD_EVENTS else (event.task, -1)

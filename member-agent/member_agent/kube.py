@@ -5,7 +5,7 @@ Reads Nodes (allocatable, labels, Ready), HyperNode custom objects when the Volc
 their nodes. A gang is bound all or nothing: every pod is created (with this agent's
 schedulerName, so no other scheduler takes it), then bound through the pods/binding
 subresource; if any step fails, every pod already created is deleted and the job is rejected.
-Pod phases come from a watch and are reported back.
+Pod phases come from a watch and go to the agent, which decides what they mean for the gang.
 
 The `kubernetes` client is synchronous, so its calls run in worker threads.
 """
@@ -92,8 +92,7 @@ class KubernetesBackend:
         # (node, what was counted), until a job adopts them and counts them as its own.
         self._earlier: dict[str, tuple[str, dict[str, int]]] = {}
         self.state = self._load()
-        self._on_finished: Callable[[str, int, bool, str], None] = lambda *_: None
-        self._on_pod_failed: Callable[[str, str, int, str, str], object] = lambda *_: None
+        self._on_pod: Callable[[str, int, str, int, str, str], object] = lambda *_: None
         self._on_node: Callable[[str, bool], object] = lambda *_: None
         self._phases: dict[str, dict[str, str]] = {}  # job id -> pod name -> phase
         self._stop = threading.Event()
@@ -133,20 +132,22 @@ class KubernetesBackend:
                     self._earlier[raw["metadata"]["name"]] = (node, counted)
         return state
 
-    def set_listener(self, on_finished: Callable[[str, int, bool, str], None],
-                     on_pod_failed: Callable[[str, str, int, str, str], object],
+    def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
                      on_node: Callable[[str, bool], object]) -> None:
-        self._on_finished, self._on_pod_failed, self._on_node = on_finished, on_pod_failed, on_node
+        self._on_pod, self._on_node = on_pod, on_node
 
     # -- binding -------------------------------------------------------------------------------
 
     def _bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
         created: list[str] = []
+        # Phases are followed from creation: a pod may start before its gang's last binding returns.
+        phases = self._phases.setdefault(job.job.id, {})
         try:
             for pod in pods:
                 manifest = pod_manifest(job, pod.task, pod.index, self.namespace, self.scheduler, self.cluster)
                 self.core.create_namespaced_pod(self.namespace, manifest)
                 created.append(manifest["metadata"]["name"])
+                phases.setdefault(created[-1], "Pending")
             for pod, name in zip(pods, created, strict=True):
                 binding = client.V1Binding(metadata=client.V1ObjectMeta(name=name),
                                            target=client.V1ObjectReference(api_version="v1", kind="Node",
@@ -155,8 +156,9 @@ class KubernetesBackend:
                 self.core.create_namespaced_pod_binding(name, self.namespace, binding, _preload_content=False)
         except ApiException as err:
             self._delete_pods(created)
+            for name in created:
+                phases.pop(name, None)
             raise BindError(f"{err.status} {err.reason}: {_message(err)}") from None
-        self._phases.setdefault(job.job.id, {}).update((name, "Pending") for name in created)
 
     def _delete_pods(self, names: Sequence[str]) -> None:
         for name in names:
@@ -206,24 +208,27 @@ class KubernetesBackend:
     # -- watching ------------------------------------------------------------------------------
 
     def pod_event(self, pod: Mapping[str, Any]) -> None:
-        """A watched pod changed: report a failure, or the job's end once every pod has succeeded."""
+        """A watched pod changed phase: tell the agent (a failed pod says whether it was evicted)."""
         meta = pod.get("metadata") or {}
         job_id = (meta.get("annotations") or {}).get(JOB_ID)
         labels = meta.get("labels") or {}
         phases = self._phases.get(job_id or "")
-        if phases is None or meta.get("name") not in phases:
+        if job_id is None or phases is None or meta.get("name") not in phases:
             return
-        phase = (pod.get("status") or {}).get("phase", "Pending")
-        before = phases[meta["name"]]
+        status = pod.get("status") or {}
+        phase = status.get("phase", "Pending")
+        if phases[meta["name"]] == phase:
+            return
         phases[meta["name"]] = phase
-        attempt = int(labels.get(ATTEMPT, "0"))
-        if phase == "Failed" and before != "Failed":
-            reason = (pod.get("status") or {}).get("reason") or "pod failed"
-            kind = "PodEvicted" if reason == "Evicted" else "PodFailed"
-            self._on_pod_failed(job_id, labels.get(TASK, ""), int(labels.get(INDEX, "0")), reason, kind)
+        reason = status.get("reason") or ""
+        if phase == "Failed":
+            phase, reason = ("Evicted", reason) if reason == "Evicted" else ("Failed", reason or "pod failed")
+        elif phase == "Unknown":
+            reason = reason or "the pod's node stopped reporting"
+        self._on_pod(job_id, int(labels.get(ATTEMPT, "0")), labels.get(TASK, ""), int(labels.get(INDEX, "0")),
+                     phase, reason)
         if all(p == "Succeeded" for p in phases.values()):
             del self._phases[job_id]
-            self._on_finished(job_id, attempt, True, "all pods completed")
 
     def node_event(self, obj: Any) -> None:
         node, ready = _node(obj)

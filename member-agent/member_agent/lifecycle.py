@@ -1,11 +1,16 @@
-"""Volcano lifecycle policies: what to do when a pod of a running gang fails, is evicted or is lost.
+"""Volcano lifecycle policies: what to do when a pod of a running gang fails, is lost, stays Pending,
+when a task completes, or when the gang's state could not be known.
 
-Pure: the agent asks `respond(spec, event)` and carries out the answer. The rules (DESIGN §6):
-a policy of the pod's task that names the event wins over the job's; a policy's `timeout` means
-"act only if the pod has not recovered by then"; every restart counts towards `maxRetry` (3 when
-unset), and the restart that would exceed it fails the job instead. With no policy for the event,
-the job fails: a gang that has lost a member cannot be trusted to finish, and Volcano leaves such
-a job to fail unless a policy says otherwise.
+Pure: the agent asks `respond(spec, event, retries)` and carries out the answer. The rules (DESIGN §6):
+a policy of the task that names the event wins over the job's (JobUnknown concerns no one task, so
+only the job's policies answer it); a policy's `timeout` means "act only if the pod has not recovered by
+then"; every restart counts towards `maxRetry` (3 when unset), and the restart that would exceed it
+fails the job instead.
+
+Without a policy for the event: a failed, evicted or lost pod fails the job (a gang that has lost a
+member cannot be trusted to finish, and Volcano leaves such a job to fail unless a policy says
+otherwise); a Pending pod is left to start; a completed task waits for the rest of the job; and a
+gang found in pieces (JobUnknown) is left to the agent, which places it again whole.
 """
 
 from __future__ import annotations
@@ -15,26 +20,44 @@ from dataclasses import dataclass
 from federation.v1 import common_pb2
 from federation.validation import DEFAULT_MAX_RETRY
 
-POD_EVENTS = ("PodFailed", "PodEvicted", "Unknown")  # the events a pod of a running gang can raise
+FAILURES = ("PodFailed", "PodEvicted", "Unknown")  # a member of the gang is gone: no policy fails the job
+POD_EVENTS = (*FAILURES, "PodPending")  # the events of one pod, as against a task's or the gang's
 RESTARTS = ("RestartTask", "RestartPod", "RestartPartition", "RestartJob")
 ENDINGS = {"AbortJob": False, "TerminateJob": False, "CompleteJob": True}  # action -> the job succeeded
 
+Pod = tuple[str, int]  # (task, index)
+
 
 @dataclass(frozen=True)
-class PodEvent:
-    kind: str  # one of POD_EVENTS
-    task: str
-    index: int
+class Event:
+    """An event of one job: `kind` is a Volcano event name; `pods` are the pods it concerns (the failed
+    or Pending pod, a completed task's pods, the pods a gang in pieces is missing)."""
+
+    kind: str
+    task: str  # "" for JobUnknown
+    pods: tuple[Pod, ...]
     reason: str
+
+    @classmethod
+    def of_pod(cls, kind: str, task: str, index: int, reason: str) -> Event:
+        return cls(kind, task, ((task, index),), reason)
+
+    def describe(self) -> str:
+        if self.kind == "TaskCompleted":
+            return f"TaskCompleted of {self.task}: {self.reason}"
+        if self.kind == "JobUnknown":
+            return f"JobUnknown: {self.reason}"
+        task, index = self.pods[0]
+        return f"{self.kind} on {task}[{index}]: {self.reason}"
 
 
 @dataclass(frozen=True)
 class Response:
     """What to do: `action` after `timeout` seconds (0: at once), on `pods` (task, index)."""
 
-    action: str  # a restart, an ending, or "FailJob" (no policy, or maxRetry reached)
+    action: str  # a restart, an ending, or "FailJob" (no policy for a failure, or maxRetry reached)
     timeout: float
-    pods: tuple[tuple[str, int], ...]
+    pods: tuple[Pod, ...]
     reason: str
 
 
@@ -42,38 +65,49 @@ def max_retry(spec: common_pb2.JobSpec) -> int:
     return spec.max_retry if spec.HasField("max_retry") else DEFAULT_MAX_RETRY
 
 
-def _policy(spec: common_pb2.JobSpec, task: str, kind: str) -> common_pb2.LifecyclePolicy | None:
+def _policy(spec: common_pb2.JobSpec, event: Event) -> common_pb2.LifecyclePolicy | None:
     for t in spec.tasks:
-        if t.name == task:
+        if t.name == event.task:
             for policy in t.policies:
-                if kind in policy.events:
+                if event.kind in policy.events:
                     return policy
     for policy in spec.policies:
-        if kind in policy.events:
+        if event.kind in policy.events:
             return policy
     return None
 
 
-def _pods(spec: common_pb2.JobSpec, action: str, event: PodEvent) -> tuple[tuple[str, int], ...]:
-    """The pods an action restarts: the failed one, its partition, or the whole gang."""
+def has_policy(spec: common_pb2.JobSpec, kind: str, task: str) -> bool:
+    """Whether anything answers `kind` for `task`: the agent watches for Pending pods only then."""
+    return _policy(spec, Event(kind, task, (), "")) is not None
+
+
+def _pods(spec: common_pb2.JobSpec, action: str, event: Event) -> tuple[Pod, ...]:
+    """The pods an action restarts: the event's own, their partitions, or the whole gang."""
     if action == "RestartJob":
         return tuple((t.name, i) for t in spec.tasks for i in range(t.replicas))
     if action == "RestartPartition":
-        task = next(t for t in spec.tasks if t.name == event.task)
-        size = task.partition_policy.partition_size
-        if size:
-            first = event.index // size * size
-            return tuple((event.task, i) for i in range(first, min(first + size, task.replicas)))
-    return ((event.task, event.index),)
+        sizes = {t.name: (t.partition_policy.partition_size, t.replicas) for t in spec.tasks}
+        pods: dict[Pod, None] = {}
+        for task, index in event.pods:
+            size, replicas = sizes[task]
+            first = index // size * size if size else index
+            pods.update(((task, i), None) for i in range(first, min(first + size, replicas) if size else index + 1))
+        return tuple(pods)
+    return event.pods
 
 
-def respond(spec: common_pb2.JobSpec, event: PodEvent, retries: int) -> Response:
-    """The response to `event` for a job that has been restarted `retries` times already."""
-    what = f"{event.kind} on {event.task}[{event.index}]: {event.reason}"
-    policy = _policy(spec, event.task, event.kind)
+def respond(spec: common_pb2.JobSpec, event: Event, retries: int) -> Response | None:
+    """The response to `event` for a job that has been restarted `retries` times already; None: nothing."""
+    what = event.describe()
+    policy = _policy(spec, event)
     if policy is None:
-        return Response("FailJob", 0.0, (), f"{what}; no lifecycle policy handles {event.kind}")
+        if event.kind in FAILURES:
+            return Response("FailJob", 0.0, (), f"{what}; no lifecycle policy handles {event.kind}")
+        return None
     timeout = policy.timeout.ToTimedelta().total_seconds() if policy.HasField("timeout") else 0.0
+    if timeout and event.kind == "PodPending":
+        what = f"{what} (still Pending after {timeout:g}s)"
     if policy.action in ENDINGS:
         return Response(policy.action, timeout, (), f"{policy.action} after {what}")
     if retries >= max_retry(spec):

@@ -1,13 +1,16 @@
 """A member cluster in memory, described by a KWOK-style YAML file of Nodes, HyperNodes and Pods.
 
-Pods "run" for the duration the job asks for (annotation `federation.dev/sim-duration`, default
-a few seconds) and then succeed, so demos and end-to-end tests finish on their own. Pods listed
-in the file occupy their nodes for good, like other workloads in a real cluster.
+Pods "run" for the duration their task or job asks for (annotation `federation.dev/sim-duration`
+on the task's pod template or the job, default a few seconds) and then succeed, so demos and
+end-to-end tests finish on their own; `federation.dev/sim-start-delay` keeps new pods Pending that
+long first (an image pull). Pods listed in the file occupy their nodes for good, like other
+workloads in a real cluster.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from member_agent.state import ClusterState
 from member_agent.topology import TopologyError, build, load_objects
 
 DURATION_ANNOTATION = "federation.dev/sim-duration"
+START_DELAY_ANNOTATION = "federation.dev/sim-start-delay"  # how long a new pod stays Pending
 DEFAULT_DURATION = 5.0
 
 
@@ -57,50 +61,84 @@ def read_cluster_file(path: Path) -> ClusterState:
     return load_cluster(objects)
 
 
+def _annotation(job: AgentJob, task: str, name: str) -> str:
+    """A task's pod template annotation, else the job's."""
+    spec = next(t for t in job.job.spec.tasks if t.name == task)
+    if spec.pod_template_json:
+        try:
+            value = ((json.loads(spec.pod_template_json).get("metadata") or {}).get("annotations") or {}).get(name)
+        except (ValueError, AttributeError):
+            value = None
+        if value:
+            return str(value)
+    return job.job.spec.annotations.get(name, "")
+
+
+def _seconds(text: str, default: float) -> float:
+    try:
+        return parse_duration(text) if text else default
+    except ValueError:
+        return default
+
+
 class SimulatedBackend:
+    """Pods start after their task's start delay and complete, task by task, after its duration."""
+
     def __init__(self, state: ClusterState, default_duration: float = DEFAULT_DURATION) -> None:
         self.state = state
         self.default_duration = default_duration
-        self.running: dict[str, asyncio.TimerHandle] = {}
-        self._on_finished: Callable[[str, int, bool, str], None] = lambda *_: None
+        self.tasks: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (job, task) -> its completion
+        self.starting: dict[tuple[str, str, int], asyncio.Handle] = {}  # (job, task, index) -> its start
+        self._on_pod: Callable[[str, int, str, int, str, str], object] = lambda *_: None
 
-    def set_listener(self, on_finished: Callable[[str, int, bool, str], None],
-                     on_pod_failed: Callable[[str, str, int, str, str], object],
+    def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
                      on_node: Callable[[str, bool], object]) -> None:
-        """Faults in a simulation are injected through the agent itself, so only endings come from here."""
-        self._on_finished = on_finished
+        """Faults in a simulation are injected through the agent itself, so only pod phases come from here."""
+        self._on_pod = on_pod
 
-    def duration(self, job: AgentJob) -> float:
-        text = job.job.spec.annotations.get(DURATION_ANNOTATION)
-        if not text:
-            return self.default_duration
-        try:
-            return parse_duration(text)
-        except ValueError:
-            return self.default_duration
+    def duration(self, job: AgentJob, task: str) -> float:
+        return _seconds(_annotation(job, task, DURATION_ANNOTATION), self.default_duration)
 
     async def bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
-        """The job runs for its duration from when all its pods are bound (again, after RestartJob);
-        a single restarted pod rejoins the run under way."""
-        if len(pods) < len(job.pods):
-            return
-        self._stop(job.job.id)
+        """Each pod runs after its task's start delay. A task runs for its duration from when all its
+        pods are bound (again, after a restart of the whole task); a single restarted pod rejoins the
+        run under way."""
         loop = asyncio.get_running_loop()
         job_id, attempt = job.job.id, job.attempt
-        self.running[job_id] = loop.call_later(self.duration(job), self._complete, job_id, attempt)
+        bound = {(p.task, p.index) for p in pods}
+        for task in sorted({p.task for p in pods}):
+            delay = _seconds(_annotation(job, task, START_DELAY_ANNOTATION), 0.0)
+            for pod in pods:
+                if pod.task == task:
+                    self.starting[(job_id, task, pod.index)] = loop.call_later(
+                        delay, self._started, job_id, attempt, task, pod.index)
+            if all((p.task, p.index) in bound for p in job.pods if p.task == task):
+                self._cancel(self.tasks.pop((job_id, task), None))
+                indices = sorted(p.index for p in job.pods if p.task == task)
+                self.tasks[(job_id, task)] = loop.call_later(
+                    delay + self.duration(job, task), self._complete, job_id, attempt, task, indices)
 
-    def _complete(self, job_id: str, attempt: int) -> None:
-        self.running.pop(job_id, None)
-        self._on_finished(job_id, attempt, True, "all pods completed")
+    def _started(self, job_id: str, attempt: int, task: str, index: int) -> None:
+        self.starting.pop((job_id, task, index), None)
+        self._on_pod(job_id, attempt, task, index, "Running", "")
+
+    def _complete(self, job_id: str, attempt: int, task: str, indices: list[int]) -> None:
+        self.tasks.pop((job_id, task), None)
+        for index in indices:
+            self._on_pod(job_id, attempt, task, index, "Succeeded", "completed")
 
     async def delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None = None) -> None:
+        job_id = job.job.id
+        for pod in job.pods if pods is None else pods:
+            self._cancel(self.starting.pop((job_id, pod.task, pod.index), None))
         if pods is None:
-            self._stop(job.job.id)
+            for task in {t.name for t in job.job.spec.tasks}:
+                self._cancel(self.tasks.pop((job_id, task), None))
 
     async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
         return []  # simulated pods live in the agent's memory: none outlive it
 
-    def _stop(self, job_id: str) -> None:
-        handle = self.running.pop(job_id, None)
+    @staticmethod
+    def _cancel(handle: asyncio.Handle | None) -> None:
         if handle is not None:
             handle.cancel()
