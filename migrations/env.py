@@ -1,12 +1,13 @@
 """Alembic environment: the URL comes from the caller (federation-server db upgrade, tests)."""
 
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import create_engine, pool, text
 
 from federation.store.models import Base
 
 config = context.config
 url = config.attributes.get("url") or config.get_main_option("sqlalchemy.url")
+MIGRATION_LOCK = 0x6665645F6D6967  # "fed_mig": distinct from the scheduler's leader lock
 
 
 def run_migrations() -> None:
@@ -19,6 +20,9 @@ def run_migrations() -> None:
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=Base.metadata)
         with context.begin_transaction():
+            # Replicas that start together (init containers) migrate one at a time: the lock is held to
+            # the commit, and whoever waited then finds the schema current and has nothing to do.
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
             context.run_migrations()
     engine.dispose()
 

@@ -27,14 +27,17 @@ def test_server_refuses_an_out_of_date_schema(empty_db_url: URL) -> None:
 
 
 def test_db_upgrade_then_serve(empty_db_url: URL) -> None:
+    """Two upgrades at once, as the init containers of two replicas run them, both succeed."""
     import subprocess
 
     from tests.processes import BIN
 
-    done = subprocess.run([str(BIN / "federation-server"), "db", "upgrade", "--database-url", url_arg(empty_db_url)],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert "database schema at 0003" in done.stdout
+    argv = [str(BIN / "federation-server"), "db", "upgrade", "--database-url", url_arg(empty_db_url)]
+    both = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for upgrade in both:
+        out, err = upgrade.communicate(timeout=60)
+        assert upgrade.returncode == 0, err
+        assert "database schema at 0003" in out
     server = ServerProcess("--database-url", url_arg(empty_db_url))
     try:
         assert fedctl(server.address, "tenant", "create", "ml").returncode == 0
