@@ -292,7 +292,7 @@ async def test_the_agent_role_grants_every_call_the_backend_makes(fake: FakeKube
     await agent.assign(job("rbac2", 2), attempt=1)
     await agent.remove("rbac-1", 1, "done")
     b.stop()
-    role = next(d for d in yaml.safe_load_all((REPO / "deploy" / "agent-rbac.yaml").read_text())
+    role = next(d for d in yaml.safe_load_all((REPO / "deploy" / "kubernetes" / "agent" / "rbac.yaml").read_text())
                 if d["kind"] == "ClusterRole")
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
                for v in rule["verbs"]}

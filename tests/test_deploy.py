@@ -1,0 +1,190 @@
+"""Deployment files: the compose file as `docker-compose config` reads it, the image's Dockerfile, and
+the Kubernetes manifests rendered by kustomize and validated against the Kubernetes API schemas.
+
+No Docker engine or API server runs here, so these read and render the files with the real tools
+and check what a deployment depends on: services, their order and health checks; objects that pass
+the schema and refer to each other correctly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from federation.cli.dev import DEMO_CLUSTERS
+from tests.conftest import REPO
+
+KUBERNETES_VERSION = "1.29.0"  # the oldest we claim: native gRPC probes are GA since 1.27
+
+
+def tool(name: str) -> str:
+    """The tool's path; CI installs it (.ci/run), elsewhere its absence skips the test."""
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("FEDERATION_DEPLOY_TOOLS") == "required":
+            pytest.fail(f"{name} is not installed")
+        pytest.skip(f"{name} is not installed (Debian: apt-get install {name})")
+    return path
+
+
+# -- docker-compose ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    done = subprocess.run([tool("docker-compose"), "-f", str(REPO / "docker-compose.yml"), "config"],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def _after(service: dict[str, Any]) -> dict[str, str]:
+    return {name: dep["condition"] for name, dep in (service.get("depends_on") or {}).items()}
+
+
+def test_compose_runs_the_whole_local_federation_in_order(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    agents = {f"agent-{name}" for name, _, _ in DEMO_CLUSTERS}
+    assert set(services) == {"postgres", "migrate", "federation-server", "fedctl"} | agents
+    pg = services["postgres"]
+    assert pg["image"].startswith("postgres:") and "pg_isready" in " ".join(pg["healthcheck"]["test"])
+    assert any(v.startswith("pgdata:") or v.get("source") == "pgdata" if isinstance(v, dict) else
+               v.startswith("pgdata:") for v in pg["volumes"]) and "pgdata" in compose["volumes"]
+    assert _after(services["migrate"]) == {"postgres": "service_healthy"}
+    assert services["migrate"]["command"] == ["federation-server", "db", "upgrade"]
+    server = services["federation-server"]
+    assert _after(server) == {"postgres": "service_healthy", "migrate": "service_completed_successfully"}
+    assert server["healthcheck"]["test"][-3:] == ["-m", "federation.healthcheck", "localhost:50051"]
+    for service in ("migrate", "federation-server"):
+        url = services[service]["environment"]["FEDERATION_DATABASE_URL"]
+        assert url.startswith("postgresql://") and "@postgres:5432/" in url
+    built = {name for name, s in services.items() if s.get("build")}
+    assert built == set(services) - {"postgres"}  # one image for every Python service
+    assert {s["image"] for name, s in services.items() if name in built} == {"gpu-federation:dev"}
+    assert {s["build"]["dockerfile"] for s in services.values() if s.get("build")} == {"deploy/Dockerfile"}
+
+
+def test_compose_agents_are_the_example_clusters(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, file, label in DEMO_CLUSTERS:
+        agent = services[f"agent-{name}"]
+        argv = agent["command"]
+        assert argv[0] == "member-agent" and argv[argv.index("--cluster") + 1] == name
+        assert argv[argv.index("--label") + 1] == label
+        simulated = argv[argv.index("--simulate") + 1]
+        assert simulated == f"/opt/federation/examples/clusters/{file}.yaml"
+        assert (REPO / simulated.removeprefix("/opt/federation/")).is_file()  # the image copies examples/
+        assert _after(agent) == {"federation-server": "service_healthy"}
+        assert agent["environment"]["FEDERATION_SERVER"] == "federation-server:50051"
+    tools = services["fedctl"]
+    assert tools["profiles"] == ["tools"] and tools["entrypoint"] == ["fedctl"]
+    assert tools["environment"]["FEDERATION_SERVER"] == "federation-server:50051"
+
+
+def test_the_image_is_multi_stage_and_runs_unprivileged() -> None:
+    text = (REPO / "deploy" / "Dockerfile").read_text()
+    stages = re.split(r"^FROM ", text, flags=re.M)[1:]
+    assert len(stages) == 2 and stages[0].split()[2] == "build"
+    final = stages[-1]
+    assert "COPY --from=build /opt/venv /opt/venv" in final
+    user = re.findall(r"^USER (\S+)", final, flags=re.M)
+    assert user and user[-1] not in ("root", "0")
+    assert not re.search(r"apt-get|gcc|build-essential|pip install", final)  # nothing is built there
+    for copied in re.findall(r"^COPY (?!--from)(\S+) ", text, flags=re.M):
+        assert (REPO / copied).exists(), copied
+    ignored = (REPO / ".dockerignore").read_text().split()
+    assert ".venv" in ignored and ".git" in ignored
+
+
+# -- Kubernetes manifests ------------------------------------------------------------------------
+
+MANIFESTS = REPO / "deploy" / "kubernetes"
+
+
+def render(directory: Path) -> list[dict[str, Any]]:
+    done = subprocess.run([tool("kubectl"), "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+@pytest.mark.parametrize("directory", ["server", "agent", "overlays/control-plane", "overlays/member-east"])
+def test_every_rendered_object_passes_the_kubernetes_schema(directory: str) -> None:
+    objects = render(MANIFESTS / directory)
+    assert objects
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            pytest.fail(f"{directory}: {obj['kind']}/{obj['metadata']['name']}: {err.message} at {list(err.path)}")
+
+
+def test_the_control_plane_runs_two_replicas_on_an_external_database() -> None:
+    objects = render(MANIFESTS / "overlays" / "control-plane")
+    (deployment,) = by_kind(objects, "Deployment")
+    (service,) = by_kind(objects, "Service")
+    (budget,) = by_kind(objects, "PodDisruptionBudget")
+    pod = deployment["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert service["spec"]["selector"].items() <= labels.items() and service["spec"]["type"] == "LoadBalancer"
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert budget["spec"]["minAvailable"] == 1
+    containers = pod["spec"]["initContainers"] + pod["spec"]["containers"]
+    for container in containers:  # the migration and the server read the URL from the Secret
+        env = {e["name"]: e for e in container["env"]}
+        assert env["FEDERATION_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "federation-database",
+                                                                              "key": "url"}
+        assert container["image"] == "ghcr.io/example/gpu-federation:0.1.0"
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    (server,) = pod["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in server["ports"]}
+    listen = server["args"][server["args"].index("--listen") + 1]
+    assert listen.endswith(f":{ports['grpc']}") and server["readinessProbe"]["grpc"]["port"] == ports["grpc"]
+    assert {p["targetPort"] for p in service["spec"]["ports"]} == set(ports)
+    assert pod["spec"]["initContainers"][0]["command"] == ["federation-server", "db", "upgrade"]
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_a_member_cluster_runs_one_agent_with_its_role() -> None:
+    objects = render(MANIFESTS / "overlays" / "member-east")
+    (deployment,) = by_kind(objects, "Deployment")
+    (account,) = by_kind(objects, "ServiceAccount")
+    (role,) = by_kind(objects, "ClusterRole")
+    (binding,) = by_kind(objects, "ClusterRoleBinding")
+    (config,) = by_kind(objects, "ConfigMap")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"  # never two agents binding
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": account["metadata"]["namespace"]}]
+    assert config["data"] == {"cluster": "east", "server": "federation.example.com:50051",
+                              "namespace": "federation-jobs"}
+    (agent,) = pod["containers"]
+    assert agent["command"] == ["member-agent", "--in-cluster"]
+    env = {e["name"]: e["valueFrom"]["configMapKeyRef"] for e in agent["env"]}
+    assert {ref["name"] for ref in env.values()} == {config["metadata"]["name"]}  # the generated, hashed name
+    assert {name: ref["key"] for name, ref in env.items()} == {
+        "MEMBER_CLUSTER": "cluster", "FEDERATION_SERVER": "server", "MEMBER_NAMESPACE": "namespace"}
+    namespaces = {n["metadata"]["name"] for n in by_kind(objects, "Namespace")}
+    assert {"federation-jobs", deployment["metadata"]["namespace"]} <= namespaces
+    rules = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+             for v in rule["verbs"]}
+    assert rules == ({("", "nodes", v) for v in ("get", "list", "watch")}
+                     | {("", "pods", v) for v in ("create", "delete", "get", "list", "watch")}
+                     | {("", "pods/binding", "create")}
+                     | {("topology.volcano.sh", "hypernodes", v) for v in ("get", "list", "watch")})
