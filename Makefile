@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint proto bench-api bench-agent bench-scheduler bench-faults clean
+.PHONY: demo up test lint proto bench-api bench-agent bench-scheduler bench-faults clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/fedctl dev demo
+
+# The same federation kept running on localhost:50051 for `fedctl` (.venv/bin/fedctl), until Ctrl-C.
+up: $(STAMP)
+	$(BIN)/fedctl dev up
 
 # pytest exits 5 when it collected no tests: that is a failure here, not a pass.
 test: $(STAMP)

@@ -195,3 +195,43 @@ def test_a_kubernetes_member_runs_a_gang_to_the_end(db_url: URL, tmp_path: Path)
         agent.stop()
         server.stop()
         kube.close()
+
+
+def test_dev_up_serves_fedctl_until_interrupted_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    import psutil
+
+    from tests.processes import BIN, postgres_running_in
+
+    data_dir = tmp_path / "pg"
+    up = subprocess.Popen([str(BIN / "fedctl"), "dev", "up", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0",
+                           "--examples", str(REPO / "examples")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert up.stdout is not None
+        out = b""
+        for line in up.stdout:
+            out += line
+            if b"federation ready at" in line:
+                break
+        address = out.decode().rsplit("federation ready at ", 1)[1].split()[0]
+        started = psutil.Process(up.pid).children(recursive=True)
+        commands = " ".join(" ".join(p.cmdline()) for p in started)
+        assert "federation-server serve" in commands and commands.count("member-agent --cluster") == 3
+        submitted = fedctl(address, "submit", str(REPO / "examples" / "jobs" / "cpu-batch.yaml"))
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = submitted.stdout.split("job/", 1)[1].split()[0]
+        wait_for("the job to succeed", lambda: "Succeeded" in fedctl(address, "get", "job", job_id).stdout,
+                 timeout=60)
+        up.send_signal(signal.SIGINT)  # Ctrl-C
+        rest, _ = up.communicate(timeout=60)
+        assert up.returncode == 0, (out + rest).decode()
+        assert b"stopped 4 processes" in rest
+    finally:
+        if up.poll() is None:  # it failed: stop it as a user would, so it stops what it started
+            up.terminate()
+            up.wait(60)
+    psutil.wait_procs(started, timeout=10)
+    assert [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert postgres_running_in(data_dir) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +64,9 @@ class _Child:
 class ServerProcess(_Child):
     """federation-server on a free port; `address` once it listens."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> None:
-        super().__init__([str(BIN / "federation-server"), "serve", "--listen", "127.0.0.1:0",
+    def __init__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60,
+                 listen: str = "127.0.0.1:0") -> None:
+        super().__init__([str(BIN / "federation-server"), "serve", "--listen", listen,
                           "--metrics-listen", "127.0.0.1:0", *args], b"listening on", env, timeout)
         self.metrics = next((line.rsplit(" ", 1)[1] for line in self.log.decode().splitlines()
                              if "metrics on" in line), "")
@@ -94,33 +97,81 @@ def _run(server: str, *args: str) -> None:
 
 DEMO_CLUSTERS = (("h100", "h100-spine-leaf", "accelerator=h100"), ("gb300", "gb300-nvl72", "accelerator=gb300"),
                  ("cpu", "cpu-small", "pool=batch"))
+ENDED = (common_pb2.SUCCEEDED, common_pb2.FAILED, common_pb2.CANCELLED)
+STAGES = {common_pb2.PENDING: "pending", common_pb2.DISPATCHED: "pending", common_pb2.PREEMPTED: "pending",
+          common_pb2.RUNNING: "running", common_pb2.RESTARTING: "running"}  # the rest: done
+
+
+class _Stopped(Exception):
+    """SIGTERM, so that stopping `fedctl dev` stops what it started, as Ctrl-C does."""
+
+
+@contextlib.contextmanager
+def _federation(data_dir: Path, examples: Path, listen: str) -> Iterator[ServerProcess]:
+    """The server on an embedded PostgreSQL and the three example clusters' agents; all stopped on the way
+    out, whatever the way (an error, Ctrl-C, SIGTERM)."""
+    shutil.rmtree(data_dir, ignore_errors=True)
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+
+    def stopped(signum: int, frame: object) -> None:
+        raise _Stopped()
+
+    previous = signal.signal(signal.SIGTERM, stopped)
+    click.echo(f"starting federation-server on an embedded PostgreSQL in {data_dir} ...")
+    children: list[_Child] = []
+    try:
+        server = ServerProcess("--data-dir", str(data_dir), "--auto-migrate", listen=listen)
+        children.append(server)
+        click.echo(f"federation-server listening on {server.address}")
+        for name, file, label in DEMO_CLUSTERS:
+            children.append(AgentProcess(name, server.address, "--simulate",
+                                         str(examples / "clusters" / f"{file}.yaml"), "--label", label))
+            click.echo(f"member-agent {name} started ({file})")
+        click.echo()
+        _run(server.address, "apply", "-f", str(examples / "admin" / "federation.yaml"))
+        yield server
+    except (KeyboardInterrupt, _Stopped):
+        click.echo("\ninterrupted: stopping")
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for child in reversed(children):
+            child.stop()
+        click.echo(f"stopped {len(children)} processes; PostgreSQL data stays in {data_dir}")
 
 
 def _seconds(a: Any, b: Any) -> str:
     return f"{b.ToDatetime().timestamp() - a.ToDatetime().timestamp():.1f}s" if a.seconds and b.seconds else "-"
 
 
+def progress(jobs: list[common_pb2.Job], width: int = 20) -> str:
+    """One line: a bar of the jobs that have ended, then pending/running/done per cluster."""
+    done = sum(j.status.phase in ENDED for j in jobs)
+    filled = width * done // len(jobs) if jobs else width
+    counts: dict[str, dict[str, int]] = {}
+    for job in jobs:
+        per = counts.setdefault(job.status.cluster or "queued", {"pending": 0, "running": 0, "done": 0})
+        per[STAGES.get(job.status.phase, "done")] += 1
+    clusters = "  ".join(f"{c}: " + " ".join(f"{n} {stage}" for stage, n in per.items() if n)
+                         for c, per in sorted(counts.items()))
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{len(jobs)} done  {clusters}"
+
+
 def _watch_until_done(address: str, timeout: float) -> list[common_pb2.Job]:
-    """A live line per second (phases per cluster) until every job has ended; then the jobs."""
+    """The progress line, redrawn every second on a terminal (a new line per change otherwise), until
+    every job has ended; then the jobs."""
     stub = jobs_pb2_grpc.JobServiceStub(grpc.insecure_channel(address))
     deadline = time.monotonic() + timeout
     live, last = sys.stdout.isatty(), ""
     while True:
         jobs = list(stub.ListJobs(jobs_pb2.ListJobsRequest(page_size=1000)).jobs)
-        counts: dict[str, dict[str, int]] = {}
-        for job in jobs:
-            phase = common_pb2.JobPhase.Name(job.status.phase).capitalize()
-            per = counts.setdefault(job.status.cluster or "(queued)", {})
-            per[phase] = per.get(phase, 0) + 1
-        line = "  ".join(f"{c}: " + ",".join(f"{n} {p}" for p, n in sorted(v.items()))
-                         for c, v in sorted(counts.items()))
+        line = progress(jobs)
         if live:
             click.echo(f"\r\x1b[K{line}", nl=False)
-        elif line != last:  # a log, not a screen: one line per change
+        elif line != last:
             click.echo(line)
         last = line
-        done = all(j.status.phase in (common_pb2.SUCCEEDED, common_pb2.FAILED, common_pb2.CANCELLED) for j in jobs)
-        if done or time.monotonic() > deadline:
+        if all(j.status.phase in ENDED for j in jobs) or time.monotonic() > deadline:
             if live:
                 click.echo()
             return jobs
@@ -140,38 +191,48 @@ def _summary(jobs: list[common_pb2.Job]) -> str:
                         rows)
 
 
+_data_dir = click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".demo/postgres"),
+                         show_default=True, help="Embedded PostgreSQL data; wiped first so every run starts the same.")
+_examples = click.option("--examples", type=click.Path(path_type=Path, exists=True, file_okay=False),
+                         default=Path("examples"), show_default=True,
+                         help="Where the clusters, admin objects and jobs come from.")
+
+
 @dev.command()
-@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".demo/postgres"), show_default=True,
-              help="Embedded PostgreSQL data; wiped first so every demo starts the same.")
-@click.option("--examples", type=click.Path(path_type=Path, exists=True, file_okay=False), default=Path("examples"),
-              show_default=True)
+@_data_dir
+@_examples
 @click.option("--timeout", type=float, default=180, show_default=True, help="Seconds to wait for the jobs.")
 def demo(data_dir: Path, examples: Path, timeout: float) -> None:
     """Server on an embedded PostgreSQL, three simulated clusters, the example jobs run to the end."""
-    shutil.rmtree(data_dir, ignore_errors=True)
-    data_dir.parent.mkdir(parents=True, exist_ok=True)
-    click.echo(f"starting federation-server on an embedded PostgreSQL in {data_dir} ...")
-    children: list[_Child] = []
     try:
-        server = ServerProcess("--data-dir", str(data_dir), "--auto-migrate")
-        children.append(server)
-        click.echo(f"federation-server listening on {server.address}")
-        for name, file, label in DEMO_CLUSTERS:
-            children.append(AgentProcess(name, server.address, "--simulate",
-                                         str(examples / "clusters" / f"{file}.yaml"), "--label", label))
-            click.echo(f"member-agent {name} started ({file})")
-        click.echo()
-        _run(server.address, "apply", "-f", str(examples / "admin" / "federation.yaml"))
-        _run(server.address, "submit", *map(str, sorted((examples / "jobs").glob("*.yaml"))))
-        _run(server.address, "clusters")
-        click.secho("\nwatching the jobs (phases per cluster):", bold=True)
-        jobs = _watch_until_done(server.address, timeout)
-        click.secho("\nsummary", bold=True)
-        click.echo(_summary(jobs))
-        unfinished = [j.id for j in jobs if j.status.phase != common_pb2.SUCCEEDED]
-        if unfinished:
-            raise click.ClickException(f"not every job succeeded: {', '.join(unfinished)}")
-    finally:
-        for child in reversed(children):
-            child.stop()
-        click.echo(f"\nstopped {len(children)} processes; PostgreSQL data stays in {data_dir}")
+        with _federation(data_dir, examples, "127.0.0.1:0") as server:
+            _run(server.address, "submit", *map(str, sorted((examples / "jobs").glob("*.yaml"))))
+            _run(server.address, "clusters")
+            click.secho("\nwatching the jobs (pending/running/done per cluster):", bold=True)
+            jobs = _watch_until_done(server.address, timeout)
+            click.secho("\nsummary", bold=True)
+            click.echo(_summary(jobs))
+    except (KeyboardInterrupt, _Stopped):
+        raise click.exceptions.Exit(130) from None
+    unfinished = [j.id for j in jobs if j.status.phase != common_pb2.SUCCEEDED]
+    if unfinished:
+        raise click.ClickException(f"not every job succeeded: {', '.join(unfinished)}")
+
+
+@dev.command()
+@_data_dir
+@_examples
+@click.option("--listen", default="127.0.0.1:50051", show_default=True,
+              help="The server's address: fedctl's default, so plain `fedctl` commands reach it.")
+def up(data_dir: Path, examples: Path, listen: str) -> None:
+    """The same federation as the demo, kept running for `fedctl` until Ctrl-C (or SIGTERM)."""
+    try:
+        with _federation(data_dir, examples, listen) as server:
+            click.secho(f"\nfederation ready at {server.address}", bold=True)
+            hint = "" if server.address == "127.0.0.1:50051" else f"--server {server.address} "
+            click.echo(f"try:  fedctl {hint}submit {examples / 'jobs' / 'train-64gpu-hard.yaml'}\n"
+                       f"      fedctl {hint}list jobs\n      fedctl {hint}clusters\nstop with Ctrl-C")
+            while True:
+                time.sleep(3600)
+    except (KeyboardInterrupt, _Stopped):
+        pass  # the way to stop it
