@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo up test lint proto bench-api bench-agent bench-scheduler bench-faults clean
+.PHONY: demo up test lint proto reference bench-api bench-agent bench-scheduler bench-faults clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -28,6 +28,10 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# Rewrite the README's configuration reference from the programs' flag definitions (a test checks it).
+reference: $(STAMP)
+	$(BIN)/python -m federation.cli.reference README.md
 
 # Regenerate the committed gRPC stubs from proto/ (a test fails when they are stale).
 proto: $(STAMP)

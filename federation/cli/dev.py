@@ -117,6 +117,7 @@ def _federation(data_dir: Path, examples: Path, listen: str) -> Iterator[ServerP
         raise _Stopped()
 
     previous = signal.signal(signal.SIGTERM, stopped)
+    interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)  # even where a shell ignored it
     click.echo(f"starting federation-server on an embedded PostgreSQL in {data_dir} ...")
     children: list[_Child] = []
     try:
@@ -135,6 +136,7 @@ def _federation(data_dir: Path, examples: Path, listen: str) -> Iterator[ServerP
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, interrupt)
         for child in reversed(children):
             child.stop()
         click.echo(f"stopped {len(children)} processes; PostgreSQL data stays in {data_dir}")
@@ -191,9 +193,9 @@ def _summary(jobs: list[common_pb2.Job]) -> str:
                         rows)
 
 
-_data_dir = click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".demo/postgres"),
+_data_dir = click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".demo/postgres"), metavar="DIR",
                          show_default=True, help="Embedded PostgreSQL data; wiped first so every run starts the same.")
-_examples = click.option("--examples", type=click.Path(path_type=Path, exists=True, file_okay=False),
+_examples = click.option("--examples", type=click.Path(path_type=Path, exists=True, file_okay=False), metavar="DIR",
                          default=Path("examples"), show_default=True,
                          help="Where the clusters, admin objects and jobs come from.")
 

@@ -25,7 +25,8 @@ _database_url = click.option(
     "--database-url", envvar="FEDERATION_DATABASE_URL", metavar="URL",
     help="PostgreSQL URL (postgresql://user:pass@host:5432/db). Unset: run an embedded PostgreSQL in --data-dir.")
 _data_dir = click.option(
-    "--data-dir", envvar="FEDERATION_DATA_DIR", type=click.Path(path_type=Path), default=database.default_data_dir,
+    "--data-dir", envvar="FEDERATION_DATA_DIR", type=click.Path(path_type=Path), metavar="DIR",
+    default=database.default_data_dir,
     show_default="the user data directory", help="Where the embedded PostgreSQL keeps its data.")
 
 
@@ -43,7 +44,8 @@ def _database(database_url: str | None, data_dir: Path) -> Iterator[URL]:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", envvar="FEDERATION_LOG_LEVEL", default="info",
-              type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
+              type=click.Choice(["debug", "info", "warning", "error"]), show_default=True,
+              help="Least severe log messages shown (debug, info, warning, error).")
 def cli(log_level: str) -> None:
     """Federation control plane: the gRPC API, state in PostgreSQL."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -105,7 +107,7 @@ def db() -> None:
 @db.command()
 @_database_url
 @_data_dir
-@click.option("--revision", default="head", show_default=True)
+@click.option("--revision", default="head", show_default=True, help="The Alembic revision to upgrade to.")
 def upgrade(database_url: str | None, data_dir: Path, revision: str) -> None:
     """Apply migrations up to REVISION."""
     with _database(database_url, data_dir) as url:

@@ -80,9 +80,10 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 @click.option("--cluster", envvar="MEMBER_CLUSTER", help="This member cluster's name (a DNS-1123 label).")
 @click.option("--server", envvar="FEDERATION_SERVER", default="localhost:50051", show_default=True,
               help="Address of the federation server.")
-@click.option("--simulate", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+@click.option("--simulate", "cluster_file", metavar="FILE",
+              type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Run a simulated cluster from a YAML file of Nodes, HyperNodes and Pods.")
-@click.option("--kubeconfig", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+@click.option("--kubeconfig", type=click.Path(path_type=Path, exists=True, dir_okay=False), metavar="PATH",
               help="Run against this Kubernetes cluster (kubeconfig file).")
 @click.option("--in-cluster", is_flag=True, help="Run against the Kubernetes cluster this pod runs in.")
 @click.option("--namespace", envvar="MEMBER_NAMESPACE", default="default", show_default=True,
@@ -91,12 +92,14 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
               help="schedulerName of the pods it creates, so no other scheduler takes them.")
 @click.option("--topology-label", "topology_labels", multiple=True, metavar="KEY",
               help="Node label keys from the widest domain to tier 1, when the cluster has no HyperNodes.")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Cluster label (repeatable).")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="A label of this cluster, for jobs' cluster selectors.")
 @click.option("--heartbeat", type=float, default=2.0, show_default=True, help="Seconds between heartbeats.")
 @click.option("--admin-listen", default="", metavar="HOST:PORT",
               help="Serve fault injection over HTTP here (simulated clusters).")
 @click.option("--log-level", envvar="MEMBER_AGENT_LOG_LEVEL", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+              type=click.Choice(["debug", "info", "warning", "error"]),
+              help="Least severe log messages shown (debug, info, warning, error).")
 @click.pass_context
 def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path | None, kubeconfig: Path | None,
         in_cluster: bool, namespace: str, scheduler_name: str, topology_labels: tuple[str, ...],
