@@ -178,12 +178,14 @@ class _Cycle:
 
         Inside its own queue, a job may preempt lower-priority preemptible jobs. With `reclaim`, it may
         also take back what other queues borrowed: running gangs of reclaimable queues over their
-        deserved share, of preemptible classes, only while those queues stay over it. "Fits" is judged
+        deserved share, of preemptible classes, as long as those queues keep their deserved share and
+        at least the share the job's queue will have with it. "Fits" is judged
         on whole-gang totals; the agent's placement decides the topology.
         """
         assert self.out.shares is not None
         deserved = self.out.shares.queues
         over = {q for q in self.over_share if q != job.queue} if reclaim else set()
+        mine = self.share_after(job.queue, job.view.request)[1]  # the job's queue once it runs
         best: tuple[int, int, str, list[RunningJob]] | None = None
         for cluster in self.pool.could_make_room(job.view.request, [job.queue, *over]):
             labels = self.clusters.labels[self.clusters.index[cluster]]
@@ -203,11 +205,17 @@ class _Cycle:
                 if victim.id in self.out.preempt or not (
                         victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
                     continue
-                if victim.queue != job.queue:  # reclaim only while the victim's queue stays over its share
+                if victim.queue != job.queue:
+                    # Reclaim only what a queue holds beyond its deserved share: it keeps at least that
+                    # share, and at least the share the job's queue will have (Volcano's proportion
+                    # plugin; Kueue's LessThanOrEqualToFinalShare). Else queues take the same GPUs from
+                    # each other back and forth, each eviction making the next.
                     usage = borrowed.setdefault(victim.queue, dict(self.queue_usage[victim.queue]))
-                    if dominant_share(usage, deserved.get(victim.queue, {})) <= 1:
-                        continue
+                    theirs = deserved.get(victim.queue, {})
                     _add(usage, victim.request, -1)
+                    if dominant_share(usage, theirs) < max(1.0 - 1e-9, mine):
+                        _add(usage, victim.request)
+                        continue
                 chosen.append(victim)
                 _add(freed, victim.request)
                 if covers(freed, job.view.request):
