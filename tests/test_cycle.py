@@ -119,6 +119,20 @@ def test_reclaim_never_leaves_the_lender_below_the_reclaimer() -> None:
     assert set(d.preempt) == {"g3", "g2"}  # qb keeps 16, its share, exactly what qa will have
 
 
+def test_a_gang_with_a_hard_tier_limit_reserves_instead_of_evicting() -> None:
+    """Evicting is judged on totals, which cannot promise one leaf: the gang would evict, not fit, evict
+    again (the ITP replay's thrash). It reserves; a gang free to spread still reclaims."""
+    tenants = [TenantInfo("a"), TenantInfo("b")]
+    queues = [QueueInfo("qa", "a"), QueueInfo("qb", "b")]
+    running = [RunningJob(f"g{i}", "qb", "c1", 0, i, {GPU: 8}, preemptible=True) for i in range(4)]
+    hard = job("hard", "qa", 16, 9, mode="hard", highest_tier=1)
+    d = schedule(snap(tenants, queues, [hard], [cluster("c1", 0)], running, capacity=32))
+    assert d.preempt == {} and d.waiting["hard"].startswith("waiting for resources in cluster c1, reserved")
+    d = schedule(snap(tenants, queues, [job("soft", "qa", 16, 9, mode="soft", highest_tier=1)], [cluster("c1", 0)],
+                      running, capacity=32))
+    assert set(d.preempt) == {"g3", "g2"}
+
+
 def test_priority_preempts_within_its_queue_never_a_non_preemptible_job() -> None:
     running = [RunningJob("fixed", "q", "c1", 10, 1, {GPU: 8}, preemptible=False),
                RunningJob("spare", "q", "c1", 10, 2, {GPU: 8}, preemptible=True)]

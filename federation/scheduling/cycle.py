@@ -345,7 +345,11 @@ class _Cycle:
             blocked.add(queue)
             return
         within_share = max(self.share_after(queue, job.view.request)) <= 1.0 + 1e-9
-        if head:
+        # Eviction is judged on totals, which cannot promise a HyperNode: a gang with a hard tier limit
+        # and several pods could evict work and still not fit, then evict again (the ITP trace replay
+        # showed it). It holds a reservation instead and takes domains as they empty.
+        hard_gang = job.view.mode == "hard" and job.view.request != job.view.largest_pod
+        if head and not hard_gang:
             found = self.victims(job, reclaim=within_share)
             if found is not None:
                 cluster, gangs = found
