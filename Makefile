@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo up test lint proto reference bench-api bench-agent bench-scheduler bench-faults clean
+.PHONY: demo up test lint proto reference bench-api bench-agent bench-scheduler bench-faults bench-replay clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -48,6 +48,10 @@ bench-scheduler: $(STAMP)
 
 bench-faults: $(STAMP)
 	$(BIN)/python bench/bench_faults.py $(BENCH_ARGS)
+
+# The ITP trace in simulated time: our policy, topology off and FIFO at loads 0.6, 0.8, 1.0 (--quick: 3 days).
+bench-replay: $(STAMP)
+	$(BIN)/python -m bench.trace_replay $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .ruff_cache *.egg-info

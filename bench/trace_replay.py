@@ -1,0 +1,206 @@
+"""Replay the Microsoft ITP trace through the real scheduling and placement cores, against baselines.
+
+Every policy of `bench.replay.sim` runs on the same trace and the same capacity, for each load
+(capacity sized so the trace's average GPU demand is that fraction of it). Simulated time, so the
+same command gives the same simulated results. Writes bench/results/replay.json, replay.md and
+PNG plots; `--quick` replays the first days only (CI's smoke run).
+
+Usage: python -m bench.trace_replay [--quick] [--days N] [--loads 0.6,0.8,1.0] [--interval S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from bench.replay.capacity import GPUS_PER_NODE, shape_for
+from bench.replay.sim import POLICIES, Replay, Result
+from bench.replay.trace import DAY, gpu_seconds, load_itp, span
+
+RESULTS = Path(__file__).resolve().parent / "results"
+HOURS = 3600.0
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def summarise(result: Result, window: float) -> dict[str, Any]:
+    """The headline figures of one run; times in hours."""
+    records = result.records
+    waits = [(r.first_start - r.job.submit) / HOURS for r in records if r.first_start >= 0]
+    jcts = [(r.finish - r.job.submit) / HOURS for r in records if r.finish >= 0]
+    gangs = [r for r in records if r.job.gpus > GPUS_PER_NODE and r.leaves]
+    in_window = result.utilisation[:max(1, int(window // HOURS))]
+    days = window / DAY
+    return {
+        "jobs": len(records),
+        "finished": len(jcts),
+        "queueing_delay_h": {"mean": statistics.fmean(waits) if waits else 0.0,
+                             "median": statistics.median(waits) if waits else 0.0,
+                             "p99": _percentile(waits, 0.99)},
+        "jct_mean_h": statistics.fmean(jcts) if jcts else 0.0,
+        "utilisation_mean": statistics.fmean(in_window) if in_window else 0.0,
+        "share_error_mean": statistics.fmean(result.share_error) if result.share_error else 0.0,
+        "multi_node_gangs": len(gangs),
+        "gangs_within_one_leaf": (sum(r.leaves == 1 for r in gangs) / len(gangs)) if gangs else 0.0,
+        "preemptions": sum(r.preemptions for r in records),
+        "lost_gpu_hours": sum(r.lost_gpu_seconds for r in records) / HOURS,
+        "cycles": result.cycles,
+        "scheduler_cpu_s_per_day": (result.scheduler_cpu + result.placement_cpu) / days if days else 0.0,
+        "placement_cpu_s_per_day": result.placement_cpu / days if days else 0.0,
+    }
+
+
+def run(days: float | None, loads: list[float], interval: float) -> dict[str, Any]:
+    jobs = load_itp(days=days)
+    window = span(jobs)
+    demand = gpu_seconds(jobs) / window
+    out: dict[str, Any] = {"trace": {"jobs": len(jobs), "days": window / DAY, "gpu_hours": gpu_seconds(jobs) / HOURS,
+                                     "mean_demand_gpus": demand, "tenants": len({j.tenant for j in jobs})},
+                           "interval_s": interval, "runs": []}
+    for load in loads:
+        shape = shape_for(demand, load)
+        for policy in POLICIES:
+            with tqdm(total=1000, desc=f"load {load:.1f} {policy:<12}", unit="‰", leave=False) as bar:
+                done = [0]
+
+                def progress(fraction: float, bar: tqdm = bar, done: list[int] = done) -> None:
+                    step = int(fraction * 1000)
+                    if step > done[0]:
+                        bar.update(step - done[0])
+                        done[0] = step
+
+                result = Replay(jobs, shape, policy, interval, progress).run()
+            figures = summarise(result, window)
+            out["runs"].append({"load": load, "actual_load": demand / shape.gpus, "policy": policy,
+                                "capacity_gpus": shape.gpus, "nodes_per_leaf": shape.nodes, **figures,
+                                "series": {"utilisation_per_hour": result.utilisation,
+                                           "share_error_per_hour": result.share_error,
+                                           "tenant_gpu_hours_per_day": result.tenant_gpu_hours,
+                                           "deserved_gpu_hours_per_day": result.deserved_gpu_hours}})
+            q = figures["queueing_delay_h"]
+            tqdm.write(f"load {load:.1f} {policy:<12} wait mean {q['mean']:7.2f} h  median {q['median']:6.2f} h  "
+                       f"p99 {q['p99']:7.1f} h  share error {figures['share_error_mean']:.3f}  "
+                       f"one leaf {figures['gangs_within_one_leaf']:.2f}  util {figures['utilisation_mean']:.2f}")
+    return out
+
+
+def _plots(data: dict[str, Any], directory: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = data["runs"]
+    loads = sorted({r["load"] for r in runs})
+    files = []
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for policy in POLICIES:
+        mine = sorted((r for r in runs if r["policy"] == policy), key=lambda r: r["load"])
+        xs = [r["actual_load"] for r in mine]
+        axes[0].plot(xs, [r["queueing_delay_h"]["mean"] for r in mine], marker="o", label=policy)
+        axes[1].plot(xs, [r["share_error_mean"] for r in mine], marker="o", label=policy)
+        axes[2].plot(xs, [r["gangs_within_one_leaf"] for r in mine], marker="o", label=policy)
+    for ax, title in zip(axes, ("mean queueing delay (h)", "tenant share error", "gangs within one leaf"),
+                         strict=True):
+        ax.set_title(title)
+        ax.set_xlabel("offered load")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(directory / "replay_load_sweep.png", dpi=100)
+    plt.close(fig)
+    files.append("replay_load_sweep.png")
+
+    top = max(loads)
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4))
+    for policy in POLICIES:
+        run = next(r for r in runs if r["policy"] == policy and r["load"] == top)
+        hourly = run["series"]["utilisation_per_hour"]
+        daily = [statistics.fmean(hourly[i:i + 24]) for i in range(0, len(hourly), 24)]
+        axes[0].plot(range(len(daily)), daily, label=policy)
+    axes[0].set_title(f"GPU utilisation per day, load {top:.1f}")
+    axes[0].set_xlabel("day")
+    axes[0].grid(alpha=0.3)
+    axes[0].legend()
+    fair = next(r for r in runs if r["policy"] == "fair" and r["load"] == top)
+    tenants = sorted(fair["series"]["tenant_gpu_hours_per_day"])
+    used = fair["series"]["tenant_gpu_hours_per_day"]
+    owed = fair["series"]["deserved_gpu_hours_per_day"]
+    days = len(next(iter(used.values())))
+    for tenant in tenants:
+        share = [used[tenant][d] / max(1e-9, sum(used[t][d] for t in tenants)) for d in range(days)]
+        deserved = [owed[tenant][d] / max(1e-9, sum(owed[t][d] for t in tenants)) for d in range(days)]
+        line = axes[1].plot(range(days), share, label=tenant)[0]
+        axes[1].plot(range(days), deserved, linestyle=":", color=line.get_color())
+    axes[1].set_title(f"fair: each tenant's share of GPU-time (solid) and deserved (dotted), load {top:.1f}")
+    axes[1].set_xlabel("day")
+    axes[1].grid(alpha=0.3)
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(directory / "replay_time.png", dpi=100)
+    plt.close(fig)
+    files.append("replay_time.png")
+    return files
+
+
+def report(data: dict[str, Any], plots: list[str]) -> str:
+    t = data["trace"]
+    lines = [
+        f"# Trace replay: Microsoft ITP ({data['measured']})", "",
+        f"Machine: {data['machine']}. {t['jobs']:,} jobs over {t['days']:.1f} days, {t['gpu_hours']:,.0f} GPU-hours "
+        f"(mean demand {t['mean_demand_gpus']:.0f} GPUs), {t['tenants']} tenants (one per source cluster, equal "
+        f"weights). Federation: 3 member clusters x 2 spines x 2 leaves of 8-GPU nodes, nodes per leaf set by "
+        f"the load. Simulated time; a cycle at most every {data['interval_s']:.0f} s of it.", "",
+        "| load | policy | GPUs | wait mean (h) | wait median (h) | wait p99 (h) | JCT mean (h) | utilisation | "
+        "share error | gangs in one leaf | preemptions | lost GPU-h | scheduler CPU s/day |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in data["runs"]:
+        q = r["queueing_delay_h"]
+        lines.append(f"| {r['actual_load']:.2f} | {r['policy']} | {r['capacity_gpus']} | {q['mean']:.2f} | "
+                     f"{q['median']:.2f} | {q['p99']:.1f} | {r['jct_mean_h']:.2f} | {r['utilisation_mean']:.3f} | "
+                     f"{r['share_error_mean']:.3f} | {r['gangs_within_one_leaf']:.3f} | {r['preemptions']:,} | "
+                     f"{r['lost_gpu_hours']:,.0f} | {r['scheduler_cpu_s_per_day']:.2f} |")
+    lines += ["", "Share error: at every simulated hour, the fraction of the GPUs in use held beyond (or short of) "
+              "each tenant's max-min fair share of them given its demand (running and waiting), averaged.", ""]
+    lines += [f"![{p}]({p})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="the first 3 days, loads 0.8 and 1.0")
+    parser.add_argument("--days", type=float, default=None, help="replay only jobs submitted in the first N days")
+    parser.add_argument("--loads", default="0.6,0.8,1.0")
+    parser.add_argument("--interval", type=float, default=60.0, help="simulated seconds between cycles, at least")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    days = 3.0 if args.quick and args.days is None else args.days
+    loads = [0.8, 1.0] if args.quick else [float(x) for x in args.loads.split(",")]
+    data = run(days, loads, args.interval)
+    data["measured"] = datetime.now(UTC).strftime("%Y-%m-%d")
+    data["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = "replay-quick" if args.quick else "replay"
+    (args.out / f"{name}.json").write_text(json.dumps(data, indent=1))
+    plots = _plots(data, args.out) if not args.quick else []
+    (args.out / f"{name}.md").write_text(report(data, plots))
+    print(f"wrote {args.out / (name + '.md')}")
+
+
+if __name__ == "__main__":
+    main()
