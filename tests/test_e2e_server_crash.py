@@ -45,11 +45,16 @@ def test_killing_the_server_loses_nothing_and_runs_nothing_twice(db_url: URL, tm
 
     def submit() -> None:
         n = 0
-        while not stop.is_set():
-            try:  # resubmitted with the same request_id until the server answers
+        unanswered = False
+        # Resubmitted with the same request_id until the server answers, even once told to stop: a request
+        # the server stored just before it was killed is only known as accepted when a resend is answered.
+        while not stop.is_set() or unanswered:
+            try:
                 accepted[n] = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(n)), timeout=5).job.id
                 n += 1
+                unanswered = False
             except grpc.RpcError:
+                unanswered = True
                 time.sleep(0.2)
             time.sleep(0.05)
 
@@ -66,7 +71,8 @@ def test_killing_the_server_loses_nothing_and_runs_nothing_twice(db_url: URL, tm
             time.sleep(0.5)
             server = ServerProcess(*serve)
         stop.set()
-        submitter.join(10)
+        submitter.join(60)
+        assert not submitter.is_alive()
         assert len(accepted) > KILLS * 5
         ids = sorted(set(accepted.values()))
         assert len(ids) == len(accepted)  # one job per request, however often it was resent
