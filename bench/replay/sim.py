@@ -22,11 +22,12 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bench.replay.capacity import GPU, GPUS_PER_NODE, Shape, build, cluster_names, leaf_of
 from bench.replay.trace import TraceJob
 from federation.scheduling.cycle import PendingJob, QueueInfo, RunningJob, Snapshot, TenantInfo, schedule
+from federation.scheduling.fairshare import water_fill
 from federation.scheduling.fit import ClusterView, JobView
 from member_agent.placement import GangRequest, PodPlacement, Rejection, TaskRequest, place
 from member_agent.state import ClusterState
@@ -62,22 +63,6 @@ class Result:
     cycles: int = 0
     scheduler_cpu: float = 0.0  # seconds in the scheduling core
     placement_cpu: float = 0.0  # seconds in the placement core
-    extra: dict[str, float] = field(default_factory=dict)
-
-
-def _water_fill(total: float, demands: Sequence[float]) -> list[float]:
-    """Equal-weight max-min fair split of `total` among `demands`."""
-    shares = [0.0] * len(demands)
-    hungry = [i for i, d in enumerate(demands) if d > 0]
-    left = total
-    while left > 1e-9 and hungry:
-        offer = left / len(hungry)
-        for i in hungry:
-            take = min(offer, demands[i] - shares[i])
-            shares[i] += take
-            left -= take
-        hungry = [i for i in hungry if shares[i] < demands[i] - 1e-9]
-    return shares
 
 
 class Replay:
@@ -160,7 +145,7 @@ class Replay:
         in_use = sum(self.used.values())
         if in_use == 0:
             return
-        fair = _water_fill(float(min(self.capacity, sum(demand))), demand)
+        fair = water_fill(float(min(self.capacity, sum(demand))), [(1.0, 0.0, float(d)) for d in demand])
         scale = in_use / sum(fair) if sum(fair) else 0.0
         deserved = [f * scale for f in fair]  # the fair split of what is in use
         self.share_error.append(sum(abs(self.used[t] - d) for t, d in zip(self.tenants, deserved, strict=True))
