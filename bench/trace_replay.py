@@ -74,15 +74,8 @@ def run(days: float | None, loads: list[float], interval: float) -> dict[str, An
         shape = shape_for(demand, load)
         for policy in POLICIES:
             with tqdm(total=1000, desc=f"load {load:.1f} {policy:<12}", unit="‰", leave=False) as bar:
-                done = [0]
-
-                def progress(fraction: float, bar: tqdm = bar, done: list[int] = done) -> None:
-                    step = int(fraction * 1000)
-                    if step > done[0]:
-                        bar.update(step - done[0])
-                        done[0] = step
-
-                result = Replay(jobs, shape, policy, interval, progress).run()
+                result = Replay(jobs, shape, policy, interval,
+                                lambda fraction, bar=bar: bar.update(max(0, int(fraction * 1000) - bar.n))).run()
             figures = summarise(result, window)
             out["runs"].append({"load": load, "actual_load": demand / shape.gpus, "policy": policy,
                                 "capacity_gpus": shape.gpus, "nodes_per_leaf": shape.nodes, **figures,
@@ -181,22 +174,32 @@ def report(data: dict[str, Any], plots: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _loads(text: str) -> list[float]:
+    try:
+        loads = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+    if not all(0 < x <= 2 for x in loads):
+        raise argparse.ArgumentTypeError("each load must be above 0 and at most 2")
+    return loads
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the first 3 days, loads 0.8 and 1.0")
     parser.add_argument("--days", type=float, default=None, help="replay only jobs submitted in the first N days")
-    parser.add_argument("--loads", default="0.6,0.8,1.0")
+    parser.add_argument("--loads", type=_loads, default="0.6,0.8,1.0", help="offered loads, comma-separated")
     parser.add_argument("--interval", type=float, default=60.0, help="simulated seconds between cycles, at least")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     days = 3.0 if args.quick and args.days is None else args.days
-    loads = [0.8, 1.0] if args.quick else [float(x) for x in args.loads.split(",")]
+    loads = [0.8, 1.0] if args.quick else args.loads
     data = run(days, loads, args.interval)
     data["measured"] = datetime.now(UTC).strftime("%Y-%m-%d")
     data["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     args.out.mkdir(parents=True, exist_ok=True)
     name = "replay-quick" if args.quick else "replay"
-    (args.out / f"{name}.json").write_text(json.dumps(data, indent=1))
+    (args.out / f"{name}.json").write_text(json.dumps(data, separators=(",", ":")))  # hourly series: keep it compact
     plots = _plots(data, args.out) if not args.quick else []
     (args.out / f"{name}.md").write_text(report(data, plots))
     print(f"wrote {args.out / (name + '.md')}")

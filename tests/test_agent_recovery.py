@@ -9,7 +9,7 @@ from member_agent.agent import Agent
 from member_agent.clusters import tree
 from member_agent.placement import PodPlacement
 from member_agent.simulated import SimulatedBackend, load_cluster
-from tests.test_kube_backend import updates
+from tests.test_kube_backend import updates, wait_for_update
 
 GPU = "nvidia.com/gpu"
 
@@ -142,16 +142,12 @@ def with_annotations(job: common_pb2.Job, **annotations: str) -> common_pb2.Job:
     return job
 
 
-async def until(agent: Agent, kind: int, seconds: float = 10) -> list[agent_pb2.JobUpdate]:
-    """The updates sent until one of `kind` (the job's end, a restart) is among them."""
-    sent: list[agent_pb2.JobUpdate] = []
-    for _ in range(int(seconds * 20)):
-        sent += updates(agent)
-        if any(u.type == kind for u in sent):
-            await settle(agent)
-            return sent + updates(agent)
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no update of type {kind} in {[u.type for u in sent]}")
+async def until(agent: Agent, kind: int) -> list[agent_pb2.JobUpdate]:
+    """The updates sent until one of `kind` (the job's end, a restart) is among them, and any the actions
+    under way then add."""
+    sent = await wait_for_update(agent, kind)
+    await settle(agent)
+    return sent + updates(agent)
 
 
 async def test_pods_stuck_pending_past_the_timeout_are_restarted_until_max_retry() -> None:

@@ -80,7 +80,8 @@ class Replay:
         self.records = {j.id: Record(j) for j in jobs}
         self.pending: dict[str, PendingJob] = {}  # in arrival order (dicts keep it)
         self.running: dict[str, tuple[RunningJob, list[PodPlacement], float]] = {}  # id -> (job, pods, start)
-        self.ends: list[tuple[float, int, str]] = []  # (finish, sequence, job id)
+        self.ends: list[tuple[float, int, str]] = []  # (finish, sequence, job id); preempted runs' stay
+        self.live_end: dict[str, int] = {}  # job id -> the sequence of its run's end: others are stale
         self.refused: dict[str, dict[str, str]] = {}
         self.making_room: dict[str, str] = {}
         self.used = {t: 0 for t in self.tenants}  # GPUs held per tenant now
@@ -172,6 +173,7 @@ class Replay:
         self.running[job_id] = (RunningJob(job_id, job.tenant, cluster, 0, pending.seq, {GPU: job.gpus}, True),
                                 list(pods), now)
         heapq.heappush(self.ends, (now + job.duration, self.seq, job_id))
+        self.live_end[job_id] = self.seq
         self.seq += 1
         self.used[job.tenant] += job.gpus
         self.waiting[job.tenant] -= job.gpus
@@ -200,8 +202,7 @@ class Replay:
         record = self._stop(job_id, now)
         record.preemptions += 1
         record.lost_gpu_seconds += (now - record.start) * record.job.gpus
-        self.ends = [e for e in self.ends if e[2] != job_id]
-        heapq.heapify(self.ends)
+        del self.live_end[job_id]  # its end in the heap is stale now: skipped when it comes up
         self.pending[job_id] = PendingJob(self._view(record.job), record.job.tenant, 0, self.seq)
         self.seq += 1
         self.waiting[record.job.tenant] += record.job.gpus
@@ -273,7 +274,7 @@ class Replay:
     # -- the loop ----------------------------------------------------------------------------------
 
     def run(self) -> Result:
-        arrivals = list(self.jobs)
+        arrivals = self.jobs
         i = 0
         last_cycle = -float("inf")
         changed = False
@@ -299,7 +300,10 @@ class Replay:
                 i += 1
                 changed = True
             while self.ends and self.ends[0][0] <= now:
-                _, _, job_id = heapq.heappop(self.ends)
+                _, seq, job_id = heapq.heappop(self.ends)
+                if self.live_end.get(job_id) != seq:
+                    continue
+                del self.live_end[job_id]
                 self.records[job_id].finish = now
                 self._stop(job_id, now)
                 changed = True
@@ -310,8 +314,7 @@ class Replay:
             if not self.pending:
                 changed = False
             self.progress(min(1.0, (now - self.t0) / max(1.0, end_of_trace - self.t0)))
-        hours = len(self.busy_hours)
         return Result(self.policy, self.shape, list(self.records.values()),
-                      [b / (self.capacity * HOUR) for b in self.busy_hours[:hours]],
+                      [b / (self.capacity * HOUR) for b in self.busy_hours],
                       self.tenant_days, self.deserved_days, self.share_error, self.cycles, self.scheduler_cpu,
                       self.placement_cpu)

@@ -185,7 +185,6 @@ class _Cycle:
         assert self.out.shares is not None
         deserved = self.out.shares.queues
         over = {q for q in self.over_share if q != job.queue} if reclaim else set()
-        mine = self.share_after(job.queue, job.view.request)[1]  # the job's queue once it runs
         best: tuple[int, int, str, list[RunningJob]] | None = None
         for cluster in self.pool.could_make_room(job.view.request, [job.queue, *over]):
             labels = self.clusters.labels[self.clusters.index[cluster]]
@@ -207,13 +206,14 @@ class _Cycle:
                     continue
                 if victim.queue != job.queue:
                     # Reclaim only what a queue holds beyond its deserved share: it keeps at least that
-                    # share, and at least the share the job's queue will have (Volcano's proportion
-                    # plugin; Kueue's LessThanOrEqualToFinalShare). Else queues take the same GPUs from
-                    # each other back and forth, each eviction making the next.
+                    # share (Volcano's proportion plugin). Reclaim runs only for a job whose queue stays
+                    # within its share, so this also keeps the victim's queue at or above the reclaimer's
+                    # (Kueue's LessThanOrEqualToFinalShare). Else queues take the same GPUs from each
+                    # other back and forth, each eviction making the next.
                     usage = borrowed.setdefault(victim.queue, dict(self.queue_usage[victim.queue]))
                     theirs = deserved.get(victim.queue, {})
                     _add(usage, victim.request, -1)
-                    if dominant_share(usage, theirs) < max(1.0 - 1e-9, mine):
+                    if dominant_share(usage, theirs) < 1.0 - 1e-9:
                         _add(usage, victim.request)
                         continue
                 chosen.append(victim)

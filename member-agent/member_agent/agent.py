@@ -304,6 +304,9 @@ class Agent:
 
     def _watch_pending(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
         """New pods are Pending until their backend says they run; a PodPending policy waits for that."""
+        spec = job.job.spec
+        if not any("PodPending" in p.events for p in [*spec.policies, *(p for t in spec.tasks for p in t.policies)]):
+            return  # the common case: nothing to watch, no work per pod
         for pod in pods:
             self._raise(job, Event.of_pod("PodPending", pod.task, pod.index, "created, not running"))
 

@@ -22,7 +22,6 @@ from federation.validation import DEFAULT_MAX_RETRY
 
 FAILURES = ("PodFailed", "PodEvicted", "Unknown")  # a member of the gang is gone: no policy fails the job
 POD_EVENTS = (*FAILURES, "PodPending")  # the events of one pod, as against a task's or the gang's
-RESTARTS = ("RestartTask", "RestartPod", "RestartPartition", "RestartJob")
 ENDINGS = {"AbortJob": False, "TerminateJob": False, "CompleteJob": True}  # action -> the job succeeded
 
 Pod = tuple[str, int]  # (task, index)
@@ -77,11 +76,6 @@ def _policy(spec: common_pb2.JobSpec, event: Event) -> common_pb2.LifecyclePolic
     return None
 
 
-def has_policy(spec: common_pb2.JobSpec, kind: str, task: str) -> bool:
-    """Whether anything answers `kind` for `task`: the agent watches for Pending pods only then."""
-    return _policy(spec, Event(kind, task, (), "")) is not None
-
-
 def _pods(spec: common_pb2.JobSpec, action: str, event: Event) -> tuple[Pod, ...]:
     """The pods an action restarts: the event's own, their partitions, or the whole gang."""
     if action == "RestartJob":
@@ -99,12 +93,12 @@ def _pods(spec: common_pb2.JobSpec, action: str, event: Event) -> tuple[Pod, ...
 
 def respond(spec: common_pb2.JobSpec, event: Event, retries: int) -> Response | None:
     """The response to `event` for a job that has been restarted `retries` times already; None: nothing."""
-    what = event.describe()
     policy = _policy(spec, event)
-    if policy is None:
-        if event.kind in FAILURES:
-            return Response("FailJob", 0.0, (), f"{what}; no lifecycle policy handles {event.kind}")
+    if policy is None and event.kind not in FAILURES:
         return None
+    what = event.describe()
+    if policy is None:
+        return Response("FailJob", 0.0, (), f"{what}; no lifecycle policy handles {event.kind}")
     timeout = policy.timeout.ToTimedelta().total_seconds() if policy.HasField("timeout") else 0.0
     if timeout and event.kind == "PodPending":
         what = f"{what} (still Pending after {timeout:g}s)"
