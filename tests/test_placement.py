@@ -227,3 +227,33 @@ def test_example_cluster_files_are_current_and_valid() -> None:
         assert state.ready and state.summary()
     h100 = read_cluster_file(REPO / "examples" / "clusters" / "h100-spine-leaf.yaml")
     assert h100.free["h100-0-0-0"]["cpu"] == 184_000  # the file's monitoring pod holds 8 cores
+
+
+def mixed_rack() -> ClusterState:
+    """One rack: two 8-GPU nodes and two CPU-only nodes (the shape of a heterogeneous cluster)."""
+    objs = [clusters.node("gpu-a", {GPU: "8", "cpu": "128"}), clusters.node("gpu-b", {GPU: "8", "cpu": "128"}),
+            clusters.node("cpu-a", {"cpu": "128"}), clusters.node("cpu-b", {"cpu": "128"}),
+            clusters.hypernode("rack", 1, "rack", ["gpu-a", "gpu-b", "cpu-a", "cpu-b"], "Node")]
+    nodes, hypernodes, _ = load_objects(objs)
+    return ClusterState(build(nodes, hypernodes))
+
+
+def test_fullness_is_measured_in_the_device_asked_for() -> None:
+    state = mixed_rack()
+    state.allocate("gpu-a", {GPU: 6, "cpu": 8_000})  # fullest in GPUs
+    state.allocate("gpu-b", {GPU: 1, "cpu": 56_000})  # fullest in CPU
+    # The pod takes a larger share of the CPUs (64 of 512) than of the GPUs (1 of 16), yet packing the
+    # CPU would leave gpu-b 8 CPUs for its 7 free GPUs.
+    pod = GangRequest((TaskRequest("worker", 1, {GPU: 1, "cpu": 64_000}),))
+    assert nodes_of(placed(place(state, pod))) == ["gpu-a"]
+
+
+def test_pods_asking_for_no_gpu_keep_off_gpu_nodes_while_others_will_do() -> None:
+    state = mixed_rack()
+    state.allocate("gpu-a", {"cpu": 100_000})  # the fullest in CPU: best fit alone would take it
+    state.allocate("cpu-b", {"cpu": 64_000})
+    pod = GangRequest((TaskRequest("web", 1, {"cpu": 8_000}),))
+    assert nodes_of(placed(place(state, pod))) == ["cpu-b"]
+    state.allocate("cpu-a", {"cpu": 128_000})
+    state.allocate("cpu-b", {"cpu": 64_000})  # the CPU-only nodes are full: a GPU node it must be
+    assert nodes_of(placed(place(state, pod))) == ["gpu-a"]

@@ -8,6 +8,9 @@ cannot be placed; it changes nothing. The rules:
 - among the domains of the first tier where the gang fits, take the one that will be fullest
   afterwards (its free total minus the gang's request is all that decides that, so candidates
   are sorted first and tried in order: the first trial that succeeds is the best fit);
+- fullness is measured in the device the gang asks for (GPUs, not the CPU that comes with them),
+  else in the resource it takes the largest share of; and a gang that asks for no device of a
+  kind keeps off places that offer one while others will do, so CPU pods do not strand GPUs;
 - inside it, descend: give the pods to the fullest child that takes them all, or else to the
   child that takes the most, down to nodes, so a gang spans as few domains and nodes as possible;
 - required pods (min_available, minPartitions) are placed all together or not at all; the others
@@ -22,7 +25,7 @@ otherwise, so most domains are rejected without a trial.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -31,6 +34,7 @@ from member_agent.state import ClusterState, Shape
 from member_agent.topology import ROOT
 
 UNLIMITED = 1 << 30  # pods that request nothing fit anywhere
+GENERAL = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})  # every other resource is a device
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,11 @@ class _Trial:
             self.put(node, task, range(count), sign=-1)
             del self.pods[-count:]
 
+    def spares(self, name: str, is_node: bool, asked: Collection[str]) -> bool:
+        """Whether `name` offers a device `asked` does not include: such places are kept for pods needing it."""
+        offered = self.topology.nodes[name].allocatable if is_node else self.state.domain_allocatable[name]
+        return any(r not in asked and r not in GENERAL for r in offered)
+
     def leftover(self, name: str, is_node: bool, request: Mapping[str, int], resource: str | None) -> float:
         """Share of `resource` still free in `name` after also taking `request`: lower is fuller."""
         if resource is None:
@@ -185,10 +194,11 @@ class _Trial:
         return (free - request.get(resource, 0)) / total if total else 0.0
 
 
-def _dominant(request: Mapping[str, int], totals: Mapping[str, int]) -> str | None:
-    """The resource this request takes the largest share of: the one that decides fullness."""
-    shares = [(amount / totals[r], r) for r, amount in request.items() if totals.get(r)]
-    return max(shares, key=lambda s: (s[0], s[1]))[1] if shares else None
+def _deciding(request: Mapping[str, int], totals: Mapping[str, int]) -> str | None:
+    """The resource whose fullness decides: the device asked for (packing GPUs, not the CPU beside
+    them, is what leaves whole GPUs free), else the resource the request takes the largest share of."""
+    shares = [(r not in GENERAL, amount / totals[r], r) for r, amount in request.items() if totals.get(r)]
+    return max(shares)[2] if shares else None
 
 
 def _groups(gang: GangRequest) -> list[_Group]:
@@ -253,12 +263,14 @@ class _Placer:
         whole = [o for o in options if o[2] >= wanted]
         if whole:
             request = {r: a * wanted for r, a in per_unit.items()}
-            return min(whole, key=lambda o: (trial.leftover(o[0], o[1], request, resource), o[0]))
-        return min(options, key=lambda o: (-o[2], trial.leftover(o[0], o[1], {}, resource), o[0]))
+            return min(whole, key=lambda o: (trial.spares(o[0], o[1], per_unit),
+                                             trial.leftover(o[0], o[1], request, resource), o[0]))
+        return min(options, key=lambda o: (-o[2], trial.spares(o[0], o[1], per_unit),
+                                           trial.leftover(o[0], o[1], {}, resource), o[0]))
 
     def _pods(self, trial: _Trial, domain: str, task: TaskRequest, indices: list[int]) -> bool:
         """Place single pods under `domain`, fullest-first, spanning as few children as possible."""
-        resource = _dominant(task.request, self.totals)
+        resource = _deciding(task.request, self.totals)
         d = self.topology.domains[domain]
         options: list[tuple[str, bool, int]] = [(c, False, trial.capacity(c, task)) for c in d.children]
         options += [(n, True, trial.fit(n, task)) for n in d.nodes]
@@ -288,7 +300,7 @@ class _Placer:
         d = self.topology.domains[domain]
         if group.unit_tier is None or d.tier <= group.unit_tier:
             return self._pods(trial, domain, group.task, [i for unit in units for i in unit])
-        resource = _dominant(group.task.request, self.totals)
+        resource = _deciding(group.task.request, self.totals)
         options = [(c, False, self._unit_capacity(trial, c, group)) for c in d.children]
         options = [o for o in options if o[2] > 0]
         per_unit = {r: a * group.size for r, a in group.task.request.items()}
@@ -344,11 +356,12 @@ def place(state: ClusterState, gang: GangRequest) -> Placement | Rejection:
         allowed = {anchor, *topology.above(anchor)}
         tiers = [t for t in tiers if t >= topology.domains[anchor].tier] or \
             ([] if gang.mode == "hard" else [root_tier])
-    resource = _dominant(request, placer.totals)
+    resource = _deciding(request, placer.totals)
     for tier in tiers:
         candidates = [d.name for d in topology.of_tier(tier) if allowed is None or d.name in allowed]
         candidates = [c for c in candidates if placer.fits_roughly(c, request)]
-        candidates.sort(key=lambda c: (placer.base.leftover(c, False, request, resource), c))
+        candidates.sort(key=lambda c: (placer.base.spares(c, False, request),
+                                       placer.base.leftover(c, False, request, resource), c))
         for candidate in candidates:
             trial = placer.trial(candidate)
             if trial is not None:
