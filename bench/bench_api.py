@@ -2,29 +2,24 @@
 
 Starts a real federation-server on an embedded PostgreSQL, submits N jobs over gRPC in batches
 of 100 (one client, then several concurrent clients), and writes the medians of repeated runs to
-bench/results/api.json and api.md. Usage: python bench/bench_api.py [--jobs 10000] [--runs 3]
+api.json and api.md. Usage: python -m bench.bench_api [--quick] [--jobs 10000] [--runs 3]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
 
+from bench.common import bar, machine, measured, out_dir, parser, write
 from federation.cli.dev import ServerProcess
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 
-RESULTS = Path(__file__).resolve().parent / "results"
 BATCH = 100
 
 
@@ -59,19 +54,14 @@ async def submit_all(address: str, jobs: int, clients: int, run: int) -> float:
     return jobs / elapsed
 
 
-def progress(done: int, total: int, label: str) -> None:
-    width = 30
-    filled = width * done // total
-    sys.stdout.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label}   ")
-    sys.stdout.flush()
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=10_000)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4])
-    args = parser.parse_args()
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__)
+    p.add_argument("--jobs", type=int, default=None, help="jobs per run (default 10,000, quick 1,000)")
+    p.add_argument("--runs", type=int, default=None, help="runs per client count (default 3, quick 1)")
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 4])
+    args = p.parse_args(argv)
+    jobs = args.jobs or (1_000 if args.quick else 10_000)
+    runs = args.runs or (1 if args.quick else 3)
 
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
         server = ServerProcess("--data-dir", str(Path(tmp) / "pg"), "--auto-migrate", env={"FEDERATION_LOG_LEVEL":
@@ -82,38 +72,31 @@ def main() -> None:
             admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="bench")))
             admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="bench", tenant="bench")))
             results = {}
-            total, done = len(args.clients) * args.runs, 0
-            for clients in args.clients:
-                rates = []
-                for _ in range(args.runs):
-                    progress(done, total, f"{clients} client(s)")
-                    rates.append(asyncio.run(submit_all(server.address, args.jobs, clients, done)))
-                    done += 1
-                results[str(clients)] = {"runs_jobs_per_s": [round(r) for r in rates],
-                                         "median_jobs_per_s": round(statistics.median(rates))}
-            progress(done, total, "done")
-            print()
+            with bar(len(args.clients) * runs, "SubmitJobs runs", "runs") as progress:
+                for clients in args.clients:
+                    rates = []
+                    for _ in range(runs):
+                        rates.append(asyncio.run(submit_all(server.address, jobs, clients, progress.n)))
+                        progress.update()
+                    results[str(clients)] = {"runs_jobs_per_s": [round(r) for r in rates],
+                                             "median_jobs_per_s": round(statistics.median(rates))}
         finally:
             server.stop()
 
     report = {
         "benchmark": "SubmitJobs throughput (jobs accepted into PostgreSQL per second)",
-        "jobs_per_run": args.jobs, "batch_size": BATCH, "runs": args.runs, "by_clients": results,
-        "target_jobs_per_s": 2000,
-        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-                   "server, embedded PostgreSQL and client on the same machine",
+        "jobs_per_run": jobs, "batch_size": BATCH, "runs": runs, "by_clients": results,
+        "target_jobs_per_s": 2000, "measured_at": measured(),
+        "machine": f"{machine()}; server, embedded PostgreSQL and client on the same machine",
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "api.json").write_text(json.dumps(report, indent=2) + "\n")
-    lines = ["# SubmitJobs throughput", "", f"{args.jobs} jobs per run in batches of {BATCH}, median of "
-             f"{args.runs} runs; {report['machine']}; measured {report['measured_at']}.", "",
+    lines = [f"# SubmitJobs throughput ({report['measured_at']})", "",
+             f"{jobs:,} jobs per run in batches of {BATCH}, median of {runs} runs; {report['machine']}.", "",
              "| concurrent clients | median jobs/s | runs |", "|---|---|---|"]
     lines += [f"| {c} | {r['median_jobs_per_s']} | {', '.join(map(str, r['runs_jobs_per_s']))} |"
               for c, r in results.items()]
-    (RESULTS / "api.md").write_text("\n".join(lines) + "\n")
-    for clients, r in results.items():
-        print(f"SubmitJobs, {clients} client(s): median {r['median_jobs_per_s']} jobs/s (target 2000)")
+    write(out_dir(args), "api", report, "\n".join(lines) + "\n",
+          [(f"api: SubmitJobs, {c} client(s), median", f"{r['median_jobs_per_s']:,} jobs/s (target 2,000)")
+           for c, r in results.items()])
 
 
 if __name__ == "__main__":

@@ -9,43 +9,31 @@
    first answered SubmitJob, to both agents Ready again, and to that job running.
 
 Wall-clock times on a shared 2-core machine: medians of --runs repetitions.
-Writes bench/results/faults.json and faults.md. Usage: python bench/bench_faults.py [--runs 5]
+Writes faults.json and faults.md. Usage: python -m bench.bench_faults [--quick] [--runs 5]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import signal
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from bench.common import bar, machine, measured, out_dir, parser, write
 from federation.cli.dev import BIN, AgentProcess, ServerProcess
 from federation.store import database
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CLUSTER = Path(__file__).resolve().parent.parent / "examples" / "clusters" / "h100-spine-leaf.yaml"
 GPU = "nvidia.com/gpu"
 TIMEOUT, GRACE = 3.0, 3.0  # --heartbeat-timeout and --lost-grace of the server under test
-
-
-def progress(done: int, total: int, label: str) -> None:
-    filled = 30 * done // total
-    sys.stdout.write(f"\r  [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {label}   ")
-    sys.stdout.flush()
 
 
 def until(probe: Callable[[], Any], timeout: float = 120) -> float:
@@ -162,31 +150,24 @@ def server_killed(fed: Federation) -> tuple[float, float, float]:
     return answering, agents_back, job_running
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__)
+    p.add_argument("--runs", type=int, default=None, help="repetitions of each fault (default 5, quick 1)")
+    args = p.parse_args(argv)
+    runs = args.runs or (1 if args.quick else 5)
     with tempfile.TemporaryDirectory() as tmp, database.embedded_postgres(Path(tmp) / "pg") as raw:
         url = database.sqlalchemy_url(raw)
         database.upgrade(url)
         fed = Federation(url.render_as_string(hide_password=False))
         try:
-            total, done = 3 * args.runs, 0
             pods, agents, servers = [], [], []
-            for _ in range(args.runs):
-                progress(done, total, "pod restarts")
-                pods.append(pod_restart(fed))
-                done += 1
-            for _ in range(args.runs):
-                progress(done, total, "agent kills")
-                agents.append(agent_killed(fed))
-                done += 1
-            for _ in range(args.runs):
-                progress(done, total, "server kills")
-                servers.append(server_killed(fed))
-                done += 1
-            progress(total, total, "done")
-            print()
+            with bar(3 * runs, "faults", "faults") as progress:
+                for kind, results, fault in (("pod restarts", pods, pod_restart), ("agent kills", agents, agent_killed),
+                                             ("server kills", servers, server_killed)):
+                    progress.set_postfix_str(kind)
+                    for _ in range(runs):
+                        results.append(fault(fed))
+                        progress.update()
         finally:
             fed.close()
 
@@ -194,9 +175,8 @@ def main() -> None:
         return round(statistics.median(values), 3)
 
     results = {
-        "benchmark": "faults", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "runs": args.runs, "heartbeat_timeout": TIMEOUT, "lost_grace": GRACE,
+        "benchmark": "faults", "date": measured(), "machine": machine(),
+        "runs": runs, "heartbeat_timeout": TIMEOUT, "lost_grace": GRACE,
         "pod_restart_seconds": median(pods),
         "agent_kill_queued_seconds": median([a[0] for a in agents]),
         "agent_kill_running_seconds": median([a[1] for a in agents]),
@@ -205,10 +185,11 @@ def main() -> None:
         "server_kill_job_running_seconds": median([s[2] for s in servers]),
         "raw": {"pod_restart": pods, "agent_kill": agents, "server_kill": servers},
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "faults.json").write_text(json.dumps(results, indent=2) + "\n")
-    (RESULTS / "faults.md").write_text(report(results))
-    print(report(results))
+    write(out_dir(args), "faults", results, report(results), [
+        ("faults: failed pod restarted (RestartTask)", f"{results['pod_restart_seconds']} s"),
+        ("faults: killed agent's running job runs elsewhere",
+         f"{results['agent_kill_running_seconds']} s (heartbeat timeout {TIMEOUT:g} s + grace {GRACE:g} s)"),
+        ("faults: killed server answers again", f"{results['server_kill_answering_seconds']} s")])
 
 
 def report(r: dict[str, Any]) -> str:

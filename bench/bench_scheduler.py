@@ -1,51 +1,37 @@
-"""Scheduling cycle time and sustained throughput on a synthetic federation.
+"""Scheduling throughput under churn, on the pure core and on the whole server with PostgreSQL.
 
-The federation: 100 member clusters x 500 nodes of 8 GPUs (400,000 GPUs) in spine-leaf HyperNode
-trees (5 spines x 10 leaves x 10 nodes), 100 tenants x 10 queues, and pending jobs of mixed gang
-sizes (1, 8, 16, 64 and 256 GPUs; hard and soft tier limits; some with cluster selectors), drawn
-with a fixed seed.
+The federation: member clusters of 500 nodes of 8 GPUs (4,000 GPUs) in spine-leaf HyperNode trees
+(5 spines x 10 leaves x 10 nodes), 100 tenants x 10 queues, and pending jobs of mixed gang sizes
+(1, 8, 16, 64 and 256 GPUs; hard and soft tier limits; some with cluster selectors), drawn with a
+fixed seed. How one cycle grows with the backlog and the federation is `bench.bench_scale`.
 
-1. One cycle of the pure core (`federation.scheduling.cycle.schedule`) from an empty federation,
-   for 10k, 30k and 100k pending jobs: how cycle time grows with the backlog.
-2. Sustained: starting full, each round a random tenth of the running gangs finish, the freed
-   resources go back to their clusters and a cycle runs; jobs placed per second of cycle time.
-3. The server's whole cycle on PostgreSQL (`Scheduler.cycle`: catch up, decide, write dispatches
+1. Sustained, pure core (`federation.scheduling.cycle.schedule`): starting full, each round a random
+   tenth of the running gangs finish, the freed resources go back to their clusters and a cycle runs;
+   jobs placed per second of cycle time.
+2. The server's whole cycle on PostgreSQL (`Scheduler.cycle`: catch up, decide, write dispatches
    and reasons), first and sustained under churn, for 10k and 100k pending jobs (--db-jobs).
 
-Writes bench/results/scheduler.json and scheduler.md.
-Usage: python bench/bench_scheduler.py [--quick] [--db-jobs N] [--no-db]
+Writes scheduler.json and scheduler.md.
+Usage: python -m bench.bench_scheduler [--quick] [--db-jobs N ...] [--no-db]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import random
 import statistics
-import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from pathlib import Path
 
+from bench.common import bar, machine, measured, out_dir, parser, write
 from federation.scheduling.cycle import Decisions, PendingJob, QueueInfo, RunningJob, Snapshot, TenantInfo, schedule
 from federation.scheduling.fit import ClusterView, JobView, TierFree
 
-RESULTS = Path(__file__).resolve().parent / "results"
 GPU = "nvidia.com/gpu"
 CPU = "cpu"
 NODE = {GPU: 8, CPU: 192_000}
 SPINES, LEAVES, NODES = 5, 10, 10  # per cluster: 500 nodes
 # (GPUs, share of jobs): single pods up to a node, then gangs of 8-GPU pods.
 MIX = [(1, 0.30), (8, 0.30), (16, 0.20), (64, 0.15), (256, 0.05)]
-
-
-def progress(done: int, total: int, label: str) -> None:
-    filled = 30 * done // max(total, 1)
-    sys.stdout.write(f"\r  [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {label}   ")
-    sys.stdout.flush()
 
 
 def federation(n_clusters: int) -> tuple[list[ClusterView], dict[str, int]]:
@@ -114,20 +100,6 @@ def views(template: Sequence[ClusterView], free: dict[str, dict[str, int]]) -> l
     return out
 
 
-def one_cycle(n_jobs: int, n_clusters: int, seed: int) -> dict[str, float]:
-    rng = random.Random(seed)
-    clusters, capacity = federation(n_clusters)
-    tenants, queues = organisation(100, 10, rng)
-    pending = jobs(n_jobs, queues, rng)
-    snapshot = Snapshot(tenants, queues, pending, [], clusters, capacity)
-    started = time.process_time()
-    decisions = schedule(snapshot)
-    seconds = time.process_time() - started
-    gpus = sum(j.view.request[GPU] for j in pending if j.id in decisions.assign)
-    return {"pending": n_jobs, "clusters": n_clusters, "seconds": seconds, "placed": len(decisions.assign),
-            "gpus_placed": gpus, "gpu_capacity": capacity[GPU]}
-
-
 def sustained(n_jobs: int, n_clusters: int, rounds: int, seed: int) -> dict[str, float]:
     rng = random.Random(seed)
     template, capacity = federation(n_clusters)
@@ -138,8 +110,8 @@ def sustained(n_jobs: int, n_clusters: int, rounds: int, seed: int) -> dict[str,
     apply(schedule(Snapshot(tenants, queues, list(pending.values()), [], template, capacity)), free, pending, running)
     next_seq = n_jobs
     placed, seconds, cycle_times = 0, 0.0, []
-    for r in range(rounds):
-        progress(r, rounds, "sustained rounds")
+    progress = bar(rounds, f"sustained, {n_jobs:,} pending", "rounds")
+    for _ in range(rounds):
         for job_id in rng.sample(sorted(running), len(running) // 10):
             finish(running.pop(job_id), free)
         arrivals = jobs(n_jobs - len(pending), queues, rng, next_seq)  # keep the backlog topped up
@@ -154,8 +126,8 @@ def sustained(n_jobs: int, n_clusters: int, rounds: int, seed: int) -> dict[str,
         placed += len(decisions.assign)
         seconds += took
         cycle_times.append(took)
-    progress(rounds, rounds, "sustained rounds")
-    print()
+        progress.update()
+    progress.close()
     used = sum(j.request[GPU] for j in running.values())
     return {"pending": n_jobs, "clusters": n_clusters, "rounds": rounds, "jobs_placed": placed,
             "cycle_seconds_total": seconds, "jobs_per_second": placed / seconds if seconds else 0.0,
@@ -163,53 +135,42 @@ def sustained(n_jobs: int, n_clusters: int, rounds: int, seed: int) -> dict[str,
             "gpu_utilisation_at_end": used / capacity[GPU]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, for CI smoke runs")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--db-jobs", type=int, nargs="+", default=[10_000, 100_000],
-                        help="pending jobs for the on-PostgreSQL cycle (one run per figure)")
-    parser.add_argument("--no-db", action="store_true", help="skip the on-PostgreSQL cycle")
-    args = parser.parse_args()
-    sizes = [1_000, 3_000] if args.quick else [10_000, 30_000, 100_000]
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--db-jobs", type=int, nargs="+", default=None,
+                   help="pending jobs for the on-PostgreSQL cycle, one run each (default 10,000 100,000; quick 1,000)")
+    p.add_argument("--no-db", action="store_true", help="skip the on-PostgreSQL cycle")
+    args = p.parse_args(argv)
     n_clusters = 10 if args.quick else 100
-    growth = []
-    for i, n in enumerate(sizes):
-        progress(i, len(sizes), f"one cycle, {n:,} pending")
-        growth.append(one_cycle(n, n_clusters, args.seed))
-    progress(len(sizes), len(sizes), "one cycle")
-    print()
-    steady = sustained(sizes[-1], n_clusters, 5 if args.quick else 20, args.seed)
+    steady = sustained(3_000 if args.quick else 100_000, n_clusters, 5 if args.quick else 20, args.seed)
     results = {
-        "benchmark": "scheduler", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "benchmark": "scheduler", "date": measured(), "machine": machine(),
         "federation": f"{n_clusters} clusters x {SPINES * LEAVES * NODES} nodes x 8 GPUs, 100 tenants x 10 queues",
-        "quick": args.quick, "one_cycle": growth, "sustained": steady,
+        "quick": args.quick, "sustained": steady,
     }
+    headline = [("scheduler: sustained, pure core", f"{steady['jobs_per_second']:,.0f} jobs placed/s, median cycle "
+                                                   f"{steady['median_cycle_seconds']:.3f} s ({steady['pending']:,} "
+                                                   f"pending, {n_clusters} clusters)")]
     if not args.no_db:
-        from db_cycle import db_cycle
+        from bench.db_cycle import db_cycle
 
-        results["db_cycle"] = [db_cycle(n, 10 if args.quick else n_clusters, args.seed,
-                                        **({"settle": 2, "rounds": 3} if args.quick else {}))
-                               for n in ([1_000] if args.quick else args.db_jobs)]
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "scheduler.json").write_text(json.dumps(results, indent=2) + "\n")
-    (RESULTS / "scheduler.md").write_text(report(results))
-    print(report(results))
+        results["db_cycle"] = [db_cycle(n, n_clusters, args.seed, **({"settle": 2, "rounds": 3} if args.quick else {}))
+                               for n in (args.db_jobs or ([1_000] if args.quick else [10_000, 100_000]))]
+        headline += [(f"scheduler: server cycle on PostgreSQL, {d['pending']:,} pending",
+                      f"median {d['median_seconds']:.3f} s, {d['jobs_per_second']:,.0f} jobs placed/s")
+                     for d in results["db_cycle"]]
+    write(out_dir(args), "scheduler", results, report(results), headline)
 
 
 def report(r: dict) -> str:
-    lines = [f"# Scheduler benchmark ({r['date']})", "", f"Machine: {r['machine']}. Federation: {r['federation']}.",
-             "CPU time of the pure core (`time.process_time`).", "",
-             "| pending jobs | one cycle (s) | jobs placed | GPUs placed / capacity |", "|---:|---:|---:|---:|"]
-    for g in r["one_cycle"]:
-        lines.append(f"| {g['pending']:,} | {g['seconds']:.3f} | {g['placed']:,} | "
-                     f"{g['gpus_placed']:,} / {g['gpu_capacity']:,} |")
     s = r["sustained"]
-    lines += ["", f"Sustained, {s['pending']:,} pending kept topped up, {s['rounds']} rounds where a tenth of the "
-              f"running gangs finish: **{s['jobs_per_second']:,.0f} jobs placed per second** of cycle time "
-              f"({s['jobs_placed']:,} jobs), median cycle {s['median_cycle_seconds']:.3f} s "
-              f"(max {s['max_cycle_seconds']:.3f} s), GPU utilisation at the end {s['gpu_utilisation_at_end']:.0%}."]
+    lines = [f"# Scheduler throughput ({r['date']})", "", f"Machine: {r['machine']}. Federation: {r['federation']}.",
+             "", f"Sustained, pure core (CPU time, `time.process_time`), {s['pending']:,} pending kept topped up, "
+             f"{s['rounds']} rounds where a tenth of the running gangs finish: **{s['jobs_per_second']:,.0f} jobs "
+             f"placed per second** of cycle time ({s['jobs_placed']:,} jobs), median cycle "
+             f"{s['median_cycle_seconds']:.3f} s (max {s['max_cycle_seconds']:.3f} s), GPU utilisation at the end "
+             f"{s['gpu_utilisation_at_end']:.0%}."]
     if "db_cycle" in r:
         lines += ["", "Whole server cycle (`Scheduler.cycle`: catch up the job cache from the event log, snapshot, "
                   "decide, write preemptions and dispatches with their events, then changed reasons), wall-clock "

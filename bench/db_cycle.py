@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench_scheduler import MIX
 from sqlalchemy import insert
 
+from bench.bench_scheduler import MIX
 from federation.api.agents import inventory_json
 from federation.api.convert import spec_to_json
 from federation.scheduler import Scheduler

@@ -2,8 +2,8 @@
 
 Every policy of `bench.replay.sim` runs on the same trace and the same capacity, for each load
 (capacity sized so the trace's average GPU demand is that fraction of it). Simulated time, so the
-same command gives the same simulated results. Writes bench/results/replay.json, replay.md and
-PNG plots; `--quick` replays the first days only (CI's smoke run).
+same command gives the same simulated results. Writes replay.json, replay.md and PNG plots;
+`--quick` replays the first days only (CI's smoke run).
 
 Usage: python -m bench.trace_replay [--quick] [--days N] [--loads 0.6,0.8,1.0] [--interval S]
 """
@@ -11,21 +11,19 @@ Usage: python -m bench.trace_replay [--quick] [--days N] [--loads 0.6,0.8,1.0] [
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from bench.common import bar, machine, out_dir, parser, write
 from bench.replay.capacity import GPUS_PER_NODE, shape_for
 from bench.replay.sim import POLICIES, Replay, Result
 from bench.replay.trace import DAY, gpu_seconds, load_itp, span
 
-RESULTS = Path(__file__).resolve().parent / "results"
 HOURS = 3600.0
 
 
@@ -73,9 +71,9 @@ def run(days: float | None, loads: list[float], interval: float) -> dict[str, An
     for load in loads:
         shape = shape_for(demand, load)
         for policy in POLICIES:
-            with tqdm(total=1000, desc=f"load {load:.1f} {policy:<12}", unit="‰", leave=False) as bar:
+            with bar(1000, f"load {load:.1f} {policy:<12}", "‰") as progress:
                 result = Replay(jobs, shape, policy, interval,
-                                lambda fraction, bar=bar: bar.update(max(0, int(fraction * 1000) - bar.n))).run()
+                                lambda f, p=progress: p.update(max(0, int(f * 1000) - p.n))).run()
             figures = summarise(result, window)
             out["runs"].append({"load": load, "actual_load": demand / shape.gpus, "policy": policy,
                                 "capacity_gpus": shape.gpus, "nodes_per_leaf": shape.nodes, **figures,
@@ -184,25 +182,39 @@ def _loads(text: str) -> list[float]:
     return loads
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="the first 3 days, loads 0.8 and 1.0")
-    parser.add_argument("--days", type=float, default=None, help="replay only jobs submitted in the first N days")
-    parser.add_argument("--loads", type=_loads, default="0.6,0.8,1.0", help="offered loads, comma-separated")
-    parser.add_argument("--interval", type=float, default=60.0, help="simulated seconds between cycles, at least")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+def headline(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """Ours against both baselines at each load of 0.8 and above, where the policies differ."""
+    out = []
+    for load in sorted({r["load"] for r in data["runs"]}):
+        if load < 0.8:
+            continue
+        by = {r["policy"]: r for r in data["runs"] if r["load"] == load}
+        fair, fifo, flat = by["fair"], by["fifo"], by["topology-off"]
+        out += [(f"replay {load:.1f}: mean wait, fair / FIFO / topology-off",
+                 " / ".join(f"{r['queueing_delay_h']['mean']:.2f} h" for r in (fair, fifo, flat))),
+                (f"replay {load:.1f}: share error, fair / FIFO / topology-off",
+                 " / ".join(f"{r['share_error_mean']:.3f}" for r in (fair, fifo, flat))),
+                (f"replay {load:.1f}: gangs in one leaf, fair / FIFO / topology-off",
+                 " / ".join(f"{r['gangs_within_one_leaf']:.2f}" for r in (fair, fifo, flat)))]
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__)
+    p.add_argument("--days", type=float, default=None, help="replay only jobs submitted in the first N days "
+                                                             "(quick: 3)")
+    p.add_argument("--loads", type=_loads, default=None, help="offered loads, comma-separated (default 0.6,0.8,1.0; "
+                                                             "quick 0.8,1.0)")
+    p.add_argument("--interval", type=float, default=60.0, help="simulated seconds between cycles, at least")
+    args = p.parse_args(argv)
     days = 3.0 if args.quick and args.days is None else args.days
-    loads = [0.8, 1.0] if args.quick else args.loads
+    loads = args.loads or ([0.8, 1.0] if args.quick else [0.6, 0.8, 1.0])
+    out = out_dir(args)
     data = run(days, loads, args.interval)
     data["measured"] = datetime.now(UTC).strftime("%Y-%m-%d")
-    data["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    name = "replay-quick" if args.quick else "replay"
-    (args.out / f"{name}.json").write_text(json.dumps(data, separators=(",", ":")))  # hourly series: keep it compact
-    plots = _plots(data, args.out) if not args.quick else []
-    (args.out / f"{name}.md").write_text(report(data, plots))
-    print(f"wrote {args.out / (name + '.md')}")
+    data["machine"] = machine()
+    plots = _plots(data, out)
+    write(out, "replay", data, report(data, plots), headline(data), compact=True)  # hourly series: keep it compact
 
 
 if __name__ == "__main__":
