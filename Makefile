@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo up test lint proto reference bench-api bench-agent bench-scheduler bench-faults bench-replay clean
+.PHONY: demo up test lint proto reference bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -37,21 +37,14 @@ reference: $(STAMP)
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=. --pyi_out=. --grpc_python_out=. proto/federation/v1/*.proto
 
-bench-api: $(STAMP)
-	$(BIN)/python bench/bench_api.py
+# Every benchmark, then bench/results/README.md, the report (about an hour; BENCH_ARGS=--quick: a few minutes,
+# written to bench/results/quick/). One benchmark alone: make bench-NAME (scale agent scheduler api faults openb
+# replay), with the same BENCH_ARGS.
+bench: $(STAMP)
+	$(BIN)/python -m bench.run_all $(BENCH_ARGS)
 
-bench-agent: $(STAMP)
-	$(BIN)/python bench/bench_agent.py
-
-bench-scheduler: $(STAMP)
-	$(BIN)/python bench/bench_scheduler.py $(BENCH_ARGS)
-
-bench-faults: $(STAMP)
-	$(BIN)/python bench/bench_faults.py $(BENCH_ARGS)
-
-# The ITP trace in simulated time: our policy, topology off and FIFO at loads 0.6, 0.8, 1.0 (--quick: 3 days).
-bench-replay: $(STAMP)
-	$(BIN)/python -m bench.trace_replay $(BENCH_ARGS)
+bench-%: $(STAMP)
+	$(BIN)/python -m bench.run_all --only $* $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .ruff_cache *.egg-info

@@ -111,8 +111,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"(p90 {placement['p90_ms']} ms) | < 50 ms |",
         f"| pods bound per second (simulated backend, {gangs} gangs of 8) | {rate} | >= 1000 |", ""])
     write(out_dir(args), "agent", report, markdown, [
-        ("agent: 128 x 8-GPU gang on 10,000 nodes, median", f"{placement['median_ms']} ms (target < 50 ms)"),
-        ("agent: simulated binding", f"{rate} pods/s (target >= 1000)")])
+        ("128 x 8-GPU gang on 10,000 nodes, median", f"{placement['median_ms']} ms (target < 50 ms)"),
+        ("simulated binding", f"{rate} pods/s (target >= 1000)")])
 
 
 if __name__ == "__main__":

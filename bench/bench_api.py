@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     lines += [f"| {c} | {r['median_jobs_per_s']} | {', '.join(map(str, r['runs_jobs_per_s']))} |"
               for c, r in results.items()]
     write(out_dir(args), "api", report, "\n".join(lines) + "\n",
-          [(f"api: SubmitJobs, {c} client(s), median", f"{r['median_jobs_per_s']:,} jobs/s (target 2,000)")
+          [(f"SubmitJobs, {c} client(s), median", f"{r['median_jobs_per_s']:,} jobs/s (target 2,000)")
            for c, r in results.items()])
 
 

@@ -186,10 +186,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "raw": {"pod_restart": pods, "agent_kill": agents, "server_kill": servers},
     }
     write(out_dir(args), "faults", results, report(results), [
-        ("faults: failed pod restarted (RestartTask)", f"{results['pod_restart_seconds']} s"),
-        ("faults: killed agent's running job runs elsewhere",
+        ("failed pod restarted (RestartTask)", f"{results['pod_restart_seconds']} s"),
+        ("killed agent's running job runs elsewhere",
          f"{results['agent_kill_running_seconds']} s (heartbeat timeout {TIMEOUT:g} s + grace {GRACE:g} s)"),
-        ("faults: killed server answers again", f"{results['server_kill_answering_seconds']} s")])
+        ("killed server answers again", f"{results['server_kill_answering_seconds']} s")])
 
 
 def report(r: dict[str, Any]) -> str:

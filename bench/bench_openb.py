@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     image = plot(data, out)
     by = {(r["pod_list"], r["policy"]): r for r in runs}
     write(out, "openb", data, report(data, image), [
-        (f"openb {pod_list}: GPU unallocatable, agent / first-fit / least-allocated",
+        (f"{pod_list}: GPU unallocatable, agent / first-fit / least-allocated",
          " / ".join(f"{by[pod_list, policy]['unallocatable']:.1%}" for policy in POLICIES))
         for pod_list in pod_lists])
 

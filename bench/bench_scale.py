@@ -169,9 +169,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     widest = max(data["scheduler"], key=lambda p: (p["clusters"], p["seconds"]))
     biggest = max(data["agent"], key=lambda p: p["nodes"])
     corners = [largest] if widest == largest else [largest, widest]
-    headline = [(f"scale: one cycle, {p['pending']:,} pending x {p['clusters']:,} clusters",
+    headline = [(f"one cycle, {p['pending']:,} pending x {p['clusters']:,} clusters",
                  f"{p['seconds']:.2f} s CPU, {p['memory_mb']:,.0f} MB") for p in corners]
-    headline.append((f"scale: gang placement on {biggest['nodes']:,} nodes, median", f"{biggest['median_ms']} ms"))
+    headline.append((f"gang placement on {biggest['nodes']:,} nodes, median", f"{biggest['median_ms']} ms"))
     write(out, "scale", data, report(data, image), headline)
 
 

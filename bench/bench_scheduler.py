@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "federation": f"{n_clusters} clusters x {SPINES * LEAVES * NODES} nodes x 8 GPUs, 100 tenants x 10 queues",
         "quick": args.quick, "sustained": steady,
     }
-    headline = [("scheduler: sustained, pure core", f"{steady['jobs_per_second']:,.0f} jobs placed/s, median cycle "
+    headline = [("sustained, pure core", f"{steady['jobs_per_second']:,.0f} jobs placed/s, median cycle "
                                                    f"{steady['median_cycle_seconds']:.3f} s ({steady['pending']:,} "
                                                    f"pending, {n_clusters} clusters)")]
     if not args.no_db:
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         results["db_cycle"] = [db_cycle(n, n_clusters, args.seed, **({"settle": 2, "rounds": 3} if args.quick else {}))
                                for n in (args.db_jobs or ([1_000] if args.quick else [10_000, 100_000]))]
-        headline += [(f"scheduler: server cycle on PostgreSQL, {d['pending']:,} pending",
+        headline += [(f"server cycle on PostgreSQL, {d['pending']:,} pending",
                       f"median {d['median_seconds']:.3f} s, {d['jobs_per_second']:,.0f} jobs placed/s")
                      for d in results["db_cycle"]]
     write(out_dir(args), "scheduler", results, report(results), headline)

@@ -64,5 +64,5 @@ def write(out: Path, name: str, data: dict[str, Any], markdown: str,
     (out / f"{name}.md").write_text(markdown)
     width = max((len(label) for label, _ in headline), default=0)
     for label, value in headline:
-        print(f"  {label:<{width}}  {value}")
+        print(f"  {name}: {label:<{width}}  {value}")
     print(f"  -> {out / (name + '.md')}")

@@ -190,11 +190,11 @@ def headline(data: dict[str, Any]) -> list[tuple[str, str]]:
             continue
         by = {r["policy"]: r for r in data["runs"] if r["load"] == load}
         fair, fifo, flat = by["fair"], by["fifo"], by["topology-off"]
-        out += [(f"replay {load:.1f}: mean wait, fair / FIFO / topology-off",
+        out += [(f"load {load:.1f}: mean wait, fair / FIFO / topology-off",
                  " / ".join(f"{r['queueing_delay_h']['mean']:.2f} h" for r in (fair, fifo, flat))),
-                (f"replay {load:.1f}: share error, fair / FIFO / topology-off",
+                (f"load {load:.1f}: share error, fair / FIFO / topology-off",
                  " / ".join(f"{r['share_error_mean']:.3f}" for r in (fair, fifo, flat))),
-                (f"replay {load:.1f}: gangs in one leaf, fair / FIFO / topology-off",
+                (f"load {load:.1f}: gangs in one leaf, fair / FIFO / topology-off",
                  " / ".join(f"{r['gangs_within_one_leaf']:.2f}" for r in (fair, fifo, flat)))]
     return out
 

@@ -1,0 +1,111 @@
+"""`make bench`: every benchmark in turn, then one Markdown report of them all.
+
+Each benchmark runs in a process of its own (its memory and its failures stay its own) with the
+same `--quick`/`--out`; the report gathers their Markdown sections and plots, headed by every
+benchmark's headline figures. A benchmark that fails is named in the report and makes the exit
+status non-zero, after the others have run.
+
+Usage: python -m bench.run_all [--quick] [--only NAME,...] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.common import machine, measured, out_dir, parser
+from bench.replay.trace import traces
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACED = {"openb", "replay"}  # these read the public traces (../shared/traces or $FEDERATION_TRACES)
+# name: (module, what it measures); the order runs the quick, self-contained ones first
+BENCHMARKS = {
+    "scale": ("bench.bench_scale", "how a scheduling cycle and a gang placement grow with size"),
+    "agent": ("bench.bench_agent", "member-agent placement latency and binding rate"),
+    "scheduler": ("bench.bench_scheduler", "scheduling throughput under churn, pure core and on PostgreSQL"),
+    "api": ("bench.bench_api", "SubmitJobs throughput into PostgreSQL"),
+    "faults": ("bench.bench_faults", "recovery times after pod, agent and server failures"),
+    "openb": ("bench.bench_openb", "GPU fragmentation on the Alibaba openb trace against first fit"),
+    "replay": ("bench.trace_replay", "Microsoft ITP trace replay: fair vs FIFO vs topology-off"),
+}
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise ValueError(f"unknown benchmark {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+    return names
+
+
+def _section(markdown: str) -> str:
+    """A benchmark's own report, one heading level down, to sit under the combined report's title."""
+    return re.sub(r"^(#+) ", r"#\1 ", markdown, flags=re.MULTILINE).strip() + "\n"
+
+
+def report(out: Path, ran: Sequence[str], failed: Sequence[str], quick: bool, seconds: dict[str, float],
+           skipped: Sequence[str] = ()) -> str:
+    lines = ["# Benchmark report", "",
+             f"Measured {measured()[:10]} on {machine()}, by `make bench{' BENCH_ARGS=--quick' if quick else ''}` "
+             f"({'quick smoke sizes' if quick else 'full sizes'}). Each section below is one benchmark's own "
+             "report; its JSON beside it holds every figure.", "", "## Headline figures", "",
+             "| benchmark | figure | value |", "|---|---|---|"]
+    for name in ran:
+        path = out / f"{name}.json"
+        if name in skipped:
+            lines.append(f"| {name} | **not run**: no traces at {traces()} | |")
+            continue
+        if name in failed or not path.exists():
+            lines.append(f"| {name} | **failed** (see its output) | |")
+            continue
+        for label, value in json.loads(path.read_text()).get("headline", []):
+            lines.append(f"| {name} | {label} | {value} |")
+    lines += ["", "| benchmark | measures | run time (s) |", "|---|---|---:|"]
+    lines += [f"| [{n}](#{n}) | {BENCHMARKS[n][1]} | {seconds.get(n, 0):.0f} |" for n in ran]
+    for name in ran:
+        path = out / f"{name}.md"
+        if name not in failed and name not in skipped and path.exists():
+            lines += ["", f'<a id="{name}"></a>', "", _section(path.read_text())]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated benchmarks to run "
+                                                                 f"(default all: {', '.join(BENCHMARKS)})")
+    args = p.parse_args(argv)
+    try:
+        names = _names(args.only)
+    except ValueError as err:
+        p.error(str(err))
+    out = out_dir(args)
+    failed: list[str] = []
+    skipped = [n for n in names if n in TRACED and not traces().is_dir()]
+    seconds: dict[str, float] = {}
+    for i, name in enumerate(names, 1):
+        module, what = BENCHMARKS[name]
+        print(f"[{i}/{len(names)}] {name}: {what}", flush=True)
+        if name in skipped:
+            print(f"  NOT RUN: the traces are not at {traces()} (set FEDERATION_TRACES)", flush=True)
+            continue
+        started = time.monotonic()
+        command = [sys.executable, "-m", module, "--out", str(out)] + (["--quick"] if args.quick else [])
+        if subprocess.run(command, check=False, cwd=ROOT).returncode != 0:
+            failed.append(name)
+            print(f"  {name} FAILED", flush=True)
+        seconds[name] = time.monotonic() - started
+        print(f"  ({seconds[name]:.0f} s)", flush=True)
+    path = out / "README.md"
+    path.write_text(report(out, names, failed, args.quick, seconds, skipped))
+    print(f"report: {path}" + (f"; failed: {', '.join(failed)}" if failed else "")
+          + (f"; not run (no traces): {', '.join(skipped)}" if skipped else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
