@@ -27,3 +27,15 @@ class AlreadyExists(FederationError):
 
 class FailedPrecondition(FederationError):
     pass
+
+
+class Unauthenticated(FederationError):
+    pass
+
+
+class PermissionDenied(FederationError):
+    pass
+
+
+class ResourceExhausted(FederationError):
+    pass

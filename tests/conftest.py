@@ -116,7 +116,7 @@ class Api:
 @pytest.fixture
 async def api(db_url: URL) -> AsyncIterator[Api]:
     """A federation server on a real TCP socket, in this process, on this test's database."""
-    server = FederationServer(db_url, "127.0.0.1:0")
+    server = FederationServer(db_url, "127.0.0.1:0", insecure_dev=True)
     port = await server.start()
     address = f"127.0.0.1:{port}"
     async with grpc.aio.insecure_channel(address) as channel:

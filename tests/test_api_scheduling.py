@@ -139,7 +139,7 @@ async def test_a_standby_keeps_its_cache_and_takes_over_with_current_reasons(api
     written = (await store.get(job_id))["reason"]
     assert written.startswith("no ready cluster fits: east")
 
-    await admin.set_cordoned("east", True)  # back to the first reason, decided by the new leader
+    await admin.set_cordoned("east", True, "test")  # back to the first reason, decided by the new leader
     leader["a"] = False
     await b.tick()
     assert (await store.get(job_id))["reason"] == "no member cluster is ready"

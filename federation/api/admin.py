@@ -1,8 +1,14 @@
-"""AdminService: tenants, queues, priority classes and member clusters."""
+"""AdminService: tenants, queues, priority classes, member clusters, tokens and the audit log.
+
+Only admins change anything; every change is audited by the store in the same transaction. A
+tenant's token reads its own tenant and queues (another tenant's are NOT_FOUND, so their existence
+does not leak), and the priority classes and clusters everyone submits against.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -11,12 +17,21 @@ from google.protobuf.message import Message
 
 from federation.api import convert
 from federation.api.status import servicer
-from federation.errors import InvalidArgument
+from federation.auth import current, require_admin
+from federation.errors import InvalidArgument, NotFound
 from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.models import Base, Cluster, PriorityClass, Queue, Tenant
+from federation.store.tokens import TokenStore
 from federation.v1 import admin_pb2, admin_pb2_grpc
-from federation.validation import Violation, Violations, check_priority_class, check_queue, check_tenant
+from federation.validation import (
+    Violation,
+    Violations,
+    check_name,
+    check_priority_class,
+    check_queue,
+    check_tenant,
+)
 
 
 class _Kind:
@@ -46,17 +61,25 @@ def _checked(kind: _Kind, obj: Message) -> dict[str, Any]:
     return kind.values(obj)
 
 
+MAX_AUDIT_EVENTS = 1000
+
+
 @servicer
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, store: AdminStore, scheduler: Scheduler) -> None:
+    def __init__(self, store: AdminStore, scheduler: Scheduler, tokens: TokenStore,
+                 forget_token: Callable[[str], None]) -> None:
         self.store = store
         self.scheduler = scheduler
+        self.tokens = tokens
+        self.forget_token = forget_token  # a revoked token stops working on this replica at once
 
     async def _create(self, kind: _Kind, obj: Message) -> Message:
-        return kind.to_proto(await self.store.create(kind.model, _checked(kind, obj), kind.field))
+        actor = require_admin().name
+        return kind.to_proto(await self.store.create(kind.model, _checked(kind, obj), kind.field, actor))
 
     async def _update(self, kind: _Kind, obj: Message, mask: field_mask_pb2.FieldMask) -> Message:
         """Apply the masked fields onto the stored object and validate the result as a whole."""
+        actor = require_admin().name
         paths = list(mask.paths) or list(kind.mutable)
         unknown = [p for p in paths if p not in kind.mutable]
         if unknown:
@@ -67,14 +90,17 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                                                           replace_repeated_field=True)
         values = _checked(kind, merged)
         return kind.to_proto(await self.store.update(kind.model, merged.name, {p: values[p] for p in paths},
-                                                     kind.field))
-
-    async def _get(self, kind: _Kind, name: str) -> Message:
-        return kind.to_proto(await self.store.get(kind.model, name))
+                                                     kind.field, actor))
 
     async def _delete(self, kind: _Kind, name: str) -> empty_pb2.Empty:
-        await self.store.delete(kind.model, name)
+        await self.store.delete(kind.model, name, require_admin().name)
         return empty_pb2.Empty()
+
+    async def _queue(self, name: str) -> Any:
+        row = await self.store.get(Queue, name)
+        if not current().sees(row["tenant"]):
+            raise NotFound(f"queue {name!r} not found")
+        return row
 
     async def CreateTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._create(TENANT, request.tenant)
@@ -83,10 +109,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return await self._update(TENANT, request.tenant, request.update_mask)
 
     async def GetTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await self._get(TENANT, request.name)
+        if not current().sees(request.name):
+            raise NotFound(f"tenant {request.name!r} not found")
+        return TENANT.to_proto(await self.store.get(Tenant, request.name))
 
     async def ListTenants(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return admin_pb2.ListTenantsResponse(tenants=[TENANT.to_proto(r) for r in await self.store.list(Tenant)])
+        rows = [r for r in await self.store.list(Tenant) if current().sees(r["name"])]
+        return admin_pb2.ListTenantsResponse(tenants=[TENANT.to_proto(r) for r in rows])
 
     async def DeleteTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._delete(TENANT, request.name)
@@ -98,16 +127,17 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return await self._update(QUEUE, request.queue, request.update_mask)
 
     async def GetQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await self._get(QUEUE, request.name)
+        return QUEUE.to_proto(await self._queue(request.name))
 
     async def ListQueues(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        rows = await self.store.list(Queue, tenant=request.tenant)
+        rows = [r for r in await self.store.list(Queue, tenant=request.tenant) if current().sees(r["tenant"])]
         return admin_pb2.ListQueuesResponse(queues=[QUEUE.to_proto(r) for r in rows])
 
     async def DeleteQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._delete(QUEUE, request.name)
 
     async def GetQueueStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self._queue(request.name)
         return await self.scheduler.queue_status(request.name)
 
     async def CreatePriorityClass(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -117,7 +147,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return await self._update(PRIORITY_CLASS, request.priority_class, request.update_mask)
 
     async def GetPriorityClass(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await self._get(PRIORITY_CLASS, request.name)
+        return PRIORITY_CLASS.to_proto(await self.store.get(PriorityClass, request.name))
 
     async def ListPriorityClasses(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         rows = await self.store.list(PriorityClass)
@@ -134,7 +164,39 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return convert.cluster_to_proto(await self.store.get(Cluster, request.name))
 
     async def CordonCluster(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return convert.cluster_to_proto(await self.store.set_cordoned(request.name, True))
+        return convert.cluster_to_proto(await self.store.set_cordoned(request.name, True, require_admin().name))
 
     async def UncordonCluster(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return convert.cluster_to_proto(await self.store.set_cordoned(request.name, False))
+        return convert.cluster_to_proto(await self.store.set_cordoned(request.name, False, require_admin().name))
+
+    async def CreateToken(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        actor = require_admin().name
+        v = Violations()
+        if request.admin == bool(request.tenant):
+            v.add("tenant", "a token is either for one tenant (tenant) or an admin token (admin), not both or neither")
+        if request.name:
+            check_name(v, "name", request.name)
+        if request.HasField("ttl") and request.ttl.ToTimedelta() <= timedelta(0):
+            v.add("ttl", "must be positive")
+        if v:
+            raise InvalidArgument(v.items)
+        ttl = request.ttl.ToTimedelta() if request.HasField("ttl") else None
+        row, bearer = await self.tokens.create(actor, request.name, request.tenant or None, request.admin, ttl)
+        return admin_pb2.CreateTokenResponse(token=convert.token_to_proto(row), bearer_token=bearer)
+
+    async def ListTokens(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        require_admin()
+        return admin_pb2.ListTokensResponse(tokens=[convert.token_to_proto(r)
+                                                    for r in await self.tokens.list(request.tenant)])
+
+    async def RevokeToken(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        row = await self.tokens.revoke(require_admin().name, request.id)
+        self.forget_token(request.id)
+        return convert.token_to_proto(row)
+
+    async def ListAuditEvents(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        require_admin()
+        if not 0 <= request.limit <= MAX_AUDIT_EVENTS:
+            raise InvalidArgument([Violation("limit", f"must be between 0 and {MAX_AUDIT_EVENTS}")])
+        rows = await self.tokens.audit_events(request.kind, request.limit or 100)
+        return admin_pb2.ListAuditEventsResponse(events=[convert.audit_event_to_proto(r) for r in rows])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -66,6 +67,21 @@ def cluster_to_proto(row: Mapping[str, Any]) -> admin_pb2.Cluster:
         topology=[admin_pb2.TierSummary(tier=t["tier"], tier_name=t.get("tier_name", ""),
                                         max_free=format_resources(t.get("max_free", {})))
                   for t in inv.get("topology", [])])
+
+
+def token_to_proto(row: Mapping[str, Any]) -> admin_pb2.Token:
+    return admin_pb2.Token(id=row["id"], name=row["name"], tenant=row["tenant"] or "", admin=row["admin"],
+                           created_by=row["created_by"], create_time=_ts(row["created_at"]),
+                           expire_time=_ts(row["expires_at"]), revoke_time=_ts(row["revoked_at"]))
+
+
+def audit_event_to_proto(row: Mapping[str, Any]) -> admin_pb2.AuditEvent:
+    def text(value: Any) -> str:
+        return "" if value is None else json.dumps(value, sort_keys=True)
+
+    return admin_pb2.AuditEvent(id=row["id"], time=_ts(row["at"]), actor=row["actor"], action=row["action"],
+                                kind=row["kind"], name=row["name"], before_json=text(row["before"]),
+                                after_json=text(row["after"]))
 
 
 def spec_to_json(spec: common_pb2.JobSpec) -> dict[str, Any]:

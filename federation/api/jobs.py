@@ -1,4 +1,8 @@
-"""JobService: submit, read, cancel and watch gang jobs."""
+"""JobService: submit, read, cancel and watch gang jobs.
+
+A tenant's token reaches only its own tenant's queues and jobs; another tenant's are NOT_FOUND
+(or simply absent from lists and watches), worded as if they did not exist.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ import grpc
 
 from federation.api import convert
 from federation.api.status import servicer
-from federation.errors import FailedPrecondition, InvalidArgument
+from federation.auth import RateLimiter, current
+from federation.errors import FailedPrecondition, InvalidArgument, NotFound
 from federation.events import EventHub
 from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
@@ -47,12 +52,19 @@ def _after_seq(token: str) -> int:
 @servicer
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub, scheduler: Scheduler,
-                 on_change: Callable[[], None]) -> None:
+                 on_change: Callable[[], None], limiter: RateLimiter) -> None:
         self.jobs = jobs
         self.admin = admin
         self.hub = hub
         self.scheduler = scheduler
         self.on_change = on_change  # wakes the scheduler and the watchers
+        self.limiter = limiter
+
+    async def _job(self, job_id: str) -> Any:
+        row = await self.jobs.get(job_id)
+        if not current().sees(row["tenant"]):
+            raise NotFound(f"job {job_id!r} not found")
+        return row
 
     async def _prepare(self, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str]) -> list[NewJob]:
         """Validate a batch in full and resolve its references; raise before anything is stored."""
@@ -64,7 +76,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             normalise_job_spec(spec)
             normalised.append(spec)
             checked.append(check_job_spec(v, path, spec))
-        queues = {q["name"]: q for q in await self.admin.list(Queue)}
+        caller = current()
+        queues = {q["name"]: q for q in await self.admin.list(Queue) if caller.sees(q["tenant"])}
         classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
         default_class = next((c for c in classes.values() if c["global_default"]), None)
         for spec, path in zip(normalised, paths, strict=True):
@@ -94,6 +107,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         return out
 
     async def SubmitJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        self.limiter.take(current(), 1)
         (new,) = await self._prepare([request.spec], ["spec"])
         (result,) = await self.jobs.submit([new])
         self.on_change()
@@ -105,6 +119,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             raise InvalidArgument([Violation("specs", "at least one job spec is required")])
         if len(request.specs) > MAX_BATCH:
             raise InvalidArgument([Violation("specs", f"at most {MAX_BATCH} jobs per batch, got {len(request.specs)}")])
+        self.limiter.take(current(), len(request.specs))
         new = await self._prepare(request.specs, [f"specs[{i}]" for i in range(len(request.specs))])
         results = await self.jobs.submit(new)
         self.on_change()
@@ -112,19 +127,24 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             jobs_pb2.SubmitJobResult(job_id=r.job_id, duplicate=r.duplicate) for r in results])
 
     async def GetJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return convert.job_to_proto(await self.jobs.get(request.id))
+        return convert.job_to_proto(await self._job(request.id))
 
     async def ListJobs(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         if request.page_size < 0:
             raise InvalidArgument([Violation("page_size", "must not be negative")])
         size = min(request.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         phases = [common_pb2.JobPhase.Name(p) for p in request.phases if p]
-        rows = await self.jobs.list(tenant=request.tenant, queue=request.queue, phases=phases,
+        caller = current()
+        if not caller.admin and (caller.tenant is None or request.tenant not in ("", caller.tenant)):
+            return jobs_pb2.ListJobsResponse()  # another tenant's jobs: as if there were none
+        tenant = request.tenant if caller.admin else caller.tenant or ""
+        rows = await self.jobs.list(tenant=tenant, queue=request.queue, phases=phases,
                                     after_seq=_after_seq(request.page_token), limit=size + 1)
         token = _page_token(rows[size - 1]["seq"]) if len(rows) > size else ""
         return jobs_pb2.ListJobsResponse(jobs=[convert.job_to_proto(r) for r in rows[:size]], next_page_token=token)
 
     async def CancelJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self._job(request.id)
         row = await self.jobs.cancel(request.id, request.reason)
         self.on_change()  # the Cancelled event is relayed to the job's agent as an order
         return convert.job_to_proto(row)
@@ -133,7 +153,10 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         if request.HasField("after_sequence") and request.after_sequence < 0:
             raise InvalidArgument([Violation("after_sequence", "must not be negative")])
         after = request.after_sequence if request.HasField("after_sequence") else None
+        caller = current()
         async for event in self.hub.watch(after):
+            if not caller.sees(event["tenant"]):
+                continue
             if request.tenant and event["tenant"] != request.tenant:
                 continue
             if request.queue and event["queue"] != request.queue:
@@ -143,7 +166,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             yield convert.event_to_proto(event)
 
     async def ExplainJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        row = await self.jobs.get(request.id)
+        row = await self._job(request.id)
         response = jobs_pb2.ExplainJobResponse(job_id=row["id"], phase=common_pb2.JobPhase.Value(row["phase"]),
                                                reason=row["reason"], queue_position=row["queue_position"])
         if row["phase"] in WAITING_PHASES:

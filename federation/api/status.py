@@ -17,7 +17,16 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from federation.errors import AlreadyExists, FailedPrecondition, FederationError, InvalidArgument, NotFound
+from federation.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    FederationError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +35,9 @@ _CODES: dict[type[FederationError], grpc.StatusCode] = {
     NotFound: grpc.StatusCode.NOT_FOUND,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 

@@ -62,12 +62,14 @@ class _Child:
 
 
 class ServerProcess(_Child):
-    """federation-server on a free port; `address` once it listens."""
+    """federation-server on a free port; `address` once it listens. Local federations run it
+    with --insecure-dev (no tokens) unless `secure`."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60,
-                 listen: str = "127.0.0.1:0") -> None:
+                 listen: str = "127.0.0.1:0", secure: bool = False) -> None:
         super().__init__([str(BIN / "federation-server"), "serve", "--listen", listen,
-                          "--metrics-listen", "127.0.0.1:0", *args], b"listening on", env, timeout)
+                          "--metrics-listen", "127.0.0.1:0", *([] if secure else ["--insecure-dev"]), *args],
+                         b"listening on", env, timeout)
         self.metrics = next((line.rsplit(" ", 1)[1] for line in self.log.decode().splitlines()
                              if "metrics on" in line), "")
         self.address = self.ready_line.rsplit(" ", 1)[1]

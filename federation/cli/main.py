@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import click
 import grpc
-from google.protobuf import field_mask_pb2
+import yaml
+from google.protobuf import duration_pb2, field_mask_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
@@ -18,15 +20,62 @@ from federation.cli import output
 from federation.cli.dev import dev
 from federation.cli.manifest import Converted, admin_from_document, job_from_document
 from federation.cli.yamldoc import Document, ManifestError, load_documents
+from federation.durations import parse_duration
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 
 DEFAULT_SERVER = "localhost:50051"
 
 
+def config_path() -> Path:
+    """fedctl's config file: `server:` and `token:` (YAML), read when no flag or variable gives them."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(os.environ.get("FEDCTL_CONFIG") or Path(base) / "fedctl" / "config.yaml")
+
+
+def read_config(path: Path) -> dict[str, str]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        return {}
+    except (OSError, yaml.YAMLError) as err:
+        raise click.UsageError(f"{path}: cannot read the config: {err}") from None
+    if not isinstance(data, dict) or not all(isinstance(data.get(k, ""), str) for k in ("server", "token")):
+        raise click.UsageError(f"{path}: expected a mapping with string 'server' and 'token'")
+    return {k: data[k] for k in ("server", "token") if data.get(k)}
+
+
+class _CallDetails(NamedTuple):
+    method: str
+    timeout: float | None
+    metadata: Any
+    credentials: Any
+    wait_for_ready: bool | None
+    compression: Any
+
+
+class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """Adds `authorization: Bearer <token>` to every call."""
+
+    def __init__(self, token: str) -> None:
+        self.header = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details: Any) -> _CallDetails:
+        return _CallDetails(details.method, details.timeout, [*(details.metadata or ()), self.header],
+                            details.credentials, details.wait_for_ready, details.compression)
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._with_token(details), request)
+
+
 class Client:
-    def __init__(self, server: str) -> None:
+    def __init__(self, server: str, token: str = "") -> None:
         self.server = server
         self.channel = grpc.insecure_channel(server)
+        if token:
+            self.channel = grpc.intercept_channel(self.channel, _Bearer(token))
         self.jobs = jobs_pb2_grpc.JobServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
 
@@ -52,6 +101,9 @@ def rpc_error_lines(err: grpc.RpcError, server: str) -> list[str]:
     if code == grpc.StatusCode.UNAVAILABLE:
         return [f"cannot reach the federation server at {server}; is it running? "
                 "(set --server or FEDERATION_SERVER)"]
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return [f"{err.details()} (UNAUTHENTICATED): set --token, FEDERATION_TOKEN or token: in "  # type: ignore[attr-defined]
+                f"{config_path()}"]
     violations = field_violations(err)
     if violations:
         return [f"{v.field}: {v.description}" for v in violations]
@@ -87,12 +139,16 @@ def _quantity_pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
 
 
 @click.group(cls=FedctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--server", envvar="FEDERATION_SERVER", default=DEFAULT_SERVER, show_default=True,
-              help="Address of the federation server.")
+@click.option("--server", envvar="FEDERATION_SERVER", default=None,
+              help=f"Address of the federation server [default: server: in the config file, else {DEFAULT_SERVER}].")
+@click.option("--token", envvar="FEDERATION_TOKEN", default=None,
+              help="Bearer token (fed_...) [default: token: in the config file, $FEDCTL_CONFIG or "
+                   "~/.config/fedctl/config.yaml].")
 @click.pass_context
-def cli(ctx: click.Context, server: str) -> None:
+def cli(ctx: click.Context, server: str | None, token: str | None) -> None:
     """Client of the federation scheduler."""
-    ctx.obj = Client(server)
+    config = read_config(config_path()) if server is None or token is None else {}
+    ctx.obj = Client(server or config.get("server", DEFAULT_SERVER), token or config.get("token", ""))
 
 
 pass_client = click.make_pass_decorator(Client)
@@ -440,3 +496,61 @@ def uncordon(client: Client, name: str) -> None:
     """Resume scheduling new jobs to cluster NAME."""
     client.admin.UncordonCluster(admin_pb2.UncordonClusterRequest(name=name))
     click.echo(f"cluster/{name} uncordoned")
+
+
+# ---- tokens and the audit log (admin) ---------------------------------------------------------
+
+@cli.group()
+def token() -> None:
+    """Issue, list and revoke bearer tokens (admin)."""
+
+
+@token.command("create")
+@click.option("--tenant", default="", help="A tenant token: reaches only this tenant's queues and jobs.")
+@click.option("--admin", is_flag=True, help="An admin token: manages tenants, queues, clusters and tokens.")
+@click.option("--name", default="", help="What it is for (a DNS-1123 label); shown in the audit log.")
+@click.option("--ttl", default="", help="Lifetime, e.g. 12h or 2160h (default: until revoked).")
+@pass_client
+def token_create(client: Client, tenant: str, admin: bool, name: str, ttl: str) -> None:
+    """Print a new token. Only its hash is stored: keep it now, it cannot be shown again."""
+    if admin == bool(tenant):
+        raise click.UsageError("give exactly one of --admin or --tenant NAME")
+    request = admin_pb2.CreateTokenRequest(name=name, tenant=tenant, admin=admin)
+    if ttl:
+        try:
+            request.ttl.CopyFrom(duration_pb2.Duration(seconds=round(parse_duration(ttl))))
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--ttl") from None
+    response = client.admin.CreateToken(request)
+    click.echo(response.bearer_token)
+    click.echo(f"fedctl: token {response.token.id} created; it is not shown again", err=True)
+
+
+@token.command("list")
+@click.option("--tenant", default="")
+@_format_option
+@pass_client
+def token_list(client: Client, tenant: str, fmt: str) -> None:
+    """Tokens (never their secrets)."""
+    response = client.admin.ListTokens(admin_pb2.ListTokensRequest(tenant=tenant))
+    output.emit(fmt, list(response.tokens), response)
+
+
+@token.command("revoke")
+@click.argument("token_id")
+@pass_client
+def token_revoke(client: Client, token_id: str) -> None:
+    """Revoke a token: it stops working at once on this server, within 10 s on its other replicas."""
+    client.admin.RevokeToken(admin_pb2.RevokeTokenRequest(id=token_id))
+    click.echo(f"token {token_id} revoked")
+
+
+@cli.command()
+@click.option("--kind", type=click.Choice(["tenant", "queue", "priority_class", "cluster", "token"]), default=None)
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@_format_option
+@pass_client
+def audit(client: Client, kind: str | None, limit: int, fmt: str) -> None:
+    """The latest admin changes, newest first (-o json shows each object before and after)."""
+    response = client.admin.ListAuditEvents(admin_pb2.ListAuditEventsRequest(kind=kind or "", limit=limit))
+    output.emit(fmt, list(response.events), response)

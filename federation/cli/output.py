@@ -49,6 +49,12 @@ def _job_row(j: common_pb2.Job) -> list[Any]:
             s.cluster or "-", where, age(s.create_time), s.reason or "-"]
 
 
+def _token_row(t: admin_pb2.Token) -> list[Any]:
+    expires = t.expire_time.ToDatetime(UTC).strftime("%Y-%m-%d %H:%M") if t.expire_time.seconds else "never"
+    return [t.id, t.name or "-", "admin" if t.admin else t.tenant, "revoked" if t.revoke_time.seconds else "active",
+            expires, age(t.create_time), t.created_by]
+
+
 JOB_HEADERS = ("ID", "TENANT", "QUEUE", "PHASE", "PRIO", "POS", "CLUSTER", "HYPERNODE", "AGE", "REASON")
 
 TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = {
@@ -63,6 +69,9 @@ TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = 
     admin_pb2.Cluster: (("NAME", "STATUS", "CORDONED", "NODES", "ALLOCATABLE", "USED", "HEARTBEAT"), lambda c: [
         c.name, admin_pb2.ClusterStatus.Name(c.status), c.cordoned, c.nodes, quantities(c.allocatable),
         quantities(c.used), age(c.last_heartbeat)]),
+    admin_pb2.Token: (("ID", "NAME", "FOR", "STATE", "EXPIRES", "AGE", "CREATED BY"), _token_row),
+    admin_pb2.AuditEvent: (("ID", "AGE", "ACTOR", "ACTION", "KIND", "NAME"), lambda e: [
+        e.id, age(e.time), e.actor, e.action, e.kind, e.name]),
 }
 
 

@@ -14,6 +14,7 @@ from sqlalchemy.engine import URL
 from federation.api.admin import AdminServicer
 from federation.api.agents import AgentServicer
 from federation.api.jobs import JobServicer
+from federation.auth import Authenticator, AuthInterceptor, RateLimiter, insecure_dev
 from federation.connections import Connections
 from federation.events import EventHub
 from federation.leader import Leadership, announce
@@ -22,16 +23,18 @@ from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE, Scheduler
 from federation.store import database
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
+from federation.store.tokens import TokenStore
 from federation.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-SERVICE_NAMES = (
+USER_SERVICES = (
     jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
-    agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
 )
+SERVICE_NAMES = (*USER_SERVICES, agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name)
+SUBMIT_RATE, SUBMIT_BURST = 100.0, 2000  # jobs per second and at once, per token
 
 
 class SchemaOutOfDate(RuntimeError):
@@ -53,23 +56,31 @@ def ensure_schema(url: URL, auto_migrate: bool) -> None:
 
 class FederationServer:
     def __init__(self, url: URL, listen: str, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
-                 lost_grace: float = LOST_GRACE) -> None:
+                 lost_grace: float = LOST_GRACE, *, insecure_dev: bool = False, submit_rate: float = SUBMIT_RATE,
+                 submit_burst: int = SUBMIT_BURST) -> None:
         self.url = url
         self.listen = listen
         self.heartbeat_timeout = heartbeat_timeout
         self.lost_grace = lost_grace
+        self.insecure_dev = insecure_dev
+        self.limiter = RateLimiter(submit_rate, submit_burst)
         self.port = 0
 
     async def start(self) -> int:
         self.engine = database.async_engine(self.url)
         jobs = JobStore(self.engine)
         admin = AdminStore(self.engine)
+        tokens = TokenStore(self.engine)
+        self.authenticator = Authenticator(tokens.load)
+        if self.insecure_dev:
+            log.warning("INSECURE DEV MODE: no authentication; every caller is an admin. Never expose this server.")
         self.hub = EventHub(jobs.events_after, jobs.last_event_seq, await jobs.last_event_seq())
         self.hub.start()
+        authenticate = insecure_dev if self.insecure_dev else self.authenticator.authenticate
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ])
+        ], interceptors=[AuthInterceptor(authenticate, USER_SERVICES)])
         self.connections = Connections()
         self.relay = OrderRelay(self.connections, jobs.order_events, jobs.last_event_seq, jobs.by_ids)
         self.leadership = Leadership(self.url, self._noticed)
@@ -82,9 +93,10 @@ class FederationServer:
 
         self.scheduler = Scheduler(jobs, admin, lambda: self.leadership.is_leader, changed,
                                    heartbeat_timeout=self.heartbeat_timeout, lost_grace=self.lost_grace)
-        job_servicer = JobServicer(jobs, admin, self.hub, self.scheduler, changed)
+        job_servicer = JobServicer(jobs, admin, self.hub, self.scheduler, changed, self.limiter)
         jobs_pb2_grpc.add_JobServiceServicer_to_server(job_servicer, self.server)
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(admin, self.scheduler), self.server)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(
+            AdminServicer(admin, self.scheduler, tokens, self.authenticator.forget), self.server)
         agents = AgentServicer(admin, jobs, self.connections, self.scheduler, changed)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(agents, self.server)
         self.health = health_aio.HealthServicer()

@@ -9,15 +9,19 @@ import signal
 import sys
 import warnings
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import click
 from sqlalchemy.engine import URL
 
 from federation import metrics
+from federation.durations import parse_duration
+from federation.errors import FederationError
 from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
-from federation.server.app import FederationServer, SchemaOutOfDate, ensure_schema
+from federation.server.app import SUBMIT_BURST, SUBMIT_RATE, FederationServer, SchemaOutOfDate, ensure_schema
 from federation.store import database
+from federation.store.tokens import TokenStore
 
 log = logging.getLogger("federation.server")
 
@@ -71,19 +75,33 @@ def cli(log_level: str) -> None:
 @click.option("--lost-grace", envvar="FEDERATION_LOST_GRACE", type=click.FloatRange(min=0), default=LOST_GRACE,
               show_default=True, help="Seconds more after which a silent cluster's running jobs are lost and "
                                       "retried elsewhere while their maxRetry allows.")
+@click.option("--insecure-dev", envvar="FEDERATION_INSECURE_DEV", is_flag=True, default=False,
+              help="No authentication: every caller is an admin. For a laptop only (make demo); logged loudly.")
+@click.option("--submit-rate", envvar="FEDERATION_SUBMIT_RATE", type=click.FloatRange(min=0), default=SUBMIT_RATE,
+              show_default=True, help="Jobs per second each token may submit on average (0: no limit); beyond it "
+                                      "SubmitJob(s) answers RESOURCE_EXHAUSTED.")
+@click.option("--submit-burst", envvar="FEDERATION_SUBMIT_BURST", type=click.IntRange(min=1), default=SUBMIT_BURST,
+              show_default=True, help="Jobs each token may submit at once before --submit-rate applies.")
 def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str,
-          heartbeat_timeout: float, lost_grace: float) -> None:
+          heartbeat_timeout: float, lost_grace: float, insecure_dev: bool, submit_rate: float,
+          submit_burst: int) -> None:
     """Serve JobService, AdminService and AgentService until SIGINT or SIGTERM."""
     with _database(database_url, data_dir) as url:
-        try:
-            ensure_schema(url, auto_migrate)
-        except SchemaOutOfDate as err:
-            raise click.ClickException(str(err)) from err
-        asyncio.run(_serve(url, listen, metrics_listen, heartbeat_timeout, lost_grace))
+        _current_schema(url, auto_migrate)
+        server = FederationServer(url, listen, heartbeat_timeout, lost_grace, insecure_dev=insecure_dev,
+                                  submit_rate=submit_rate, submit_burst=submit_burst)
+        asyncio.run(_serve(server, metrics_listen))
 
 
-async def _serve(url: URL, listen: str, metrics_listen: str, heartbeat_timeout: float, lost_grace: float) -> None:
-    server = FederationServer(url, listen, heartbeat_timeout, lost_grace)
+def _current_schema(url: URL, auto_migrate: bool) -> None:
+    try:
+        ensure_schema(url, auto_migrate)
+    except SchemaOutOfDate as err:
+        raise click.ClickException(str(err)) from err
+
+
+async def _serve(server: FederationServer, metrics_listen: str) -> None:
+    listen = server.listen
     port = await server.start()
     if metrics_listen:
         print(f"federation-server metrics on {metrics_listen.rpartition(':')[0]}:{metrics.serve(metrics_listen)}",
@@ -136,3 +154,41 @@ def current(database_url: str | None, data_dir: Path) -> None:
         click.echo(f"database: {rev or 'none'}\ncode:     {head}")
         if rev != head:
             sys.exit(1)
+
+
+@cli.group()
+def token() -> None:
+    """Issue bearer tokens directly in the database (the first admin token; later ones: fedctl token)."""
+
+
+@token.command("create")
+@_database_url
+@_data_dir
+@click.option("--admin", is_flag=True, help="An admin token: manages tenants, queues, clusters and tokens.")
+@click.option("--tenant", default="", help="A tenant token: reaches only this tenant's queues and jobs.")
+@click.option("--name", default="", help="What the token is for (a DNS-1123 label), shown in the audit log.")
+@click.option("--ttl", default="", help="Lifetime, e.g. 12h or 2160h (default: until revoked).")
+def token_create(database_url: str | None, data_dir: Path, admin: bool, tenant: str, name: str, ttl: str) -> None:
+    """Print a new bearer token; only its hash is stored, so keep it now."""
+    if admin == bool(tenant):
+        raise click.UsageError("give exactly one of --admin or --tenant NAME")
+    try:
+        lifetime = timedelta(seconds=parse_duration(ttl)) if ttl else None
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--ttl") from None
+    with _database(database_url, data_dir) as url:
+        _current_schema(url, auto_migrate=False)
+
+        async def create() -> str:
+            engine = database.async_engine(url)
+            try:
+                _, bearer = await TokenStore(engine).create("federation-server token create", name, tenant or None,
+                                                            admin, lifetime)
+            finally:
+                await engine.dispose()
+            return bearer
+
+        try:
+            click.echo(asyncio.run(create()))
+        except FederationError as err:  # an unknown tenant, say: one line, no traceback
+            raise click.ClickException(str(err)) from None

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from federation.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from federation.store.jobs import TERMINAL_PHASES
 from federation.store.models import Base, Cluster, Job, PriorityClass, Queue, Tenant
+from federation.store.tokens import audit
 from federation.validation import Violation
 
 KIND_NAMES: dict[type[Base], str] = {
@@ -26,6 +27,10 @@ KIND_NAMES: dict[type[Base], str] = {
 
 def _kind(model: type[Base]) -> str:
     return KIND_NAMES[model]
+
+
+def _audit_kind(model: type[Base]) -> str:
+    return KIND_NAMES[model].replace(" ", "_")
 
 
 class AdminStore:
@@ -51,25 +56,29 @@ class AdminStore:
                 raise FailedPrecondition(f"queue {name!r} still has {active} unfinished jobs; cancel them or "
                                          "close the queue and let them finish")
 
-    async def create(self, model: type[Base], values: dict[str, Any], path: str) -> Any:
+    async def create(self, model: type[Base], values: dict[str, Any], path: str, actor: str) -> Any:
         async with self.engine.begin() as conn:
             await self._check_references(conn, model, values, path)
             try:
                 await conn.execute(model.__table__.insert().values(**values))
             except IntegrityError as err:
                 raise self._conflict(model, values, err) from err
-            return await self._get(conn, model, values["name"])
+            row = await self._get(conn, model, values["name"])
+            await audit(conn, actor, "create", _audit_kind(model), row["name"], None, row)
+            return row
 
-    async def update(self, model: type[Base], name: str, values: dict[str, Any], path: str) -> Any:
+    async def update(self, model: type[Base], name: str, values: dict[str, Any], path: str, actor: str) -> Any:
         async with self.engine.begin() as conn:
-            await self._get(conn, model, name, for_update=True)
+            before = await self._get(conn, model, name, for_update=True)
             await self._check_references(conn, model, values, path)
             if values:
                 try:
                     await conn.execute(update(model).where(model.name == name).values(**values))
                 except IntegrityError as err:
                     raise self._conflict(model, {"name": name, **values}, err) from err
-            return await self._get(conn, model, name)
+            row = await self._get(conn, model, name)
+            await audit(conn, actor, "update", _audit_kind(model), name, before, row)
+            return row
 
     async def get(self, model: type[Base], name: str) -> Any:
         async with self.engine.connect() as conn:
@@ -83,17 +92,21 @@ class AdminStore:
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
 
-    async def delete(self, model: type[Base], name: str) -> None:
+    async def delete(self, model: type[Base], name: str, actor: str) -> None:
         async with self.engine.begin() as conn:
-            await self._get(conn, model, name, for_update=True)
+            before = await self._get(conn, model, name, for_update=True)
             await self._check_delete(conn, model, name)
             await conn.execute(model.__table__.delete().where(model.name == name))
+            await audit(conn, actor, "delete", _audit_kind(model), name, before, None)
 
-    async def set_cordoned(self, name: str, cordoned: bool) -> Any:
+    async def set_cordoned(self, name: str, cordoned: bool, actor: str) -> Any:
         async with self.engine.begin() as conn:
-            await self._get(conn, Cluster, name, for_update=True)
+            before = await self._get(conn, Cluster, name, for_update=True)
             await conn.execute(update(Cluster).where(Cluster.name == name).values(cordoned=cordoned))
-            return await self._get(conn, Cluster, name)
+            row = await self._get(conn, Cluster, name)
+            await audit(conn, actor, "cordon" if cordoned else "uncordon", "cluster", name,
+                        {"cordoned": before["cordoned"]}, {"cordoned": row["cordoned"]})
+            return row
 
     async def register_cluster(self, name: str, labels: dict[str, str], agent_version: str) -> Any:
         """Record a connecting agent's cluster; a returning cluster keeps its cordon."""

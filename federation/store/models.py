@@ -150,3 +150,34 @@ class SubmitKey(Base):
     request_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     job_id: Mapped[str] = mapped_column(String(80), nullable=False)
     created_at: Mapped[datetime] = _created()
+
+
+class ApiToken(Base):
+    """A bearer token: only the SHA-256 of its secret is kept, so a leaked table grants nothing."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(NAME, nullable=False, default="")
+    tenant: Mapped[str | None] = mapped_column(NAME, ForeignKey("tenants.name", ondelete="CASCADE"), index=True)
+    admin: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    secret_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
+    created_by: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    created_at: Mapped[datetime] = _created()
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AuditEvent(Base):
+    """One admin change: who, what, when, and the object before and after (null when absent)."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    at: Mapped[datetime] = _created()
+    actor: Mapped[str] = mapped_column(String(128), nullable=False)
+    action: Mapped[str] = mapped_column(String(32), nullable=False)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False, index=True)
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSONB)

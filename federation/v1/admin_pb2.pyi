@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import empty_pb2 as _empty_pb2
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -360,3 +361,95 @@ class UncordonClusterRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class Token(_message.Message):
+    __slots__ = ("id", "name", "tenant", "admin", "created_by", "create_time", "expire_time", "revoke_time")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    REVOKE_TIME_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    tenant: str
+    admin: bool
+    created_by: str
+    create_time: _timestamp_pb2.Timestamp
+    expire_time: _timestamp_pb2.Timestamp
+    revoke_time: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., admin: _Optional[bool] = ..., created_by: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revoke_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CreateTokenRequest(_message.Message):
+    __slots__ = ("name", "tenant", "admin", "ttl")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tenant: str
+    admin: bool
+    ttl: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., admin: _Optional[bool] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class CreateTokenResponse(_message.Message):
+    __slots__ = ("token", "bearer_token")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    BEARER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: Token
+    bearer_token: str
+    def __init__(self, token: _Optional[_Union[Token, _Mapping]] = ..., bearer_token: _Optional[str] = ...) -> None: ...
+
+class ListTokensRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class ListTokensResponse(_message.Message):
+    __slots__ = ("tokens",)
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tokens: _containers.RepeatedCompositeFieldContainer[Token]
+    def __init__(self, tokens: _Optional[_Iterable[_Union[Token, _Mapping]]] = ...) -> None: ...
+
+class RevokeTokenRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class AuditEvent(_message.Message):
+    __slots__ = ("id", "time", "actor", "action", "kind", "name", "before_json", "after_json")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_JSON_FIELD_NUMBER: _ClassVar[int]
+    AFTER_JSON_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    time: _timestamp_pb2.Timestamp
+    actor: str
+    action: str
+    kind: str
+    name: str
+    before_json: str
+    after_json: str
+    def __init__(self, id: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., action: _Optional[str] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., before_json: _Optional[str] = ..., after_json: _Optional[str] = ...) -> None: ...
+
+class ListAuditEventsRequest(_message.Message):
+    __slots__ = ("kind", "limit")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    limit: int
+    def __init__(self, kind: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListAuditEventsResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[AuditEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ...) -> None: ...

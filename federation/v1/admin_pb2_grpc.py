@@ -136,6 +136,26 @@ class AdminServiceStub:
                 request_serializer=federation_dot_v1_dot_admin__pb2.UncordonClusterRequest.SerializeToString,
                 response_deserializer=federation_dot_v1_dot_admin__pb2.Cluster.FromString,
                 _registered_method=True)
+        self.CreateToken = channel.unary_unary(
+                '/federation.v1.AdminService/CreateToken',
+                request_serializer=federation_dot_v1_dot_admin__pb2.CreateTokenRequest.SerializeToString,
+                response_deserializer=federation_dot_v1_dot_admin__pb2.CreateTokenResponse.FromString,
+                _registered_method=True)
+        self.ListTokens = channel.unary_unary(
+                '/federation.v1.AdminService/ListTokens',
+                request_serializer=federation_dot_v1_dot_admin__pb2.ListTokensRequest.SerializeToString,
+                response_deserializer=federation_dot_v1_dot_admin__pb2.ListTokensResponse.FromString,
+                _registered_method=True)
+        self.RevokeToken = channel.unary_unary(
+                '/federation.v1.AdminService/RevokeToken',
+                request_serializer=federation_dot_v1_dot_admin__pb2.RevokeTokenRequest.SerializeToString,
+                response_deserializer=federation_dot_v1_dot_admin__pb2.Token.FromString,
+                _registered_method=True)
+        self.ListAuditEvents = channel.unary_unary(
+                '/federation.v1.AdminService/ListAuditEvents',
+                request_serializer=federation_dot_v1_dot_admin__pb2.ListAuditEventsRequest.SerializeToString,
+                response_deserializer=federation_dot_v1_dot_admin__pb2.ListAuditEventsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -262,6 +282,32 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateToken(self, request, context):
+        """Bearer tokens (admin only). The secret is returned once, by CreateToken; only its hash is stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTokens(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeToken(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAuditEvents(self, request, context):
+        """Every admin change, newest first (admin only).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -364,6 +410,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.UncordonCluster,
                     request_deserializer=federation_dot_v1_dot_admin__pb2.UncordonClusterRequest.FromString,
                     response_serializer=federation_dot_v1_dot_admin__pb2.Cluster.SerializeToString,
+            ),
+            'CreateToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateToken,
+                    request_deserializer=federation_dot_v1_dot_admin__pb2.CreateTokenRequest.FromString,
+                    response_serializer=federation_dot_v1_dot_admin__pb2.CreateTokenResponse.SerializeToString,
+            ),
+            'ListTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTokens,
+                    request_deserializer=federation_dot_v1_dot_admin__pb2.ListTokensRequest.FromString,
+                    response_serializer=federation_dot_v1_dot_admin__pb2.ListTokensResponse.SerializeToString,
+            ),
+            'RevokeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeToken,
+                    request_deserializer=federation_dot_v1_dot_admin__pb2.RevokeTokenRequest.FromString,
+                    response_serializer=federation_dot_v1_dot_admin__pb2.Token.SerializeToString,
+            ),
+            'ListAuditEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAuditEvents,
+                    request_deserializer=federation_dot_v1_dot_admin__pb2.ListAuditEventsRequest.FromString,
+                    response_serializer=federation_dot_v1_dot_admin__pb2.ListAuditEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -907,6 +973,114 @@ class AdminService:
             '/federation.v1.AdminService/UncordonCluster',
             federation_dot_v1_dot_admin__pb2.UncordonClusterRequest.SerializeToString,
             federation_dot_v1_dot_admin__pb2.Cluster.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/federation.v1.AdminService/CreateToken',
+            federation_dot_v1_dot_admin__pb2.CreateTokenRequest.SerializeToString,
+            federation_dot_v1_dot_admin__pb2.CreateTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/federation.v1.AdminService/ListTokens',
+            federation_dot_v1_dot_admin__pb2.ListTokensRequest.SerializeToString,
+            federation_dot_v1_dot_admin__pb2.ListTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/federation.v1.AdminService/RevokeToken',
+            federation_dot_v1_dot_admin__pb2.RevokeTokenRequest.SerializeToString,
+            federation_dot_v1_dot_admin__pb2.Token.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAuditEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/federation.v1.AdminService/ListAuditEvents',
+            federation_dot_v1_dot_admin__pb2.ListAuditEventsRequest.SerializeToString,
+            federation_dot_v1_dot_admin__pb2.ListAuditEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

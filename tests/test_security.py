@@ -1,0 +1,245 @@
+"""Authentication, tenant isolation, admin-only changes, the audit log and submit rate limits,
+over real sockets against a server that requires tokens (no --insecure-dev)."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import duration_pb2, field_mask_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sqlalchemy import select
+from sqlalchemy.engine import URL
+
+from federation.server.app import FederationServer
+from federation.store.models import ApiToken, Job
+from federation.store.tokens import TokenStore
+from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
+
+
+@dataclass
+class Caller:
+    jobs: jobs_pb2_grpc.JobServiceStub
+    admin: admin_pb2_grpc.AdminServiceStub
+
+
+@dataclass
+class Secure:
+    server: FederationServer
+    address: str
+    channel: grpc.aio.Channel
+    root: Caller  # an admin token made with the bootstrap path (federation-server token create)
+
+    def as_(self, token: str | None) -> Caller:
+        """Stubs that send `token` (or nothing) on every call."""
+        metadata = (("authorization", f"Bearer {token}"),) if token is not None else None
+
+        class Stub:
+            def __init__(self, stub: Any) -> None:
+                self.stub = stub
+
+            def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+                method = getattr(self.stub, name)
+                return lambda request, **kw: method(request, metadata=metadata, **kw)
+
+        return Caller(Stub(jobs_pb2_grpc.JobServiceStub(self.channel)),  # type: ignore[arg-type]
+                      Stub(admin_pb2_grpc.AdminServiceStub(self.channel)))  # type: ignore[arg-type]
+
+    async def token(self, tenant: str | None = None, admin: bool = False, ttl: float | None = None) -> str:
+        response = await self.root.admin.CreateToken(admin_pb2.CreateTokenRequest(
+            tenant=tenant or "", admin=admin, ttl=duration_pb2.Duration(seconds=int(ttl)) if ttl else None))
+        return response.bearer_token
+
+
+async def secure_server(db_url: URL, **kw: Any) -> tuple[FederationServer, str]:
+    server = FederationServer(db_url, "127.0.0.1:0", **kw)
+    port = await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def secure(db_url: URL) -> AsyncIterator[Secure]:
+    server, address = await secure_server(db_url)
+    _, bearer = await TokenStore(server.engine).create("test bootstrap", "root", None, True, None)
+    async with grpc.aio.insecure_channel(address) as channel:
+        fed = Secure(server, address, channel, Caller(jobs_pb2_grpc.JobServiceStub(channel),
+                                                      admin_pb2_grpc.AdminServiceStub(channel)))
+        fed.root = fed.as_(bearer)
+        yield fed
+    await server.stop(grace=0)
+
+
+def spec(name: str, queue: str) -> common_pb2.JobSpec:
+    return common_pb2.JobSpec(name=name, queue=queue, tasks=[common_pb2.TaskSpec(
+        name="worker", replicas=1, resources={"nvidia.com/gpu": "1"})])
+
+
+async def two_tenants(fed: Secure) -> tuple[Caller, Caller]:
+    for tenant in ("alpha", "beta"):
+        await fed.root.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name=tenant)))
+        await fed.root.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(
+            name=f"{tenant}-q", tenant=tenant)))
+    return fed.as_(await fed.token("alpha")), fed.as_(await fed.token("beta"))
+
+
+async def code_of(call: Awaitable[Any]) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    return info.value.code(), info.value.details() or ""
+
+
+async def test_calls_without_a_valid_token_are_unauthenticated(secure: Secure) -> None:
+    anonymous, forged = secure.as_(None), secure.as_("fed_0123456789abcdef_" + "x" * 43)
+    for caller in (anonymous, forged, secure.as_("not-a-token")):
+        assert (await code_of(caller.jobs.ListJobs(jobs_pb2.ListJobsRequest())))[0] == grpc.StatusCode.UNAUTHENTICATED
+        assert (await code_of(caller.admin.CreateTenant(admin_pb2.CreateTenantRequest(
+            tenant=admin_pb2.Tenant(name="sneaky")))))[0] == grpc.StatusCode.UNAUTHENTICATED
+    watch = anonymous.jobs.WatchJobs(jobs_pb2.WatchJobsRequest())
+    assert (await code_of(watch.read()))[0] == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+    assert (await secure.root.admin.ListTenants(admin_pb2.ListTenantsRequest())).tenants == []  # nothing created
+    # Health checks need no token: load balancers and kubelets probe them.
+    health = health_pb2_grpc.HealthStub(secure.channel)
+    status = await health.Check(health_pb2.HealthCheckRequest())
+    assert status.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_a_tenant_sees_and_changes_only_its_own_jobs(secure: Secure) -> None:
+    alpha, beta = await two_tenants(secure)
+    mine = (await alpha.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("a1", "alpha-q")))).job
+    theirs = (await beta.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("b1", "beta-q")))).job
+    assert (await alpha.jobs.GetJob(jobs_pb2.GetJobRequest(id=mine.id))).tenant == "alpha"
+
+    missing = await code_of(alpha.jobs.GetJob(jobs_pb2.GetJobRequest(id="no-such-job")))
+    for call in (alpha.jobs.GetJob(jobs_pb2.GetJobRequest(id=theirs.id)),
+                 alpha.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=theirs.id)),
+                 alpha.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=theirs.id))):
+        code, details = await code_of(call)
+        # NOT_FOUND, worded as for a job that does not exist: existence does not leak
+        assert (code, details.replace(theirs.id, "ID")) == (missing[0], missing[1].replace("no-such-job", "ID"))
+    assert (await beta.jobs.GetJob(jobs_pb2.GetJobRequest(id=theirs.id))).status.phase == common_pb2.PENDING
+
+    listed = await alpha.jobs.ListJobs(jobs_pb2.ListJobsRequest())
+    assert [j.id for j in listed.jobs] == [mine.id]
+    assert not (await alpha.jobs.ListJobs(jobs_pb2.ListJobsRequest(tenant="beta"))).jobs
+    assert len((await secure.root.jobs.ListJobs(jobs_pb2.ListJobsRequest())).jobs) == 2  # admins see all
+
+    # Submitting into another tenant's queue: that queue "does not exist", and nothing is stored.
+    code, details = await code_of(alpha.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("a2", "beta-q"))))
+    assert (code, details) == (grpc.StatusCode.INVALID_ARGUMENT, "spec.queue: queue 'beta-q' not found")
+    async with secure.server.engine.connect() as conn:
+        assert (await conn.execute(select(Job.name).order_by(Job.name))).scalars().all() == ["a1", "b1"]
+
+    # A watch from the start of history shows alpha its own job's events only.
+    seen: list[str] = []
+    stream = alpha.jobs.WatchJobs(jobs_pb2.WatchJobsRequest(after_sequence=0))
+    later = (await beta.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("b2", "beta-q")))).job
+    last = (await alpha.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("a3", "alpha-q")))).job
+    async for event in stream:  # type: ignore[attr-defined]
+        seen.append(event.job_id)
+        if event.job_id == last.id:
+            break
+    stream.cancel()  # type: ignore[attr-defined]
+    assert set(seen) == {mine.id, last.id} and later.id not in seen and theirs.id not in seen
+
+
+async def test_only_admins_change_things_and_tenants_read_only_their_own(secure: Secure) -> None:
+    alpha, _ = await two_tenants(secure)
+    queue = admin_pb2.Queue(name="stolen", tenant="alpha")
+    for call in (alpha.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=queue)),
+                 alpha.admin.UpdateQueue(admin_pb2.UpdateQueueRequest(queue=admin_pb2.Queue(name="alpha-q", weight=9),
+                                                                      update_mask=field_mask_pb2.FieldMask(
+                                                                          paths=["weight"]))),
+                 alpha.admin.DeleteQueue(admin_pb2.DeleteQueueRequest(name="alpha-q")),
+                 alpha.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="gamma"))),
+                 alpha.admin.CreateToken(admin_pb2.CreateTokenRequest(admin=True)),
+                 alpha.admin.ListAuditEvents(admin_pb2.ListAuditEventsRequest())):
+        assert (await code_of(call)) == (grpc.StatusCode.PERMISSION_DENIED, "this needs an admin token")
+    queues = await secure.root.admin.ListQueues(admin_pb2.ListQueuesRequest())
+    assert sorted((q.name, q.weight) for q in queues.queues) == [("alpha-q", 1), ("beta-q", 1)]
+
+    assert [q.name for q in (await alpha.admin.ListQueues(admin_pb2.ListQueuesRequest())).queues] == ["alpha-q"]
+    assert [t.name for t in (await alpha.admin.ListTenants(admin_pb2.ListTenantsRequest())).tenants] == ["alpha"]
+    assert (await code_of(alpha.admin.GetQueue(admin_pb2.GetQueueRequest(name="beta-q"))))[0] == \
+        grpc.StatusCode.NOT_FOUND
+    assert (await code_of(alpha.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name="beta-q"))))[0] == \
+        grpc.StatusCode.NOT_FOUND
+    assert (await code_of(alpha.admin.GetTenant(admin_pb2.GetTenantRequest(name="beta"))))[0] == \
+        grpc.StatusCode.NOT_FOUND
+
+
+async def test_revoked_and_expired_tokens_stop_working(secure: Secure) -> None:
+    alpha, _ = await two_tenants(secure)
+    await alpha.jobs.ListJobs(jobs_pb2.ListJobsRequest())  # works, and is now trusted from the cache
+    tokens = (await secure.root.admin.ListTokens(admin_pb2.ListTokensRequest(tenant="alpha"))).tokens
+    await secure.root.admin.RevokeToken(admin_pb2.RevokeTokenRequest(id=tokens[0].id))
+    assert (await code_of(alpha.jobs.ListJobs(jobs_pb2.ListJobsRequest()))) == \
+        (grpc.StatusCode.UNAUTHENTICATED, "invalid or revoked token")
+
+    brief = secure.as_(await secure.token("alpha", ttl=1))
+    await brief.jobs.ListJobs(jobs_pb2.ListJobsRequest())
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        try:
+            await brief.jobs.ListJobs(jobs_pb2.ListJobsRequest())
+        except grpc.aio.AioRpcError as err:
+            assert (err.code(), err.details()) == (grpc.StatusCode.UNAUTHENTICATED, "token expired")
+            break
+        assert asyncio.get_running_loop().time() < deadline, "a token with a 1 s lifetime kept working"
+        await asyncio.sleep(0.2)
+
+
+async def test_tokens_are_stored_hashed(secure: Secure) -> None:
+    bearer = await secure.token(admin=True)
+    secret = bearer.rsplit("_", 1)[1]
+    async with secure.server.engine.connect() as conn:
+        rows = (await conn.execute(select(ApiToken))).mappings().all()
+    assert len(rows) == 2
+    assert not any(secret in str(value) for row in rows for value in row.values())
+
+
+async def test_admin_changes_are_audited_with_who_and_before_after(secure: Secure) -> None:
+    admin_token = await secure.token(admin=True)
+    ops = secure.as_(admin_token)
+    await ops.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="alpha")))
+    await ops.admin.UpdateTenant(admin_pb2.UpdateTenantRequest(tenant=admin_pb2.Tenant(name="alpha", weight=3),
+                                                               update_mask=field_mask_pb2.FieldMask(paths=["weight"])))
+    await ops.admin.DeleteTenant(admin_pb2.DeleteTenantRequest(name="alpha"))
+    events = (await secure.root.admin.ListAuditEvents(admin_pb2.ListAuditEventsRequest())).events
+    ops_id = admin_token.split("_")[1]
+    assert [(e.actor, e.action, e.kind, e.name) for e in events[:3]] == [
+        (f"token {ops_id}", "delete", "tenant", "alpha"), (f"token {ops_id}", "update", "tenant", "alpha"),
+        (f"token {ops_id}", "create", "tenant", "alpha")]
+    delete, update, create = events[:3]
+    assert (json.loads(update.before_json)["weight"], json.loads(update.after_json)["weight"]) == (1, 3)
+    assert (create.before_json, json.loads(create.after_json)["name"]) == ("", "alpha")
+    assert (json.loads(delete.before_json)["weight"], delete.after_json) == (3, "")
+    token_event = events[3]
+    assert (token_event.actor, token_event.action, token_event.kind, token_event.name) == \
+        ("token " + (await secure.root.admin.ListTokens(admin_pb2.ListTokensRequest())).tokens[0].id + " (root)",
+         "create", "token", ops_id)
+    assert "secret_sha256" not in token_event.after_json
+
+
+async def test_submit_rate_is_limited_per_token(db_url: URL) -> None:
+    server, address = await secure_server(db_url, submit_rate=0.01, submit_burst=3)
+    try:
+        store = TokenStore(server.engine)
+        _, root = await store.create("test", "root", None, True, timedelta(hours=1))
+        async with grpc.aio.insecure_channel(address) as channel:
+            fed = Secure(server, address, channel, Caller(jobs_pb2_grpc.JobServiceStub(channel),
+                                                          admin_pb2_grpc.AdminServiceStub(channel)))
+            fed.root = fed.as_(root)
+            alpha, beta = await two_tenants(fed)
+            batch = jobs_pb2.SubmitJobsRequest(specs=[spec(f"a{i}", "alpha-q") for i in range(3)])
+            assert len((await alpha.jobs.SubmitJobs(batch)).results) == 3
+            code, details = await code_of(alpha.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("a9", "alpha-q"))))
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "submit rate limit" in details
+            await beta.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("b1", "beta-q")))  # its own bucket
+            async with server.engine.connect() as conn:
+                assert sorted((await conn.execute(select(Job.name))).scalars().all()) == ["a0", "a1", "a2", "b1"]
+    finally:
+        await server.stop(grace=0)
