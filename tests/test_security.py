@@ -3,9 +3,12 @@ over real sockets against a server that requires tokens (no --insecure-dev)."""
 
 import asyncio
 import json
+import os
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -19,6 +22,7 @@ from federation.server.app import FederationServer
 from federation.store.models import ApiToken, Job
 from federation.store.tokens import TokenStore
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
+from tests.processes import BIN, ServerProcess
 
 
 @dataclass
@@ -243,3 +247,39 @@ async def test_submit_rate_is_limited_per_token(db_url: URL) -> None:
                 assert sorted((await conn.execute(select(Job.name))).scalars().all()) == ["a0", "a1", "a2", "b1"]
     finally:
         await server.stop(grace=0)
+
+
+def test_the_cli_bootstraps_an_admin_token_and_uses_it(empty_db_url: URL, tmp_path: Path) -> None:
+    """federation-server token create (straight into the database) -> fedctl with FEDERATION_TOKEN or its
+    config file; without a token, fedctl says what to set, without a traceback."""
+    url = empty_db_url.render_as_string(hide_password=False)
+    server = ServerProcess("--database-url", url, "--auto-migrate", secure=True)
+    try:
+        made = subprocess.run([str(BIN / "federation-server"), "token", "create", "--admin", "--name", "ops",
+                               "--database-url", url], capture_output=True, text=True, timeout=60)
+        assert made.returncode == 0, made.stderr
+        bearer = made.stdout.strip()
+        config = tmp_path / "fedctl.yaml"
+        env = {**os.environ, "FEDCTL_CONFIG": str(config)}
+        env.pop("FEDERATION_TOKEN", None)
+
+        def run(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([str(BIN / "fedctl"), "--server", server.address, *args], capture_output=True,
+                                  text=True, timeout=60, env={**env, **extra})
+
+        refused = run("tenant", "create", "ml")
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr
+        assert "UNAUTHENTICATED" in refused.stderr and "FEDERATION_TOKEN" in refused.stderr
+        assert run("tenant", "create", "ml", FEDERATION_TOKEN=bearer).returncode == 0
+        tenant_token = run("token", "create", "--tenant", "ml", "--ttl", "1h", FEDERATION_TOKEN=bearer)
+        assert tenant_token.returncode == 0, tenant_token.stderr
+        config.write_text(f"token: {tenant_token.stdout.strip()}\n")
+        denied = run("tenant", "create", "other")  # the config file's tenant token
+        assert denied.returncode == 1 and "this needs an admin token (PERMISSION_DENIED)" in denied.stderr
+        audit = run("audit", "-o", "json", FEDERATION_TOKEN=bearer)
+        events = json.loads(audit.stdout)["events"]
+        assert [(e["action"], e["kind"], e["actor"]) for e in events[:2]] == [
+            ("create", "token", f"token {bearer.split('_')[1]} (ops)"),
+            ("create", "tenant", f"token {bearer.split('_')[1]} (ops)")]
+    finally:
+        assert server.stop() == 0
