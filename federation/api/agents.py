@@ -19,7 +19,7 @@ from sqlalchemy import func, update
 from federation.api.convert import job_to_proto
 from federation.api.status import servicer
 from federation.connections import Connection, Connections
-from federation.errors import InvalidArgument
+from federation.errors import InvalidArgument, PermissionDenied
 from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
@@ -40,7 +40,8 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
 @servicer
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     def __init__(self, admin: AdminStore, jobs: JobStore, connections: Connections, scheduler: Scheduler,
-                 on_change: Callable[[], None]) -> None:
+                 on_change: Callable[[], None], require_identity: bool = False) -> None:
+        self.require_identity = require_identity  # the client certificate must name the registering cluster
         self.admin = admin
         self.jobs = jobs
         self.connections = connections
@@ -90,6 +91,11 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         check_labels(v, "register.labels", reg.labels)
         if v:
             raise InvalidArgument(v.items)
+        if self.require_identity:
+            names = [n.decode() for n in context.auth_context().get("x509_common_name", [])]
+            if reg.cluster not in names:
+                raise PermissionDenied(f"the client certificate is for {', '.join(names) or 'no name'}, "
+                                       f"not for cluster {reg.cluster!r}")
         await self.admin.register_cluster(reg.cluster, dict(reg.labels), reg.agent_version)
         # Orders logged from here on are relayed; what came before is resent from the jobs' state.
         conn = self.connections.open(reg.cluster, cursor=await self.jobs.last_event_seq())

@@ -17,8 +17,10 @@ from typing import Any
 import click
 import grpc
 
+from federation import certs
 from federation.cli.output import render_table
 from federation.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
+from federation.validation import Violations, check_name
 
 BIN = Path(sys.executable).parent
 
@@ -41,12 +43,14 @@ class _Child:
                     self.ready_line = line.decode().strip()
                     found.set()
 
-        threading.Thread(target=read, daemon=True).start()
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
         deadline = time.monotonic() + timeout
         while not found.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.proc.kill()
                 self.proc.wait()
+                reader.join(5)  # the last words, which say why
                 raise RuntimeError(f"{Path(argv[0]).name} did not start:\n{self.log.decode()}")
 
     def kill(self) -> None:
@@ -70,8 +74,9 @@ class ServerProcess(_Child):
         super().__init__([str(BIN / "federation-server"), "serve", "--listen", listen,
                           "--metrics-listen", "127.0.0.1:0", *([] if secure else ["--insecure-dev"]), *args],
                          b"listening on", env, timeout)
-        self.metrics = next((line.rsplit(" ", 1)[1] for line in self.log.decode().splitlines()
-                             if "metrics on" in line), "")
+        lines = self.log.decode().splitlines()
+        self.metrics = next((line.rsplit(" ", 1)[1] for line in lines if "metrics on" in line), "")
+        self.agent_address = next((line.rsplit(" ", 1)[1] for line in lines if "agents (mTLS) on" in line), "")
         self.address = self.ready_line.rsplit(" ", 1)[1]
 
 
@@ -88,6 +93,29 @@ class AgentProcess(_Child):
 @click.group()
 def dev() -> None:
     """Run a local federation from this checkout."""
+
+
+@dev.command("certs")
+@click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--cluster", "clusters", multiple=True, required=True,
+              help="A member cluster to make an agent certificate for (repeatable); its common name is the name.")
+@click.option("--server-name", "server_names", multiple=True,
+              help=f"A DNS name or IP address agents reach the server by (repeatable) "
+                   f"[default: {', '.join(certs.SERVER_NAMES)}].")
+@click.option("--days", type=click.IntRange(min=1), default=365, show_default=True, help="Validity.")
+def dev_certs(directory: Path, clusters: tuple[str, ...], server_names: tuple[str, ...], days: int) -> None:
+    """Make a CA, a server certificate and one client certificate per cluster in DIRECTORY, for local use.
+
+    The server: --agent-listen with --tls-cert server.crt --tls-key server.key --agent-ca ca.crt.
+    Each agent: --tls-ca ca.crt --tls-cert CLUSTER.crt --tls-key CLUSTER.key.
+    """
+    v = Violations()
+    for i, cluster in enumerate(clusters):
+        check_name(v, f"--cluster[{i}]", cluster)
+    if v:
+        raise click.BadParameter("; ".join(f"{x.description}" for x in v.items), param_hint="--cluster")
+    for path in certs.write_all(directory, clusters, server_names or certs.SERVER_NAMES, days):
+        click.echo(str(path))
 
 
 def _run(server: str, *args: str) -> None:
@@ -122,13 +150,20 @@ def _federation(data_dir: Path, examples: Path, listen: str) -> Iterator[ServerP
     interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)  # even where a shell ignored it
     click.echo(f"starting federation-server on an embedded PostgreSQL in {data_dir} ...")
     children: list[_Child] = []
+    tls = data_dir.parent / "certs"
+    certs.write_all(tls, [name for name, _, _ in DEMO_CLUSTERS])
     try:
-        server = ServerProcess("--data-dir", str(data_dir), "--auto-migrate", listen=listen)
+        server = ServerProcess("--data-dir", str(data_dir), "--auto-migrate", "--agent-listen", "127.0.0.1:0",
+                               "--tls-cert", str(tls / "server.crt"), "--tls-key", str(tls / "server.key"),
+                               "--agent-ca", str(tls / "ca.crt"), listen=listen)
         children.append(server)
-        click.echo(f"federation-server listening on {server.address}")
+        click.echo(f"federation-server listening on {server.address} (--insecure-dev: no tokens), "
+                   f"agents over mTLS on {server.agent_address} (certificates in {tls})")
         for name, file, label in DEMO_CLUSTERS:
-            children.append(AgentProcess(name, server.address, "--simulate",
-                                         str(examples / "clusters" / f"{file}.yaml"), "--label", label))
+            children.append(AgentProcess(name, server.agent_address, "--simulate",
+                                         str(examples / "clusters" / f"{file}.yaml"), "--label", label,
+                                         "--tls-ca", str(tls / "ca.crt"), "--tls-cert", str(tls / f"{name}.crt"),
+                                         "--tls-key", str(tls / f"{name}.key")))
             click.echo(f"member-agent {name} started ({file})")
         click.echo()
         _run(server.address, "apply", "-f", str(examples / "admin" / "federation.yaml"))

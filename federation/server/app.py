@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -41,6 +42,16 @@ class SchemaOutOfDate(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class AgentTls:
+    """The agent listener's TLS: the server's certificate and key, and the CA agents' certificates
+    must be signed by (each names its cluster as common name). PEM bytes."""
+
+    cert: bytes
+    key: bytes
+    client_ca: bytes
+
+
 def ensure_schema(url: URL, auto_migrate: bool) -> None:
     """Refuse to serve on a schema the code does not match, unless told to migrate it."""
     current, head = database.schema_revisions(url)
@@ -57,14 +68,20 @@ def ensure_schema(url: URL, auto_migrate: bool) -> None:
 class FederationServer:
     def __init__(self, url: URL, listen: str, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
                  lost_grace: float = LOST_GRACE, *, insecure_dev: bool = False, submit_rate: float = SUBMIT_RATE,
-                 submit_burst: int = SUBMIT_BURST) -> None:
+                 submit_burst: int = SUBMIT_BURST, agent_listen: str = "", agent_tls: AgentTls | None = None) -> None:
+        if bool(agent_listen) != (agent_tls is not None):
+            raise ValueError("an agent listener needs its TLS files, and TLS files need an agent listener")
         self.url = url
         self.listen = listen
         self.heartbeat_timeout = heartbeat_timeout
         self.lost_grace = lost_grace
         self.insecure_dev = insecure_dev
         self.limiter = RateLimiter(submit_rate, submit_burst)
+        self.agent_listen = agent_listen
+        self.agent_tls = agent_tls
         self.port = 0
+        self.agent_port = 0
+        self.agent_server: grpc.aio.Server | None = None
 
     async def start(self) -> int:
         self.engine = database.async_engine(self.url)
@@ -77,10 +94,9 @@ class FederationServer:
         self.hub = EventHub(jobs.events_after, jobs.last_event_seq, await jobs.last_event_seq())
         self.hub.start()
         authenticate = insecure_dev if self.insecure_dev else self.authenticator.authenticate
-        self.server = grpc.aio.server(options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ], interceptors=[AuthInterceptor(authenticate, USER_SERVICES)])
+        options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+        self.server = grpc.aio.server(options=options, interceptors=[AuthInterceptor(authenticate, USER_SERVICES)])
         self.connections = Connections()
         self.relay = OrderRelay(self.connections, jobs.order_events, jobs.last_event_seq, jobs.by_ids)
         self.leadership = Leadership(self.url, self._noticed)
@@ -97,10 +113,27 @@ class FederationServer:
         jobs_pb2_grpc.add_JobServiceServicer_to_server(job_servicer, self.server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(admin, self.scheduler, tokens, self.authenticator.forget), self.server)
-        agents = AgentServicer(admin, jobs, self.connections, self.scheduler, changed)
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(agents, self.server)
+        # Agents on the user port only in --insecure-dev; otherwise only on the mTLS listener, where
+        # each must present a certificate naming the cluster it registers as.
+        if self.insecure_dev:
+            agent_pb2_grpc.add_AgentServiceServicer_to_server(
+                AgentServicer(admin, jobs, self.connections, self.scheduler, changed), self.server)
+        elif self.agent_tls is None:
+            log.warning("no --agent-listen: member agents cannot connect (they need mTLS: --agent-listen with "
+                        "--tls-cert, --tls-key and --agent-ca)")
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        if self.agent_tls is not None:
+            self.agent_server = grpc.aio.server(options=options)
+            agent_pb2_grpc.add_AgentServiceServicer_to_server(
+                AgentServicer(admin, jobs, self.connections, self.scheduler, changed, require_identity=True),
+                self.agent_server)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.agent_server)
+            credentials = grpc.ssl_server_credentials([(self.agent_tls.key, self.agent_tls.cert)],
+                                                      root_certificates=self.agent_tls.client_ca,
+                                                      require_client_auth=True)
+            self.agent_port = self.agent_server.add_secure_port(self.agent_listen, credentials)
+            await self.agent_server.start()
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
             self.server)
@@ -145,5 +178,7 @@ class FederationServer:
         if self._announcing is not None:
             await self._announcing
         await self.server.stop(grace)
+        if self.agent_server is not None:
+            await self.agent_server.stop(grace)
         await self.hub.stop()
         await self.engine.dispose()

@@ -19,7 +19,14 @@ from federation import metrics
 from federation.durations import parse_duration
 from federation.errors import FederationError
 from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
-from federation.server.app import SUBMIT_BURST, SUBMIT_RATE, FederationServer, SchemaOutOfDate, ensure_schema
+from federation.server.app import (
+    SUBMIT_BURST,
+    SUBMIT_RATE,
+    AgentTls,
+    FederationServer,
+    SchemaOutOfDate,
+    ensure_schema,
+)
 from federation.store import database
 from federation.store.tokens import TokenStore
 
@@ -82,14 +89,33 @@ def cli(log_level: str) -> None:
                                       "SubmitJob(s) answers RESOURCE_EXHAUSTED.")
 @click.option("--submit-burst", envvar="FEDERATION_SUBMIT_BURST", type=click.IntRange(min=1), default=SUBMIT_BURST,
               show_default=True, help="Jobs each token may submit at once before --submit-rate applies.")
+@click.option("--agent-listen", envvar="FEDERATION_AGENT_LISTEN", default="", metavar="HOST:PORT",
+              help="Address of the member agents' listener, mTLS only: each agent's certificate must be signed by "
+                   "--agent-ca and name its cluster ('' : agents connect only in --insecure-dev, on --listen).")
+@click.option("--tls-cert", envvar="FEDERATION_TLS_CERT", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="PEM certificate the agent listener presents (fedctl dev certs makes one for local use).")
+@click.option("--tls-key", envvar="FEDERATION_TLS_KEY", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="PEM private key of --tls-cert.")
+@click.option("--agent-ca", envvar="FEDERATION_AGENT_CA", type=click.Path(path_type=Path, exists=True,
+                                                                         dir_okay=False),
+              help="PEM CA certificate that signs the agents' client certificates.")
 def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str,
           heartbeat_timeout: float, lost_grace: float, insecure_dev: bool, submit_rate: float,
-          submit_burst: int) -> None:
-    """Serve JobService, AdminService and AgentService until SIGINT or SIGTERM."""
+          submit_burst: int, agent_listen: str, tls_cert: Path | None, tls_key: Path | None,
+          agent_ca: Path | None) -> None:
+    """Serve JobService and AdminService (and AgentService on --agent-listen) until SIGINT or SIGTERM."""
+    files = (tls_cert, tls_key, agent_ca)
+    if agent_listen and not all(files):
+        raise click.UsageError("--agent-listen needs --tls-cert, --tls-key and --agent-ca")
+    if any(files) and not agent_listen:
+        raise click.UsageError("--tls-cert, --tls-key and --agent-ca are for --agent-listen; give it too")
+    tls = AgentTls(tls_cert.read_bytes(), tls_key.read_bytes(), agent_ca.read_bytes()) \
+        if tls_cert and tls_key and agent_ca else None
     with _database(database_url, data_dir) as url:
         _current_schema(url, auto_migrate)
         server = FederationServer(url, listen, heartbeat_timeout, lost_grace, insecure_dev=insecure_dev,
-                                  submit_rate=submit_rate, submit_burst=submit_burst)
+                                  submit_rate=submit_rate, submit_burst=submit_burst, agent_listen=agent_listen,
+                                  agent_tls=tls)
         asyncio.run(_serve(server, metrics_listen))
 
 
@@ -105,6 +131,9 @@ async def _serve(server: FederationServer, metrics_listen: str) -> None:
     port = await server.start()
     if metrics_listen:
         print(f"federation-server metrics on {metrics_listen.rpartition(':')[0]}:{metrics.serve(metrics_listen)}",
+              flush=True)
+    if server.agent_listen:
+        print(f"federation-server agents (mTLS) on {server.agent_listen.rpartition(':')[0]}:{server.agent_port}",
               flush=True)
     host = listen.rpartition(":")[0]
     print(f"federation-server listening on {host}:{port}", flush=True)

@@ -33,8 +33,15 @@ async def _writer(call: grpc.aio.StreamStreamCall, agent: Agent, heartbeat: floa
         await call.write(message)
 
 
-async def _connection(server: str, agent: Agent, heartbeat: float, connected: asyncio.Event) -> None:
-    async with grpc.aio.insecure_channel(server) as channel:
+def _channel(server: str, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+    if credentials is None:
+        return grpc.aio.insecure_channel(server)
+    return grpc.aio.secure_channel(server, credentials)
+
+
+async def _connection(server: str, agent: Agent, heartbeat: float, connected: asyncio.Event,
+                      credentials: grpc.ChannelCredentials | None) -> None:
+    async with _channel(server, credentials) as channel:
         call = agent_pb2_grpc.AgentServiceStub(channel).Connect()
         agent.drain_outbox()
         await call.write(agent.register())
@@ -61,13 +68,16 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
             call.cancel()
 
 
-async def run(server: str, agent: Agent, heartbeat: float = 2.0, connected: asyncio.Event | None = None) -> None:
-    """Stay connected forever, backing off (0.5 s doubling to 10 s) while the server is away."""
+async def run(server: str, agent: Agent, heartbeat: float = 2.0, connected: asyncio.Event | None = None,
+              credentials: grpc.ChannelCredentials | None = None) -> None:
+    """Stay connected forever, backing off (0.5 s doubling to 10 s) while the server is away.
+
+    With `credentials` (mTLS: the CA, and this cluster's certificate and key) to the server's agent listener."""
     connected = connected or asyncio.Event()
     backoff = 0.5
     while True:
         try:
-            await _connection(server, agent, heartbeat, connected)
+            await _connection(server, agent, heartbeat, connected, credentials)
             backoff = 0.5
         except (grpc.aio.AioRpcError, ResyncNeeded) as err:
             detail = err.details() if isinstance(err, grpc.aio.AioRpcError) else "outbox overflowed"

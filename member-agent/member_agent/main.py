@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import grpc
 
 from member_agent import client
 from member_agent.agent import Agent, Backend
@@ -97,13 +98,21 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 @click.option("--heartbeat", type=float, default=2.0, show_default=True, help="Seconds between heartbeats.")
 @click.option("--admin-listen", default="", metavar="HOST:PORT",
               help="Serve fault injection over HTTP here (simulated clusters).")
+@click.option("--tls-ca", envvar="MEMBER_TLS_CA", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="PEM CA that signed the server's certificate: connect over mTLS (with --tls-cert, --tls-key) to "
+                   "the server's --agent-listen address.")
+@click.option("--tls-cert", envvar="MEMBER_TLS_CERT", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="PEM client certificate naming this cluster (its common name must equal --cluster).")
+@click.option("--tls-key", envvar="MEMBER_TLS_KEY", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="PEM private key of --tls-cert.")
 @click.option("--log-level", envvar="MEMBER_AGENT_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]),
               help="Least severe log messages shown (debug, info, warning, error).")
 @click.pass_context
 def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path | None, kubeconfig: Path | None,
         in_cluster: bool, namespace: str, scheduler_name: str, topology_labels: tuple[str, ...],
-        labels: tuple[str, ...], heartbeat: float, admin_listen: str, log_level: str) -> None:
+        labels: tuple[str, ...], heartbeat: float, admin_listen: str, tls_ca: Path | None, tls_cert: Path | None,
+        tls_key: Path | None, log_level: str) -> None:
     """Member agent: places gangs topology-aware in one cluster and reports to the federation."""
     if ctx.invoked_subcommand is not None:
         return
@@ -113,6 +122,10 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
         raise click.UsageError("--cluster is required")
     if sum(map(bool, (cluster_file, kubeconfig, in_cluster))) != 1:
         raise click.UsageError("give exactly one of --simulate FILE, --kubeconfig PATH or --in-cluster")
+    if any((tls_ca, tls_cert, tls_key)) and not all((tls_ca, tls_cert, tls_key)):
+        raise click.UsageError("mTLS needs all of --tls-ca, --tls-cert and --tls-key")
+    credentials = grpc.ssl_channel_credentials(tls_ca.read_bytes(), tls_key.read_bytes(), tls_cert.read_bytes()) \
+        if tls_ca and tls_cert and tls_key else None
     backend: Backend
     try:
         if cluster_file is not None:
@@ -122,7 +135,7 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
     except TopologyError as err:
         raise click.ClickException(f"{cluster_file or kubeconfig or 'cluster'}: {err}") from err
     agent = Agent(cluster, _labels(labels), backend)
-    asyncio.run(_run(agent, server, heartbeat, admin_listen))
+    asyncio.run(_run(agent, server, heartbeat, admin_listen, credentials))
 
 
 def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, scheduler: str,
@@ -144,7 +157,8 @@ def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, scheduler
         raise click.ClickException(f"cannot read the cluster through its API server: {err}") from err
 
 
-async def _run(agent: Agent, server: str, heartbeat: float, admin_listen: str) -> None:
+async def _run(agent: Agent, server: str, heartbeat: float, admin_listen: str,
+               credentials: grpc.ChannelCredentials | None) -> None:
     loop = asyncio.get_running_loop()
     start_watches = getattr(agent.backend, "start_watches", None)
     if start_watches is not None:
@@ -156,8 +170,8 @@ async def _run(agent: Agent, server: str, heartbeat: float, admin_listen: str) -
         print(f"member-agent admin listening on {_start_admin(admin_listen, agent, loop)}", flush=True)
     topology = agent.state.topology
     print(f"member-agent {agent.cluster}: {len(topology.nodes)} nodes, tiers {topology.tiers()}, "
-          f"server {server}", flush=True)
-    task = asyncio.create_task(client.run(server, agent, heartbeat))
+          f"server {server}{' (mTLS)' if credentials else ''}", flush=True)
+    task = asyncio.create_task(client.run(server, agent, heartbeat, credentials=credentials))
     await stop.wait()
     task.cancel()
 
