@@ -53,7 +53,7 @@ def _after(service: dict[str, Any]) -> dict[str, str]:
 def test_compose_runs_the_whole_local_federation_in_order(compose: dict[str, Any]) -> None:
     services = compose["services"]
     agents = {f"agent-{name}" for name, _, _ in DEMO_CLUSTERS}
-    assert set(services) == {"postgres", "migrate", "federation-server", "fedctl"} | agents
+    assert set(services) == {"postgres", "migrate", "certs", "federation-server", "fedctl"} | agents
     pg = services["postgres"]
     assert pg["image"].startswith("postgres:") and "pg_isready" in " ".join(pg["healthcheck"]["test"])
     assert any(v.startswith("pgdata:") or v.get("source") == "pgdata" if isinstance(v, dict) else
@@ -61,7 +61,16 @@ def test_compose_runs_the_whole_local_federation_in_order(compose: dict[str, Any
     assert _after(services["migrate"]) == {"postgres": "service_healthy"}
     assert services["migrate"]["command"] == ["federation-server", "db", "upgrade"]
     server = services["federation-server"]
-    assert _after(server) == {"postgres": "service_healthy", "migrate": "service_completed_successfully"}
+    assert _after(server) == {"postgres": "service_healthy", "migrate": "service_completed_successfully",
+                              "certs": "service_completed_successfully"}
+    # Tokens on the API (no --insecure-dev); agents only on the mTLS listener, with the certs service's files.
+    argv = server["command"]
+    assert "--insecure-dev" not in argv and argv[argv.index("--agent-listen") + 1] == "0.0.0.0:50052"
+    made = services["certs"]["command"][-1]
+    for flag, file in (("--tls-cert", "server.crt"), ("--tls-key", "server.key"), ("--agent-ca", "ca.crt")):
+        assert argv[argv.index(flag) + 1] == f"/etc/federation/certs/{file}"
+    assert all(f"--cluster {name}" in made for name, _, _ in DEMO_CLUSTERS)
+    assert "--server-name federation-server" in made
     assert server["healthcheck"]["test"][-3:] == ["-m", "federation.healthcheck", "localhost:50051"]
     for service in ("migrate", "federation-server"):
         url = services[service]["environment"]["FEDERATION_DATABASE_URL"]
@@ -83,10 +92,14 @@ def test_compose_agents_are_the_example_clusters(compose: dict[str, Any]) -> Non
         assert simulated == f"/opt/federation/examples/clusters/{file}.yaml"
         assert (REPO / simulated.removeprefix("/opt/federation/")).is_file()  # the image copies examples/
         assert _after(agent) == {"federation-server": "service_healthy"}
-        assert agent["environment"]["FEDERATION_SERVER"] == "federation-server:50051"
+        assert agent["environment"]["FEDERATION_SERVER"] == "federation-server:50052"  # the mTLS listener
+        assert agent["environment"]["MEMBER_TLS_CA"] == "/etc/federation/certs/ca.crt"
+        assert argv[argv.index("--tls-cert") + 1] == f"/etc/federation/certs/{name}.crt"  # its own cluster's
+        assert argv[argv.index("--tls-key") + 1] == f"/etc/federation/certs/{name}.key"
     tools = services["fedctl"]
     assert tools["profiles"] == ["tools"] and tools["entrypoint"] == ["fedctl"]
     assert tools["environment"]["FEDERATION_SERVER"] == "federation-server:50051"
+    assert "FEDERATION_TOKEN" in tools["environment"]
 
 
 def test_the_image_is_multi_stage_and_runs_unprivileged() -> None:
@@ -154,6 +167,13 @@ def test_the_control_plane_runs_two_replicas_on_an_external_database() -> None:
     listen = server["args"][server["args"].index("--listen") + 1]
     assert listen.endswith(f":{ports['grpc']}") and server["readinessProbe"]["grpc"]["port"] == ports["grpc"]
     assert {p["targetPort"] for p in service["spec"]["ports"]} == set(ports)
+    args = server["args"]
+    assert args[args.index("--agent-listen") + 1].endswith(f":{ports['agents']}") and "--insecure-dev" not in args
+    mounts = {m["name"]: m["mountPath"] for m in server["volumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v}
+    assert secrets == {"tls": "federation-server-tls"}
+    for flag, key in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key"), ("--agent-ca", "ca.crt")):
+        assert args[args.index(flag) + 1] == f"{mounts['tls']}/{key}"
     assert pod["spec"]["initContainers"][0]["command"] == ["federation-server", "db", "upgrade"]
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
 
@@ -172,11 +192,17 @@ def test_a_member_cluster_runs_one_agent_with_its_role() -> None:
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
                                     "namespace": account["metadata"]["namespace"]}]
-    assert config["data"] == {"cluster": "east", "server": "federation.example.com:50051",
+    assert config["data"] == {"cluster": "east", "server": "federation.example.com:50052",
                               "namespace": "federation-jobs"}
     (agent,) = pod["containers"]
     assert agent["command"] == ["member-agent", "--in-cluster"]
-    env = {e["name"]: e["valueFrom"]["configMapKeyRef"] for e in agent["env"]}
+    tls = {e["name"]: e["value"] for e in agent["env"] if "value" in e}
+    mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
+    assert tls == {"MEMBER_TLS_CA": f"{mounts['tls']}/ca.crt", "MEMBER_TLS_CERT": f"{mounts['tls']}/tls.crt",
+                   "MEMBER_TLS_KEY": f"{mounts['tls']}/tls.key"}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {"tls": "member-agent-tls"}
+    env = {e["name"]: e["valueFrom"]["configMapKeyRef"] for e in agent["env"] if "valueFrom" in e}
     assert {ref["name"] for ref in env.values()} == {config["metadata"]["name"]}  # the generated, hashed name
     assert {name: ref["key"] for name, ref in env.items()} == {
         "MEMBER_CLUSTER": "cluster", "FEDERATION_SERVER": "server", "MEMBER_NAMESPACE": "namespace"}
