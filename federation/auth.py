@@ -104,8 +104,10 @@ class Authenticator:
     """
 
     def __init__(self, load: Callable[[str], Awaitable[TokenRow | None]], cache_seconds: float = CACHE_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 jwt_verifier: Callable[[str], Principal | str] | None = None) -> None:
         self.load = load
+        self.jwt_verifier = jwt_verifier  # OIDC: bearer values that are JWTs go here
         self.cache_seconds = cache_seconds
         self.clock = clock
         self._cache: dict[str, tuple[float, TokenRow | None]] = {}
@@ -117,6 +119,9 @@ class Authenticator:
         """The caller, or why not (the same words whether the token is unknown, wrong or revoked)."""
         parsed = parse(header)
         if parsed is None:
+            scheme, _, value = (header or "").strip().partition(" ")
+            if self.jwt_verifier is not None and scheme.lower() == "bearer" and value.strip().count(".") == 2:
+                return self.jwt_verifier(value.strip())
             return "missing or malformed bearer token (authorization: Bearer fed_...)"
         token_id, secret = parsed
         cached = self._cache.get(token_id)

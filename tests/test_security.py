@@ -283,3 +283,58 @@ def test_the_cli_bootstraps_an_admin_token_and_uses_it(empty_db_url: URL, tmp_pa
             ("create", "tenant", f"token {bearer.split('_')[1]} (ops)")]
     finally:
         assert server.stop() == 0
+
+
+def _jwt_issuer() -> tuple[Any, str]:
+    """A signing key and the JWKS document publishing its public half."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from jwt.algorithms import ECAlgorithm
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    jwk = json.loads(ECAlgorithm.to_jwk(key.public_key()))
+    return key, json.dumps({"keys": [{**jwk, "kid": "k1", "alg": "ES256", "use": "sig"}]})
+
+
+async def test_oidc_tokens_map_a_claim_to_the_tenant_or_to_admin(db_url: URL) -> None:
+    import time as clock
+
+    import jwt
+
+    from federation.oidc import OidcConfig
+
+    key, jwks = _jwt_issuer()
+    stranger, _ = _jwt_issuer()
+    issuer, audience = "https://login.example.com", "gpu-federation"
+
+    def token(signer: Any = key, **claims: Any) -> str:
+        body = {"iss": issuer, "aud": audience, "sub": "someone", "exp": int(clock.time()) + 300, **claims}
+        return jwt.encode(body, signer, algorithm="ES256", headers={"kid": "k1"})
+
+    server, address = await secure_server(db_url, oidc=OidcConfig(issuer, audience, jwks))
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            fed = Secure(server, address, channel, Caller(jobs_pb2_grpc.JobServiceStub(channel),
+                                                          admin_pb2_grpc.AdminServiceStub(channel)))
+            fed.root = fed.as_(token(sub="ops", groups=["federation-admins"]))
+            alpha, beta = await two_tenants(fed)  # admins by their group created both tenants and queues
+            alpha = fed.as_(token(sub="ann", tenant="alpha"))
+            job = (await alpha.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("a1", "alpha-q")))).job
+            assert job.tenant == "alpha"
+            assert (await code_of(alpha.admin.CreateTenant(admin_pb2.CreateTenantRequest(
+                tenant=admin_pb2.Tenant(name="x")))))[0] == grpc.StatusCode.PERMISSION_DENIED
+            assert (await code_of(beta.jobs.GetJob(jobs_pb2.GetJobRequest(id=job.id))))[0] == \
+                grpc.StatusCode.NOT_FOUND
+            refused = {
+                "expired": token(tenant="alpha", exp=int(clock.time()) - 10),
+                "another issuer": token(tenant="alpha", iss="https://evil.example.com"),
+                "another audience": token(tenant="alpha", aud="something-else"),
+                "another key": token(stranger, tenant="alpha"),
+                "no tenant": token(),
+            }
+            for what, bad in refused.items():
+                code, _ = await code_of(fed.as_(bad).jobs.ListJobs(jobs_pb2.ListJobsRequest()))
+                assert code == grpc.StatusCode.UNAUTHENTICATED, what
+            events = (await fed.root.admin.ListAuditEvents(admin_pb2.ListAuditEventsRequest(kind="tenant"))).events
+            assert {e.actor for e in events} == {"oidc ops"}
+    finally:
+        await server.stop(grace=0)

@@ -19,6 +19,7 @@ from federation.auth import Authenticator, AuthInterceptor, RateLimiter, insecur
 from federation.connections import Connections
 from federation.events import EventHub
 from federation.leader import Leadership, announce
+from federation.oidc import OidcConfig, OidcVerifier
 from federation.orders import OrderRelay
 from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE, Scheduler
 from federation.store import database
@@ -68,7 +69,8 @@ def ensure_schema(url: URL, auto_migrate: bool) -> None:
 class FederationServer:
     def __init__(self, url: URL, listen: str, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
                  lost_grace: float = LOST_GRACE, *, insecure_dev: bool = False, submit_rate: float = SUBMIT_RATE,
-                 submit_burst: int = SUBMIT_BURST, agent_listen: str = "", agent_tls: AgentTls | None = None) -> None:
+                 submit_burst: int = SUBMIT_BURST, agent_listen: str = "", agent_tls: AgentTls | None = None,
+                 oidc: OidcConfig | None = None) -> None:
         if bool(agent_listen) != (agent_tls is not None):
             raise ValueError("an agent listener needs its TLS files, and TLS files need an agent listener")
         self.url = url
@@ -79,6 +81,7 @@ class FederationServer:
         self.limiter = RateLimiter(submit_rate, submit_burst)
         self.agent_listen = agent_listen
         self.agent_tls = agent_tls
+        self.oidc = OidcVerifier(oidc) if oidc else None  # a bad JWKS document fails here, before serving
         self.port = 0
         self.agent_port = 0
         self.agent_server: grpc.aio.Server | None = None
@@ -88,7 +91,7 @@ class FederationServer:
         jobs = JobStore(self.engine)
         admin = AdminStore(self.engine)
         tokens = TokenStore(self.engine)
-        self.authenticator = Authenticator(tokens.load)
+        self.authenticator = Authenticator(tokens.load, jwt_verifier=self.oidc.verify if self.oidc else None)
         if self.insecure_dev:
             log.warning("INSECURE DEV MODE: no authentication; every caller is an admin. Never expose this server.")
         self.hub = EventHub(jobs.events_after, jobs.last_event_seq, await jobs.last_event_seq())

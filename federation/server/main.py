@@ -18,6 +18,7 @@ from sqlalchemy.engine import URL
 from federation import metrics
 from federation.durations import parse_duration
 from federation.errors import FederationError
+from federation.oidc import OidcConfig
 from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.server.app import (
     SUBMIT_BURST,
@@ -99,10 +100,23 @@ def cli(log_level: str) -> None:
 @click.option("--agent-ca", envvar="FEDERATION_AGENT_CA", type=click.Path(path_type=Path, exists=True,
                                                                          dir_okay=False),
               help="PEM CA certificate that signs the agents' client certificates.")
+@click.option("--oidc-issuer", envvar="FEDERATION_OIDC_ISSUER", default="", metavar="URL",
+              help="Also accept JWTs from this OIDC issuer as bearer tokens (with --oidc-audience, --oidc-jwks).")
+@click.option("--oidc-audience", envvar="FEDERATION_OIDC_AUDIENCE", default="", help="The JWTs' required audience.")
+@click.option("--oidc-jwks", envvar="FEDERATION_OIDC_JWKS", type=click.Path(path_type=Path, exists=True,
+                                                                           dir_okay=False),
+              help="The issuer's JWKS document (its jwks_uri), as a file.")
+@click.option("--oidc-tenant-claim", envvar="FEDERATION_OIDC_TENANT_CLAIM", default="tenant", show_default=True,
+              help="The claim naming the caller's tenant.")
+@click.option("--oidc-admin-claim", envvar="FEDERATION_OIDC_ADMIN_CLAIM", default="groups", show_default=True,
+              help="The claim (a string or a list) that makes the caller an admin when it holds --oidc-admin-value.")
+@click.option("--oidc-admin-value", envvar="FEDERATION_OIDC_ADMIN_VALUE", default="federation-admins",
+              show_default=True, help="The value of --oidc-admin-claim that makes the caller an admin.")
 def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str,
           heartbeat_timeout: float, lost_grace: float, insecure_dev: bool, submit_rate: float,
           submit_burst: int, agent_listen: str, tls_cert: Path | None, tls_key: Path | None,
-          agent_ca: Path | None) -> None:
+          agent_ca: Path | None, oidc_issuer: str, oidc_audience: str, oidc_jwks: Path | None,
+          oidc_tenant_claim: str, oidc_admin_claim: str, oidc_admin_value: str) -> None:
     """Serve JobService and AdminService (and AgentService on --agent-listen) until SIGINT or SIGTERM."""
     files = (tls_cert, tls_key, agent_ca)
     if agent_listen and not all(files):
@@ -111,11 +125,18 @@ def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: b
         raise click.UsageError("--tls-cert, --tls-key and --agent-ca are for --agent-listen; give it too")
     tls = AgentTls(tls_cert.read_bytes(), tls_key.read_bytes(), agent_ca.read_bytes()) \
         if tls_cert and tls_key and agent_ca else None
+    if any((oidc_issuer, oidc_audience, oidc_jwks)) and not all((oidc_issuer, oidc_audience, oidc_jwks)):
+        raise click.UsageError("OIDC needs all of --oidc-issuer, --oidc-audience and --oidc-jwks")
+    oidc = OidcConfig(oidc_issuer, oidc_audience, oidc_jwks.read_text(), oidc_tenant_claim, oidc_admin_claim,
+                      oidc_admin_value) if oidc_jwks else None
     with _database(database_url, data_dir) as url:
         _current_schema(url, auto_migrate)
-        server = FederationServer(url, listen, heartbeat_timeout, lost_grace, insecure_dev=insecure_dev,
-                                  submit_rate=submit_rate, submit_burst=submit_burst, agent_listen=agent_listen,
-                                  agent_tls=tls)
+        try:
+            server = FederationServer(url, listen, heartbeat_timeout, lost_grace, insecure_dev=insecure_dev,
+                                      submit_rate=submit_rate, submit_burst=submit_burst, agent_listen=agent_listen,
+                                      agent_tls=tls, oidc=oidc)
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
         asyncio.run(_serve(server, metrics_listen))
 
 
