@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import bar, machine, measured, out_dir, parser, write
+from bench.common import bar, machine, measured, out_dir, parser, pyplot, save, write
 from bench.replay.trace import traces
 from federation.resources import Resources
 from member_agent.placement import GangRequest, Placement, TaskRequest, place
@@ -166,11 +166,7 @@ def run(pod_list: str, policy: str, demand: float, samples: int = 50) -> dict[st
 
 
 def plot(data: dict[str, Any], out: Path) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(data["pod_lists"]), figsize=(6.5 * len(data["pod_lists"]), 4.2), squeeze=False)
     for ax, pod_list in zip(axes[0], data["pod_lists"], strict=True):
         for r in data["runs"]:
@@ -182,10 +178,7 @@ def plot(data: dict[str, Any], out: Path) -> str:
         ax.set_ylabel("GPU allocated (share of capacity)")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "openb.png", dpi=110)
-    plt.close(fig)
-    return "openb.png"
+    return save(fig, out, "openb.png")
 
 
 def report(data: dict[str, Any], image: str) -> str:

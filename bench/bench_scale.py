@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.bench_agent import cluster, placement_times
 from bench.bench_scheduler import GPU, federation, jobs, organisation
-from bench.common import bar, machine, measured, out_dir, parser, write
+from bench.common import bar, machine, measured, out_dir, parser, pyplot, save, write
 from federation.scheduling.cycle import Snapshot, schedule
 
 TENANTS, QUEUES_PER_TENANT = 100, 10
@@ -103,11 +103,7 @@ def _series(points: list[dict[str, Any]], vary: str, fixed: str, value: int) -> 
 
 
 def plot(data: dict[str, Any], out: Path) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     sched = data["scheduler"]
     by_pending = _series(sched, "pending", "clusters", data["base_clusters"])
     by_clusters = _series(sched, "clusters", "pending", data["base_pending"])
@@ -130,10 +126,7 @@ def plot(data: dict[str, Any], out: Path) -> str:
     ax.set_title("128 x 8-GPU gang placement vs nodes")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "scale.png", dpi=110)
-    plt.close(fig)
-    return "scale.png"
+    return save(fig, out, "scale.png")
 
 
 def report(data: dict[str, Any], image: str) -> str:

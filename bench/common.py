@@ -55,6 +55,24 @@ def bar(total: int, desc: str, unit: str = "it") -> tqdm:
                 mininterval=0.1 if sys.stderr.isatty() else 30)
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files only (no display on a server or in CI)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig: Any, out: Path, name: str) -> str:
+    """Lay out, write `name` (PNG) in `out`, and free the figure; the name, for the report's link."""
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    pyplot().close(fig)
+    return name
+
+
 def write(out: Path, name: str, data: dict[str, Any], markdown: str,
           headline: Sequence[tuple[str, str]], compact: bool = False) -> None:
     """Write the results, and print the headline figures."""

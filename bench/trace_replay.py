@@ -19,7 +19,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench.common import bar, machine, out_dir, parser, write
+from bench.common import bar, machine, out_dir, parser, pyplot, save, write
 from bench.replay.capacity import GPUS_PER_NODE, shape_for
 from bench.replay.sim import POLICIES, Replay, Result
 from bench.replay.trace import DAY, gpu_seconds, load_itp, span
@@ -89,11 +89,7 @@ def run(days: float | None, loads: list[float], interval: float) -> dict[str, An
 
 
 def _plots(data: dict[str, Any], directory: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     runs = data["runs"]
     loads = sorted({r["load"] for r in runs})
     files = []
@@ -111,10 +107,7 @@ def _plots(data: dict[str, Any], directory: Path) -> list[str]:
         ax.set_xlabel("offered load")
         ax.grid(alpha=0.3)
     axes[0].legend()
-    fig.tight_layout()
-    fig.savefig(directory / "replay_load_sweep.png", dpi=100)
-    plt.close(fig)
-    files.append("replay_load_sweep.png")
+    files.append(save(fig, directory, "replay_load_sweep.png"))
 
     top = max(loads)
     fig, axes = plt.subplots(1, 2, figsize=(14, 4))
@@ -141,10 +134,7 @@ def _plots(data: dict[str, Any], directory: Path) -> list[str]:
     axes[1].set_xlabel("day")
     axes[1].grid(alpha=0.3)
     axes[1].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(directory / "replay_time.png", dpi=100)
-    plt.close(fig)
-    files.append("replay_time.png")
+    files.append(save(fig, directory, "replay_time.png"))
     return files
 
 
