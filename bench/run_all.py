@@ -5,7 +5,7 @@ same `--quick`/`--out`; the report gathers their Markdown sections and plots, he
 benchmark's headline figures. A benchmark that fails is named in the report and makes the exit
 status non-zero, after the others have run.
 
-Usage: python -m bench.run_all [--quick] [--only NAME,...] [--out DIR]
+Usage: python -m bench.run_all [--quick] [--only NAME,...] [--out DIR] [--report-only]
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def report(out: Path, ran: Sequence[str], failed: Sequence[str], quick: bool, se
         for label, value in json.loads(path.read_text()).get("headline", []):
             lines.append(f"| {name} | {label} | {value} |")
     lines += ["", "| benchmark | measures | run time (s) |", "|---|---|---:|"]
-    lines += [f"| [{n}](#{n}) | {BENCHMARKS[n][1]} | {seconds.get(n, 0):.0f} |" for n in ran]
+    lines += [f"| [{n}](#{n}) | {BENCHMARKS[n][1]} | {f'{seconds[n]:.0f}' if n in seconds else '-'} |" for n in ran]
     for name in ran:
         path = out / f"{name}.md"
         if name not in failed and name not in skipped and path.exists():
@@ -78,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser(__doc__)
     p.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated benchmarks to run "
                                                                  f"(default all: {', '.join(BENCHMARKS)})")
+    p.add_argument("--report-only", action="store_true", help="run nothing; gather the results already there")
     args = p.parse_args(argv)
     try:
         names = _names(args.only)
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed: list[str] = []
     skipped = [n for n in names if n in TRACED and not traces().is_dir()]
     seconds: dict[str, float] = {}
-    for i, name in enumerate(names, 1):
+    for i, name in enumerate([] if args.report_only else names, 1):
         module, what = BENCHMARKS[name]
         print(f"[{i}/{len(names)}] {name}: {what}", flush=True)
         if name in skipped:
