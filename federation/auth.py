@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 TOKEN = re.compile(r"fed_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 CACHE_SECONDS = 10.0  # how long a verified token is trusted before its row is read again
+CACHE_ENTRIES = 10_000  # forged ids must not grow the cache without bound
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,8 @@ class Authenticator:
         cached = self._cache.get(token_id)
         if cached is None or self.clock() - cached[0] > self.cache_seconds:
             cached = (self.clock(), await self.load(token_id))
+            if len(self._cache) >= CACHE_ENTRIES:
+                self._cache.clear()
             self._cache[token_id] = cached
         row = cached[1]
         if row is None or row.revoked_at is not None or not hmac.compare_digest(row.secret_sha256, digest(secret)):
