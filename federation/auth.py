@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import hmac
-import logging
 import re
 import secrets
 import time
@@ -24,9 +23,7 @@ from typing import Any
 
 import grpc
 
-from federation.errors import PermissionDenied, ResourceExhausted
-
-log = logging.getLogger(__name__)
+from federation.errors import NotFound, PermissionDenied, ResourceExhausted
 
 TOKEN = re.compile(r"fed_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 CACHE_SECONDS = 10.0  # how long a verified token is trusted before its row is read again
@@ -38,7 +35,6 @@ class Principal:
     name: str  # "token <id> (<name>)": what the audit log records
     tenant: str | None  # None: not bound to a tenant (admins)
     admin: bool
-    token_id: str = ""
 
     def sees(self, tenant: str) -> bool:
         return self.admin or self.tenant == tenant
@@ -59,6 +55,12 @@ async def insecure_dev(header: str | None) -> Principal:
     return INSECURE_DEV
 
 
+def require_sees(tenant: str, what: str) -> None:
+    """NOT_FOUND, worded as for what does not exist, unless the caller may see `tenant`'s `what`."""
+    if not current().sees(tenant):
+        raise NotFound(f"{what} not found")
+
+
 def require_admin() -> Principal:
     principal = current()
     if not principal.admin:
@@ -75,15 +77,6 @@ def new_token() -> tuple[str, str, str]:
 
 def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
-
-
-def parse(header: str | None) -> tuple[str, str] | None:
-    """(id, secret) from an `authorization: Bearer fed_<id>_<secret>` header, or None."""
-    if not header:
-        return None
-    scheme, _, value = header.strip().partition(" ")
-    match = TOKEN.fullmatch(value.strip()) if scheme.lower() == "bearer" else None
-    return (match.group(1), match.group(2)) if match else None
 
 
 @dataclass(frozen=True)
@@ -118,13 +111,14 @@ class Authenticator:
 
     async def authenticate(self, header: str | None) -> Principal | str:
         """The caller, or why not (the same words whether the token is unknown, wrong or revoked)."""
-        parsed = parse(header)
-        if parsed is None:
-            scheme, _, value = (header or "").strip().partition(" ")
-            if self.jwt_verifier is not None and scheme.lower() == "bearer" and value.strip().count(".") == 2:
-                return self.jwt_verifier(value.strip())
+        scheme, _, value = (header or "").strip().partition(" ")
+        value = value.strip() if scheme.lower() == "bearer" else ""
+        match = TOKEN.fullmatch(value)
+        if match is None:
+            if self.jwt_verifier is not None and value.count(".") == 2:
+                return self.jwt_verifier(value)
             return "missing or malformed bearer token (authorization: Bearer fed_...)"
-        token_id, secret = parsed
+        token_id, secret = match.groups()
         cached = self._cache.get(token_id)
         if cached is None or self.clock() - cached[0] > self.cache_seconds:
             cached = (self.clock(), await self.load(token_id))
@@ -137,7 +131,7 @@ class Authenticator:
         if row.expires_at is not None and row.expires_at <= datetime.now(UTC):
             return "token expired"
         label = f"token {row.id}" + (f" ({row.name})" if row.name else "")
-        return Principal(label, row.tenant, row.admin, row.id)
+        return Principal(label, row.tenant, row.admin)
 
 
 class RateLimiter:

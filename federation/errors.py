@@ -29,10 +29,6 @@ class FailedPrecondition(FederationError):
     pass
 
 
-class Unauthenticated(FederationError):
-    pass
-
-
 class PermissionDenied(FederationError):
     pass
 

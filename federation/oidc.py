@@ -8,16 +8,15 @@ outbound calls and a key rotation is a file update and a restart.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import jwt
 
 from federation.auth import Principal
+from federation.validation import Violations, check_name
 
 ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "EdDSA"]
-_TENANT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -57,6 +56,9 @@ class OidcVerifier:
         if self.config.admin_value in (groups if isinstance(groups, list) else [groups]):
             return Principal(name, None, True)
         tenant = claims.get(self.config.tenant_claim)
-        if not isinstance(tenant, str) or not _TENANT.match(tenant):
+        v = Violations()
+        if isinstance(tenant, str):
+            check_name(v, self.config.tenant_claim, tenant)
+        if not isinstance(tenant, str) or v:
             return f"token has no valid {self.config.tenant_claim!r} claim"
         return Principal(name, tenant, False)

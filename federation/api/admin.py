@@ -17,8 +17,8 @@ from google.protobuf.message import Message
 
 from federation.api import convert
 from federation.api.status import servicer
-from federation.auth import current, require_admin
-from federation.errors import InvalidArgument, NotFound
+from federation.auth import current, require_admin, require_sees
+from federation.errors import InvalidArgument
 from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.models import Base, Cluster, PriorityClass, Queue, Tenant
@@ -98,8 +98,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     async def _queue(self, name: str) -> Any:
         row = await self.store.get(Queue, name)
-        if not current().sees(row["tenant"]):
-            raise NotFound(f"queue {name!r} not found")
+        require_sees(row["tenant"], f"queue {name!r}")
         return row
 
     async def CreateTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -109,8 +108,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return await self._update(TENANT, request.tenant, request.update_mask)
 
     async def GetTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        if not current().sees(request.name):
-            raise NotFound(f"tenant {request.name!r} not found")
+        require_sees(request.name, f"tenant {request.name!r}")
         return TENANT.to_proto(await self.store.get(Tenant, request.name))
 
     async def ListTenants(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -176,11 +174,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             v.add("tenant", "a token is either for one tenant (tenant) or an admin token (admin), not both or neither")
         if request.name:
             check_name(v, "name", request.name)
-        if request.HasField("ttl") and request.ttl.ToTimedelta() <= timedelta(0):
+        ttl = request.ttl.ToTimedelta() if request.HasField("ttl") else None
+        if ttl is not None and ttl <= timedelta(0):
             v.add("ttl", "must be positive")
         if v:
             raise InvalidArgument(v.items)
-        ttl = request.ttl.ToTimedelta() if request.HasField("ttl") else None
         row, bearer = await self.tokens.create(actor, request.name, request.tenant or None, request.admin, ttl)
         return admin_pb2.CreateTokenResponse(token=convert.token_to_proto(row), bearer_token=bearer)
 

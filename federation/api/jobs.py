@@ -15,8 +15,8 @@ import grpc
 
 from federation.api import convert
 from federation.api.status import servicer
-from federation.auth import RateLimiter, current
-from federation.errors import FailedPrecondition, InvalidArgument, NotFound
+from federation.auth import RateLimiter, current, require_sees
+from federation.errors import FailedPrecondition, InvalidArgument
 from federation.events import EventHub
 from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
@@ -62,8 +62,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def _job(self, job_id: str) -> Any:
         row = await self.jobs.get(job_id)
-        if not current().sees(row["tenant"]):
-            raise NotFound(f"job {job_id!r} not found")
+        require_sees(row["tenant"], f"job {job_id!r}")
         return row
 
     async def _prepare(self, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str]) -> list[NewJob]:

@@ -25,7 +25,6 @@ from federation.errors import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
-    Unauthenticated,
 )
 
 log = logging.getLogger(__name__)
@@ -35,7 +34,6 @@ _CODES: dict[type[FederationError], grpc.StatusCode] = {
     NotFound: grpc.StatusCode.NOT_FOUND,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
-    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }

@@ -25,7 +25,7 @@ otherwise, so most domains are rejected without a trial.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -176,11 +176,6 @@ class _Trial:
             self.put(node, task, range(count), sign=-1)
             del self.pods[-count:]
 
-    def spares(self, name: str, is_node: bool, asked: Collection[str]) -> bool:
-        """Whether `name` offers a device `asked` does not include: such places are kept for pods needing it."""
-        offered = self.topology.nodes[name].allocatable if is_node else self.state.domain_allocatable[name]
-        return any(r not in asked and r not in GENERAL for r in offered)
-
     def leftover(self, name: str, is_node: bool, request: Mapping[str, int], resource: str | None) -> float:
         """Share of `resource` still free in `name` after also taking `request`: lower is fuller."""
         if resource is None:
@@ -253,19 +248,28 @@ class _Placer:
         self.groups = groups
         self.totals = state.domain_allocatable[ROOT]
         self.base = _Trial(state)  # the untouched state, its counts shared by every trial
+        self.devices = [r for r in self.totals if r not in GENERAL]  # what this cluster's nodes offer beyond cpu
+
+    def spares(self, name: str, is_node: bool, asked: Mapping[str, int]) -> bool:
+        """Whether `name` offers a device `asked` does not include: such places are kept for pods needing it.
+        Not a matter of the trial (what a place offers never changes), and nothing to look at when the gang
+        asks for every device the cluster has, as in most clusters."""
+        if all(d in asked for d in self.devices):
+            return False
+        offered = self.topology.nodes[name].allocatable if is_node else self.state.domain_allocatable[name]
+        return any(r not in asked and r not in GENERAL for r in offered)
 
     # -- descent ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _choose(trial: _Trial, options: list[tuple[str, bool, int]], wanted: int, per_unit: Mapping[str, int],
+    def _choose(self, trial: _Trial, options: list[tuple[str, bool, int]], wanted: int, per_unit: Mapping[str, int],
                 resource: str | None) -> tuple[str, bool, int]:
         """The fullest option that takes all `wanted` units, else the one that takes the most (then fullest)."""
         whole = [o for o in options if o[2] >= wanted]
         if whole:
             request = {r: a * wanted for r, a in per_unit.items()}
-            return min(whole, key=lambda o: (trial.spares(o[0], o[1], per_unit),
+            return min(whole, key=lambda o: (self.spares(o[0], o[1], per_unit),
                                              trial.leftover(o[0], o[1], request, resource), o[0]))
-        return min(options, key=lambda o: (-o[2], trial.spares(o[0], o[1], per_unit),
+        return min(options, key=lambda o: (-o[2], self.spares(o[0], o[1], per_unit),
                                            trial.leftover(o[0], o[1], {}, resource), o[0]))
 
     def _pods(self, trial: _Trial, domain: str, task: TaskRequest, indices: list[int]) -> bool:
@@ -360,7 +364,7 @@ def place(state: ClusterState, gang: GangRequest) -> Placement | Rejection:
     for tier in tiers:
         candidates = [d.name for d in topology.of_tier(tier) if allowed is None or d.name in allowed]
         candidates = [c for c in candidates if placer.fits_roughly(c, request)]
-        candidates.sort(key=lambda c: (placer.base.spares(c, False, request),
+        candidates.sort(key=lambda c: (placer.spares(c, False, request),
                                        placer.base.leftover(c, False, request, resource), c))
         for candidate in candidates:
             trial = placer.trial(candidate)
