@@ -196,6 +196,32 @@ async def test_revoked_and_expired_tokens_stop_working(secure: Secure) -> None:
         await asyncio.sleep(0.2)
 
 
+async def test_bad_token_requests_are_refused_with_the_field_and_store_nothing(secure: Secure) -> None:
+    from tests.test_api_admin import violation_fields
+
+    bad = [
+        (["tenant"], admin_pb2.CreateTokenRequest(admin=True, tenant="alpha")),  # both
+        (["tenant"], admin_pb2.CreateTokenRequest()),  # neither
+        (["name"], admin_pb2.CreateTokenRequest(admin=True, name="Not A Label")),
+        (["ttl"], admin_pb2.CreateTokenRequest(admin=True, ttl=duration_pb2.Duration(seconds=-5))),
+    ]
+    for fields, request in bad:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await secure.root.admin.CreateToken(request)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert violation_fields(info.value) == fields
+    unknown = await code_of(secure.root.admin.CreateToken(admin_pb2.CreateTokenRequest(tenant="nosuch")))
+    assert unknown == (grpc.StatusCode.INVALID_ARGUMENT, "tenant: tenant 'nosuch' not found")
+    assert len((await secure.root.admin.ListTokens(admin_pb2.ListTokensRequest())).tokens) == 1  # root's only
+
+
+def test_a_broken_jwks_document_is_refused_at_start() -> None:
+    from federation.oidc import OidcConfig, OidcVerifier
+
+    with pytest.raises(ValueError, match="the JWKS document is not usable"):
+        OidcVerifier(OidcConfig("https://login.example.com", "aud", '{"keys": "nope"}'))
+
+
 async def test_tokens_are_stored_hashed(secure: Secure) -> None:
     bearer = await secure.token(admin=True)
     secret = bearer.rsplit("_", 1)[1]
@@ -267,6 +293,16 @@ def test_the_cli_bootstraps_an_admin_token_and_uses_it(empty_db_url: URL, tmp_pa
             return subprocess.run([str(BIN / "fedctl"), "--server", server.address, *args], capture_output=True,
                                   text=True, timeout=60, env={**env, **extra})
 
+        unknown = subprocess.run([str(BIN / "federation-server"), "token", "create", "--tenant", "nosuch",
+                                  "--database-url", url], capture_output=True, text=True, timeout=60)
+        assert unknown.returncode == 1 and "tenant 'nosuch' not found" in unknown.stderr
+        assert "Traceback" not in unknown.stderr
+        both = run("token", "create", "--admin", "--tenant", "ml", FEDERATION_TOKEN=bearer)
+        assert both.returncode == 2 and "give exactly one of --admin or --tenant NAME" in both.stderr
+        config.write_text("token: [not, a, string]\n")
+        broken = run("list", "jobs")
+        assert broken.returncode == 2 and f"{config}: expected a mapping with string" in broken.stderr
+        config.unlink()
         refused = run("tenant", "create", "ml")
         assert refused.returncode == 1 and "Traceback" not in refused.stderr
         assert "UNAUTHENTICATED" in refused.stderr and "FEDERATION_TOKEN" in refused.stderr
