@@ -11,10 +11,11 @@ GPU, CPU = "nvidia.com/gpu", "cpu"
 
 @st.composite
 def cluster(draw: st.DrawFn, name: str) -> ClusterView:
-    """A cluster whose tier maxima grow with the tier and never exceed its free totals."""
+    """A cluster whose tier maxima grow with the tier and never exceed its free totals; it may
+    report fewer tiers, or none (an inventory without HyperNodes, or with no nodes summarised)."""
     free = {GPU: draw(st.integers(0, 64)), CPU: draw(st.integers(0, 512))}
     tiers, below = [], {GPU: 0, CPU: 0}
-    for tier, tier_name in enumerate(["node", "leaf", "spine"]):
+    for tier, tier_name in enumerate(["node", "leaf", "spine"][:draw(st.integers(0, 3))]):
         most = {r: draw(st.integers(below[r], free[r])) for r in free}
         tiers.append(TierFree(tier, tier_name, most))
         below = most

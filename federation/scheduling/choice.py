@@ -117,7 +117,9 @@ class ClusterTable:
             mask &= covers[:, :job.highest_tier].any(1)
             if not mask.any():
                 return None
-        fit_tier = np.where(covers.any(1), covers.argmax(1) + 1, NO_TIER)
+        fit_tier = np.full(len(self.names), NO_TIER)
+        if self.top:  # no cluster reports a HyperNode tier: none covers the gang (argmax needs a tier)
+            fit_tier = np.where(covers.any(1), covers.argmax(1) + 1, NO_TIER)
         fit_tier = np.where(mask, fit_tier, NO_TIER + 1)
         lowest = fit_tier == fit_tier.min()
         asked = request > 0  # every cluster still in `mask` has some of each, so capacity > 0 there
