@@ -60,14 +60,15 @@ class JobCache:
         self._cursor: int | None = None
         self._lock = asyncio.Lock()
 
-    async def refresh(self) -> bool:
-        """Bring `waiting`, `holding` and `reasons` up to date with PostgreSQL; True if it read them all."""
+    async def refresh(self, upto: int | None = None) -> bool:
+        """Bring `waiting`, `holding` and `reasons` up to date with PostgreSQL, as of the event numbered
+        `upto` if given (not before the last refresh), else of the latest; True if it read them all."""
         async with self._lock:
             try:
                 if self._cursor is None:
                     await self._load()
                     return True
-                await self._catch_up()
+                await self._catch_up(upto)
                 return False
             except BaseException:
                 self._cursor = None  # half caught up: read it all again next time
@@ -80,9 +81,10 @@ class JobCache:
         self._add_holding(await self.jobs.holding())
         self._cursor = cursor
 
-    async def _catch_up(self) -> None:
+    async def _catch_up(self, upto: int | None) -> None:
         assert self._cursor is not None
-        upto = await self.jobs.last_event_seq()
+        if upto is None:
+            upto = await self.jobs.last_event_seq()
         latest: dict[str, Any] = {}  # job -> its latest event
         cursor = self._cursor
         while cursor < upto:
@@ -92,7 +94,8 @@ class JobCache:
             for event in events:
                 latest[event["job_id"]] = event
             cursor = events[-1]["seq"]
-        arrived, held = [], []
+        arrived: list[str] = []
+        held: dict[str, Any] = {}
         for job_id, event in latest.items():
             phase = event["phase"]
             self.reasons[job_id] = None
@@ -101,15 +104,18 @@ class JobCache:
                 self.reasons.pop(job_id, None)
             elif job_id not in self.waiting:
                 arrived.append(job_id)
-            # Read again rather than patched from the event: right after a load, an event may be
-            # older than the row already read.
             self.holding.pop(job_id, None)
             if phase in ACTIVE_PHASES:
-                held.append(job_id)
+                held[job_id] = event
         for start in range(0, len(arrived), BATCH):  # one no longer waiting has a later event, read next time
             await self._add_waiting(await self.jobs.pending(SCAN_LIMIT, ids=arrived[start:start + BATCH]))
-        for start in range(0, len(held), BATCH):
-            self._add_holding(await self.jobs.holding(held[start:start + BATCH]))
+        ids = list(held)
+        for start in range(0, len(ids), BATCH):
+            # Phase and cluster as of the event, to match inventories read at that moment: the row
+            # may be further on already.
+            for r in await self.jobs.holding(ids[start:start + BATCH]):
+                event = held[r["id"]]
+                self.holding[r["id"]] = HoldingJob(**{**r, "phase": event["phase"], "cluster": event["cluster"]})
         self._cursor = cursor
 
     async def _add_waiting(self, rows: list[Any]) -> None:

@@ -160,11 +160,13 @@ class Scheduler:
         await self.cycle()
 
     async def snapshot(self) -> Snapshot:
-        await self.cache.refresh()
+        await self.cache.refresh()  # the bulk: the events since the last cycle (every job, on the first)
+        rows, upto = await self.admin.clusters(self.heartbeat_timeout)
+        await self.cache.refresh(upto)  # and those up to the moment of the inventories, no further
         pending, active = list(self.cache.waiting.values()), list(self.cache.holding.values())
         classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
         inflight = _inflight(active)
-        clusters = [c for c in await self.admin.clusters(self.heartbeat_timeout) if c["live"] and not c["cordoned"]]
+        clusters = [c for c in rows if c["live"] and not c["cordoned"]]
         capacity: dict[str, int] = {}
         for c in clusters:
             inv = c["inventory"] or {}
@@ -244,5 +246,5 @@ class Scheduler:
         """For a waiting job, each cluster and why it does not fit there now (None: it does)."""
         inflight = _inflight([HoldingJob(**r) for r in await self.jobs.holding()])
         states = [ClusterState(cluster_view(c, inflight.get(c["name"], {})), c["live"], c["cordoned"])
-                  for c in await self.admin.clusters(self.heartbeat_timeout)]
+                  for c in (await self.admin.clusters(self.heartbeat_timeout))[0]]
         return explain(job_view(row), states, self._recent_refusals().get(row["id"], {}))

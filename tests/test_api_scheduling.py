@@ -6,6 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import grpc
+import pytest
 from sqlalchemy import func, update
 
 from federation.leader import Leadership
@@ -15,6 +16,8 @@ from federation.v1 import admin_pb2, agent_pb2, common_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
 from tests.test_api_admin import rpc_error
 from tests.test_api_jobs import spec
+
+GPU = "nvidia.com/gpu"
 
 
 async def test_queue_status_and_explain(api: Api) -> None:
@@ -196,7 +199,7 @@ async def test_work_comes_back_from_a_silent_cluster(api: Api) -> None:
     assert (job["phase"], job["cluster"], job["reason"]) == (
         "PENDING", "", "requeued: cluster east went silent before placing it")
     assert (await store.get(running))["phase"] == "RUNNING"
-    assert {c["name"]: c["status"] for c in await admin.clusters(10)} == {"east": "NOT_READY", "west": "READY"}
+    assert {c["name"]: c["status"] for c in (await admin.clusters(10))[0]} == {"east": "NOT_READY", "west": "READY"}
 
     await silent_for(60)  # past the grace too: the running jobs are lost
     assert sorted(r["id"] for r in await store.requeue_from_silent(10, 30)) == sorted([running, fragile])
@@ -211,3 +214,70 @@ async def test_work_comes_back_from_a_silent_cluster(api: Api) -> None:
     # the silent agent comes back still running the lost job: it is told to stop
     stale = await store.apply_update("east", agent_pb2.JobUpdate(job_id=running, attempt=1, type=agent_pb2.BOUND))
     assert stale.stop
+
+
+@pytest.mark.parametrize("lands_after", ["the job cache's read", "the clusters' read"])
+async def test_a_cycle_sees_jobs_as_they_were_when_its_inventories_were_read(api: Api, lands_after: str) -> None:
+    """An agent reports a job's end, then the inventory that frees its GPUs. Whenever those land
+    during a snapshot, the snapshot holds the job exactly while its GPUs are in use, and the freed
+    GPUs go to the tenant that lost them (light, below its share) before the heavier one."""
+    from federation.scheduler import Scheduler
+    from federation.store.jobs import JobStore
+
+    await api.server.leadership.stop()  # this test's scheduler is the only one deciding
+    for tenant, weight in (("light", 1), ("heavy", 3)):
+        await api.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name=tenant, weight=weight)))
+        await api.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name=tenant, tenant=tenant)))
+    store, admin = JobStore(api.server.engine), AdminStore(api.server.engine)
+    await admin.register_cluster("east", {}, "0.1.0")
+
+    async def inventory(used_gpus: int) -> None:
+        async with api.server.engine.begin() as conn:
+            await conn.execute(update(Cluster).where(Cluster.name == "east").values(inventory={
+                "allocatable": {GPU: 32, "cpu": 64_000}, "used": {GPU: used_gpus, "cpu": 0}, "topology": []}))
+
+    async def submit(queue: str) -> str:
+        job = spec(name=queue, queue=queue, gpus="4", replicas=1)
+        return (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=job))).job.id
+
+    # Each tenant holds its deserved share of the 32 GPUs (8 and 24) in jobs of 4 GPUs.
+    running = [await submit("light") for _ in range(2)] + [await submit("heavy") for _ in range(6)]
+    ended = running[0]
+    await store.dispatch(dict.fromkeys(running, "east"))
+    for job_id in running:
+        await store.apply_update("east", agent_pb2.JobUpdate(job_id=job_id, attempt=1, type=agent_pb2.BOUND))
+    await inventory(used_gpus=32)
+    light_next, heavy_next = await submit("light"), await submit("heavy")
+    scheduler = Scheduler(store, admin, lambda: True, lambda: None)
+    assert not (await scheduler.cycle()).assign  # full
+
+    landed = False
+
+    async def agent_reports_the_end() -> None:
+        nonlocal landed
+        if not landed:
+            landed = True
+            await store.apply_update("east", agent_pb2.JobUpdate(job_id=ended, attempt=1,
+                                                                 type=agent_pb2.JOB_SUCCEEDED))
+            await inventory(used_gpus=28)
+
+    hooked = (scheduler.cache, "refresh") if lands_after == "the job cache's read" else (admin, "clusters")
+    read = getattr(*hooked)
+
+    async def read_then_land(*args: object) -> object:
+        result = await read(*args)
+        await agent_reports_the_end()
+        return result
+
+    setattr(*hooked, read_then_land)
+    snapshot = await scheduler.snapshot()
+    assert landed
+    holds_ended = ended in {j.id for j in snapshot.running}
+    assert snapshot.clusters[0].free[GPU] == (0 if holds_ended else 4)
+    assigned: dict[str, str] = {}
+    for _ in range(2):  # the end may have landed after the snapshot's moment: seen by the next cycle
+        assigned = (await scheduler.cycle()).assign
+        if assigned:
+            break
+    assert assigned == {light_next: "east"}
+    assert heavy_next in scheduler.cache.waiting

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from federation.store.jobs import TERMINAL_PHASES
-from federation.store.models import Base, Cluster, Job, PriorityClass, Queue, Tenant
+from federation.store.models import Base, Cluster, EventCounter, Job, PriorityClass, Queue, Tenant
 from federation.store.tokens import audit
 from federation.validation import Violation
 
@@ -118,17 +118,27 @@ class AdminStore:
                 set_={k: v for k, v in values.items() if k != "name"}))
             return await self._get(conn, Cluster, name)
 
-    async def clusters(self, heartbeat_timeout: float) -> list[Any]:
-        """Every cluster, with `live`: Ready and heard from within the timeout, on whichever replica.
+    async def clusters(self, heartbeat_timeout: float) -> tuple[list[Any], int]:
+        """Every cluster, with `live`: Ready and heard from within the timeout, on whichever replica;
+        and the sequence number of the last job event at the same moment.
 
         Liveness is read from Postgres rather than from this replica's streams, because the agent
-        may be connected to another replica; the clock is Postgres', so replicas agree.
+        may be connected to another replica; the clock is Postgres', so replicas agree. The event
+        number lets the scheduler see jobs exactly as they were when these inventories were: an
+        agent reports a job's end before the inventory that frees its resources, so a job seen
+        ended with its resources still in use, or held with them reported free, happens only when
+        jobs and inventories are read at different moments, and the latter hands the freed
+        resources to whoever comes first rather than to the tenant that lost them.
         """
         live = and_(Cluster.status == "READY",
                     Cluster.last_heartbeat > func.now() - timedelta(seconds=heartbeat_timeout)).label("live")
         async with self.engine.connect() as conn:
-            return list((await conn.execute(
-                select(Cluster.__table__, live).order_by(Cluster.name))).mappings().all())
+            await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                rows = list((await conn.execute(
+                    select(Cluster.__table__, live).order_by(Cluster.name))).mappings().all())
+                seq = (await conn.execute(select(EventCounter.last_seq).where(EventCounter.id == 1))).scalar_one()
+        return rows, seq
 
     async def _get(self, conn: AsyncConnection, model: type[Base], name: str, for_update: bool = False) -> Any:
         query = select(model).where(model.name == name)

@@ -265,12 +265,11 @@ class JobStore:
     async def holding(self, ids: Sequence[str] | None = None) -> list[Any]:
         """What the scheduler needs of the jobs that hold resources (Dispatched, Running, Restarting).
 
-        `ids`: only those of these jobs that hold resources.
+        `ids`: these jobs instead, whatever their phase now (the job cache knows their phase as of an event).
         """
         query = select(Job.id, Job.queue, Job.cluster, Job.priority, Job.priority_class, Job.seq, Job.request,
-                       Job.phase).where(Job.phase.in_(ACTIVE_PHASES))
-        if ids is not None:
-            query = query.where(Job.id == func.any(list(ids)))
+                       Job.phase)
+        query = query.where(Job.phase.in_(ACTIVE_PHASES) if ids is None else Job.id == func.any(list(ids)))
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
 
