@@ -2,6 +2,12 @@
 
 Stopping waits for the pass under way to finish: cancelling one mid-transaction can leave a
 database connection in a state the pool cannot recover, so a pass is never cut short.
+
+A pass shares the server's one event loop with the API. One that computes for long (a scheduling
+cycle over tens of thousands of waiting jobs) holds the loop meanwhile, and one woken by every
+submit would run back to back and leave the API the gaps: `rest` makes the loop wait that many
+times as long as the last pass took before the next, so the pass never takes more than
+1 / (1 + rest) of the time, however often it is woken. Short passes rest for next to nothing.
 """
 
 from __future__ import annotations
@@ -9,17 +15,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
 
 class WakeLoop:
-    def __init__(self, name: str, period: float, step: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, name: str, period: float, step: Callable[[], Awaitable[None]], rest: float = 0.0) -> None:
         self.name = name
         self.period = period
+        self.rest = rest
         self._step = step
         self._wake = asyncio.Event()
+        self._stopped = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
 
@@ -32,6 +41,7 @@ class WakeLoop:
     async def stop(self) -> None:
         self._stopping = True
         self._wake.set()
+        self._stopped.set()
         if self._task:
             await self._task
 
@@ -42,8 +52,12 @@ class WakeLoop:
             self._wake.clear()
             if self._stopping:
                 return
+            started = time.perf_counter()
             try:
                 await self._step()
             except Exception:  # a database hiccup must not end the loop
                 log.exception("%s pass failed; retrying", self.name)
                 await asyncio.sleep(self.period)
+            if self.rest:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), self.rest * (time.perf_counter() - started))

@@ -45,6 +45,7 @@ ROOM_MEMORY = 60.0  # seconds a job waits for the gangs preempted for it before 
 HEAP_SETTLE_CYCLES = 60  # the heap is settled after the first cycle (the cache's load), then every this many
 HEARTBEAT_TIMEOUT = 30.0  # seconds of silence after which an agent's cluster gets nothing new
 LOST_GRACE = 60.0  # seconds more after which the running jobs of a silent cluster are lost and retried elsewhere
+CYCLE_REST = 1.0  # after a cycle, wait this many times as long before the next: the API keeps half the loop
 
 
 def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> ClusterView:
@@ -123,7 +124,7 @@ class Scheduler:
         self.on_change = on_change  # relays the orders written, wakes watchers, tells the other replicas
         self.heartbeat_timeout = heartbeat_timeout
         self.lost_grace = lost_grace
-        self._loop = WakeLoop("scheduler", period, self.tick)
+        self._loop = WakeLoop("scheduler", period, self.tick, rest=CYCLE_REST)
         self.wake, self.start, self.stop = self._loop.wake, self._loop.start, self._loop.stop
         self._refused: _Expiring[tuple[str, str], str] = _Expiring(REJECTION_MEMORY)  # (job, cluster) -> why
         self._making_room: _Expiring[str, str] = _Expiring(ROOM_MEMORY)  # job -> cluster preempted for it
