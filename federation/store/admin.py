@@ -124,11 +124,9 @@ class AdminStore:
 
         Liveness is read from Postgres rather than from this replica's streams, because the agent
         may be connected to another replica; the clock is Postgres', so replicas agree. The event
-        number lets the scheduler see jobs exactly as they were when these inventories were: an
-        agent reports a job's end before the inventory that frees its resources, so a job seen
-        ended with its resources still in use, or held with them reported free, happens only when
-        jobs and inventories are read at different moments, and the latter hands the freed
-        resources to whoever comes first rather than to the tenant that lost them.
+        number lets the scheduler see jobs as they were when these inventories were: read at
+        different moments, a job could look held while the inventory already reports its resources
+        free, and they would go to whoever comes first rather than to the tenant that lost them.
         """
         live = and_(Cluster.status == "READY",
                     Cluster.last_heartbeat > func.now() - timedelta(seconds=heartbeat_timeout)).label("live")
