@@ -257,3 +257,16 @@ def test_pods_asking_for_no_gpu_keep_off_gpu_nodes_while_others_will_do() -> Non
     state.allocate("cpu-a", {"cpu": 128_000})
     state.allocate("cpu-b", {"cpu": 64_000})  # the CPU-only nodes are full: a GPU node it must be
     assert nodes_of(placed(place(state, pod))) == ["gpu-a"]
+
+
+def test_a_pod_goes_where_it_leaves_no_gpus_without_the_cpu_to_use_them() -> None:
+    state = mixed_rack()
+    state.allocate("gpu-a", {GPU: 6, "cpu": 88_000})  # fullest in GPUs: 2 free, with 40 CPUs
+    state.allocate("gpu-b", {GPU: 2, "cpu": 8_000})
+    # Best fit alone would take gpu-a and leave it 1 GPU with 8 CPUs: a GPU that pods like this one,
+    # or like the 16-CPU ones gpu-a could still take two of, can no longer use.
+    pod = GangRequest((TaskRequest("worker", 1, {GPU: 1, "cpu": 32_000}),))
+    assert nodes_of(placed(place(state, pod))) == ["gpu-b"]
+    # Where no node is left unbalanced by it, fullness still decides.
+    small = GangRequest((TaskRequest("worker", 1, {GPU: 1, "cpu": 16_000}),))
+    assert nodes_of(placed(place(state, small))) == ["gpu-a"]

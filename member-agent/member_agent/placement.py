@@ -11,6 +11,9 @@ cannot be placed; it changes nothing. The rules:
 - fullness is measured in the device the gang asks for (GPUs, not the CPU that comes with them),
   else in the resource it takes the largest share of; and a gang that asks for no device of a
   kind keeps off places that offer one while others will do, so CPU pods do not strand GPUs;
+- before fullness, among nodes and domains inside the chosen one: the place where the gang leaves
+  the least more of its device free without the cpu and memory to use it (measured against the
+  place's own proportions), so packing does not strand GPUs behind exhausted CPUs either;
 - inside it, descend: give the pods to the fullest child that takes them all, or else to the
   child that takes the most, down to nodes, so a gang spans as few domains and nodes as possible;
 - required pods (min_available, minPartitions) are placed all together or not at all; the others
@@ -176,17 +179,37 @@ class _Trial:
             self.put(node, task, range(count), sign=-1)
             del self.pods[-count:]
 
+    def _amounts(self, name: str, is_node: bool, resource: str) -> tuple[int, int]:
+        """Free and total of `resource` in the node or domain `name`, as this trial leaves it."""
+        if is_node:
+            return self.free(name, resource), self.topology.nodes[name].allocatable.get(resource, 0)
+        return (self.state.domain_free[name].get(resource, 0) - self.domain_used.get(name, {}).get(resource, 0),
+                self.state.domain_allocatable[name].get(resource, 0))
+
     def leftover(self, name: str, is_node: bool, request: Mapping[str, int], resource: str | None) -> float:
         """Share of `resource` still free in `name` after also taking `request`: lower is fuller."""
         if resource is None:
             return 0.0
-        if is_node:
-            free = self.free(name, resource)
-            total = self.topology.nodes[name].allocatable.get(resource, 0)
-        else:
-            free = self.state.domain_free[name].get(resource, 0) - self.domain_used.get(name, {}).get(resource, 0)
-            total = self.state.domain_allocatable[name].get(resource, 0)
+        free, total = self._amounts(name, is_node, resource)
         return (free - request.get(resource, 0)) / total if total else 0.0
+
+    def stranding(self, name: str, is_node: bool, request: Mapping[str, int], resource: str | None) -> float:
+        """How much more of the device `resource` taking `request` leaves free in `name` without the
+        cpu and memory beside it to use it: the device's free share beyond the scarcest general
+        resource's, after less before (shares of the place's own totals, so its proportions)."""
+        if resource is None or resource in GENERAL:
+            return 0.0
+        device_free, device_total = self._amounts(name, is_node, resource)
+        general = [(r, *self._amounts(name, is_node, r)) for r in GENERAL]
+        general = [(r, free, total) for r, free, total in general if total]
+        if not device_total or not general:
+            return 0.0
+
+        def stranded(taken: int) -> float:
+            device = (device_free - taken * request.get(resource, 0)) / device_total
+            return max(0.0, device - min((free - taken * request.get(r, 0)) / total for r, free, total in general))
+
+        return stranded(1) - stranded(0)
 
 
 def _deciding(request: Mapping[str, int], totals: Mapping[str, int]) -> str | None:
@@ -268,6 +291,7 @@ class _Placer:
         if whole:
             request = {r: a * wanted for r, a in per_unit.items()}
             return min(whole, key=lambda o: (self.spares(o[0], o[1], per_unit),
+                                             trial.stranding(o[0], o[1], request, resource),
                                              trial.leftover(o[0], o[1], request, resource), o[0]))
         return min(options, key=lambda o: (-o[2], self.spares(o[0], o[1], per_unit),
                                            trial.leftover(o[0], o[1], {}, resource), o[0]))
