@@ -11,11 +11,11 @@ cannot be placed; it changes nothing. The rules:
 - fullness is measured in the device the gang asks for (GPUs, not the CPU that comes with them),
   else in the resource it takes the largest share of; and a gang that asks for no device of a
   kind keeps off places that offer one while others will do, so CPU pods do not strand GPUs;
-- before fullness, among nodes and domains inside the chosen one: the place where the gang leaves
-  the least more of its device free without the cpu and memory to use it (measured against the
-  place's own proportions), so packing does not strand GPUs behind exhausted CPUs either;
 - inside it, descend: give the pods to the fullest child that takes them all, or else to the
   child that takes the most, down to nodes, so a gang spans as few domains and nodes as possible;
+  among children that take them all, one the gang leaves balanced comes before a fuller one: the
+  least increase in device left free without the cpu and memory to use it (in the child's own
+  proportions), so packing does not strand GPUs behind exhausted CPUs either;
 - required pods (min_available, minPartitions) are placed all together or not at all; the others
   are added in the same pass when they fit under the chosen domain;
 - a partition stays inside one domain at or under its own tier limit;
