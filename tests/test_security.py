@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
+from federation.auth import TOKEN
 from federation.server.app import FederationServer
 from federation.store.models import ApiToken, Job
 from federation.store.tokens import TokenStore
@@ -224,7 +225,9 @@ def test_a_broken_jwks_document_is_refused_at_start() -> None:
 
 async def test_tokens_are_stored_hashed(secure: Secure) -> None:
     bearer = await secure.token(admin=True)
-    secret = bearer.rsplit("_", 1)[1]
+    parsed = TOKEN.fullmatch(bearer)  # the secret may itself contain "_"
+    assert parsed is not None
+    secret = parsed.group(2)
     async with secure.server.engine.connect() as conn:
         rows = (await conn.execute(select(ApiToken))).mappings().all()
     assert len(rows) == 2
