@@ -61,7 +61,6 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
                     return
                 await agent.handle(message)
         finally:
-            connected.clear()
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
@@ -72,15 +71,27 @@ async def run(server: str, agent: Agent, heartbeat: float = 2.0, connected: asyn
               credentials: grpc.ChannelCredentials | None = None) -> None:
     """Stay connected forever, backing off (0.5 s doubling to 10 s) while the server is away.
 
+    Whatever ends a connection, the next is tried: a cluster whose agent stopped trying would look
+    lost to the federation while it still runs its jobs. The backoff starts again from 0.5 s after
+    each connection that got as far as registering, so a server restarted many times is found
+    again as fast as the first time.
+
     With `credentials` (mTLS: the CA, and this cluster's certificate and key) to the server's agent listener."""
     connected = connected or asyncio.Event()
     backoff = 0.5
     while True:
         try:
             await _connection(server, agent, heartbeat, connected, credentials)
+        except grpc.aio.AioRpcError as err:
+            log.warning("stream to %s ended (%s); reconnecting in %.1fs", server, err.details(), backoff)
+        except ResyncNeeded:
+            log.warning("outbox overflowed; reconnecting to %s in %.1fs to resend the whole state", server, backoff)
+        except asyncio.InvalidStateError:  # a write raced the end of the stream
+            log.warning("stream to %s ended; reconnecting in %.1fs", server, backoff)
+        except Exception:
+            log.exception("stream to %s failed; reconnecting in %.1fs", server, backoff)
+        if connected.is_set():
+            connected.clear()
             backoff = 0.5
-        except (grpc.aio.AioRpcError, ResyncNeeded) as err:
-            detail = err.details() if isinstance(err, grpc.aio.AioRpcError) else "outbox overflowed"
-            log.warning("stream to %s ended (%s); reconnecting in %.1fs", server, detail, backoff)
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, 10.0)
