@@ -29,7 +29,6 @@ class WakeLoop:
         self._step = step
         self._wake = asyncio.Event()
         self._stopped = asyncio.Event()
-        self._stopping = False
         self._task: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
@@ -39,9 +38,8 @@ class WakeLoop:
         self._task = asyncio.create_task(self._run(), name=self.name)
 
     async def stop(self) -> None:
-        self._stopping = True
-        self._wake.set()
         self._stopped.set()
+        self._wake.set()
         if self._task:
             await self._task
 
@@ -50,7 +48,7 @@ class WakeLoop:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.period)
             self._wake.clear()
-            if self._stopping:
+            if self._stopped.is_set():
                 return
             started = time.perf_counter()
             try:

@@ -229,9 +229,9 @@ class Scheduler:
             share = dominant_share(usage, decisions.shares.queues.get(queue, {}))
             metrics.QUEUE_DOMINANT_SHARE.labels(queue).set(share if share != float("inf") else -1)
 
-    async def queue_status(self, name: str) -> admin_pb2.QueueStatus:
-        """Usage, deserved share and counts of one queue, computed now as a cycle would."""
-        queue = await self.admin.get(Queue, name)
+    async def queue_status(self, queue: Mapping[str, Any]) -> admin_pb2.QueueStatus:
+        """Usage, deserved share and counts of one queue (its row), computed now as a cycle would."""
+        name = queue["name"]
         snapshot = await self.snapshot()
         tree, usage, _ = shares(snapshot)
         deserved = {r: round(a) for r, a in tree.queues.get(name, {}).items()}

@@ -135,8 +135,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return await self._delete(QUEUE, request.name)
 
     async def GetQueueStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self._queue(request.name)
-        return await self.scheduler.queue_status(request.name)
+        return await self.scheduler.queue_status(await self._queue(request.name))
 
     async def CreatePriorityClass(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._create(PRIORITY_CLASS, request.priority_class)

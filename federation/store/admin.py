@@ -15,8 +15,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from federation.store.jobs import TERMINAL_PHASES
-from federation.store.models import Base, Cluster, EventCounter, Job, PriorityClass, Queue, Tenant
+from federation.store.jobs import LAST_EVENT_SEQ, TERMINAL_PHASES
+from federation.store.models import Base, Cluster, Job, PriorityClass, Queue, Tenant
 from federation.store.tokens import audit
 from federation.validation import Violation
 
@@ -135,7 +135,7 @@ class AdminStore:
             async with conn.begin():
                 rows = list((await conn.execute(
                     select(Cluster.__table__, live).order_by(Cluster.name))).mappings().all())
-                seq = (await conn.execute(select(EventCounter.last_seq).where(EventCounter.id == 1))).scalar_one()
+                seq = (await conn.execute(LAST_EVENT_SEQ)).scalar_one()
         return rows, seq
 
     async def _get(self, conn: AsyncConnection, model: type[Base], name: str, for_update: bool = False) -> Any:

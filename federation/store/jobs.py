@@ -26,6 +26,7 @@ from federation.validation import DEFAULT_MAX_RETRY
 TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
 ACTIVE_PHASES = ("DISPATCHED", "RUNNING", "RESTARTING")
 WAITING_PHASES = ("PENDING", "PREEMPTED")  # in a queue, waiting to be scheduled
+LAST_EVENT_SEQ = select(EventCounter.last_seq).where(EventCounter.id == 1)
 ORDER_EVENTS = ("Dispatched", "Preempted", "Cancelled", "Requeued", "Lost")  # orders to an agent (federation.orders)
 
 _jobs = Job.__table__
@@ -239,7 +240,7 @@ class JobStore:
 
     async def last_event_seq(self) -> int:
         async with self.engine.connect() as conn:
-            return (await conn.execute(select(EventCounter.last_seq).where(EventCounter.id == 1))).scalar_one()
+            return (await conn.execute(LAST_EVENT_SEQ)).scalar_one()
 
 
     async def pending(self, limit: int, ids: Sequence[str] | None = None) -> list[Any]:

@@ -16,7 +16,7 @@ from typing import Protocol
 from federation.resources import Resources, parse_resources
 from federation.v1 import agent_pb2, common_pb2
 from member_agent.gang import gang_request
-from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, respond
+from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
 from member_agent.placement import PodPlacement, Rejection, place
 from member_agent.state import ClusterState
 
@@ -304,8 +304,7 @@ class Agent:
 
     def _watch_pending(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
         """New pods are Pending until their backend says they run; a PodPending policy waits for that."""
-        spec = job.job.spec
-        if not any("PodPending" in p.events for p in [*spec.policies, *(p for t in spec.tasks for p in t.policies)]):
+        if not answers(job.job.spec, "PodPending"):
             return  # the common case: nothing to watch, no work per pod
         for pod in pods:
             self._raise(job, Event.of_pod("PodPending", pod.task, pod.index, "created, not running"))

@@ -76,6 +76,11 @@ def _policy(spec: common_pb2.JobSpec, event: Event) -> common_pb2.LifecyclePolic
     return None
 
 
+def answers(spec: common_pb2.JobSpec, kind: str) -> bool:
+    """Whether any policy of the job or of one of its tasks answers events of `kind`."""
+    return any(kind in p.events for p in [*spec.policies, *(p for t in spec.tasks for p in t.policies)])
+
+
 def _pods(spec: common_pb2.JobSpec, action: str, event: Event) -> tuple[Pod, ...]:
     """The pods an action restarts: the event's own, their partitions, or the whole gang."""
     if action == "RestartJob":
