@@ -44,8 +44,8 @@ def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "federation (local)"),
+def _name(common_name: str, organization: str = "federation (local)") -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
@@ -64,15 +64,17 @@ def make_ca(days: int = 365, common_name: str = "federation local CA") -> Pair:
     return Pair(cert.public_bytes(serialization.Encoding.PEM), _pem(key))
 
 
-def issue(ca: Pair, common_name: str, server_names: Sequence[str] = (), days: int = 365) -> Pair:
-    """A leaf certificate: a server's (with its DNS names and addresses) or a client's (an agent's)."""
+def issue(ca: Pair, common_name: str, server_names: Sequence[str] = (), days: int = 365,
+          organization: str = "federation (local)") -> Pair:
+    """A leaf certificate: a server's (with its DNS names and addresses) or a client's (an agent's; a
+    Kubernetes API server takes the organization as the user's group)."""
     ca_cert = x509.load_pem_x509_certificate(ca.cert)
     ca_key = serialization.load_pem_private_key(ca.key, None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     key = _key()
     now = datetime.now(UTC)
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server_names else ExtendedKeyUsageOID.CLIENT_AUTH
-    builder = (x509.CertificateBuilder().subject_name(_name(common_name)).issuer_name(ca_cert.subject)
+    builder = (x509.CertificateBuilder().subject_name(_name(common_name, organization)).issuer_name(ca_cert.subject)
                .public_key(key.public_key()).serial_number(x509.random_serial_number())
                .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=days))
                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)

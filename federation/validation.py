@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from federation.resources import QuantityError, Resources, parse_resources
@@ -187,6 +187,39 @@ def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> Resource
     return request
 
 
+# Volcano's job plugins the member agent carries out, with the flags each takes (Volcano's own; a
+# flag Volcano would log and ignore is refused here, so a typo is not silently lost).
+JOB_PLUGINS: dict[str, dict[str, str]] = {  # plugin -> flag -> "bool" | "str" | "int"
+    "env": {},
+    "svc": {"publish-not-ready-addresses": "bool", "disable-network-policy": "bool"},
+    "ssh": {"no-root": "bool", "ssh-key-file-path": "str"},
+    "pytorch": {"master": "str", "worker": "str", "port": "int"},
+    "mpi": {"master": "str", "worker": "str", "port": "int"},
+}
+
+
+def parse_plugin_args(plugin: str, args: Sequence[str]) -> dict[str, str]:
+    """A plugin's `--flag[=value]` arguments, as Go's flag package reads them; ValueError names the bad one."""
+    flags = JOB_PLUGINS[plugin]
+    out: dict[str, str] = {}
+    for arg in args:
+        name, eq, value = arg.lstrip("-").partition("=")
+        if not arg.startswith("-") or name not in flags:
+            known = ", ".join(f"--{f}" for f in flags) or "none"
+            raise ValueError(f"{arg[:64]!r} is not a flag of the {plugin} plugin (flags: {known})")
+        kind = flags[name]
+        if kind == "bool":
+            if eq and value not in ("true", "false"):
+                raise ValueError(f"--{name} is true or false, got {value[:64]!r}")
+            value = value if eq else "true"
+        elif not eq or not value:
+            raise ValueError(f"--{name} needs a value (--{name}=...)")
+        elif kind == "int" and not (value.isascii() and value.isdigit() and 0 < int(value) < 65536):
+            raise ValueError(f"--{name} must be a port number, got {value[:64]!r}")
+        out[name] = value
+    return out
+
+
 def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> CheckedJob | None:
     """Check everything about a spec that needs no stored state; None when it is invalid."""
     before = len(v.items)
@@ -223,6 +256,16 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
     else:
         for key in spec.annotations:
             _check_qualified_key(v, f"{path}.annotations[{key!r}]", key)
+    check_name(v, f"{path}.namespace", spec.namespace, required=False)
+    for name, plugin in spec.plugins.items():
+        if name not in JOB_PLUGINS:
+            v.add(f"{path}.plugins[{name[:64]!r}]",
+                  f"is not a job plugin the federation supports ({', '.join(JOB_PLUGINS)})")
+            continue
+        try:
+            parse_plugin_args(name, plugin.args)
+        except ValueError as err:
+            v.add(f"{path}.plugins[{name!r}]", str(err))
     if len(spec.request_id) > MAX_REQUEST_ID or not spec.request_id.isprintable():
         v.add(f"{path}.request_id", f"must be printable and at most {MAX_REQUEST_ID} characters")
     if len(v.items) > before:
@@ -241,6 +284,10 @@ def normalise_job_spec(spec: common_pb2.JobSpec) -> None:
             topo.highest_tier_allowed = 1  # Volcano's default for hard mode
     if not spec.HasField("max_retry"):
         spec.max_retry = 3
+    if "mpi" in spec.plugins:  # Volcano's admission does the same: mpi needs the hosts and the keys
+        for needed in ("svc", "ssh"):
+            if needed not in spec.plugins:
+                spec.plugins[needed].SetInParent()
 
 
 def _check_quota(v: Violations, path: str, guarantee: Mapping[str, str], limit: Mapping[str, str]) -> None:

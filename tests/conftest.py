@@ -23,6 +23,9 @@ from sqlalchemy.engine import URL
 
 from federation.server.app import FederationServer
 from federation.store import database
+from federation.testbed import build
+from federation.testbed.build import Tools
+from federation.testbed.cluster import Testbed, running
 from federation.v1 import admin_pb2, admin_pb2_grpc, agent_pb2_grpc, jobs_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,3 +134,16 @@ async def make_queue(api: Api, queue: str = "train", tenant: str = "ml", **queue
         await api.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name=tenant)))
     await api.admin.CreateQueue(admin_pb2.CreateQueueRequest(
         queue=admin_pb2.Queue(name=queue, tenant=tenant, **queue_fields)))
+
+
+@pytest.fixture(scope="session")
+def testbed_tools() -> Tools:
+    """The Kubernetes test bed's programs, built on first use (no skip: a machine that cannot build it fails)."""
+    return build.ensure(print)
+
+
+@pytest.fixture
+def kube(testbed_tools: Tools, tmp_path: Path) -> Iterator[Testbed]:
+    """A real kube-apiserver (RBAC on), etcd, kube-controller-manager and KWOK of this test's own."""
+    with running(tmp_path / "testbed", testbed_tools) as bed:
+        yield bed

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from federation.cli.dev import DEMO_CLUSTERS
+from member_agent.kube import ACCESS
 from tests.conftest import REPO
 
 KUBERNETES_VERSION = "1.29.0"  # the oldest we claim: native gRPC probes are GA since 1.27
@@ -182,18 +183,22 @@ def test_a_member_cluster_runs_one_agent_with_its_role() -> None:
     objects = render(MANIFESTS / "overlays" / "member-east")
     (deployment,) = by_kind(objects, "Deployment")
     (account,) = by_kind(objects, "ServiceAccount")
-    (role,) = by_kind(objects, "ClusterRole")
-    (binding,) = by_kind(objects, "ClusterRoleBinding")
+    (cluster_role,) = by_kind(objects, "ClusterRole")
+    (cluster_binding,) = by_kind(objects, "ClusterRoleBinding")
+    (role,) = by_kind(objects, "Role")
+    (binding,) = by_kind(objects, "RoleBinding")
     (config,) = by_kind(objects, "ConfigMap")
     spec = deployment["spec"]
     assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"  # never two agents binding
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == account["metadata"]["name"]
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
-                                    "namespace": account["metadata"]["namespace"]}]
+    subjects = [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                 "namespace": account["metadata"]["namespace"]}]
+    for r, b in ((cluster_role, cluster_binding), (role, binding)):
+        assert b["roleRef"]["name"] == r["metadata"]["name"] and b["subjects"] == subjects
     assert config["data"] == {"cluster": "east", "server": "federation.example.com:50052",
                               "namespace": "federation-jobs"}
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == config["data"]["namespace"]
     (agent,) = pod["containers"]
     assert agent["command"] == ["member-agent", "--in-cluster"]
     tls = {e["name"]: e["value"] for e in agent["env"] if "value" in e}
@@ -208,9 +213,10 @@ def test_a_member_cluster_runs_one_agent_with_its_role() -> None:
         "MEMBER_CLUSTER": "cluster", "FEDERATION_SERVER": "server", "MEMBER_NAMESPACE": "namespace"}
     namespaces = {n["metadata"]["name"] for n in by_kind(objects, "Namespace")}
     assert {"federation-jobs", deployment["metadata"]["namespace"]} <= namespaces
-    rules = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-             for v in rule["verbs"]}
-    assert rules == ({("", "nodes", v) for v in ("get", "list", "watch")}
-                     | {("", "pods", v) for v in ("create", "delete", "get", "list", "watch")}
-                     | {("", "pods/binding", "create")}
-                     | {("topology.volcano.sh", "hypernodes", v) for v in ("get", "list", "watch")})
+    def grants(r: dict) -> set[tuple[str, str, str]]:
+        return {(g, res, v) for rule in r["rules"] for g in rule["apiGroups"] for res in rule["resources"]
+                for v in rule["verbs"]}
+
+    # Exactly what the agent checks at start, cluster-wide and in the gangs' namespace.
+    assert grants(cluster_role) == {(g, r, v) for v, g, r, namespaced in ACCESS if not namespaced}
+    assert grants(role) == {(g, r, v) for v, g, r, namespaced in ACCESS if namespaced}

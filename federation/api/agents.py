@@ -99,6 +99,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         await self.admin.register_cluster(reg.cluster, dict(reg.labels), reg.agent_version)
         # Orders logged from here on are relayed; what came before is resent from the jobs' state.
         conn = self.connections.open(reg.cluster, cursor=await self.jobs.last_event_seq())
+        conn.queue.put_nowait(agent_pb2.ControlMessage(registered=agent_pb2.Registered(cluster=reg.cluster)))
         tasks: list[asyncio.Task[Any]] = []
         try:
             for u in reg.jobs:

@@ -27,7 +27,8 @@ CLUSTER_SELECTOR_ANNOTATION = "federation.dev/cluster-selector"
 REQUEST_ID_ANNOTATION = "federation.dev/request-id"
 DEFAULT_QUEUE = "default"  # as in Volcano
 
-_JOB_SPEC_FIELDS = {"queue", "priorityClassName", "minAvailable", "maxRetry", "policies", "networkTopology", "tasks"}
+_JOB_SPEC_FIELDS = {"queue", "priorityClassName", "minAvailable", "maxRetry", "policies", "networkTopology", "tasks",
+                    "plugins"}
 _TASK_FIELDS = {"name", "replicas", "minAvailable", "policies", "partitionPolicy", "template"}
 
 
@@ -256,6 +257,9 @@ def job_from_document(doc: Document) -> Converted:
         o["request_id"] = f"metadata.annotations.{REQUEST_ID_ANNOTATION}"
     spec.annotations.update(annotations)
     o["annotations"] = "metadata.annotations"
+    if "namespace" in meta:
+        spec.namespace = r.str(meta["namespace"], "metadata.namespace")
+        o["namespace"] = "metadata.namespace"
 
     r.warn_unused(body, _JOB_SPEC_FIELDS, "spec")
     spec.queue = r.str(body.get("queue", DEFAULT_QUEUE), "spec.queue")
@@ -270,6 +274,10 @@ def job_from_document(doc: Document) -> Converted:
     _policies(r, body.get("policies"), "spec.policies", spec.policies, "policies")
     if "networkTopology" in body:
         _topology(r, body["networkTopology"], "spec.networkTopology", spec.network_topology, "network_topology")
+    for name, args in r.map(body.get("plugins"), "spec.plugins").items():
+        ppath = f"spec.plugins.{name}"
+        spec.plugins[str(name)].args.extend(r.str(a, f"{ppath}[{j}]") for j, a in enumerate(r.list(args, ppath)))
+        o[f"plugins[{str(name)!r}]"] = ppath
     o["tasks"] = "spec.tasks"
     for i, task in enumerate(r.list(body.get("tasks"), "spec.tasks")):
         _task(r, task, f"spec.tasks[{i}]", spec.tasks.add(), f"tasks[{i}]")

@@ -156,12 +156,20 @@ class Preempt(_message.Message):
     reason: str
     def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class Registered(_message.Message):
+    __slots__ = ("cluster",)
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    def __init__(self, cluster: _Optional[str] = ...) -> None: ...
+
 class ControlMessage(_message.Message):
-    __slots__ = ("assign", "cancel", "preempt")
+    __slots__ = ("assign", "cancel", "preempt", "registered")
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     PREEMPT_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
     assign: Assign
     cancel: Cancel
     preempt: Preempt
-    def __init__(self, assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., preempt: _Optional[_Union[Preempt, _Mapping]] = ...) -> None: ...
+    registered: Registered
+    def __init__(self, assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., preempt: _Optional[_Union[Preempt, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ...) -> None: ...

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x66\x65\x64\x65ration/v1/common.proto\x12\rfederation.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"X\n\x0fNetworkTopology\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x1c\n\x14highest_tier_allowed\x18\x02 \x01(\x05\x12\x19\n\x11highest_tier_name\x18\x03 \x01(\t\"]\n\x0fLifecyclePolicy\x12\x0e\n\x06\x65vents\x18\x01 \x03(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12*\n\x07timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x95\x01\n\x0fPartitionPolicy\x12\x18\n\x10total_partitions\x18\x01 \x01(\x05\x12\x16\n\x0epartition_size\x18\x02 \x01(\x05\x12\x16\n\x0emin_partitions\x18\x03 \x01(\x05\x12\x38\n\x10network_topology\x18\x04 \x01(\x0b\x32\x1e.federation.v1.NetworkTopology\"J\n\nToleration\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x0e\n\x06\x65\x66\x66\x65\x63t\x18\x04 \x01(\t\"\xf3\x03\n\x08TaskSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08replicas\x18\x02 \x01(\x05\x12\x1a\n\rmin_available\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x30\n\x08policies\x18\x04 \x03(\x0b\x32\x1e.federation.v1.LifecyclePolicy\x12\x38\n\x10partition_policy\x18\x05 \x01(\x0b\x32\x1e.federation.v1.PartitionPolicy\x12\x39\n\tresources\x18\x06 \x03(\x0b\x32&.federation.v1.TaskSpec.ResourcesEntry\x12@\n\rnode_selector\x18\x07 \x03(\x0b\x32).federation.v1.TaskSpec.NodeSelectorEntry\x12.\n\x0btolerations\x18\x08 \x03(\x0b\x32\x19.federation.v1.Toleration\x12\x19\n\x11pod_template_json\x18\t \x01(\t\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x33\n\x11NodeSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x10\n\x0e_min_available\"\xfc\x04\n\x07JobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x1b\n\x13priority_class_name\x18\x03 \x01(\t\x12\x15\n\rmin_available\x18\x04 \x01(\x05\x12\x16\n\tmax_retry\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x30\n\x08policies\x18\x06 \x03(\x0b\x32\x1e.federation.v1.LifecyclePolicy\x12\x38\n\x10network_topology\x18\x07 \x01(\x0b\x32\x1e.federation.v1.NetworkTopology\x12&\n\x05tasks\x18\x08 \x03(\x0b\x32\x17.federation.v1.TaskSpec\x12\x45\n\x10\x63luster_selector\x18\t \x03(\x0b\x32+.federation.v1.JobSpec.ClusterSelectorEntry\x12\x32\n\x06labels\x18\n \x03(\x0b\x32\".federation.v1.JobSpec.LabelsEntry\x12<\n\x0b\x61nnotations\x18\x0b \x03(\x0b\x32\'.federation.v1.JobSpec.AnnotationsEntry\x12\x12\n\nrequest_id\x18\x0c \x01(\t\x1a\x36\n\x14\x43lusterSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0c\n\n_max_retry\"9\n\x0cPodPlacement\x12\x0c\n\x04task\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x0c\n\x04node\x18\x03 \x01(\t\"\xd6\x03\n\tJobStatus\x12&\n\x05phase\x18\x01 \x01(\x0e\x32\x17.federation.v1.JobPhase\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x16\n\x0equeue_position\x18\x03 \x01(\x05\x12\x0f\n\x07\x63luster\x18\x04 \x01(\t\x12\x11\n\thypernode\x18\x05 \x01(\t\x12\x0c\n\x04tier\x18\x06 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\x05\x12/\n\nplacements\x18\x08 \x03(\x0b\x32\x1b.federation.v1.PodPlacement\x12\x0f\n\x07retries\x18\t \x01(\x05\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rdispatch_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inish_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x83\x01\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12$\n\x04spec\x18\x03 \x01(\x0b\x32\x16.federation.v1.JobSpec\x12(\n\x06status\x18\x04 \x01(\x0b\x32\x18.federation.v1.JobStatus\x12\x10\n\x08priority\x18\x05 \x01(\x05\"\xde\x01\n\x08JobEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\r\n\x05queue\x18\x04 \x01(\t\x12\x0c\n\x04type\x18\x05 \x01(\t\x12&\n\x05phase\x18\x06 \x01(\x0e\x32\x17.federation.v1.JobPhase\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\x05\x12\x0f\n\x07\x63luster\x18\t \x01(\t\x12(\n\x04time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\x98\x01\n\x08JobPhase\x12\x19\n\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0e\n\nDISPATCHED\x10\x02\x12\x0b\n\x07RUNNING\x10\x03\x12\r\n\tSUCCEEDED\x10\x04\x12\n\n\x06\x46\x41ILED\x10\x05\x12\r\n\tCANCELLED\x10\x06\x12\r\n\tPREEMPTED\x10\x07\x12\x0e\n\nRESTARTING\x10\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x66\x65\x64\x65ration/v1/common.proto\x12\rfederation.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"X\n\x0fNetworkTopology\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x1c\n\x14highest_tier_allowed\x18\x02 \x01(\x05\x12\x19\n\x11highest_tier_name\x18\x03 \x01(\t\"]\n\x0fLifecyclePolicy\x12\x0e\n\x06\x65vents\x18\x01 \x03(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12*\n\x07timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x95\x01\n\x0fPartitionPolicy\x12\x18\n\x10total_partitions\x18\x01 \x01(\x05\x12\x16\n\x0epartition_size\x18\x02 \x01(\x05\x12\x16\n\x0emin_partitions\x18\x03 \x01(\x05\x12\x38\n\x10network_topology\x18\x04 \x01(\x0b\x32\x1e.federation.v1.NetworkTopology\"J\n\nToleration\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x0e\n\x06\x65\x66\x66\x65\x63t\x18\x04 \x01(\t\"\x1a\n\nPluginArgs\x12\x0c\n\x04\x61rgs\x18\x01 \x03(\t\"\xf3\x03\n\x08TaskSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08replicas\x18\x02 \x01(\x05\x12\x1a\n\rmin_available\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x30\n\x08policies\x18\x04 \x03(\x0b\x32\x1e.federation.v1.LifecyclePolicy\x12\x38\n\x10partition_policy\x18\x05 \x01(\x0b\x32\x1e.federation.v1.PartitionPolicy\x12\x39\n\tresources\x18\x06 \x03(\x0b\x32&.federation.v1.TaskSpec.ResourcesEntry\x12@\n\rnode_selector\x18\x07 \x03(\x0b\x32).federation.v1.TaskSpec.NodeSelectorEntry\x12.\n\x0btolerations\x18\x08 \x03(\x0b\x32\x19.federation.v1.Toleration\x12\x19\n\x11pod_template_json\x18\t \x01(\t\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x33\n\x11NodeSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x10\n\x0e_min_available\"\x90\x06\n\x07JobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x1b\n\x13priority_class_name\x18\x03 \x01(\t\x12\x15\n\rmin_available\x18\x04 \x01(\x05\x12\x16\n\tmax_retry\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x30\n\x08policies\x18\x06 \x03(\x0b\x32\x1e.federation.v1.LifecyclePolicy\x12\x38\n\x10network_topology\x18\x07 \x01(\x0b\x32\x1e.federation.v1.NetworkTopology\x12&\n\x05tasks\x18\x08 \x03(\x0b\x32\x17.federation.v1.TaskSpec\x12\x45\n\x10\x63luster_selector\x18\t \x03(\x0b\x32+.federation.v1.JobSpec.ClusterSelectorEntry\x12\x32\n\x06labels\x18\n \x03(\x0b\x32\".federation.v1.JobSpec.LabelsEntry\x12<\n\x0b\x61nnotations\x18\x0b \x03(\x0b\x32\'.federation.v1.JobSpec.AnnotationsEntry\x12\x12\n\nrequest_id\x18\x0c \x01(\t\x12\x34\n\x07plugins\x18\r \x03(\x0b\x32#.federation.v1.JobSpec.PluginsEntry\x12\x11\n\tnamespace\x18\x0e \x01(\t\x1a\x36\n\x14\x43lusterSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1aI\n\x0cPluginsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.federation.v1.PluginArgs:\x02\x38\x01\x42\x0c\n\n_max_retry\"9\n\x0cPodPlacement\x12\x0c\n\x04task\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x0c\n\x04node\x18\x03 \x01(\t\"\xd6\x03\n\tJobStatus\x12&\n\x05phase\x18\x01 \x01(\x0e\x32\x17.federation.v1.JobPhase\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x16\n\x0equeue_position\x18\x03 \x01(\x05\x12\x0f\n\x07\x63luster\x18\x04 \x01(\t\x12\x11\n\thypernode\x18\x05 \x01(\t\x12\x0c\n\x04tier\x18\x06 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\x05\x12/\n\nplacements\x18\x08 \x03(\x0b\x32\x1b.federation.v1.PodPlacement\x12\x0f\n\x07retries\x18\t \x01(\x05\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rdispatch_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inish_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x83\x01\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12$\n\x04spec\x18\x03 \x01(\x0b\x32\x16.federation.v1.JobSpec\x12(\n\x06status\x18\x04 \x01(\x0b\x32\x18.federation.v1.JobStatus\x12\x10\n\x08priority\x18\x05 \x01(\x05\"\xde\x01\n\x08JobEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\r\n\x05queue\x18\x04 \x01(\t\x12\x0c\n\x04type\x18\x05 \x01(\t\x12&\n\x05phase\x18\x06 \x01(\x0e\x32\x17.federation.v1.JobPhase\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\x05\x12\x0f\n\x07\x63luster\x18\t \x01(\t\x12(\n\x04time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\x98\x01\n\x08JobPhase\x12\x19\n\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0e\n\nDISPATCHED\x10\x02\x12\x0b\n\x07RUNNING\x10\x03\x12\r\n\tSUCCEEDED\x10\x04\x12\n\n\x06\x46\x41ILED\x10\x05\x12\r\n\tCANCELLED\x10\x06\x12\r\n\tPREEMPTED\x10\x07\x12\x0e\n\nRESTARTING\x10\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,8 +43,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBSPEC_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_JOBSPEC_ANNOTATIONSENTRY']._loaded_options = None
   _globals['_JOBSPEC_ANNOTATIONSENTRY']._serialized_options = b'8\001'
-  _globals['_JOBPHASE']._serialized_start=2556
-  _globals['_JOBPHASE']._serialized_end=2708
+  _globals['_JOBSPEC_PLUGINSENTRY']._loaded_options = None
+  _globals['_JOBSPEC_PLUGINSENTRY']._serialized_options = b'8\001'
+  _globals['_JOBPHASE']._serialized_start=2732
+  _globals['_JOBPHASE']._serialized_end=2884
   _globals['_NETWORKTOPOLOGY']._serialized_start=110
   _globals['_NETWORKTOPOLOGY']._serialized_end=198
   _globals['_LIFECYCLEPOLICY']._serialized_start=200
@@ -53,26 +55,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PARTITIONPOLICY']._serialized_end=445
   _globals['_TOLERATION']._serialized_start=447
   _globals['_TOLERATION']._serialized_end=521
-  _globals['_TASKSPEC']._serialized_start=524
-  _globals['_TASKSPEC']._serialized_end=1023
-  _globals['_TASKSPEC_RESOURCESENTRY']._serialized_start=904
-  _globals['_TASKSPEC_RESOURCESENTRY']._serialized_end=952
-  _globals['_TASKSPEC_NODESELECTORENTRY']._serialized_start=954
-  _globals['_TASKSPEC_NODESELECTORENTRY']._serialized_end=1005
-  _globals['_JOBSPEC']._serialized_start=1026
-  _globals['_JOBSPEC']._serialized_end=1662
-  _globals['_JOBSPEC_CLUSTERSELECTORENTRY']._serialized_start=1495
-  _globals['_JOBSPEC_CLUSTERSELECTORENTRY']._serialized_end=1549
-  _globals['_JOBSPEC_LABELSENTRY']._serialized_start=1551
-  _globals['_JOBSPEC_LABELSENTRY']._serialized_end=1596
-  _globals['_JOBSPEC_ANNOTATIONSENTRY']._serialized_start=1598
-  _globals['_JOBSPEC_ANNOTATIONSENTRY']._serialized_end=1648
-  _globals['_PODPLACEMENT']._serialized_start=1664
-  _globals['_PODPLACEMENT']._serialized_end=1721
-  _globals['_JOBSTATUS']._serialized_start=1724
-  _globals['_JOBSTATUS']._serialized_end=2194
-  _globals['_JOB']._serialized_start=2197
-  _globals['_JOB']._serialized_end=2328
-  _globals['_JOBEVENT']._serialized_start=2331
-  _globals['_JOBEVENT']._serialized_end=2553
+  _globals['_PLUGINARGS']._serialized_start=523
+  _globals['_PLUGINARGS']._serialized_end=549
+  _globals['_TASKSPEC']._serialized_start=552
+  _globals['_TASKSPEC']._serialized_end=1051
+  _globals['_TASKSPEC_RESOURCESENTRY']._serialized_start=932
+  _globals['_TASKSPEC_RESOURCESENTRY']._serialized_end=980
+  _globals['_TASKSPEC_NODESELECTORENTRY']._serialized_start=982
+  _globals['_TASKSPEC_NODESELECTORENTRY']._serialized_end=1033
+  _globals['_JOBSPEC']._serialized_start=1054
+  _globals['_JOBSPEC']._serialized_end=1838
+  _globals['_JOBSPEC_CLUSTERSELECTORENTRY']._serialized_start=1596
+  _globals['_JOBSPEC_CLUSTERSELECTORENTRY']._serialized_end=1650
+  _globals['_JOBSPEC_LABELSENTRY']._serialized_start=1652
+  _globals['_JOBSPEC_LABELSENTRY']._serialized_end=1697
+  _globals['_JOBSPEC_ANNOTATIONSENTRY']._serialized_start=1699
+  _globals['_JOBSPEC_ANNOTATIONSENTRY']._serialized_end=1749
+  _globals['_JOBSPEC_PLUGINSENTRY']._serialized_start=1751
+  _globals['_JOBSPEC_PLUGINSENTRY']._serialized_end=1824
+  _globals['_PODPLACEMENT']._serialized_start=1840
+  _globals['_PODPLACEMENT']._serialized_end=1897
+  _globals['_JOBSTATUS']._serialized_start=1900
+  _globals['_JOBSTATUS']._serialized_end=2370
+  _globals['_JOB']._serialized_start=2373
+  _globals['_JOB']._serialized_end=2504
+  _globals['_JOBEVENT']._serialized_start=2507
+  _globals['_JOBEVENT']._serialized_end=2729
 # @@protoc_insertion_point(module_scope)

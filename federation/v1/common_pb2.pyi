@@ -76,6 +76,12 @@ class Toleration(_message.Message):
     effect: str
     def __init__(self, key: _Optional[str] = ..., operator: _Optional[str] = ..., value: _Optional[str] = ..., effect: _Optional[str] = ...) -> None: ...
 
+class PluginArgs(_message.Message):
+    __slots__ = ("args",)
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    args: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, args: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class TaskSpec(_message.Message):
     __slots__ = ("name", "replicas", "min_available", "policies", "partition_policy", "resources", "node_selector", "tolerations", "pod_template_json")
     class ResourcesEntry(_message.Message):
@@ -113,7 +119,7 @@ class TaskSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., replicas: _Optional[int] = ..., min_available: _Optional[int] = ..., policies: _Optional[_Iterable[_Union[LifecyclePolicy, _Mapping]]] = ..., partition_policy: _Optional[_Union[PartitionPolicy, _Mapping]] = ..., resources: _Optional[_Mapping[str, str]] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., tolerations: _Optional[_Iterable[_Union[Toleration, _Mapping]]] = ..., pod_template_json: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "queue", "priority_class_name", "min_available", "max_retry", "policies", "network_topology", "tasks", "cluster_selector", "labels", "annotations", "request_id")
+    __slots__ = ("name", "queue", "priority_class_name", "min_available", "max_retry", "policies", "network_topology", "tasks", "cluster_selector", "labels", "annotations", "request_id", "plugins", "namespace")
     class ClusterSelectorEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +141,13 @@ class JobSpec(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class PluginsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: PluginArgs
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[PluginArgs, _Mapping]] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +160,8 @@ class JobSpec(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PLUGINS_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue: str
     priority_class_name: str
@@ -159,7 +174,9 @@ class JobSpec(_message.Message):
     labels: _containers.ScalarMap[str, str]
     annotations: _containers.ScalarMap[str, str]
     request_id: str
-    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., priority_class_name: _Optional[str] = ..., min_available: _Optional[int] = ..., max_retry: _Optional[int] = ..., policies: _Optional[_Iterable[_Union[LifecyclePolicy, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., cluster_selector: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    plugins: _containers.MessageMap[str, PluginArgs]
+    namespace: str
+    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., priority_class_name: _Optional[str] = ..., min_available: _Optional[int] = ..., max_retry: _Optional[int] = ..., policies: _Optional[_Iterable[_Union[LifecyclePolicy, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., cluster_selector: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., plugins: _Optional[_Mapping[str, PluginArgs]] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class PodPlacement(_message.Message):
     __slots__ = ("task", "index", "node")

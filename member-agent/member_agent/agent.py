@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from federation.resources import Resources, parse_resources
 from federation.v1 import agent_pb2, common_pb2
 from member_agent.gang import gang_request
 from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
+from member_agent.metrics import BIND_SECONDS, INVENTORY_AGE, PLACEMENTS, PODS_BOUND
 from member_agent.placement import PodPlacement, Rejection, place
 from member_agent.state import ClusterState
 
 log = logging.getLogger(__name__)
 
 OUTBOX_LIMIT = 10_000
+INVENTORY_DELAY = 0.2  # seconds a burst of cluster changes is gathered into one inventory
 
 
 class BindError(Exception):
@@ -68,8 +71,9 @@ class Backend(Protocol):
         """Live pods of this attempt that an earlier run of the agent created, if pods outlive it here."""
 
     def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
-                     on_node: Callable[[str, bool], object]) -> None:
-        """Where to report a pod's phase (job id, attempt, task, index, phase, reason) and a node's readiness."""
+                     on_node: Callable[[str, bool], object], on_change: Callable[[], object]) -> None:
+        """Where to report a pod's phase (job id, attempt, task, index, phase, reason), a node's readiness,
+        and any other change of what is free or where (other workloads' pods, cordons, new nodes)."""
 
 
 @dataclass
@@ -87,8 +91,12 @@ class Agent:
     # Gangs being bound: the phases their pods reported meanwhile, (task, index, phase, reason).
     _binding: dict[str, list[tuple[str, int, str, str]]] = field(default_factory=dict)
 
+    _inventory_due: asyncio.TimerHandle | None = None
+    _inventory_sent: float = field(default_factory=time.monotonic)
+
     def __post_init__(self) -> None:
-        self.backend.set_listener(self.pod_phase, self.node_ready)
+        self.backend.set_listener(self.pod_phase, self.node_ready, self.capacity_changed)
+        INVENTORY_AGE.set_function(lambda: time.monotonic() - self._inventory_sent)
 
     @property
     def state(self) -> ClusterState:
@@ -111,7 +119,17 @@ class Agent:
         return agent_pb2.AgentMessage(register=agent_pb2.Register(
             cluster=self.cluster, labels=self.labels, agent_version=self.version, jobs=list(self.reports.values())))
 
+    def capacity_changed(self) -> None:
+        """The cluster changed under us: send a fresh inventory soon, once for a burst of changes."""
+        if self._inventory_due is None:
+            self._inventory_due = asyncio.get_running_loop().call_later(INVENTORY_DELAY, self._send_inventory)
+
+    def _send_inventory(self) -> None:
+        self._inventory_due = None
+        self._send(self.inventory())
+
     def inventory(self) -> agent_pb2.AgentMessage:
+        self._inventory_sent = time.monotonic()
         capacity, allocatable, used = self.state.totals()
         topology = [agent_pb2.TierFree(tier=t.tier, tier_name=t.tier_name,
                                        max_free=agent_pb2.ResourceAmounts(amounts=t.max_free))
@@ -150,10 +168,13 @@ class Agent:
             self._send(agent_pb2.AgentMessage(job_update=self.reports[job.id]))
             return
         if await self._adopt(job, attempt):
+            PLACEMENTS.labels("adopted").inc()
             return
+        started = time.monotonic()
         result = gang_request(job.spec, self.state.topology)
         placement = result if isinstance(result, Rejection) else place(self.state, result)
         if isinstance(placement, Rejection):
+            PLACEMENTS.labels("rejected").inc()
             self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
                                              reason=placement.reason))
             return
@@ -169,11 +190,15 @@ class Agent:
         except BindError as err:
             for pod in bound.pods:
                 self.state.release(pod.node, requests[pod.task])
+            PLACEMENTS.labels("rejected").inc()
             self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
                                              reason=f"binding failed: {err}"))
             return
         finally:
             del self._binding[job.id]
+        PLACEMENTS.labels("bound").inc()
+        PODS_BOUND.inc(len(bound.pods))
+        BIND_SECONDS.observe(time.monotonic() - started)
         self.jobs[job.id] = bound
         self._send(self.inventory())  # before the update, so the server never sees the job without its usage
         self._report(agent_pb2.JobUpdate(
@@ -296,8 +321,8 @@ class Agent:
             return
         self._stand_down(job, (task, index))
         job.done.add((task, index))
-        if len(job.done) == len(job.pods):
-            self._finish(job, True, "all pods completed")
+        if len(job.done) == len(job.pods):  # the job is done: what it left in the cluster goes
+            self._spawn(self._end(job, True, "all pods completed"))
         elif all((p.task, p.index) in job.done for p in job.pods if p.task == task):
             self._raise(job, Event("TaskCompleted", task, tuple(sorted(k for k in job.done if k[0] == task)),
                                    "all its pods succeeded"))
@@ -331,7 +356,10 @@ class Agent:
         return waiting is not None
 
     def _start_acting(self, job: AgentJob, key: tuple[str, int]) -> None:
-        task = asyncio.get_running_loop().create_task(self._act(job, key))
+        self._spawn(self._act(job, key))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._acting.add(task)
         task.add_done_callback(self._acting.discard)
 
@@ -389,6 +417,7 @@ class Agent:
             await self.backend.bind(job, placement.pods)
         except BindError as err:
             return f"binding failed: {err}"
+        PODS_BOUND.inc(len(placement.pods))
         if self.jobs.get(job.job.id) is not job:  # removed while binding: its new pods must go too
             await self.backend.delete(job, placement.pods)
             return "the job was removed meanwhile"

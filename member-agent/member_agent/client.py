@@ -48,8 +48,6 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
         await call.write(agent.inventory())
         writer = asyncio.create_task(_writer(call, agent, heartbeat))
         try:
-            connected.set()
-            log.info("connected to %s as cluster %s", server, agent.cluster)
             while True:
                 read = asyncio.ensure_future(call.read())
                 done, _ = await asyncio.wait({read, writer}, return_when=asyncio.FIRST_COMPLETED)
@@ -59,6 +57,10 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
                 message = read.result()
                 if message is grpc.aio.EOF:
                     return
+                if message.HasField("registered"):  # the server has recorded us: now we are connected
+                    connected.set()
+                    log.info("connected to %s as cluster %s", server, agent.cluster)
+                    continue
                 await agent.handle(message)
         finally:
             writer.cancel()

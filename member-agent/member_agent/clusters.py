@@ -26,9 +26,11 @@ def hypernode(name: str, tier: int, tier_name: str, members: Sequence[str], kind
 
 
 def pod(name: str, node_name: str, requests: Mapping[str, str]) -> Obj:
+    devices = {r: q for r, q in requests.items() if r not in ("cpu", "memory", "ephemeral-storage")}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"nodeName": node_name,
-                     "containers": [{"name": "main", "resources": {"requests": dict(requests)}}]}}
+            "spec": {"nodeName": node_name, "containers": [
+                {"name": "main", "image": "registry.k8s.io/pause:3.9", "resources": {
+                    "requests": dict(requests), **({"limits": devices} if devices else {})}}]}}
 
 
 def tree(prefix: str, fanout: Sequence[int], allocatable: Mapping[str, str], labels: Mapping[str, str] | None = None,

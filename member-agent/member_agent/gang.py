@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from federation.resources import parse_resources
 from federation.v1 import common_pb2
 from member_agent.placement import GangRequest, PodPlacement, Rejection, TaskRequest
-from member_agent.topology import Topology
+from member_agent.topology import Toleration, Topology
 
 
 def _tier(topo: common_pb2.NetworkTopology, topology: Topology) -> int | Rejection | None:
@@ -38,6 +38,7 @@ def gang_request(spec: common_pb2.JobSpec, topology: Topology,
         tasks.append(TaskRequest(
             name=task.name, replicas=task.replicas, request=parse_resources(task.resources),
             node_selector=dict(task.node_selector),
+            tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in task.tolerations),
             min_available=task.min_available if task.HasField("min_available") else None,
             partition_size=pp.partition_size, min_partitions=pp.min_partitions, partition_tier=partition_tier))
     tier = _tier(spec.network_topology, topology)

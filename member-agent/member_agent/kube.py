@@ -1,13 +1,22 @@
-"""The Kubernetes backend: the cluster's real Nodes, HyperNodes and Pods through its API server.
+"""The Kubernetes backend: a member cluster's real Nodes, HyperNodes and Pods, through its API server.
 
-Reads Nodes (allocatable, labels, Ready), HyperNode custom objects when the Volcano CRD exists
-(else discovers the tree from node labels), and bound Pods of other workloads, which occupy
-their nodes. A gang is bound all or nothing: every pod is created (with this agent's
-schedulerName, so no other scheduler takes it), then bound through the pods/binding
-subresource; if any step fails, every pod already created is deleted and the job is rejected.
-Pod phases come from a watch and go to the agent, which decides what they mean for the gang.
+The agent's view of the cluster is three informers (list, then watch; one cache each): Nodes,
+Volcano HyperNodes (when the CRD is installed) and the Pods of every namespace. The cluster state
+follows them without a restart:
+- Pods of other workloads count against their nodes from when they are bound until they end or go;
+  so do pods an earlier run of this agent made, until the job they belong to adopts them.
+- A Node that is NotReady or gone fails the pods on it (event Unknown, as the simulated backend
+  reports a lost node); a cordoned Node (`spec.unschedulable`) is given nothing new; taints are
+  matched against each task's tolerations at placement. New nodes, changed labels or allocatable,
+  and HyperNode changes rebuild the topology, carrying every node's usage over.
+- One of our pods deleted by someone else (or evicted) raises PodEvicted, a failed one PodFailed,
+  as Volcano's job controller raises them.
 
-The `kubernetes` client is synchronous, so its calls run in worker threads.
+A gang is bound all or nothing: its pods are created (this agent's schedulerName, so no other
+scheduler takes them), then bound through pods/binding, each step many calls at once (bounded);
+if any call fails, every pod created is deleted and the job rejected. Each job has an anchor
+ConfigMap (named after the job) that owns its pods and its plugins' objects, so deleting it removes
+whatever is left of the job, through the garbage collector.
 """
 
 from __future__ import annotations
@@ -17,19 +26,24 @@ import contextlib
 import hashlib
 import json
 import logging
-import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
-from federation.resources import format_resources
+from federation.durations import parse_duration
+from federation.resources import Resources, format_resources
+from member_agent import plugins
 from member_agent.agent import AgentJob, BindError
+from member_agent.informer import Informer, key
+from member_agent.kubeapi import Kube, KubeError, Obj
+from member_agent.metrics import CACHED
 from member_agent.placement import PodPlacement
-from member_agent.simulated import pod_requests
+from member_agent.simulated import DURATION_ANNOTATION, annotation, pod_requests
 from member_agent.state import ClusterState
-from member_agent.topology import Node, build, discover_from_labels, parse_hypernode, parse_node
+from member_agent.topology import Topology, TopologyError, build, discover_from_labels, parse_hypernode, parse_node
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +54,25 @@ ATTEMPT = "federation.dev/attempt"
 TASK = "federation.dev/task"
 INDEX = "federation.dev/index"
 DEFAULT_IMAGE = "registry.k8s.io/pause:3.9"
-HYPERNODES = ("topology.volcano.sh", "v1alpha1", "hypernodes")
+HYPERNODES = "/apis/topology.volcano.sh/v1alpha1/hypernodes"
+ENDED = ("Succeeded", "Failed")
+OVERCOMMITTED = ("cpu", "memory", "ephemeral-storage")  # every other resource is requested at its limit
+REBUILD_DELAY = 0.2  # a burst of node or HyperNode changes rebuilds the topology once
+
+# Every call the backend makes, for the start-up check of its role: (verb, group, resource, namespaced).
+ACCESS = (("list", "", "nodes", False), ("watch", "", "nodes", False),
+          ("list", "", "pods", False), ("watch", "", "pods", False),
+          ("list", "topology.volcano.sh", "hypernodes", False), ("watch", "topology.volcano.sh", "hypernodes", False),
+          ("create", "", "pods", True), ("delete", "", "pods", True), ("create", "", "pods/binding", True),
+          ("create", "", "configmaps", True), ("get", "", "configmaps", True), ("patch", "", "configmaps", True),
+          ("delete", "", "configmaps", True), ("create", "", "services", True), ("patch", "", "services", True),
+          ("create", "", "secrets", True), ("patch", "", "secrets", True),
+          ("create", "networking.k8s.io", "networkpolicies", True),
+          ("patch", "networking.k8s.io", "networkpolicies", True))
+
+
+class StartError(Exception):
+    """The agent cannot work with this cluster as it is; the message says what to fix."""
 
 
 def job_hash(job_id: str) -> str:
@@ -48,15 +80,27 @@ def job_hash(job_id: str) -> str:
     return hashlib.sha256(job_id.encode()).hexdigest()[:16]
 
 
-def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler: str, cluster: str) -> dict[str, Any]:
-    """One pod of the gang, from its task's pod template (or a pause container holding the requests)."""
+def _go_duration(text: str) -> str | None:
+    """A duration annotation as KWOK (Go's time.ParseDuration) reads it."""
+    try:
+        return f"{round(parse_duration(text) * 1000)}ms"
+    except ValueError:
+        return None
+
+
+def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler: str, cluster: str,
+                 owner: Obj | None = None) -> Obj:
+    """One pod of the gang: its task's pod template (or a pause container holding the requests), this
+    agent's schedulerName and labels, and what the job's plugins add."""
     spec = next(t for t in job.job.spec.tasks if t.name == task)
     template = json.loads(spec.pod_template_json) if spec.pod_template_json else {}
     meta = dict(template.get("metadata") or {})
     pod_spec = dict(template.get("spec") or {})
     if not pod_spec.get("containers"):
+        requests = format_resources(job.requests[task])
+        devices = {r: q for r, q in requests.items() if r not in OVERCOMMITTED}  # limits must equal requests
         pod_spec["containers"] = [{"name": "main", "image": DEFAULT_IMAGE,
-                                   "resources": {"requests": format_resources(job.requests[task])}}]
+                                   "resources": {"requests": requests, **({"limits": devices} if devices else {})}}]
     if spec.node_selector and "nodeSelector" not in pod_spec:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     pod_spec["schedulerName"] = scheduler
@@ -64,205 +108,417 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
     labels = {**(meta.get("labels") or {}), MANAGED_BY: cluster, JOB_HASH: job_hash(job.job.id),
               ATTEMPT: str(job.attempt), TASK: task, INDEX: str(index)}
     annotations = {**(meta.get("annotations") or {}), JOB_ID: job.job.id}
+    duration = _go_duration(annotation(job.job.spec, task, DURATION_ANNOTATION))
+    if duration:  # KWOK completes the pod after it (the test bed's stages)
+        annotations[DURATION_ANNOTATION] = duration
     # A restarted pod gets a new name: the one it replaces may still be terminating.
     name = f"{job.job.id}-a{job.attempt}-{task}-{index}" + (f"-r{job.retries}" if job.retries else "")
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
-            "spec": pod_spec}
+    pod: Obj = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
+                "spec": pod_spec}
+    if owner is not None:
+        pod["metadata"]["ownerReferences"] = [owner]
+    plugins.decorate(pod, job.job.id, namespace, job.job.spec, spec, index)
+    return pod
 
 
-def _node(obj: Any) -> tuple[Node, bool]:
-    raw = client.ApiClient().sanitize_for_serialization(obj)
-    conditions = (raw.get("status") or {}).get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-    return parse_node(raw), ready
+def _ssh_keys() -> tuple[str, str]:
+    """A fresh key pair for a job's ssh plugin: the private key (PEM) and the public key (OpenSSH)."""
+    key_pair = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key_pair.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                     serialization.NoEncryption()).decode()
+    public = key_pair.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                serialization.PublicFormat.OpenSSH).decode()
+    return private, public + "\n"
+
+
+def _ready(node: Obj) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _cordoned(node: Obj) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable"))
+
+
+COLLECTIONS = {"ConfigMap": "/api/v1/namespaces/{}/configmaps", "Service": "/api/v1/namespaces/{}/services",
+               "Secret": "/api/v1/namespaces/{}/secrets",
+               "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{}/networkpolicies"}
+
+
+async def _all(calls: Iterable[Awaitable[Any]], limit: asyncio.Semaphore) -> list[Exception | None]:
+    """Run calls at most `limit` at a time; the error of each (None when it succeeded), in order."""
+    async def one(call: Awaitable[Any]) -> Exception | None:
+        async with limit:
+            try:
+                await call
+            except Exception as err:  # refused, or the connection failed: the caller undoes the rest
+                return err
+            return None
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
 
 
 class KubernetesBackend:
-    def __init__(self, api: client.ApiClient, cluster: str, namespace: str, scheduler: str,
-                 topology_labels: Sequence[str]) -> None:
-        self.api = api
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+    def __init__(self, kube: Kube, cluster: str, namespace: str, scheduler: str,
+                 topology_labels: Sequence[str], concurrency: int = 64) -> None:
+        self.kube = kube
         self.cluster = cluster
         self.namespace = namespace
         self.scheduler = scheduler
         self.topology_labels = list(topology_labels)
-        # Pods an earlier run of this agent made, counted as used when the cluster was read: name ->
-        # (node, what was counted), until a job adopts them and counts them as its own.
-        self._earlier: dict[str, tuple[str, dict[str, int]]] = {}
-        self.state = self._load()
+        self.limit = asyncio.Semaphore(concurrency)
+        self.nodes = Informer(kube, "/api/v1/nodes", "nodes", self._node_event)
+        self.hypernodes = Informer(kube, HYPERNODES, "hypernodes", self._hypernode_event, missing_ok=True)
+        self.pods = Informer(kube, "/api/v1/pods", "pods", self._pod_event)
+        self.state = ClusterState(Topology({}, {}, {}, {}))
+        self.started = False
+        # Pods counted against their nodes by this backend (other workloads', and our own from an
+        # earlier run until a job adopts them): pod key -> (node, requests).
+        self._counted: dict[str, tuple[str, Resources]] = {}
+        self._ready: dict[str, bool] = {}  # node -> its Ready condition, as last seen
+        self._phases: dict[str, dict[str, str]] = {}  # job id -> pod key -> phase, for our live pods
+        self._anchors: dict[str, str] = {}  # job id -> uid of its anchor ConfigMap
+        self._rebuild_pending: asyncio.TimerHandle | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._on_pod: Callable[[str, int, str, int, str, str], object] = lambda *_: None
         self._on_node: Callable[[str, bool], object] = lambda *_: None
-        self._phases: dict[str, dict[str, str]] = {}  # job id -> pod name -> phase
-        self._stop = threading.Event()
-
-    # -- reading the cluster -----------------------------------------------------------------
-
-    def _load(self) -> ClusterState:
-        nodes, ready = [], {}
-        for obj in self.core.list_node().items:
-            node, is_ready = _node(obj)
-            nodes.append(node)
-            ready[node.name] = is_ready
-        try:
-            raw = self.custom.list_cluster_custom_object(*HYPERNODES)
-            hypernodes = [parse_hypernode(h) for h in raw.get("items", [])]
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            hypernodes = []  # no Volcano CRD here
-        if hypernodes or not self.topology_labels:
-            topology = build(nodes, hypernodes)
-        else:
-            topology = discover_from_labels(nodes, self.topology_labels)
-        state = ClusterState(topology)
-        for name, is_ready in ready.items():
-            state.set_ready(name, is_ready)
-        pods = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
-        for pod in pods.items:
-            raw = self.api.sanitize_for_serialization(pod)
-            if (raw.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            node = raw["spec"].get("nodeName")
-            if node in state.free:
-                counted = pod_requests(raw)
-                state.allocate(node, counted)
-                if ((raw.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == self.cluster:
-                    self._earlier[raw["metadata"]["name"]] = (node, counted)
-        return state
+        self._on_change: Callable[[], object] = lambda: None
 
     def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
-                     on_node: Callable[[str, bool], object]) -> None:
-        self._on_pod, self._on_node = on_pod, on_node
+                     on_node: Callable[[str, bool], object], on_change: Callable[[], object]) -> None:
+        self._on_pod, self._on_node, self._on_change = on_pod, on_node, on_change
 
-    # -- binding -------------------------------------------------------------------------------
+    # -- starting --------------------------------------------------------------------------------
 
-    def _bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
-        created: list[str] = []
+    async def check_access(self) -> None:
+        """Ask the API server whether this agent's identity may make every call it will make; a missing
+        grant stops the agent at start with the verb and resource, instead of failing jobs later."""
+        missing = []
+        for verb, group, resource, namespaced in ACCESS:
+            name, _, sub = resource.partition("/")
+            attributes = {"verb": verb, "group": group, "resource": name, "subresource": sub}
+            if namespaced:
+                attributes["namespace"] = self.namespace
+            review = await self.kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes}})
+            if not (review.get("status") or {}).get("allowed"):
+                where = f" in namespace {self.namespace}" if namespaced else " (cluster-wide)"
+                missing.append(f"{verb} {resource}{f'.{group}' if group else ''}{where}")
+        if missing:
+            raise StartError("the agent's role does not grant: " + "; ".join(missing)
+                             + " (deploy/kubernetes/agent/rbac.yaml grants exactly what it needs)")
+
+    async def start(self, timeout: float = 120) -> None:
+        """Fill the caches and build the cluster state from them; then follow every change."""
+        informers = (self.nodes, self.hypernodes, self.pods)
+        self._tasks = [asyncio.create_task(i.run()) for i in informers]
+        deadline = time.monotonic() + timeout
+        for informer in informers:
+            while not informer.synced.is_set():
+                refused = isinstance(informer.error, KubeError) and informer.error.status in (401, 403)
+                if refused or time.monotonic() > deadline:
+                    raise StartError(f"cannot read {informer.resource}: {informer.error or 'no answer'}")
+                await asyncio.sleep(0.05)
+        self.state = self._build_state()
+        for pod in self.pods.items():
+            self._account(key(pod), pod, earlier=True)
+        self.started = True
+        self._count_cached()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.kube.close()
+
+    def _count_cached(self) -> None:
+        for informer in (self.nodes, self.hypernodes, self.pods):
+            CACHED.labels(informer.resource).set(len(informer.store))
+
+    # -- the cluster state from the caches ----------------------------------------------------------
+
+    def _topology(self) -> Topology:
+        nodes = [parse_node(o) for o in self.nodes.items()]
+        hypernodes = [parse_hypernode(o) for o in self.hypernodes.items()]
+        if hypernodes or not self.topology_labels:
+            return build(nodes, hypernodes)
+        return discover_from_labels(nodes, self.topology_labels)
+
+    def _build_state(self, previous: ClusterState | None = None) -> ClusterState:
+        state = ClusterState(self._topology())
+        if previous is not None:  # what was booked on each node stays booked
+            for name in state.topology.nodes:
+                if name in previous.free:
+                    state.allocate(name, previous.used_on(name))
+        for obj in self.nodes.items():
+            name = obj["metadata"]["name"]
+            self._ready[name] = _ready(obj)
+            state.set_ready(name, self._ready[name] and not _cordoned(obj))
+        return state
+
+    def _rebuild(self) -> None:
+        self._rebuild_pending = None
+        try:
+            self.state = self._build_state(self.state)
+        except TopologyError as err:  # keep placing on the last good tree; say why it was not changed
+            log.error("the cluster's topology changed to one that cannot be used, keeping the previous one: %s", err)
+            return
+        log.info("topology rebuilt: %d nodes, tiers %s", len(self.state.topology.nodes), self.state.topology.tiers())
+        self._on_change()
+
+    def _schedule_rebuild(self) -> None:
+        if self.started and self._rebuild_pending is None:
+            self._rebuild_pending = asyncio.get_running_loop().call_later(REBUILD_DELAY, self._rebuild)
+
+    def _node_event(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        if not self.started:
+            return
+        self._count_cached()
+        name = (new or old or {}).get("metadata", {}).get("name", "")
+        if kind == "DELETED" or old is None or new is None:
+            if kind == "DELETED" and name in self.state.free:
+                self._on_node(name, False)  # its pods are lost with it
+            self._schedule_rebuild()
+            return
+        before, after = parse_node(old), parse_node(new)
+        if (before.labels, before.allocatable) != (after.labels, after.allocatable):
+            self._schedule_rebuild()
+        elif before.taints != after.taints and name in self.state.free:
+            self.state.replace_node(after)
+            self._on_change()
+        ready = _ready(new)
+        if ready != self._ready.get(name, True):
+            self._ready[name] = ready
+            self._on_node(name, ready)
+        if name in self.state.free and (ready and not _cordoned(new)) != (name in self.state.ready):
+            self.state.set_ready(name, ready and not _cordoned(new))
+            self._on_change()
+
+    def _hypernode_event(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        self._count_cached()
+        self._schedule_rebuild()
+
+    # -- pods ---------------------------------------------------------------------------------------
+
+    def _ours(self, pod: Obj) -> bool:
+        return ((pod.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == self.cluster
+
+    def _account(self, k: str, pod: Obj | None, earlier: bool = False) -> None:
+        """Count a pod of another workload (or one of ours from an earlier run, at start) against its node
+        while it is bound and has not ended."""
+        if pod is not None and self._ours(pod) and not earlier and k not in self._counted:
+            return  # this run's own pods are counted by their job
+        want = None
+        if pod is not None:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and node in self.state.free and (pod.get("status") or {}).get("phase") not in ENDED:
+                want = (node, pod_requests(pod))
+        have = self._counted.get(k)
+        if have == want:
+            return
+        if have is not None:
+            self.state.release(*have)
+            del self._counted[k]
+        if want is not None:
+            self.state.allocate(*want)
+            self._counted[k] = want
+        if self.started:
+            self._on_change()
+
+    def _pod_event(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        if not self.started:
+            return
+        pod = new or old or {}
+        k = key(pod)
+        self._account(k, new)
+        if self._ours(pod):
+            self._our_pod(k, pod, deleted=kind == "DELETED")
+
+    def _our_pod(self, k: str, pod: Obj, deleted: bool) -> None:
+        """One of our pods changed: tell the agent its phase (deleted by someone else: evicted)."""
+        meta = pod.get("metadata") or {}
+        job_id = (meta.get("annotations") or {}).get(JOB_ID, "")
+        phases = self._phases.get(job_id)
+        if phases is None or k not in phases:
+            return  # not a live pod of ours: gone already, or deleted by us
+        status = pod.get("status") or {}
+        phase, reason = status.get("phase", "Pending"), status.get("reason") or ""
+        if deleted or meta.get("deletionTimestamp"):
+            phase, reason = "Evicted", "the pod was deleted" + (" (evicted)" if reason == "Evicted" else "")
+        elif phase == "Failed":
+            phase, reason = ("Evicted", reason) if reason == "Evicted" else ("Failed", _why_failed(status))
+        elif phase == "Unknown":
+            reason = reason or "the pod's node stopped reporting"
+        if phases[k] == phase:
+            return
+        phases[k] = phase
+        labels = meta.get("labels") or {}
+        self._on_pod(job_id, int(labels.get(ATTEMPT, "0")), labels.get(TASK, ""), int(labels.get(INDEX, "0")),
+                     phase, reason)
+        if phase in ("Evicted", "Failed"):
+            del phases[k]  # whatever happens to it next, the policy has been told
+        if phases and all(p == "Succeeded" for p in phases.values()):
+            del self._phases[job_id]
+
+    def _job_pods(self, job_id: str, attempt: int | None = None) -> list[Obj]:
+        found = []
+        for pod in self.pods.items():
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            if labels.get(MANAGED_BY) == self.cluster and labels.get(JOB_HASH) == job_hash(job_id) and (
+                    attempt is None or labels.get(ATTEMPT) == str(attempt)):
+                found.append(pod)
+        return found
+
+    # -- binding ------------------------------------------------------------------------------------
+
+    def _namespace(self, job: AgentJob) -> str:
+        return job.job.spec.namespace or self.namespace
+
+    async def _anchor(self, job: AgentJob, namespace: str) -> Obj:
+        """The job's anchor ConfigMap (made once per job), as an owner reference for what the job makes."""
+        uid = self._anchors.get(job.job.id)
+        if uid is None:
+            path = f"/api/v1/namespaces/{namespace}/configmaps"
+            body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+                "name": job.job.id, "labels": {MANAGED_BY: self.cluster, JOB_HASH: job_hash(job.job.id)},
+                "annotations": {JOB_ID: job.job.id}}, "data": {"job": job.job.id, "cluster": self.cluster}}
+            try:
+                uid = (await self.kube.create(path, body))["metadata"]["uid"]
+            except KubeError as err:
+                if err.status != 409:
+                    raise
+                uid = (await self.kube.get(f"{path}/{job.job.id}"))["metadata"]["uid"]
+            self._anchors[job.job.id] = uid
+            made = await self._plugin_objects(job, namespace, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                                "name": job.job.id, "uid": uid, "controller": True})
+            if made is not None:
+                raise made
+        return {"apiVersion": "v1", "kind": "ConfigMap", "name": job.job.id, "uid": uid, "controller": True}
+
+    async def _plugin_objects(self, job: AgentJob, namespace: str, owner: Obj) -> KubeError | None:
+        spec = job.job.spec
+        keys = await asyncio.to_thread(_ssh_keys) if "ssh" in spec.plugins else None  # RSA takes a while
+        wanted = plugins.objects(job.job.id, namespace, spec, keys)
+        for obj in wanted:
+            obj["metadata"].update(namespace=namespace, ownerReferences=[owner],
+                                   labels={MANAGED_BY: self.cluster, JOB_HASH: job_hash(job.job.id)})
+            path = COLLECTIONS[obj["kind"]].format(namespace)
+            try:
+                await self.kube.create(path, obj)
+            except KubeError as err:
+                if err.status != 409:
+                    return err
+                try:  # left by an earlier attempt: it is this one's now
+                    await self.kube.patch(f"{path}/{obj['metadata']['name']}", obj)
+                except KubeError as again:
+                    return again
+        return None
+
+    async def bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
+        namespace = self._namespace(job)
+        first = job.job.id not in self._anchors
+        try:
+            owner = await self._anchor(job, namespace)
+            await self._bind(job, pods, namespace, owner)
+        except (KubeError, BindError) as err:
+            if first:  # nothing of the job stays: its anchor takes the plugins' objects with it
+                await self._delete_anchor(job.job.id, namespace)
+            raise BindError(_explain(err) if isinstance(err, KubeError) else str(err)) from None
+
+    async def _bind(self, job: AgentJob, pods: Sequence[PodPlacement], namespace: str, owner: Obj) -> None:
+        manifests = [pod_manifest(job, p.task, p.index, namespace, self.scheduler, self.cluster, owner) for p in pods]
         # Phases are followed from creation: a pod may start before its gang's last binding returns.
         phases = self._phases.setdefault(job.job.id, {})
-        try:
-            for pod in pods:
-                manifest = pod_manifest(job, pod.task, pod.index, self.namespace, self.scheduler, self.cluster)
-                self.core.create_namespaced_pod(self.namespace, manifest)
-                created.append(manifest["metadata"]["name"])
-                phases.setdefault(created[-1], "Pending")
-            for pod, name in zip(pods, created, strict=True):
-                binding = client.V1Binding(metadata=client.V1ObjectMeta(name=name),
-                                           target=client.V1ObjectReference(api_version="v1", kind="Node",
-                                                                           name=pod.node))
-                # The client cannot deserialise the Status this call returns; the body is not needed.
-                self.core.create_namespaced_pod_binding(name, self.namespace, binding, _preload_content=False)
-        except ApiException as err:
-            self._delete_pods(created)
-            for name in created:
-                phases.pop(name, None)
-            raise BindError(f"{err.status} {err.reason}: {_message(err)}") from None
+        for m in manifests:
+            phases.setdefault(f"{namespace}/{m['metadata']['name']}", "Pending")
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        created = await _all((self.kube.create(path, m) for m in manifests), self.limit)
+        errors = [e for e in created if e is not None]
+        if not errors:
+            bindings = ({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": m["metadata"]["name"]},
+                         "target": {"apiVersion": "v1", "kind": "Node", "name": p.node}}
+                        for m, p in zip(manifests, pods, strict=True))
+            errors = [e for e in await _all((self.kube.create(f"{path}/{b['metadata']['name']}/binding", b)
+                                             for b in bindings), self.limit) if e is not None]
+        if errors:
+            made = [m["metadata"]["name"] for m, e in zip(manifests, created, strict=True) if e is None]
+            await self._delete_pods(namespace, made)
+            for m in manifests:
+                phases.pop(f"{namespace}/{m['metadata']['name']}", None)
+            raise BindError(_explain(errors[0])) from None
 
-    def _delete_pods(self, names: Sequence[str]) -> None:
-        for name in names:
-            with contextlib.suppress(ApiException):
-                self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+    async def _delete_pods(self, namespace: str, names: Sequence[str]) -> None:
+        base = f"/api/v1/namespaces/{namespace}/pods"
+        errors = await _all((self.kube.delete(f"{base}/{n}", [("gracePeriodSeconds", "0")]) for n in names),
+                            self.limit)
+        for name, err in zip(names, errors, strict=True):
+            if err is not None and not (isinstance(err, KubeError) and err.status == 404):
+                log.warning("could not delete pod %s/%s: %s", namespace, name, err)
 
-    def _delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None) -> None:
-        selector = f"{MANAGED_BY}={self.cluster},{JOB_HASH}={job_hash(job.job.id)}"
-        found = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+    async def delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None = None) -> None:
+        namespace = self._namespace(job)
+        found = self._job_pods(job.job.id)
         if pods is not None:
             which = {(p.task, str(p.index)) for p in pods}
-            found = [p for p in found if (p.metadata.labels.get(TASK), p.metadata.labels.get(INDEX)) in which]
-        names = [p.metadata.name for p in found]
-        self._delete_pods(names)
+            found = [p for p in found if (p["metadata"]["labels"].get(TASK), p["metadata"]["labels"].get(INDEX))
+                     in which]
         phases = self._phases.get(job.job.id, {})
-        for name in names:
-            phases.pop(name, None)
-        if pods is None or not phases:
+        for pod in found:  # gone by our hand: their deletion is not an eviction
+            phases.pop(key(pod), None)
+        await self._delete_pods(namespace, [p["metadata"]["name"] for p in found])
+        if pods is None:
             self._phases.pop(job.job.id, None)
+            await self._delete_anchor(job.job.id, namespace)
 
-    def _adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
-        selector = f"{MANAGED_BY}={self.cluster},{JOB_HASH}={job_hash(job_id)},{ATTEMPT}={attempt}"
+    async def _delete_anchor(self, job_id: str, namespace: str) -> None:
+        """The garbage collector removes what the job's plugins made (and any pod left) with it."""
+        self._anchors.pop(job_id, None)
+        try:
+            await self.kube.delete(f"/api/v1/namespaces/{namespace}/configmaps/{job_id}",
+                                   [("propagationPolicy", "Background")])
+        except KubeError as err:
+            if err.status != 404:
+                log.warning("could not delete the anchor of job %s: %s", job_id, err)
+
+    async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
+        """Live pods of this attempt that an earlier run of the agent made, from the cache."""
         found, phases = [], {}
-        for pod in self.core.list_namespaced_pod(self.namespace, label_selector=selector).items:
-            phase = pod.status.phase if pod.status else "Pending"
-            if phase in ("Succeeded", "Failed") or not pod.spec.node_name:
+        for pod in self._job_pods(job_id, attempt):
+            status, spec = pod.get("status") or {}, pod.get("spec") or {}
+            if status.get("phase") in ENDED or not spec.get("nodeName") or pod["metadata"].get("deletionTimestamp"):
                 continue
-            labels = pod.metadata.labels
-            found.append(PodPlacement(labels[TASK], int(labels[INDEX]), pod.spec.node_name))
-            phases[pod.metadata.name] = phase
-            if pod.metadata.name in self._earlier:  # the adopting job counts it from now on
-                node, counted = self._earlier.pop(pod.metadata.name)
-                self.state.release(node, counted)
+            labels = pod["metadata"]["labels"]
+            found.append(PodPlacement(labels[TASK], int(labels[INDEX]), spec["nodeName"]))
+            k = key(pod)
+            phases[k] = status.get("phase", "Pending")
+            counted = self._counted.pop(k, None)
+            if counted is not None:  # the adopting job counts it from now on
+                self.state.release(*counted)
+            uid = next((o.get("uid") for o in pod["metadata"].get("ownerReferences") or []
+                        if o.get("kind") == "ConfigMap" and o.get("name") == job_id), None)
+            if uid:
+                self._anchors[job_id] = uid
         if found:
             self._phases[job_id] = phases
         return sorted(found, key=lambda p: (p.task, p.index))
 
-    async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
-        return await asyncio.to_thread(self._adopt, job_id, attempt)
 
-    async def bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
-        await asyncio.to_thread(self._bind, job, pods)
-
-    async def delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None = None) -> None:
-        await asyncio.to_thread(self._delete, job, pods)
-
-    # -- watching ------------------------------------------------------------------------------
-
-    def pod_event(self, pod: Mapping[str, Any]) -> None:
-        """A watched pod changed phase: tell the agent (a failed pod says whether it was evicted)."""
-        meta = pod.get("metadata") or {}
-        job_id = (meta.get("annotations") or {}).get(JOB_ID)
-        labels = meta.get("labels") or {}
-        phases = self._phases.get(job_id or "")
-        if job_id is None or phases is None or meta.get("name") not in phases:
-            return
-        status = pod.get("status") or {}
-        phase = status.get("phase", "Pending")
-        if phases[meta["name"]] == phase:
-            return
-        phases[meta["name"]] = phase
-        reason = status.get("reason") or ""
-        if phase == "Failed":
-            phase, reason = ("Evicted", reason) if reason == "Evicted" else ("Failed", reason or "pod failed")
-        elif phase == "Unknown":
-            reason = reason or "the pod's node stopped reporting"
-        self._on_pod(job_id, int(labels.get(ATTEMPT, "0")), labels.get(TASK, ""), int(labels.get(INDEX, "0")),
-                     phase, reason)
-        if all(p == "Succeeded" for p in phases.values()):
-            del self._phases[job_id]
-
-    def node_event(self, obj: Any) -> None:
-        node, ready = _node(obj)
-        if node.name in self.state.free and ready != (node.name in self.state.ready):
-            self._on_node(node.name, ready)
-
-    def _watch(self, lister: Callable[..., Any], handle: Callable[[Any], None], loop: asyncio.AbstractEventLoop,
-               **kwargs: Any) -> None:
-        while not self._stop.is_set():
-            try:
-                for event in watch.Watch().stream(lister, timeout_seconds=30, **kwargs):
-                    loop.call_soon_threadsafe(handle, event["object"])
-                    if self._stop.is_set():
-                        return
-            except Exception as err:  # the API server went away: retry, as kubelets do
-                log.warning("watch failed (%s); retrying", err)
-                self._stop.wait(2)
-
-    def start_watches(self, loop: asyncio.AbstractEventLoop) -> None:
-        selector = f"{MANAGED_BY}={self.cluster}"
-
-        def on_pod(obj: Any) -> None:
-            self.pod_event(self.api.sanitize_for_serialization(obj))
-
-        threading.Thread(target=self._watch, args=(self.core.list_namespaced_pod, on_pod, loop),
-                         kwargs={"namespace": self.namespace, "label_selector": selector}, daemon=True).start()
-        threading.Thread(target=self._watch, args=(self.core.list_node, self.node_event, loop), daemon=True).start()
-
-    def stop(self) -> None:
-        self._stop.set()
+def _why_failed(status: Mapping[str, Any]) -> str:
+    for c in status.get("containerStatuses") or []:
+        terminated = (c.get("state") or {}).get("terminated")
+        if terminated and terminated.get("exitCode"):
+            return f"container {c.get('name')} exited with {terminated['exitCode']}" + (
+                f" ({terminated['reason']})" if terminated.get("reason") else "")
+    return status.get("message") or "pod failed"
 
 
-def _message(err: ApiException) -> str:
-    try:
-        return json.loads(err.body or "{}").get("message", "") or str(err.reason)
-    except ValueError:
-        return str(err.body)
+def _explain(err: Exception) -> str:
+    if not isinstance(err, KubeError):
+        return f"the API server could not be reached: {err}"
+    if err.status == 403:
+        return f"403 Forbidden: {err.message} (the agent's role must grant it: deploy/kubernetes/agent/rbac.yaml)"
+    return f"{err.status} {err.reason}: {err.message}"

@@ -82,9 +82,14 @@ def answers(spec: common_pb2.JobSpec, kind: str) -> bool:
 
 
 def _pods(spec: common_pb2.JobSpec, action: str, event: Event) -> tuple[Pod, ...]:
-    """The pods an action restarts: the event's own, their partitions, or the whole gang."""
+    """The pods an action restarts, as Volcano defines the actions: RestartPod the event's pod,
+    RestartTask every pod of the event's task, RestartPartition the partitions holding the event's
+    pods, RestartJob the whole gang."""
     if action == "RestartJob":
         return tuple((t.name, i) for t in spec.tasks for i in range(t.replicas))
+    if action == "RestartTask":
+        tasks = {task for task, _ in event.pods} or {event.task}
+        return tuple((t.name, i) for t in spec.tasks if t.name in tasks for i in range(t.replicas))
     if action == "RestartPartition":
         sizes = {t.name: (t.partition_policy.partition_size, t.replicas) for t in spec.tasks}
         pods: dict[Pod, None] = {}

@@ -17,7 +17,7 @@ from typing import Any
 import click
 import grpc
 
-from member_agent import client
+from member_agent import client, health
 from member_agent.agent import Agent, Backend
 from member_agent.simulated import SimulatedBackend, read_cluster_file
 from member_agent.topology import TopologyError
@@ -98,6 +98,8 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 @click.option("--heartbeat", type=float, default=2.0, show_default=True, help="Seconds between heartbeats.")
 @click.option("--admin-listen", default="", metavar="HOST:PORT",
               help="Serve fault injection over HTTP here (simulated clusters).")
+@click.option("--health-listen", envvar="MEMBER_HEALTH_LISTEN", default="", metavar="HOST:PORT",
+              help="Serve /metrics, /healthz and /readyz over HTTP here (port 0 picks one; '' turns it off).")
 @click.option("--tls-ca", envvar="MEMBER_TLS_CA", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="PEM CA that signed the server's certificate: connect over mTLS (with --tls-cert, --tls-key) to "
                    "the server's --agent-listen address.")
@@ -111,7 +113,8 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 @click.pass_context
 def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path | None, kubeconfig: Path | None,
         in_cluster: bool, namespace: str, scheduler_name: str, topology_labels: tuple[str, ...],
-        labels: tuple[str, ...], heartbeat: float, admin_listen: str, tls_ca: Path | None, tls_cert: Path | None,
+        labels: tuple[str, ...], heartbeat: float, admin_listen: str, health_listen: str, tls_ca: Path | None,
+        tls_cert: Path | None,
         tls_key: Path | None, log_level: str) -> None:
     """Member agent: places gangs topology-aware in one cluster and reports to the federation."""
     if ctx.invoked_subcommand is not None:
@@ -126,54 +129,72 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
         raise click.UsageError("mTLS needs all of --tls-ca, --tls-cert and --tls-key")
     credentials = grpc.ssl_channel_credentials(tls_ca.read_bytes(), tls_key.read_bytes(), tls_cert.read_bytes()) \
         if tls_ca and tls_cert and tls_key else None
-    backend: Backend
+    cluster_labels = _labels(labels)
+    simulated = None
+    if cluster_file is not None:
+        try:
+            simulated = SimulatedBackend(read_cluster_file(cluster_file))
+        except TopologyError as err:
+            raise click.ClickException(f"{cluster_file}: {err}") from err
+
+    async def agent_of() -> Agent:
+        backend = simulated or await _kubernetes(cluster, kubeconfig, namespace, scheduler_name, topology_labels)
+        return Agent(cluster, cluster_labels, backend)
+
+    asyncio.run(_run(agent_of, server, heartbeat, admin_listen, health_listen, credentials))
+
+
+async def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, scheduler: str,
+                      topology_labels: tuple[str, ...]) -> Backend:
+    """Connect, check the role grants every call the agent makes, and read the cluster."""
+    from aiohttp import ClientError
+    from kubernetes_asyncio.config import ConfigException
+
+    from member_agent.kube import KubernetesBackend, StartError
+    from member_agent.kubeapi import Kube, KubeError
+
     try:
-        if cluster_file is not None:
-            backend = SimulatedBackend(read_cluster_file(cluster_file))
-        else:
-            backend = _kubernetes(cluster, kubeconfig, namespace, scheduler_name, topology_labels)
-    except TopologyError as err:
-        raise click.ClickException(f"{cluster_file or kubeconfig or 'cluster'}: {err}") from err
-    agent = Agent(cluster, _labels(labels), backend)
-    asyncio.run(_run(agent, server, heartbeat, admin_listen, credentials))
-
-
-def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, scheduler: str,
-                topology_labels: tuple[str, ...]) -> Backend:
-    from kubernetes import client, config
-    from kubernetes.client.rest import ApiException
-    from urllib3.exceptions import HTTPError
-
-    from member_agent.kube import KubernetesBackend
-
+        kube = await Kube.connect(str(kubeconfig) if kubeconfig else None)
+    except (ConfigException, OSError, ValueError) as err:
+        raise click.ClickException(f"cannot use {kubeconfig or 'the in-cluster configuration'}: {err}") from err
+    backend = KubernetesBackend(kube, cluster, namespace, scheduler, topology_labels)
     try:
-        if kubeconfig is not None:
-            api = config.new_client_from_config(config_file=str(kubeconfig))
-        else:
-            config.load_incluster_config()
-            api = client.ApiClient()
-        return KubernetesBackend(api, cluster, namespace, scheduler, topology_labels)
-    except (ApiException, HTTPError, config.ConfigException) as err:
+        await backend.check_access()
+        await backend.start()
+    except (StartError, TopologyError) as err:
+        await backend.stop()
+        raise click.ClickException(str(err)) from err
+    except (KubeError, ClientError, OSError) as err:
+        await backend.stop()
         raise click.ClickException(f"cannot read the cluster through its API server: {err}") from err
+    return backend
 
 
-async def _run(agent: Agent, server: str, heartbeat: float, admin_listen: str,
+async def _run(agent_of: Any, server: str, heartbeat: float, admin_listen: str, health_listen: str,
                credentials: grpc.ChannelCredentials | None) -> None:
     loop = asyncio.get_running_loop()
-    start_watches = getattr(agent.backend, "start_watches", None)
-    if start_watches is not None:
-        start_watches(loop)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    agent: Agent = await agent_of()
+    connected = asyncio.Event()
+    if health_listen:
+        def readiness() -> str:
+            return "" if connected.is_set() else "not connected to the federation server"
+
+        _, address = await health.start(health_listen, readiness)
+        print(f"member-agent health on {address} (/metrics, /healthz, /readyz)", flush=True)
     if admin_listen:
         print(f"member-agent admin listening on {_start_admin(admin_listen, agent, loop)}", flush=True)
     topology = agent.state.topology
     print(f"member-agent {agent.cluster}: {len(topology.nodes)} nodes, tiers {topology.tiers()}, "
           f"server {server}{' (mTLS)' if credentials else ''}", flush=True)
-    task = asyncio.create_task(client.run(server, agent, heartbeat, credentials=credentials))
+    task = asyncio.create_task(client.run(server, agent, heartbeat, connected, credentials))
     await stop.wait()
     task.cancel()
+    backend_stop = getattr(agent.backend, "stop", None)
+    if backend_stop is not None:
+        await backend_stop()
 
 
 @cli.group()

@@ -34,7 +34,7 @@ from functools import cached_property
 
 from federation.resources import Resources, format_resources
 from member_agent.state import ClusterState, Shape
-from member_agent.topology import ROOT
+from member_agent.topology import ROOT, Toleration, tolerates
 
 UNLIMITED = 1 << 30  # pods that request nothing fit anywhere
 GENERAL = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})  # every other resource is a device
@@ -46,6 +46,7 @@ class TaskRequest:
     replicas: int
     request: Resources
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()  # a node's NoSchedule/NoExecute taints must all be tolerated
     min_available: int | None = None  # None: as the job's min_available decides
     partition_size: int = 0  # 0: no partitions
     min_partitions: int = 0  # 0: all partitions
@@ -54,7 +55,7 @@ class TaskRequest:
     @cached_property
     def shape(self) -> Shape:
         """What decides where one pod fits: pods of equal shape share their fit counts."""
-        return tuple(sorted(self.request.items())), tuple(sorted(self.node_selector.items()))
+        return tuple(sorted(self.request.items())), tuple(sorted(self.node_selector.items())), self.tolerations
 
 
 @dataclass(frozen=True)
@@ -135,8 +136,10 @@ class _Trial:
             if node not in self.state.ready:
                 count = 0
             else:
-                labels = self.topology.nodes[node].labels
-                count = 0 if any(labels.get(k) != v for k, v in task.node_selector.items()) else UNLIMITED
+                spec = self.topology.nodes[node]
+                allowed = all(spec.labels.get(k) == v for k, v in task.node_selector.items()) and (
+                    not spec.taints or tolerates(task.tolerations, spec.taints))
+                count = UNLIMITED if allowed else 0
                 for resource, amount in task.request.items():
                     count = min(count, max(self.free(node, resource), 0) // amount)
             memo[key] = count

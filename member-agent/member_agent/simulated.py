@@ -19,6 +19,7 @@ import yaml
 
 from federation.durations import parse_duration
 from federation.resources import QuantityError, Resources, parse_amount
+from federation.v1 import common_pb2
 from member_agent.agent import AgentJob
 from member_agent.placement import PodPlacement
 from member_agent.state import ClusterState
@@ -30,10 +31,25 @@ DEFAULT_DURATION = 5.0
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Resources:
-    total: Resources = {}
-    for container in (pod.get("spec") or {}).get("containers") or []:
+    """What a pod holds on its node, as the kube-scheduler counts it: its containers' requests summed,
+    at least its largest init container's, plus the pod overhead."""
+    spec = pod.get("spec") or {}
+
+    def requests(container: Any) -> Resources:
+        out: Resources = {}
         for resource, quantity in (((container or {}).get("resources") or {}).get("requests") or {}).items():
-            total[resource] = total.get(resource, 0) + parse_amount(str(resource), quantity)
+            out[str(resource)] = parse_amount(str(resource), quantity)
+        return out
+
+    total: Resources = {}
+    for container in spec.get("containers") or []:
+        for resource, amount in requests(container).items():
+            total[resource] = total.get(resource, 0) + amount
+    for container in spec.get("initContainers") or []:
+        for resource, amount in requests(container).items():
+            total[resource] = max(total.get(resource, 0), amount)
+    for resource, quantity in (spec.get("overhead") or {}).items():
+        total[str(resource)] = total.get(str(resource), 0) + parse_amount(str(resource), quantity)
     return total
 
 
@@ -61,17 +77,17 @@ def read_cluster_file(path: Path) -> ClusterState:
     return load_cluster(objects)
 
 
-def _annotation(job: AgentJob, task: str, name: str) -> str:
+def annotation(spec: common_pb2.JobSpec, task: str, name: str) -> str:
     """A task's pod template annotation, else the job's."""
-    spec = next(t for t in job.job.spec.tasks if t.name == task)
-    if spec.pod_template_json:
+    template = next((t.pod_template_json for t in spec.tasks if t.name == task), "")
+    if template:
         try:
-            value = ((json.loads(spec.pod_template_json).get("metadata") or {}).get("annotations") or {}).get(name)
+            value = ((json.loads(template).get("metadata") or {}).get("annotations") or {}).get(name)
         except (ValueError, AttributeError):
             value = None
         if value:
             return str(value)
-    return job.job.spec.annotations.get(name, "")
+    return spec.annotations.get(name, "")
 
 
 def _seconds(text: str, default: float) -> float:
@@ -92,12 +108,12 @@ class SimulatedBackend:
         self._on_pod: Callable[[str, int, str, int, str, str], object] = lambda *_: None
 
     def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
-                     on_node: Callable[[str, bool], object]) -> None:
+                     on_node: Callable[[str, bool], object], on_change: Callable[[], object]) -> None:
         """Faults in a simulation are injected through the agent itself, so only pod phases come from here."""
         self._on_pod = on_pod
 
     def duration(self, job: AgentJob, task: str) -> float:
-        return _seconds(_annotation(job, task, DURATION_ANNOTATION), self.default_duration)
+        return _seconds(annotation(job.job.spec, task, DURATION_ANNOTATION), self.default_duration)
 
     async def bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
         """Each pod runs after its task's start delay. A task runs for its duration from when all its
@@ -107,7 +123,7 @@ class SimulatedBackend:
         job_id, attempt = job.job.id, job.attempt
         bound = {(p.task, p.index) for p in pods}
         for task in sorted({p.task for p in pods}):
-            delay = _seconds(_annotation(job, task, START_DELAY_ANNOTATION), 0.0)
+            delay = _seconds(annotation(job.job.spec, task, START_DELAY_ANNOTATION), 0.0)
             for pod in pods:
                 if pod.task == task:
                     self.starting[(job_id, task, pod.index)] = loop.call_later(

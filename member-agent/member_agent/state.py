@@ -7,12 +7,14 @@ node and its few ancestors only, so the per-tier summary sent to the server is c
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from federation.resources import Resources
 from federation.scheduling.fit import TierFree
-from member_agent.topology import ROOT, Topology
+from member_agent.topology import ROOT, Node, Topology
 
-Shape = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...]]  # (request, node selector)
+# (request, node selector, tolerations): what decides how many pods of a task fit on a node
+Shape = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...], tuple[Any, ...]]
 
 
 class PodCounts:
@@ -72,7 +74,9 @@ class ClusterState:
                 totals[resource] = totals.get(resource, 0) + sign * amount
 
     def allocate(self, node: str, request: Mapping[str, int], sign: int = 1) -> None:
-        free = self.free[node]
+        free = self.free.get(node)
+        if free is None:  # the node has left the cluster; what was booked on it went with it
+            return
         for resource, amount in request.items():
             free[resource] = free.get(resource, 0) - sign * amount
         _add(self.used, request, sign)
@@ -83,9 +87,20 @@ class ClusterState:
     def release(self, node: str, request: Mapping[str, int]) -> None:
         self.allocate(node, request, -1)
 
+    def used_on(self, node: str) -> Resources:
+        """What is booked on a node (its allocatable less what is free)."""
+        allocatable, free = self.topology.nodes[node].allocatable, self.free[node]
+        return {r: allocatable.get(r, 0) - free.get(r, 0) for r in {*allocatable, *free}
+                if allocatable.get(r, 0) != free.get(r, 0)}
+
+    def replace_node(self, node: Node) -> None:
+        """The same node with new taints: where pods may go changes, what is free does not."""
+        self.topology.nodes[node.name] = node
+        self._changed(node.name)
+
     def set_ready(self, node: str, ready: bool) -> None:
         """A node that is not ready offers nothing; its pods' resources stay booked to it."""
-        if ready == (node in self.ready):
+        if node not in self.free or ready == (node in self.ready):
             return
         sign = 1 if ready else -1
         if ready:

@@ -24,10 +24,39 @@ class TopologyError(ValueError):
 
 
 @dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = ""  # Equal (the default) | Exists
+    value: str = ""
+    effect: str = ""  # "" tolerates every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes' rule: effects match (or none given); an empty key with Exists matches every key."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+def tolerates(tolerations: Sequence[Toleration], taints: Sequence[Taint]) -> bool:
+    """Whether a pod with `tolerations` may be placed on a node with `taints` (PreferNoSchedule never forbids)."""
+    return all(any(t.tolerates(taint) for t in tolerations) for taint in taints if taint.effect != "PreferNoSchedule")
+
+
+@dataclass(frozen=True)
 class Node:
     name: str
     labels: Mapping[str, str]
     allocatable: Resources
+    taints: tuple[Taint, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -164,7 +193,9 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
             raise TopologyError(f"Node {name!r}: status.allocatable.{resource}: {err}") from None
         if amount:
             allocatable[str(resource)] = amount
-    return Node(name, {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}, allocatable)
+    taints = tuple(Taint(str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
+                   for t in (obj.get("spec") or {}).get("taints") or [] if isinstance(t, Mapping))
+    return Node(name, {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}, allocatable, taints)
 
 
 def _matching(selector: Selector, candidates: Mapping[str, Mapping[str, str]]) -> list[str]:

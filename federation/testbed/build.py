@@ -1,0 +1,110 @@
+"""The test bed's programs, built once from their published Go modules into a cache outside the repo.
+
+`testbed/go.mod` pins kube-apiserver and kube-controller-manager (the `k8s.io/kubernetes` module, its
+staging modules required at the matching releases) and etcd at the release that Kubernetes release is
+tested with; KWOK is installed at `KWOK_VERSION`; Volcano's CRDs are rendered from Volcano's published
+API module by controller-gen (`testbed/volcano/go.mod`), the generator Volcano itself uses. The cache
+is keyed by a hash of everything that decides the output (the Go files, go.mod/go.sum, KWOK's version
+and the Go toolchain), so a change to any of them builds afresh, and concurrent callers (pytest
+workers, a person's `make kube-up`) wait on one lock instead of building twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+REPO = Path(__file__).resolve().parents[2]
+MODULE = REPO / "testbed"
+KWOK_VERSION = "v0.7.0"
+PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager")
+VOLCANO_API_PACKAGES = ("topology/v1alpha1", "batch/v1alpha1", "scheduling/v1beta1")
+
+
+class BuildError(RuntimeError):
+    """The test bed could not be built; the message carries the failing command's output."""
+
+
+@dataclass(frozen=True)
+class Tools:
+    bin: Path  # etcd, kube-apiserver, kube-controller-manager, kwok
+    crds: Path  # Volcano's CRDs as controller-gen renders them (topology.volcano.sh_hypernodes.yaml, ...)
+
+    def program(self, name: str) -> str:
+        return str(self.bin / name)
+
+    def crd(self, group: str, plural: str) -> Path:
+        return self.crds / f"{group}_{plural}.yaml"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FEDERATION_TESTBED_CACHE") or platformdirs.user_cache_dir("gpu-federation")) / "testbed"
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError("the test bed is built with Go, and no `go` is on PATH (https://go.dev/dl/)")
+    return go
+
+
+def key() -> str:
+    """What the cache is keyed by: the module sources, KWOK's version and the Go toolchain."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in MODULE.rglob("*") if p.is_file() and p.suffix in (".go", ".mod", ".sum")):
+        digest.update(str(path.relative_to(MODULE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    version = subprocess.run([_go(), "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout
+    digest.update(f"kwok {KWOK_VERSION} {version.strip()}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+    done = subprocess.run(argv, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise BuildError(f"{' '.join(argv)} (in {cwd}) failed:\n{done.stdout}{done.stderr}")
+
+
+def ensure(say: Callable[[str], None] = lambda _: None) -> Tools:
+    """The built test bed, building it first when the cache has none for this key."""
+    root = cache_root()
+    target = root / key()
+    tools = Tools(target / "bin", target / "crds")
+    if (target / "complete").exists():
+        return tools
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "complete").exists():  # another process built it while we waited
+            return tools
+        shutil.rmtree(target, ignore_errors=True)
+        started = time.monotonic()
+        say(f"building the Kubernetes test bed into {target} (once per version; about 10 minutes on 2 cores)")
+        env = {"GOFLAGS": "-buildvcs=false -trimpath", "CGO_ENABLED": "0"}
+        say("  kube-apiserver, kube-controller-manager, etcd ...")
+        _run([_go(), "build", "-ldflags=-s -w", "-o", str(tools.bin) + "/", "./cmd/..."], MODULE, env)
+        say(f"  kwok {KWOK_VERSION} ...")
+        _run([_go(), "install", "-ldflags=-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"], MODULE,
+             {**env, "GOBIN": str(tools.bin)})
+        say("  Volcano's CRDs (controller-gen over volcano.sh/apis) ...")
+        paths = [f"paths=volcano.sh/apis/pkg/apis/{p}" for p in VOLCANO_API_PACKAGES]
+        _run([_go(), "tool", "controller-gen", "crd:crdVersions=v1", *paths, f"output:crd:dir={tools.crds}"],
+             MODULE / "volcano", env)
+        missing = [p for p in (*PROGRAMS, "kwok") if not (tools.bin / p).exists()]
+        if missing or not tools.crd("topology.volcano.sh", "hypernodes").exists():
+            raise BuildError(f"the build finished without {', '.join(missing) or 'the HyperNode CRD'}")
+        (target / "complete").write_text(f"{time.monotonic() - started:.0f}\n")
+        say(f"built in {time.monotonic() - started:.0f} s; {size(target) / 2**20:.0f} MiB in {target}")
+    return tools
+
+
+def size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

@@ -1,0 +1,233 @@
+"""A real Kubernetes control plane on loopback, with nodes faked by KWOK: etcd, kube-apiserver (RBAC on),
+kube-controller-manager (garbage collector, namespaces, service accounts) and the KWOK controller.
+
+Certificates are made here (a CA, the API server's serving certificate, an admin client certificate in
+`system:masters`); a member agent connects as a ServiceAccount bound to `deploy/kubernetes/agent/rbac.yaml`,
+with a token from the TokenRequest API, as it would in a real cluster. Volcano's HyperNode CRD is installed
+from the build (`build.Tools.crds`). Every process logs to a file in the work directory, named on failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from kubernetes import client, config, utils
+from kubernetes.client.rest import ApiException
+
+from federation import certs
+from federation.testbed.build import REPO, Tools
+
+STAGES = REPO / "testbed" / "kwok" / "stages.yaml"
+AGENT_RBAC = REPO / "deploy" / "kubernetes" / "agent" / "rbac.yaml"
+HYPERNODE_CRD = ("topology.volcano.sh", "hypernodes")
+
+
+class TestbedError(RuntimeError):
+    """A test bed process did not start; the message names it and carries the end of its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _kubeconfig(path: Path, server: str, ca: bytes, user: dict[str, str]) -> Path:
+    import base64
+
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "testbed",
+        "clusters": [{"name": "testbed", "cluster": {
+            "server": server, "certificate-authority-data": base64.b64encode(ca).decode()}}],
+        "users": [{"name": "testbed", "user": user}],
+        "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": "testbed"}}]}))
+    path.chmod(0o600)
+    return path
+
+
+class Testbed:
+    """The control plane's processes, started by `start()` and stopped by `stop()` (or as a context manager)."""
+
+    __test__ = False  # not a test class, whatever pytest makes of its name
+
+    def __init__(self, workdir: Path, tools: Tools) -> None:
+        self.dir = workdir
+        self.tools = tools
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.server = ""
+        self.admin_kubeconfig = workdir / "admin.kubeconfig"
+
+    # -- processes ----------------------------------------------------------------------------
+
+    def _start(self, name: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
+        log = (self.dir / f"{name}.log").open("ab")
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append((name, proc))
+        return proc
+
+    def _failed(self, name: str, why: str) -> TestbedError:
+        tail = (self.dir / f"{name}.log").read_text(errors="replace")[-3000:]
+        return TestbedError(f"{name} {why} (log {self.dir / f'{name}.log'}):\n{tail}")
+
+    def _wait(self, name: str, proc: subprocess.Popen[bytes], ready: Any, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise self._failed(name, f"exited with {proc.returncode}")
+            with contextlib.suppress(OSError, ValueError, ApiException):
+                if ready():
+                    return
+            time.sleep(0.2)
+        raise self._failed(name, f"was not ready within {timeout:.0f} s")
+
+    def start(self) -> Testbed:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        pki = self.dir / "pki"
+        pki.mkdir(exist_ok=True)
+        ca = certs.make_ca(common_name="testbed CA")
+        ca.write(pki, "ca")
+        certs.issue(ca, "kube-apiserver", ["127.0.0.1", "localhost", "kubernetes.default.svc"]).write(pki, "apiserver")
+        certs.issue(ca, "admin", organization="system:masters").write(pki, "admin")
+        sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        (pki / "sa.key").write_bytes(sa.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                      serialization.NoEncryption()))
+        (pki / "sa.pub").write_bytes(sa.public_key().public_bytes(serialization.Encoding.PEM,
+                                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
+
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        etcd = self._start("etcd", [
+            self.tools.program("etcd"), "--data-dir", str(self.dir / "etcd"), "--name", "testbed",
+            "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
+            "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
+            "--initial-cluster", f"testbed=http://127.0.0.1:{peer_port}",
+            "--unsafe-no-fsync", "--quota-backend-bytes", str(8 * 2**30), "--log-level", "warn"])
+        self._wait("etcd", etcd, lambda: urllib.request.urlopen(f"http://127.0.0.1:{etcd_port}/health", timeout=2))
+
+        self.server = f"https://127.0.0.1:{api_port}"
+        apiserver = self._start("kube-apiserver", [
+            self.tools.program("kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}", "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true", "--profiling=false",
+            f"--cert-dir={pki}", "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
+            # New nodes are tainted not-ready until the node lifecycle controller sees them heartbeat; the
+            # test bed runs no such controller (KWOK's nodes need no heartbeats), so nothing would lift it.
+            "--disable-admission-plugins=TaintNodesByCondition"])
+        _kubeconfig(self.admin_kubeconfig, self.server, ca.cert, {
+            "client-certificate": str(pki / "admin.crt"), "client-key": str(pki / "admin.key")})
+        context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        self._wait("kube-apiserver", apiserver,
+                   lambda: urllib.request.urlopen(f"{self.server}/readyz", timeout=5, context=context).status == 200)
+
+        self._start("kube-controller-manager", [
+            self.tools.program("kube-controller-manager"), f"--kubeconfig={self.admin_kubeconfig}",
+            "--controllers=garbagecollector,namespace,serviceaccount,root-ca-cert-publisher",
+            f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+            "--leader-elect=false", "--secure-port=0", "--concurrent-gc-syncs=20"])
+        self._start("kwok", [
+            self.tools.program("kwok"), f"--kubeconfig={self.admin_kubeconfig}", "--manage-all-nodes=true",
+            f"--config={STAGES}", "--server-address="])
+        self.install_crd(self.tools.crd(*HYPERNODE_CRD))
+        api = self.admin()
+        self._wait("kube-controller-manager", self.procs[2][1],
+                   lambda: client.CoreV1Api(api).read_namespaced_service_account("default", "default") is not None)
+        return self
+
+    def stop(self) -> None:
+        """Everything at once: a test bed keeps nothing worth a graceful shutdown (the API server's would
+        wait for its clients' watches)."""
+        for _, proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        for _, proc in self.procs:
+            proc.wait()
+        self.procs.clear()
+
+    def __enter__(self) -> Testbed:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- objects ------------------------------------------------------------------------------
+
+    def admin(self) -> client.ApiClient:
+        return config.new_client_from_config(config_file=str(self.admin_kubeconfig))
+
+    def install_crd(self, path: Path) -> None:
+        api = self.admin()
+        ext = client.ApiextensionsV1Api(api)
+        crd = yaml.safe_load(path.read_text())
+        with contextlib.suppress(ApiException):  # already there (a restarted test bed)
+            ext.create_custom_resource_definition(crd)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            status = ext.read_custom_resource_definition(crd["metadata"]["name"]).status
+            if any(c.type == "Established" and c.status == "True" for c in (status.conditions or [])):
+                return
+            time.sleep(0.1)
+        raise TestbedError(f"the CRD {crd['metadata']['name']} was not established")
+
+    def apply(self, objects: Sequence[dict[str, Any]]) -> None:
+        """Create these objects as the admin (custom objects, such as HyperNodes, included)."""
+        api = self.admin()
+        custom = client.CustomObjectsApi(api)
+        for obj in objects:
+            group, _, version = obj["apiVersion"].rpartition("/")
+            if group.endswith(".volcano.sh"):
+                plural = obj["kind"].lower() + "s"
+                custom.create_cluster_custom_object(group, version, plural, obj)
+            else:
+                utils.create_from_dict(api, obj)
+
+    def agent_kubeconfig(self, path: Path, rbac: Sequence[dict[str, Any]] | None = None,
+                         ttl: int = 24 * 3600) -> Path:
+        """A kubeconfig holding a ServiceAccount token bound to the agent's role (`rbac`, default the one
+        in deploy/kubernetes/agent/rbac.yaml), whose namespaces are made first."""
+        objects = list(rbac if rbac is not None else yaml.safe_load_all(AGENT_RBAC.read_text()))
+        api = self.admin()
+        core = client.CoreV1Api(api)
+        namespaces = {o["metadata"]["namespace"] for o in objects if o["metadata"].get("namespace")}
+        for ns in sorted(namespaces):
+            with contextlib.suppress(ApiException):
+                core.create_namespace({"metadata": {"name": ns}})
+        for obj in objects:
+            try:
+                utils.create_from_dict(api, obj)
+            except utils.FailToCreateError as err:
+                if any(e.status != 409 for e in err.api_exceptions):
+                    raise
+        account = next(o for o in objects if o["kind"] == "ServiceAccount")
+        token = core.create_namespaced_service_account_token(
+            account["metadata"]["name"], account["metadata"]["namespace"],
+            {"spec": {"expirationSeconds": ttl}}).status.token
+        ca = (self.dir / "pki" / "ca.crt").read_bytes()
+        return _kubeconfig(path, self.server, ca, {"token": token})
+
+
+@contextlib.contextmanager
+def running(workdir: Path, tools: Tools) -> Iterator[Testbed]:
+    bed = Testbed(workdir, tools)
+    try:
+        yield bed.start()
+    finally:
+        bed.stop()
