@@ -165,38 +165,6 @@ def test_demo_runs_every_example_to_success_and_leaves_nothing_behind(tmp_path: 
     assert leftovers == [] and postgres_running_in(data_dir) == []
 
 
-def test_a_kubernetes_member_runs_a_gang_to_the_end(db_url: URL, tmp_path: Path) -> None:
-    """Server and a member-agent process on the Kubernetes backend, against a local API server."""
-    from member_agent import clusters
-    from tests.fake_kube import FakeKube
-
-    objs = clusters.tree("k", [1, 2, 2], {GPU: "8", "cpu": "64"}, {}, ["spine", "leaf"])
-    kube = FakeKube([o for o in objs if o["kind"] == "Node"], [o for o in objs if o["kind"] == "HyperNode"])
-    server = ServerProcess("--database-url", db_url.render_as_string(hide_password=False))
-    agent = AgentProcess("k8s", server.address, "--kubeconfig", str(kube.kubeconfig(tmp_path)),
-                         "--namespace", "gangs", "--label", "accelerator=h100", "--heartbeat", "0.5")
-    try:
-        channel = grpc.insecure_channel(server.address)
-        jobs, admin = jobs_pb2_grpc.JobServiceStub(channel), admin_pb2_grpc.AdminServiceStub(channel)
-        wait_for("the cluster to be Ready", lambda: [c for c in admin.ListClusters(
-            admin_pb2.ListClustersRequest()).clusters if c.status == admin_pb2.READY and c.nodes == 4])
-        admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml")))
-        admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="train", tenant="ml")))
-        job = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=gang("kube", 2, 8, "hard", 1))).job
-        get = lambda: jobs.GetJob(jobs_pb2.GetJobRequest(id=job.id))  # noqa: E731
-        wait_for("the gang to be bound", lambda: get().status.phase == common_pb2.RUNNING)
-        pods = {name: pod for (ns, name), pod in kube.pods.items() if ns == "gangs"}
-        assert {p["spec"]["nodeName"] for p in pods.values()} == {p.node for p in get().status.placements}
-        assert len({leaf(p.node) for p in get().status.placements}) == 1
-        for name in pods:
-            kube.set_pod_phase(name, "Succeeded", "gangs")
-        wait_for("the job to succeed", lambda: get().status.phase == common_pb2.SUCCEEDED)
-    finally:
-        agent.stop()
-        server.stop()
-        kube.close()
-
-
 def test_dev_up_serves_fedctl_until_interrupted_and_leaves_nothing_behind(tmp_path: Path) -> None:
     import signal
     import subprocess

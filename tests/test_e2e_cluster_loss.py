@@ -4,7 +4,6 @@ frozen (issue 5 (d) and the reconciliation of a returning agent)."""
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -94,43 +93,3 @@ def test_a_returning_agent_stops_what_was_moved_elsewhere(fed: TwoClusters) -> N
     fed.agents[first].proc.send_signal(signal.SIGCONT)  # back, still running attempt 1
     wait_for("the stale pods stopped", lambda: fed.used_gpus(first) == 0, timeout=30)
     assert fed.job(job_id).status.cluster != first
-
-
-def test_a_restarted_kubernetes_agent_adopts_its_running_pods(db_url: URL, tmp_path: Path) -> None:
-    """(f) kill -9 a member-agent on the Kubernetes backend mid-run; its successor makes no new pods."""
-    from member_agent import clusters
-    from tests.fake_kube import FakeKube
-
-    objs = clusters.tree("k", [1, 2, 2], {GPU: "8", "cpu": "64"}, {}, ["spine", "leaf"])
-    kube = FakeKube([o for o in objs if o["kind"] == "Node"], [o for o in objs if o["kind"] == "HyperNode"])
-    server = ServerProcess("--database-url", db_url.render_as_string(hide_password=False))
-    args = ("k8s", server.address, "--kubeconfig", str(kube.kubeconfig(tmp_path)), "--namespace", "gangs",
-            "--heartbeat", "0.5")
-    agent = AgentProcess(*args)
-    try:
-        channel = grpc.insecure_channel(server.address)
-        jobs, admin = jobs_pb2_grpc.JobServiceStub(channel), admin_pb2_grpc.AdminServiceStub(channel)
-        wait_for("Ready", lambda: [c for c in admin.ListClusters(admin_pb2.ListClustersRequest()).clusters
-                                   if c.status == admin_pb2.READY and c.nodes == 4])
-        admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml")))
-        admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="train", tenant="ml")))
-        spec = common_pb2.JobSpec(name="kube", queue="train", tasks=[
-            common_pb2.TaskSpec(name="worker", replicas=2, resources={GPU: "8", "cpu": "8"})])
-        job_id = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec)).job.id
-        get = lambda: jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id)).status  # noqa: E731
-        wait_for("Running", lambda: get().phase == common_pb2.RUNNING)
-        pods = sorted(name for ns, name in kube.pods if ns == "gangs")
-        creates = [r for r in kube.requests if r[0] == "POST"]
-        agent.kill()
-        agent = AgentProcess(*args)  # its successor: the server assigns the job again, the agent adopts
-        wait_for("the adoption logged", lambda: b"adopted 2 pods" in agent.log, timeout=30)
-        assert sorted(name for ns, name in kube.pods if ns == "gangs") == pods
-        assert [r for r in kube.requests if r[0] == "POST"] == creates  # no pod created or bound again
-        for name in pods:
-            kube.set_pod_phase(name, "Succeeded", "gangs")
-        wait_for("Succeeded", lambda: get().phase == common_pb2.SUCCEEDED)  # the successor saw the end
-        assert get().attempt == 1
-    finally:
-        agent.stop()
-        server.stop()
-        kube.close()
