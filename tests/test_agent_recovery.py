@@ -2,6 +2,7 @@
 
 import asyncio
 
+import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from federation.v1 import agent_pb2, common_pb2
@@ -9,9 +10,19 @@ from member_agent.agent import Agent
 from member_agent.clusters import tree
 from member_agent.placement import PodPlacement
 from member_agent.simulated import SimulatedBackend, load_cluster
-from tests.test_kube_backend import updates, wait_for_update
+from tests.kubehelp import drain as updates
 
 GPU = "nvidia.com/gpu"
+
+
+async def wait_for_update(agent: Agent, kind: int) -> list[agent_pb2.JobUpdate]:
+    sent: list[agent_pb2.JobUpdate] = []
+    for _ in range(100):
+        sent += updates(agent)
+        if any(u.type == kind for u in sent):
+            return sent
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no update of type {kind} in {[u.type for u in sent]}")
 
 
 def make_agent() -> Agent:
@@ -29,8 +40,8 @@ def gang(policies: list[common_pb2.LifecyclePolicy], max_retry: int | None = Non
     return common_pb2.Job(id="train-1", spec=spec)
 
 
-def restart_task(timeout: int | None = None) -> common_pb2.LifecyclePolicy:
-    p = common_pb2.LifecyclePolicy(events=["PodFailed", "Unknown"], action="RestartTask")
+def restart_task(timeout: int | None = None, action: str = "RestartTask") -> common_pb2.LifecyclePolicy:
+    p = common_pb2.LifecyclePolicy(events=["PodFailed", "Unknown"], action=action)
     if timeout is not None:
         p.timeout.CopyFrom(Duration(seconds=timeout))
     return p
@@ -41,24 +52,36 @@ async def settle(agent: Agent) -> None:
         await asyncio.gather(*agent._acting)
 
 
-async def test_restart_task_recreates_only_the_failed_pod_under_the_same_hypernode() -> None:
+@pytest.mark.parametrize("action", ["RestartPod", "RestartTask"])
+async def test_a_restart_recreates_the_pods_volcano_names_under_the_same_hypernode(action: str) -> None:
     agent = make_agent()
-    await agent.assign(gang([restart_task()], pods=12), attempt=1)  # one spine, with 4 nodes to spare
+    policy = common_pb2.LifecyclePolicy(events=["PodFailed", "Unknown"], action=action)
+    await agent.assign(gang([policy], pods=12), attempt=1)  # one spine, with 4 nodes to spare
     bound = updates(agent)[-1]
     assert bound.type == agent_pb2.BOUND and bound.tier == 2
     before = {(p.task, p.index): p.node for p in bound.placements}
     lost = before[("worker", 3)]
+    binds: list[int] = []
+    bind = agent.backend.bind
+
+    async def counted(job: object, pods: list[PodPlacement]) -> None:
+        binds.append(len(pods))
+        await bind(job, pods)  # type: ignore[arg-type]
+
+    agent.backend.bind = counted  # type: ignore[method-assign]
     assert agent.node_ready(lost, False)  # the node goes: its pod is lost (event Unknown)
     await settle(agent)
     sent = updates(agent)
     assert [u.type for u in sent] == [agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED]
     restarted = sent[-1]
     after = {(p.task, p.index): p.node for p in restarted.placements}
-    assert {k: v for k, v in after.items() if k != ("worker", 3)} == {k: v for k, v in before.items()
-                                                                       if k != ("worker", 3)}  # 11 untouched
+    assert binds == [1 if action == "RestartPod" else 12] and len(after) == 12
     assert after[("worker", 3)] != lost and restarted.hypernode == bound.hypernode
-    assert restarted.retries == 1 and "RestartTask after Unknown on worker[3]" in restarted.reason
+    assert restarted.retries == 1 and f"{action} after Unknown on worker[3]" in restarted.reason
     assert agent.state.free[lost][GPU] == 8  # the lost pod's share was released
+    if action == "RestartPod":  # the event's pod only: the other 11 never stopped
+        assert {k: v for k, v in after.items() if k != ("worker", 3)} == {k: v for k, v in before.items()
+                                                                           if k != ("worker", 3)}
 
 
 async def test_a_pod_that_recovers_within_the_timeout_is_not_restarted() -> None:
@@ -103,7 +126,8 @@ async def test_complete_job_and_no_policy_end_the_job() -> None:
 
 async def test_a_restart_with_no_room_within_the_tier_limit_fails_the_job() -> None:
     agent = make_agent()
-    await agent.assign(gang([restart_task()]), attempt=1)  # 16 pods: their spine is full
+    # 16 pods fill their spine; the lost pod alone must come back under it (a whole task could move)
+    await agent.assign(gang([restart_task(action="RestartPod")]), attempt=1)
     lost = updates(agent)[-1].placements[0].node
     agent.node_ready(lost, False)
     await settle(agent)
@@ -201,6 +225,7 @@ async def test_without_a_policy_a_completed_task_waits_for_the_rest_of_the_job()
     assert "train-1" in agent.jobs and updates(agent) == []
     for i in range(4):
         agent.pod_phase("train-1", 1, "worker", i, "Succeeded", "completed")
+    await settle(agent)  # the job's end is reported once what it left is cleared away
     (done,) = updates(agent)
     assert (done.type, done.reason) == (agent_pb2.JOB_SUCCEEDED, "all pods completed")
 

@@ -35,8 +35,9 @@ class Federation:
         self.agent = self.start_agent()
         channel = grpc.insecure_channel(self.server.address)
         self.jobs, self.admin = jobs_pb2_grpc.JobServiceStub(channel), admin_pb2_grpc.AdminServiceStub(channel)
-        wait_for("the cluster to be Ready", lambda: [c for c in self.admin.ListClusters(
-            admin_pb2.ListClustersRequest()).clusters if c.status == admin_pb2.READY and c.allocatable.get(GPU) == "32"])
+        wait_for("the cluster to be Ready", lambda: [
+            c for c in self.admin.ListClusters(admin_pb2.ListClustersRequest()).clusters
+            if c.status == admin_pb2.READY and c.allocatable.get(GPU) == "32"])
         self.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml")))
         self.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="train", tenant="ml")))
 

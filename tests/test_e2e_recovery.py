@@ -75,8 +75,8 @@ def training(pods: int, policy: common_pb2.LifecyclePolicy, max_retry: int | Non
     return spec
 
 
-def restart_task(timeout: int = 0) -> common_pb2.LifecyclePolicy:
-    policy = common_pb2.LifecyclePolicy(events=["PodFailed", "Unknown"], action="RestartTask")
+def restart_pod(timeout: int = 0) -> common_pb2.LifecyclePolicy:
+    policy = common_pb2.LifecyclePolicy(events=["PodFailed", "Unknown"], action="RestartPod")
     if timeout:
         policy.timeout.CopyFrom(Duration(seconds=timeout))
     return policy
@@ -86,8 +86,8 @@ def spine(node: str) -> str:
     return node.rsplit("-", 2)[0]  # h100-<spine>-<leaf>-<n>
 
 
-def test_restart_task_restarts_only_the_failed_pod_in_the_same_hypernode(fed: OneCluster) -> None:
-    job_id = fed.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=training(16, restart_task()))).job.id
+def test_restart_pod_restarts_only_the_failed_pod_in_the_same_hypernode(fed: OneCluster) -> None:
+    job_id = fed.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=training(16, restart_pod()))).job.id
     before = fed.running(job_id).status
     nodes = {p.index: p.node for p in before.placements}
     fed.fault("fail-pod", job_id, "worker", "5")
@@ -97,12 +97,12 @@ def test_restart_task_restarts_only_the_failed_pod_in_the_same_hypernode(fed: On
     assert {i: n for i, n in moved.items() if i != 5} == {i: n for i, n in nodes.items() if i != 5}  # 15 stay
     assert spine(moved[5]) == spine(nodes[5])
     events = [e for e in fed.events(job_id) if e.type == "PodRestarted"]
-    assert len(events) == 1 and "RestartTask after PodFailed on worker[5]" in events[0].message
+    assert len(events) == 1 and "RestartPod after PodFailed on worker[5]" in events[0].message
     assert "(retry 1 of 3)" in events[0].message
 
 
 def test_a_lost_node_restarts_each_of_its_pods_elsewhere_under_the_same_hypernode(fed: OneCluster) -> None:
-    job_id = fed.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=training(16, restart_task()))).job.id
+    job_id = fed.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=training(16, restart_pod()))).job.id
     nodes = {p.index: p.node for p in fed.running(job_id).status.placements}
     lost = nodes[5]
     fed.fault("fail-node", lost)  # event Unknown for each pod on it
@@ -116,7 +116,7 @@ def test_a_lost_node_restarts_each_of_its_pods_elsewhere_under_the_same_hypernod
 
 
 def test_a_pod_that_recovers_within_the_timeout_is_not_restarted(fed: OneCluster) -> None:
-    job_id = fed.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=training(4, restart_task(timeout=3)))).job.id
+    job_id = fed.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=training(4, restart_pod(timeout=3)))).job.id
     fed.running(job_id)
     fed.fault("fail-pod", job_id, "worker", "2")
     fed.fault("recover-pod", job_id, "worker", "2")
@@ -128,7 +128,7 @@ def test_a_pod_that_recovers_within_the_timeout_is_not_restarted(fed: OneCluster
 
 
 def test_max_retry_exhausted_fails_the_job_with_the_reason(fed: OneCluster) -> None:
-    job_id = fed.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=training(4, restart_task(), max_retry=1))).job.id
+    job_id = fed.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=training(4, restart_pod(), max_retry=1))).job.id
     fed.running(job_id)
     fed.fault("fail-pod", job_id, "worker", "0")
     wait_for("the restart", lambda: fed.job(job_id).status.retries == 1)

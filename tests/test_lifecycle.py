@@ -27,10 +27,11 @@ def spec(job_policies: list, task_policies: list | None = None, max_retry: int |
 FAILED = Event.of_pod("PodFailed", "worker", 5, "OOMKilled")
 
 
-def test_restart_task_and_pod_restart_only_the_failed_pod() -> None:
-    for action in ("RestartTask", "RestartPod"):
+def test_restart_pod_restarts_the_failed_pod_and_restart_task_its_whole_task() -> None:
+    # Volcano: RestartPod kills the event's pod; RestartTask kills every pod of the event's task.
+    for action, pods in (("RestartPod", (("worker", 5),)), ("RestartTask", tuple(("worker", i) for i in range(8)))):
         r = respond(spec([policy(action, "PodFailed")]), FAILED, retries=0)
-        assert (r.action, r.pods, r.timeout) == (action, (("worker", 5),), 0.0)
+        assert (r.action, r.pods, r.timeout) == (action, pods, 0.0)
         assert r.reason == f"{action} after PodFailed on worker[5]: OOMKilled (retry 1 of 3)"
 
 
@@ -72,7 +73,7 @@ def test_pending_and_completed_tasks_need_a_policy_to_do_anything() -> None:
     assert respond(spec([]), pending, 0) is None
     assert respond(spec([]), completed, 0) is None
     r = respond(spec([policy("RestartTask", "PodPending", timeout=60)]), pending, 0)
-    assert (r.action, r.timeout, r.pods) == ("RestartTask", 60.0, (("worker", 2),))
+    assert (r.action, r.timeout, r.pods) == ("RestartTask", 60.0, tuple(("worker", i) for i in range(8)))
     assert r.reason == ("RestartTask after PodPending on worker[2]: created, not running (still Pending after 60s) "
                         "(retry 1 of 3)")
     r = respond(spec([], [policy("CompleteJob", "TaskCompleted")]), completed, 0)

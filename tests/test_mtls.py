@@ -63,7 +63,8 @@ async def connect(channel: grpc.aio.Channel, cluster: str) -> agent_pb2.ControlM
 async def test_an_agent_with_its_own_clusters_certificate_connects(tls: Tls) -> None:
     address = f"localhost:{tls.server.agent_port}"  # the server certificate names localhost
     async with grpc.aio.secure_channel(address, tls.credentials("east")) as channel:
-        assert await connect(channel, "east") == grpc.StatusCode.OK  # registered; the stream ended as it wrote
+        answer = await connect(channel, "east")  # the server's first word: it has recorded the cluster
+        assert answer == agent_pb2.ControlMessage(registered=agent_pb2.Registered(cluster="east"))
     assert await tls.registered() == ["east"]
 
 

@@ -41,7 +41,7 @@ from member_agent.informer import Informer, key
 from member_agent.kubeapi import Kube, KubeError, Obj
 from member_agent.metrics import CACHED
 from member_agent.placement import PodPlacement
-from member_agent.simulated import DURATION_ANNOTATION, annotation, pod_requests
+from member_agent.simulated import DURATION_ANNOTATION, START_DELAY_ANNOTATION, annotation, pod_requests
 from member_agent.state import ClusterState
 from member_agent.topology import Topology, TopologyError, build, discover_from_labels, parse_hypernode, parse_node
 
@@ -108,9 +108,10 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
     labels = {**(meta.get("labels") or {}), MANAGED_BY: cluster, JOB_HASH: job_hash(job.job.id),
               ATTEMPT: str(job.attempt), TASK: task, INDEX: str(index)}
     annotations = {**(meta.get("annotations") or {}), JOB_ID: job.job.id}
-    duration = _go_duration(annotation(job.job.spec, task, DURATION_ANNOTATION))
-    if duration:  # KWOK completes the pod after it (the test bed's stages)
-        annotations[DURATION_ANNOTATION] = duration
+    for name in (START_DELAY_ANNOTATION, DURATION_ANNOTATION):  # KWOK's stages in the test bed read them
+        duration = _go_duration(annotation(job.job.spec, task, name))
+        if duration:
+            annotations[name] = duration
     # A restarted pod gets a new name: the one it replaces may still be terminating.
     name = f"{job.job.id}-a{job.attempt}-{task}-{index}" + (f"-r{job.retries}" if job.retries else "")
     pod: Obj = {"apiVersion": "v1", "kind": "Pod",
