@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo up test lint proto reference bench clean
+.PHONY: demo demo-kube up kube-up testbed test lint proto reference bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -16,12 +16,25 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/fedctl dev demo
 
+# The same demo with the H100 member cluster on a real Kubernetes API server, nodes faked by KWOK.
+demo-kube: $(STAMP)
+	$(BIN)/fedctl dev demo --kube
+
+# The Kubernetes test bed alone, kept running until Ctrl-C; prints its kubeconfigs.
+kube-up: $(STAMP)
+	$(BIN)/fedctl dev kube
+
+# Build the test bed (kube-apiserver, etcd, kube-controller-manager, KWOK, Volcano's CRDs) into its cache
+# outside the repo, once per version: about 10 minutes on 2 cores the first time, nothing after.
+testbed: $(STAMP)
+	$(BIN)/python -m federation.testbed.build
+
 # The same federation kept running on localhost:50051 for `fedctl` (.venv/bin/fedctl), until Ctrl-C.
 up: $(STAMP)
 	$(BIN)/fedctl dev up
 
 # pytest exits 5 when it collected no tests: that is a failure here, not a pass.
-test: $(STAMP)
+test: testbed
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc

@@ -31,15 +31,19 @@ class Federation:
 
     def __init__(self, db_url: URL, kube: Testbed, tmp_path: Path) -> None:
         self.server = ServerProcess("--database-url", db_url.render_as_string(hide_password=False))
-        self.config = kube.agent_kubeconfig(tmp_path / "agent.kubeconfig")
-        self.agent = self.start_agent()
-        channel = grpc.insecure_channel(self.server.address)
-        self.jobs, self.admin = jobs_pb2_grpc.JobServiceStub(channel), admin_pb2_grpc.AdminServiceStub(channel)
-        wait_for("the cluster to be Ready", lambda: [
-            c for c in self.admin.ListClusters(admin_pb2.ListClustersRequest()).clusters
-            if c.status == admin_pb2.READY and c.allocatable.get(GPU) == "32"])
-        self.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml")))
-        self.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="train", tenant="ml")))
+        try:
+            self.config = kube.agent_kubeconfig(tmp_path / "agent.kubeconfig")
+            self.agent = self.start_agent()
+            channel = grpc.insecure_channel(self.server.address)
+            self.jobs, self.admin = jobs_pb2_grpc.JobServiceStub(channel), admin_pb2_grpc.AdminServiceStub(channel)
+            wait_for("the cluster to be Ready", lambda: [
+                c for c in self.admin.ListClusters(admin_pb2.ListClustersRequest()).clusters
+                if c.status == admin_pb2.READY and c.allocatable.get(GPU) == "32"])
+            self.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml")))
+            self.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="train", tenant="ml")))
+        except BaseException:
+            self.stop()
+            raise
 
     def start_agent(self) -> AgentProcess:
         return AgentProcess("k8s", self.server.address, "--kubeconfig", str(self.config), "--namespace", JOBS,
@@ -60,7 +64,8 @@ class Federation:
         return self.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id)).status
 
     def stop(self) -> None:
-        self.agent.stop()
+        if hasattr(self, "agent"):
+            self.agent.stop()
         self.server.stop()
 
 

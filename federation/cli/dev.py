@@ -16,9 +16,12 @@ from typing import Any
 
 import click
 import grpc
+import yaml
 
 from federation import certs
 from federation.cli.output import render_table
+from federation.testbed import build
+from federation.testbed.cluster import Testbed, TestbedError, running
 from federation.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import Violations, check_name
 
@@ -127,6 +130,8 @@ def _run(server: str, *args: str) -> None:
 
 DEMO_CLUSTERS = (("h100", "h100-spine-leaf", "accelerator=h100"), ("gb300", "gb300-nvl72", "accelerator=gb300"),
                  ("cpu", "cpu-small", "pool=batch"))
+KUBE_CLUSTER = "h100"  # the one `make demo-kube` runs on a real API server
+KUBE_NAMESPACE = "federation-jobs"  # where deploy/kubernetes/agent/rbac.yaml lets the agent make pods
 ENDED = (common_pb2.SUCCEEDED, common_pb2.FAILED, common_pb2.CANCELLED)
 STAGES = {common_pb2.PENDING: "pending", common_pb2.DISPATCHED: "pending", common_pb2.PREEMPTED: "pending",
           common_pb2.RUNNING: "running", common_pb2.RESTARTING: "running"}  # the rest: done
@@ -137,9 +142,10 @@ class _Stopped(Exception):
 
 
 @contextlib.contextmanager
-def _federation(data_dir: Path, examples: Path, listen: str) -> Iterator[ServerProcess]:
+def _federation(data_dir: Path, examples: Path, listen: str, kube: Path | None = None) -> Iterator[ServerProcess]:
     """The server on an embedded PostgreSQL and the three example clusters' agents; all stopped on the way
-    out, whatever the way (an error, Ctrl-C, SIGTERM)."""
+    out, whatever the way (an error, Ctrl-C, SIGTERM). With `kube` (a kubeconfig), the H100 cluster is the
+    Kubernetes test bed it reaches instead of a simulation."""
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.parent.mkdir(parents=True, exist_ok=True)
 
@@ -160,11 +166,13 @@ def _federation(data_dir: Path, examples: Path, listen: str) -> Iterator[ServerP
         click.echo(f"federation-server listening on {server.address} (--insecure-dev: no tokens), "
                    f"agents over mTLS on {server.agent_address} (certificates in {tls})")
         for name, file, label in DEMO_CLUSTERS:
-            children.append(AgentProcess(name, server.agent_address, "--simulate",
-                                         str(examples / "clusters" / f"{file}.yaml"), "--label", label,
+            on_kube = kube is not None and name == KUBE_CLUSTER
+            backend = ["--kubeconfig", str(kube), "--namespace", KUBE_NAMESPACE] if on_kube else [
+                "--simulate", str(examples / "clusters" / f"{file}.yaml")]
+            children.append(AgentProcess(name, server.agent_address, *backend, "--label", label,
                                          "--tls-ca", str(tls / "ca.crt"), "--tls-cert", str(tls / f"{name}.crt"),
                                          "--tls-key", str(tls / f"{name}.key")))
-            click.echo(f"member-agent {name} started ({file})")
+            click.echo(f"member-agent {name} started ({file}{' on the Kubernetes test bed' if on_kube else ''})")
         click.echo()
         _run(server.address, "apply", "-f", str(examples / "admin" / "federation.yaml"))
         yield server
@@ -237,14 +245,43 @@ _examples = click.option("--examples", type=click.Path(path_type=Path, exists=Tr
                          help="Where the clusters, admin objects and jobs come from.")
 
 
+@contextlib.contextmanager
+def _testbed(directory: Path, cluster: Path) -> Iterator[tuple[Testbed, Path]]:
+    """The Kubernetes test bed (built first when needed) holding `cluster`'s Nodes, HyperNodes and Pods, and
+    a kubeconfig for the member agent's ServiceAccount; stopped on the way out."""
+    try:
+        tools = build.ensure(click.echo)
+    except build.BuildError as err:
+        raise click.ClickException(str(err)) from None
+    shutil.rmtree(directory, ignore_errors=True)
+    click.echo(f"starting kube-apiserver, etcd, kube-controller-manager and KWOK in {directory} ...")
+    try:
+        with running(directory, tools) as bed:
+            objects = [o for o in yaml.safe_load_all(cluster.read_text()) if o]
+            bed.apply(objects)
+            agent = bed.agent_kubeconfig(directory / "agent.kubeconfig")
+            kinds = ", ".join(f"{sum(o['kind'] == k for o in objects)} {k}s" for k in ("Node", "HyperNode", "Pod"))
+            click.echo(f"API server {bed.server}: {kinds} from {cluster}")
+            yield bed, agent
+    except TestbedError as err:
+        raise click.ClickException(str(err)) from None
+
+
 @dev.command()
 @_data_dir
 @_examples
 @click.option("--timeout", type=float, default=180, show_default=True, help="Seconds to wait for the jobs.")
-def demo(data_dir: Path, examples: Path, timeout: float) -> None:
+@click.option("--kube", "on_kube", is_flag=True,
+              help="Run the H100 cluster on the Kubernetes test bed (a real API server, nodes faked by KWOK).")
+def demo(data_dir: Path, examples: Path, timeout: float, on_kube: bool) -> None:
     """Server on an embedded PostgreSQL, three simulated clusters, the example jobs run to the end."""
     try:
-        with _federation(data_dir, examples, "127.0.0.1:0") as server:
+        with contextlib.ExitStack() as stack:
+            kube = None
+            if on_kube:
+                file = examples / "clusters" / f"{next(f for n, f, _ in DEMO_CLUSTERS if n == KUBE_CLUSTER)}.yaml"
+                _, kube = stack.enter_context(_testbed(data_dir.parent / "kube", file))
+            server = stack.enter_context(_federation(data_dir, examples, "127.0.0.1:0", kube))
             _run(server.address, "submit", *map(str, sorted((examples / "jobs").glob("*.yaml"))))
             _run(server.address, "clusters")
             click.secho("\nwatching the jobs (pending/running/done per cluster):", bold=True)
@@ -256,6 +293,34 @@ def demo(data_dir: Path, examples: Path, timeout: float) -> None:
     unfinished = [j.id for j in jobs if j.status.phase != common_pb2.SUCCEEDED]
     if unfinished:
         raise click.ClickException(f"not every job succeeded: {', '.join(unfinished)}")
+
+
+@dev.command("kube")
+@click.option("--dir", "directory", type=click.Path(path_type=Path, file_okay=False), default=Path(".demo/kube"),
+              show_default=True, help="The test bed's data, logs and kubeconfigs; wiped first.")
+@click.option("--cluster", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              default=Path("examples/clusters/h100-spine-leaf.yaml"), show_default=True,
+              help="Nodes, HyperNodes and Pods to create in it.")
+def kube_testbed(directory: Path, cluster: Path) -> None:
+    """A Kubernetes test bed on loopback for a member agent, until Ctrl-C: kube-apiserver (RBAC on), etcd,
+    kube-controller-manager and KWOK, built from their Go modules on first use."""
+    def stopped(signum: int, frame: object) -> None:
+        raise _Stopped()
+
+    previous = signal.signal(signal.SIGTERM, stopped)
+    try:
+        with _testbed(directory, cluster) as (bed, agent):
+            click.secho(f"\nkubeconfig (admin): {bed.admin_kubeconfig}", bold=True)
+            click.secho(f"kubeconfig (member-agent's ServiceAccount): {agent}", bold=True)
+            click.echo(f"try:  kubectl --kubeconfig {bed.admin_kubeconfig} get nodes,hypernodes\n"
+                       f"      member-agent --cluster h100 --kubeconfig {agent} --namespace {KUBE_NAMESPACE} "
+                       f"--label accelerator=h100 --server 127.0.0.1:50051\nstop with Ctrl-C")
+            while True:
+                time.sleep(3600)
+    except (KeyboardInterrupt, _Stopped):
+        click.echo("stopped the test bed")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @dev.command()

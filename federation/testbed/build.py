@@ -108,3 +108,13 @@ def ensure(say: Callable[[str], None] = lambda _: None) -> Tools:
 
 def size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+if __name__ == "__main__":
+    import sys
+
+    try:
+        built = ensure(print)
+    except BuildError as err:
+        sys.exit(f"testbed: {err}")
+    print(f"test bed ready: {built.bin} ({size(built.bin.parent) / 2**20:.0f} MiB)")

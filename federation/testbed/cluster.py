@@ -64,11 +64,11 @@ class Testbed:
     __test__ = False  # not a test class, whatever pytest makes of its name
 
     def __init__(self, workdir: Path, tools: Tools) -> None:
-        self.dir = workdir
+        self.dir = workdir.resolve()
         self.tools = tools
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.server = ""
-        self.admin_kubeconfig = workdir / "admin.kubeconfig"
+        self.admin_kubeconfig = self.dir / "admin.kubeconfig"
 
     # -- processes ----------------------------------------------------------------------------
 
