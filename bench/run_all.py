@@ -30,6 +30,7 @@ BENCHMARKS = {
     "scheduler": ("bench.bench_scheduler", "scheduling throughput under churn, pure core and on PostgreSQL"),
     "api": ("bench.bench_api", "SubmitJobs throughput into PostgreSQL"),
     "faults": ("bench.bench_faults", "recovery times after pod, agent and server failures"),
+    "kube": ("bench.bench_kube", "binding gangs on a real Kubernetes API server with KWOK nodes"),
     "openb": ("bench.bench_openb", "GPU fragmentation on the Alibaba openb trace against first fit"),
     "replay": ("bench.trace_replay", "Microsoft ITP trace replay: fair vs FIFO vs topology-off"),
 }

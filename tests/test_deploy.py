@@ -201,12 +201,17 @@ def test_a_member_cluster_runs_one_agent_with_its_role() -> None:
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == config["data"]["namespace"]
     (agent,) = pod["containers"]
     assert agent["command"] == ["member-agent", "--in-cluster"]
-    tls = {e["name"]: e["value"] for e in agent["env"] if "value" in e}
+    tls = {e["name"]: e["value"] for e in agent["env"] if "value" in e and e["name"].startswith("MEMBER_TLS")}
     mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
     assert tls == {"MEMBER_TLS_CA": f"{mounts['tls']}/ca.crt", "MEMBER_TLS_CERT": f"{mounts['tls']}/tls.crt",
                    "MEMBER_TLS_KEY": f"{mounts['tls']}/tls.key"}
     secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
     assert secrets == {"tls": "member-agent-tls"}
+    health = {e["name"]: e["value"] for e in agent["env"] if "value" in e}["MEMBER_HEALTH_LISTEN"]
+    (port,) = agent["ports"]
+    assert health.endswith(f":{port['containerPort']}")
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
     env = {e["name"]: e["valueFrom"]["configMapKeyRef"] for e in agent["env"] if "valueFrom" in e}
     assert {ref["name"] for ref in env.values()} == {config["metadata"]["name"]}  # the generated, hashed name
     assert {name: ref["key"] for name, ref in env.items()} == {

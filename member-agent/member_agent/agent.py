@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 OUTBOX_LIMIT = 10_000
 INVENTORY_DELAY = 0.2  # seconds a burst of cluster changes is gathered into one inventory
+MAX_IN_FLIGHT = 32  # orders carried out at once (each gang's binds are themselves many calls at once)
 
 
 class BindError(Exception):
@@ -90,6 +91,8 @@ class Agent:
     _action_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Gangs being bound: the phases their pods reported meanwhile, (task, index, phase, reason).
     _binding: dict[str, list[tuple[str, int, str, str]]] = field(default_factory=dict)
+    _orders: dict[str, tuple[asyncio.Lock, int]] = field(default_factory=dict)  # job -> its lock, orders pending
+    _in_flight: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_IN_FLIGHT))
 
     _inventory_due: asyncio.TimerHandle | None = None
     _inventory_sent: float = field(default_factory=time.monotonic)
@@ -147,6 +150,28 @@ class Agent:
         self.overflowed = False
 
     # -- control in ----------------------------------------------------------------------
+
+    def dispatch(self, message: agent_pb2.ControlMessage) -> None:
+        """Carry out an order in the background: one job's orders in the order they came, different jobs'
+        side by side (at most MAX_IN_FLIGHT), so binding one gang does not hold up the next. Placement is
+        still one gang at a time: it never awaits, and books what it chose before binding starts."""
+        order = getattr(message, message.WhichOneof("msg") or "assign", None)
+        job_id = order.job.id if isinstance(order, agent_pb2.Assign) else getattr(order, "job_id", "")
+        lock, pending = self._orders.get(job_id, (asyncio.Lock(), 0))
+        self._orders[job_id] = (lock, pending + 1)
+
+        async def carry_out() -> None:
+            try:
+                async with lock, self._in_flight:
+                    await self.handle(message)
+            finally:
+                lock_now, left = self._orders[job_id]
+                if left == 1:
+                    del self._orders[job_id]
+                else:
+                    self._orders[job_id] = (lock_now, left - 1)
+
+        self._spawn(carry_out())
 
     async def handle(self, message: agent_pb2.ControlMessage) -> None:
         kind = message.WhichOneof("msg")

@@ -61,7 +61,7 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
                     connected.set()
                     log.info("connected to %s as cluster %s", server, agent.cluster)
                     continue
-                await agent.handle(message)
+                agent.dispatch(message)
         finally:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

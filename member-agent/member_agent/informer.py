@@ -7,7 +7,8 @@ since 2019), so this is the small part of one the agent needs:
   included, and reconnects after the server ends it or the connection drops;
 - `410 Gone` (the version has been compacted away) re-lists, and the difference between the cache
   and the new list is delivered as adds, updates and deletes, so handlers never miss a change;
-- a transform drops what no reader needs (managedFields) before anything is cached.
+- a transform drops what no reader needs (at least managedFields) before anything is cached;
+- an index finds objects by a key (the job a pod belongs to) without a scan.
 Handlers run on the event loop, in order, after the cache has changed.
 """
 
@@ -36,25 +37,59 @@ def key(obj: Obj) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def _transform(obj: Obj) -> Obj:
+def drop_managed_fields(obj: Obj) -> Obj:
     (obj.get("metadata") or {}).pop("managedFields", None)
     return obj
 
 
 class Informer:
     def __init__(self, kube: Kube, path: str, resource: str, handler: Handler, *,
-                 missing_ok: bool = False) -> None:
+                 missing_ok: bool = False, index: Callable[[Obj], str | None] | None = None,
+                 transform: Callable[[Obj], Obj] = drop_managed_fields) -> None:
         """`path` lists the objects (e.g. /api/v1/pods); `missing_ok`: a 404 (the CRD is not installed)
-        is an empty list, looked at again later, instead of an error."""
+        is an empty list, looked at again later, instead of an error; `index`: a key to find objects by
+        (client-go's indexer), e.g. the job a pod belongs to; `transform`: what of each object is kept
+        (client-go's SetTransform), so a cache of every pod in a large cluster stays small."""
         self.kube, self.path, self.resource, self.handler = kube, path, resource, handler
         self.missing_ok = missing_ok
+        self.transform = transform
+        self.index = index
         self.store: dict[str, Obj] = {}
+        self.indexed: dict[str, dict[str, Obj]] = {}  # index value -> key -> object
         self.synced = asyncio.Event()
         self.resource_version = ""
         self.error: Exception | None = None  # why the first list failed, for a clear message at start
 
     def items(self) -> list[Obj]:
         return list(self.store.values())
+
+    def by_index(self, value: str) -> list[Obj]:
+        return list(self.indexed.get(value, {}).values())
+
+    def _put(self, k: str, obj: Obj) -> Obj | None:
+        old = self.store.get(k)
+        self.store[k] = obj
+        if self.index is not None:
+            if old is not None:
+                self._unindex(k, old)
+            value = self.index(obj)
+            if value is not None:
+                self.indexed.setdefault(value, {})[k] = obj
+        return old
+
+    def _pop(self, k: str) -> Obj | None:
+        old = self.store.pop(k, None)
+        if old is not None and self.index is not None:
+            self._unindex(k, old)
+        return old
+
+    def _unindex(self, k: str, obj: Obj) -> None:
+        value = self.index(obj) if self.index is not None else None
+        bucket = self.indexed.get(value) if value is not None else None
+        if bucket is not None:
+            bucket.pop(k, None)
+            if not bucket:
+                del self.indexed[value]  # type: ignore[arg-type]
 
     async def _list(self) -> None:
         items: list[Obj] = []
@@ -67,7 +102,7 @@ class Informer:
                     page = {"items": [], "metadata": {}}
                 else:
                     raise
-            items += [_transform(o) for o in page.get("items") or []]
+            items += [self.transform(o) for o in page.get("items") or []]
             meta = page.get("metadata") or {}
             if not meta.get("continue"):
                 self.resource_version = str(meta.get("resourceVersion", ""))
@@ -76,10 +111,9 @@ class Informer:
         fresh = {key(o): o for o in items}
         gone = [k for k in self.store if k not in fresh]
         for k in gone:
-            self._deliver("DELETED", self.store.pop(k), None)
+            self._deliver("DELETED", self._pop(k), None)
         for k, obj in fresh.items():
-            old = self.store.get(k)
-            self.store[k] = obj
+            old = self._put(k, obj)
             if old is None:
                 self._deliver("ADDED", None, obj)
             elif (old.get("metadata") or {}).get("resourceVersion") != (obj.get("metadata") or {}).get(
@@ -108,14 +142,12 @@ class Informer:
             self.resource_version = str((obj.get("metadata") or {}).get("resourceVersion", self.resource_version))
             if kind == "BOOKMARK":
                 continue
-            obj = _transform(obj)
+            obj = self.transform(obj)
             k = key(obj)
             if kind == "DELETED":
-                old = self.store.pop(k, None)
-                self._deliver("DELETED", old, None)
+                self._deliver("DELETED", self._pop(k), None)
             elif kind in ("ADDED", "MODIFIED"):
-                old = self.store.get(k)
-                self.store[k] = obj
+                old = self._put(k, obj)
                 self._deliver("MODIFIED" if old is not None else "ADDED", old, obj)
 
     async def run(self) -> None:

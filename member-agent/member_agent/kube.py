@@ -14,9 +14,10 @@ follows them without a restart:
 
 A gang is bound all or nothing: its pods are created (this agent's schedulerName, so no other
 scheduler takes them), then bound through pods/binding, each step many calls at once (bounded);
-if any call fails, every pod created is deleted and the job rejected. Each job has an anchor
+if any call fails, every pod created is deleted and the job rejected. A job with plugins has an anchor
 ConfigMap (named after the job) that owns its pods and its plugins' objects, so deleting it removes
-whatever is left of the job, through the garbage collector.
+whatever is left of the job, through the garbage collector. The caches keep only what the agent reads
+of each object (`slim_pod`, `slim_node`).
 """
 
 from __future__ import annotations
@@ -133,6 +134,42 @@ def _ssh_keys() -> tuple[str, str]:
     return private, public + "\n"
 
 
+def _meta(obj: Obj, *keys: str) -> Obj:
+    meta = obj.get("metadata") or {}
+    return {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels", *keys) if k in meta}
+
+
+def _requests(containers: Any) -> list[Obj]:
+    return [{"name": c.get("name"), "resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
+            for c in containers or []]
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """What the agent reads of a pod: who it is, where it is bound, what it requests and how it is doing.
+    (A full pod is several kilobytes; a large cluster has tens of thousands.)"""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    meta = _meta(pod, "deletionTimestamp", "ownerReferences")
+    job = ((pod.get("metadata") or {}).get("annotations") or {}).get(JOB_ID)
+    if job is not None:
+        meta["annotations"] = {JOB_ID: job}
+    return {"metadata": meta,
+            "spec": {"nodeName": spec.get("nodeName"), "containers": _requests(spec.get("containers")),
+                     "initContainers": _requests(spec.get("initContainers")), "overhead": spec.get("overhead")},
+            "status": {k: status[k] for k in ("phase", "reason", "message") if k in status}
+            | {"containerStatuses": [{"name": c.get("name"), "state": {"terminated": (c.get("state") or {}).get(
+                "terminated")}} for c in status.get("containerStatuses") or [] if (c.get("state") or {}).get(
+                "terminated")]}}
+
+
+def slim_node(node: Obj) -> Obj:
+    """What the agent reads of a node: labels, allocatable, taints, cordon and readiness."""
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    return {"metadata": _meta(node),
+            "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec},
+            "status": {"allocatable": status.get("allocatable") or {},
+                       "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]}}
+
+
 def _ready(node: Obj) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -169,9 +206,9 @@ class KubernetesBackend:
         self.scheduler = scheduler
         self.topology_labels = list(topology_labels)
         self.limit = asyncio.Semaphore(concurrency)
-        self.nodes = Informer(kube, "/api/v1/nodes", "nodes", self._node_event)
+        self.nodes = Informer(kube, "/api/v1/nodes", "nodes", self._node_event, transform=slim_node)
         self.hypernodes = Informer(kube, HYPERNODES, "hypernodes", self._hypernode_event, missing_ok=True)
-        self.pods = Informer(kube, "/api/v1/pods", "pods", self._pod_event)
+        self.pods = Informer(kube, "/api/v1/pods", "pods", self._pod_event, index=self._job_of, transform=slim_pod)
         self.state = ClusterState(Topology({}, {}, {}, {}))
         self.started = False
         # Pods counted against their nodes by this backend (other workloads', and our own from an
@@ -365,14 +402,14 @@ class KubernetesBackend:
         if phases and all(p == "Succeeded" for p in phases.values()):
             del self._phases[job_id]
 
+    def _job_of(self, pod: Obj) -> str | None:
+        """Our pods are indexed by the hash of their job, so a job's pods are found without a scan."""
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        return labels.get(JOB_HASH) if labels.get(MANAGED_BY) == self.cluster else None
+
     def _job_pods(self, job_id: str, attempt: int | None = None) -> list[Obj]:
-        found = []
-        for pod in self.pods.items():
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            if labels.get(MANAGED_BY) == self.cluster and labels.get(JOB_HASH) == job_hash(job_id) and (
-                    attempt is None or labels.get(ATTEMPT) == str(attempt)):
-                found.append(pod)
-        return found
+        return [p for p in self.pods.by_index(job_hash(job_id))
+                if attempt is None or p["metadata"]["labels"].get(ATTEMPT) == str(attempt)]
 
     # -- binding ------------------------------------------------------------------------------------
 
@@ -423,14 +460,14 @@ class KubernetesBackend:
         namespace = self._namespace(job)
         first = job.job.id not in self._anchors
         try:
-            owner = await self._anchor(job, namespace)
+            owner = await self._anchor(job, namespace) if job.job.spec.plugins else None
             await self._bind(job, pods, namespace, owner)
         except (KubeError, BindError) as err:
-            if first:  # nothing of the job stays: its anchor takes the plugins' objects with it
+            if first and job.job.spec.plugins:  # nothing of the job stays: its anchor takes the objects with it
                 await self._delete_anchor(job.job.id, namespace)
             raise BindError(_explain(err) if isinstance(err, KubeError) else str(err)) from None
 
-    async def _bind(self, job: AgentJob, pods: Sequence[PodPlacement], namespace: str, owner: Obj) -> None:
+    async def _bind(self, job: AgentJob, pods: Sequence[PodPlacement], namespace: str, owner: Obj | None) -> None:
         manifests = [pod_manifest(job, p.task, p.index, namespace, self.scheduler, self.cluster, owner) for p in pods]
         # Phases are followed from creation: a pod may start before its gang's last binding returns.
         phases = self._phases.setdefault(job.job.id, {})
@@ -473,7 +510,8 @@ class KubernetesBackend:
         await self._delete_pods(namespace, [p["metadata"]["name"] for p in found])
         if pods is None:
             self._phases.pop(job.job.id, None)
-            await self._delete_anchor(job.job.id, namespace)
+            if job.job.spec.plugins:
+                await self._delete_anchor(job.job.id, namespace)
 
     async def _delete_anchor(self, job_id: str, namespace: str) -> None:
         """The garbage collector removes what the job's plugins made (and any pod left) with it."""
