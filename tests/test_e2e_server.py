@@ -122,6 +122,17 @@ def test_fedctl_submit_mistakes(live: str, tmp_path: Path, old: str, new: str, p
     assert _jobs(live) == before
 
 
+def test_fedctl_submit_refuses_a_plugin_the_federation_does_not_carry_out(live: str, tmp_path: Path) -> None:
+    before = _jobs(live)
+    text = GOOD.replace("  queue: research-batch", "  queue: research-batch\n  plugins: {svc: [], tensorflow: []}", 1)
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    done = fedctl(live, "submit", str(path))
+    assert done.returncode != 0 and _jobs(live) == before
+    assert done.stderr.strip() == (f"fedctl: {path}:{line_of(text, 'tensorflow')}: spec.plugins.tensorflow: is not a "
+                                   "job plugin the federation supports (env, svc, ssh, pytorch, mpi)")
+
+
 def test_fedctl_job_lifecycle(live: str, tmp_path: Path) -> None:
     path = tmp_path / "two.yaml"
     path.write_text(GOOD + "---\n" + GOOD.replace("name: finetune-7b", "name: finetune-13b"))

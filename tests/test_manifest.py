@@ -15,6 +15,7 @@ apiVersion: batch.volcano.sh/v1alpha1
 kind: Job
 metadata:
   name: train
+  namespace: nlp-jobs
   labels: {team: nlp}
   annotations:
     federation.dev/cluster-selector: "accelerator=h100, region=eu"
@@ -26,6 +27,9 @@ spec:
   minAvailable: 3
   maxRetry: 2
   schedulerName: volcano
+  plugins:
+    svc: ["--disable-network-policy"]
+    env: []
   policies:
     - event: PodEvicted
       action: RestartJob
@@ -79,6 +83,8 @@ def test_volcano_job_fields() -> None:
     assert spec.request_id == "req-1"
     assert dict(spec.annotations) == {"federation.dev/sim-duration": "5s"}
     assert dict(spec.labels) == {"team": "nlp"}
+    assert spec.namespace == "nlp-jobs"
+    assert {name: list(p.args) for name, p in spec.plugins.items()} == {"svc": ["--disable-network-policy"], "env": []}
     assert (spec.network_topology.mode, spec.network_topology.highest_tier_allowed) == ("hard", 2)
     assert list(spec.policies[0].events) == ["PodEvicted"]
     task = spec.tasks[0]

@@ -83,6 +83,10 @@ MUTATIONS: list[tuple[str, Callable[[common_pb2.JobSpec], object], str]] = [
      "spec.tasks[0].pod_template_json"),
     ("toleration", lambda s: _task(s).tolerations.append(common_pb2.Toleration(operator="Maybe")),
      "spec.tasks[0].tolerations[0].operator"),
+    ("unknown plugin", lambda s: s.plugins["tensorflow"].SetInParent(), "spec.plugins['tensorflow']"),
+    ("unknown plugin flag", lambda s: s.plugins["svc"].args.append("--publish-not-ready"), "spec.plugins['svc']"),
+    ("plugin port", lambda s: s.plugins["pytorch"].args.append("--port=http"), "spec.plugins['pytorch']"),
+    ("namespace", lambda s: setattr(s, "namespace", "Jobs_1"), "spec.namespace"),
 ]
 
 
@@ -103,6 +107,17 @@ def test_hard_mode_defaults_to_tier_one_and_retry_to_three() -> None:
     kept = common_pb2.JobSpec(max_retry=0)
     normalise_job_spec(kept)
     assert kept.max_retry == 0
+
+
+def test_plugins_take_volcanos_flags_and_mpi_brings_svc_and_ssh() -> None:
+    spec = valid_spec()
+    spec.plugins["mpi"].args.extend(["--master=launcher", "--port=2222"])
+    spec.plugins["env"].SetInParent()
+    v = Violations()
+    assert check_job_spec(v, "spec", spec) is not None and not v.items
+    normalise_job_spec(spec)
+    assert sorted(spec.plugins) == ["env", "mpi", "ssh", "svc"]  # as Volcano's admission adds them
+    assert list(spec.plugins["mpi"].args) == ["--master=launcher", "--port=2222"]
 
 
 def test_admin_objects() -> None:
