@@ -53,8 +53,9 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
     inv = row["inventory"] or {}
     allocatable, used = inv.get("allocatable", {}), inv.get("used", {})
     free = {r: a - used.get(r, 0) - inflight.get(r, 0) for r, a in allocatable.items()}
-    tiers = [TierFree(t["tier"], t.get("tier_name", ""), t.get("max_free", {})) for t in inv.get("topology", [])]
-    return ClusterView(row["name"], row["labels"], free, tiers)
+    tiers = [TierFree(t["tier"], t.get("tier_name", ""), t.get("max_free", {}), t.get("max_capacity", {}))
+             for t in inv.get("topology", [])]
+    return ClusterView(row["name"], row["labels"], free, tiers, capacity=allocatable)
 
 
 def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from federation import gangs
 from federation.resources import QuantityError, Resources, parse_resources
 from federation.v1 import admin_pb2, common_pb2
 
@@ -63,9 +64,10 @@ class Violations:
 
 @dataclass(frozen=True)
 class CheckedJob:
-    """What validation learned about a valid job: the canonical request the scheduler needs."""
+    """What validation learned about a valid job: the canonical requests the scheduler needs."""
 
-    request: Resources  # the whole gang (every replica), canonical integers
+    minimum: Resources  # what the gang needs to start (federation.gangs.minimum), canonical integers
+    whole: Resources  # every replica
     replicas: int
 
 
@@ -146,7 +148,7 @@ def _check_policies(v: Violations, path: str, policies: list[common_pb2.Lifecycl
             v.add(f"{p}.timeout", "must not be negative")
 
 
-def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> Resources:
+def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> None:
     check_name(v, f"{path}.name", task.name)
     if task.replicas < 1:
         v.add(f"{path}.replicas", f"must be at least 1, got {task.replicas}")
@@ -169,7 +171,7 @@ def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> Resource
         if not 0 <= pp.min_partitions <= max(pp.total_partitions, 0):
             v.add(f"{pp_path}.min_partitions", f"must be between 0 and total_partitions ({pp.total_partitions})")
         _check_topology(v, f"{pp_path}.network_topology", pp.network_topology)
-    request = check_resources(v, f"{path}.resources", task.resources)
+    check_resources(v, f"{path}.resources", task.resources)
     check_labels(v, f"{path}.node_selector", task.node_selector)
     for i, tol in enumerate(task.tolerations):
         if tol.operator not in TOLERATION_OPERATORS:
@@ -184,7 +186,6 @@ def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> Resource
                 json.loads(task.pod_template_json)
             except ValueError as err:
                 v.add(f"{path}.pod_template_json", f"is not valid JSON: {err}")
-    return request
 
 
 # Volcano's job plugins the member agent carries out, with the flags each takes (Volcano's own; a
@@ -230,10 +231,9 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
         v.add(f"{path}.tasks", "at least one task is required")
     elif len(spec.tasks) > MAX_TASKS:
         v.add(f"{path}.tasks", f"has {len(spec.tasks)} tasks, at most {MAX_TASKS} are allowed")
-    task_requests: list[Resources] = []
     seen: set[str] = set()
     for i, task in enumerate(spec.tasks[:MAX_TASKS]):
-        task_requests.append(_check_task(v, f"{path}.tasks[{i}]", task))
+        _check_task(v, f"{path}.tasks[{i}]", task)
         if task.name in seen:
             v.add(f"{path}.tasks[{i}].name", f"task name {task.name!r} is used twice")
         seen.add(task.name)
@@ -270,11 +270,7 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
         v.add(f"{path}.request_id", f"must be printable and at most {MAX_REQUEST_ID} characters")
     if len(v.items) > before:
         return None
-    gang: Resources = {}
-    for task, request in zip(spec.tasks, task_requests, strict=True):
-        for name, amount in request.items():
-            gang[name] = gang.get(name, 0) + amount * task.replicas
-    return CheckedJob(request=gang, replicas=replicas)
+    return CheckedJob(minimum=gangs.minimum(spec), whole=gangs.whole(spec), replicas=replicas)
 
 
 def normalise_job_spec(spec: common_pb2.JobSpec) -> None:

@@ -49,7 +49,10 @@ def test_limits_hold_and_smaller_jobs_are_not_blocked_by_them() -> None:
     assert set(d.assign) == {"big", "a"}
     assert d.waiting["b"] == "queue at limit nvidia.com/gpu=24"
     d = schedule(snap([TenantInfo("t", limit={GPU: 8})], [QueueInfo("q", "t")], pending, [cluster("c1", 64)]))
-    assert set(d.assign) == {"a"} and d.waiting["big"] == "tenant t at limit nvidia.com/gpu=8"
+    assert set(d.assign) == {"a"} and d.waiting["b"] == "tenant t at limit nvidia.com/gpu=8"
+    # a gang over the limit by itself could never run under it: it says so, and holds nothing up
+    assert d.waiting["big"] == "cannot run: needs nvidia.com/gpu=16, more than tenant t's limit nvidia.com/gpu=8"
+    assert d.cannot_run == {"big"}
 
 
 def test_cluster_choice_lowest_tier_then_tightest_fit() -> None:
@@ -85,7 +88,7 @@ def test_jobs_behind_a_reservation_say_why_unless_they_fit_nowhere_anyway() -> N
                job("giant", "big", 128, 3)]
     d = schedule(snap(tenants, queues, pending, [cluster("c1", 16)], running))
     assert d.waiting["wide"].startswith("waiting for resources in cluster c1, reserved")
-    assert d.waiting["after"] == "behind wide, which holds a reservation in queue big"
+    assert d.waiting["after"] == "behind wide, which holds the room it needs in cluster c1"
     assert d.waiting["giant"] == d.waiting["giant-elsewhere"] == (
         "no ready cluster fits: c1: not enough free: nvidia.com/gpu 16/128 free")
 
@@ -170,3 +173,84 @@ def test_closed_queues_and_disabled_tenants_explain_themselves() -> None:
     assert d.assign == {} and d.waiting == {"a": "queue shut is closed", "b": "tenant off is disabled"}
     d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], [job("a", "q", 8, 1)], []))
     assert d.waiting == {"a": "no member cluster is ready"}
+
+
+def capacity_cluster(name: str, free: int, capacity: int, leaf_capacity: int, labels: dict | None = None,
+                     node: int = 8) -> ClusterView:
+    """A cluster whose agent reports what one node and one leaf hold at all, beside what is free."""
+    tiers = [TierFree(0, "node", {GPU: min(free, node)}, {GPU: node}),
+             TierFree(1, "leaf", {GPU: min(free, leaf_capacity)}, {GPU: leaf_capacity}),
+             TierFree(2, "spine", {GPU: free}, {GPU: capacity})]
+    return ClusterView(name, labels or {}, {GPU: free}, tiers, capacity={GPU: capacity})
+
+
+def test_a_gang_that_can_never_run_says_so_holds_nothing_and_blocks_nobody() -> None:
+    """The issue's first example: 8 pods x 8 GPUs under a hard tier-1 limit where no leaf holds 64 GPUs."""
+    clusters = [capacity_cluster("h100", 32, 256, 32), capacity_cluster("gb300", 32, 288, 32)]
+    leaf = job("leaf-too-small-9", "q", 64, 1, mode="hard", highest_tier=1)
+    after = job("after", "q", 32, 2)
+    d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], [leaf, after], clusters, capacity=544))
+    assert d.waiting["leaf-too-small-9"] == ("cannot run: needs nvidia.com/gpu=64 within one HyperNode of tier 1; "
+                                             "the most any cluster offers is nvidia.com/gpu=32 (h100)")
+    assert d.cannot_run == {"leaf-too-small-9"} and d.reserved == {}
+    assert "after" in d.assign  # nothing holds it up
+    # Larger than any cluster: the reason says what the largest cluster has, not a passing limit.
+    huge = job("huge", "q", 512, 3)
+    d = schedule(snap([TenantInfo("t", limit={GPU: 1024})], [QueueInfo("q", "t")], [huge], clusters, capacity=544))
+    assert d.waiting["huge"] == ("cannot run: needs nvidia.com/gpu=512 in one cluster; the most any cluster offers "
+                                 "is nvidia.com/gpu=288 (gb300)")
+    big_pod = PendingJob(JobView("fat", {GPU: 16}, {GPU: 16}), "q", 0, 4)
+    d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], [big_pod], clusters, capacity=544))
+    assert d.waiting["fat"] == ("cannot run: needs nvidia.com/gpu=16 on one node for its largest pod; the most any "
+                                "cluster offers is nvidia.com/gpu=8 (h100)")
+
+
+def test_a_reservation_does_not_hold_up_its_queue_elsewhere_or_in_room_it_does_not_need() -> None:
+    tenants = [TenantInfo("t1"), TenantInfo("t2")]
+    queues = [QueueInfo("big", "t1"), QueueInfo("other", "t2")]
+    running = [RunningJob("r", "other", "a", 0, 0, {GPU: 48}, preemptible=False)]
+    clusters = [capacity_cluster("a", 16, 64, 64), capacity_cluster("b", 8, 8, 8)]
+    # "wide" (32) fits only in a, once r ends: it holds a's room; "small" (8) goes to b at once.
+    pending = [job("wide", "big", 32, 1), job("small", "big", 8, 2), job("also-a", "big", 8, 3)]
+    d = schedule(snap(tenants, queues, pending, clusters, running, capacity=72))
+    assert d.reserved == {"wide": "a"} and d.assign == {"small": "b"}
+    assert d.waiting["also-a"] == "behind wide, which holds the room it needs in cluster a"
+
+
+def test_a_reservation_is_only_where_the_gang_could_ever_fit() -> None:
+    tenants = [TenantInfo("t1"), TenantInfo("t2")]
+    queues = [QueueInfo("q", "t1"), QueueInfo("o", "t2")]
+    running = [RunningJob("r", "o", "roomy", 0, 0, {GPU: 64}, preemptible=False),
+               RunningJob("s", "o", "narrow", 0, 0, {GPU: 16}, preemptible=False)]
+    # narrow has the most free now, but its leaves hold 8: a hard tier-1 16-GPU gang could never fit there
+    clusters = [capacity_cluster("roomy", 0, 64, 16), capacity_cluster("narrow", 16, 32, 8)]
+    hard = job("hard", "q", 16, 1, mode="hard", highest_tier=1)
+    d = schedule(snap(tenants, queues, [hard], clusters, running, capacity=96))
+    assert d.reserved == {"hard": "roomy"}
+
+
+def test_a_queue_below_its_share_reclaims_from_an_over_share_sibling_of_its_tenant() -> None:
+    tenants = [TenantInfo("t")]
+    queues = [QueueInfo("mine", "t", guarantee={GPU: 16}), QueueInfo("sibling", "t")]
+    running = [RunningJob(f"s{i}", "sibling", "c1", 0, i, {GPU: 8}, preemptible=True) for i in range(8)]
+    d = schedule(snap(tenants, queues, [job("need", "mine", 16, 9)], [cluster("c1", 0)], running, capacity=64))
+    assert set(d.preempt) == {"s7", "s6"} and d.making_room == {"need": "c1"}
+    assert all(r.startswith("reclaimed for need") for r in d.preempt.values())
+
+
+def test_a_queue_that_does_not_reclaim_says_which_rule_stopped_it() -> None:
+    tenants = [TenantInfo("owner", guarantee={GPU: 16}), TenantInfo("borrower")]
+    queues = [QueueInfo("mine", "owner", guarantee={GPU: 16}), QueueInfo("lent", "borrower")]
+    fixed = [RunningJob(f"b{i}", "lent", "c1", 0, i, {GPU: 8}, preemptible=False) for i in range(8)]
+    d = schedule(snap(tenants, queues, [job("need", "mine", 16, 9)], [cluster("c1", 0)], fixed, capacity=64))
+    assert d.preempt == {}
+    assert d.waiting["need"].endswith(
+        "not reclaimed: the queues over their share run no preemptible gangs that would make room")
+    hard = job("need", "mine", 16, 9, mode="hard", highest_tier=1)
+    loose = [RunningJob(f"b{i}", "lent", "c1", 0, i, {GPU: 8}, preemptible=True) for i in range(8)]
+    d = schedule(snap(tenants, queues, [hard], [cluster("c1", 0)], loose, capacity=64))
+    assert d.preempt == {} and "not reclaimed: a gang with a hard tier limit does not evict" in d.waiting["need"]
+    locked = [QueueInfo("mine", "owner", guarantee={GPU: 16}), QueueInfo("lent", "borrower", reclaimable=False)]
+    d = schedule(snap(tenants, locked, [job("need", "mine", 16, 9)], [cluster("c1", 0)], loose, capacity=64))
+    assert d.preempt == {}
+    assert d.waiting["need"].endswith("not reclaimed: no reclaimable queue holds more than its deserved share")

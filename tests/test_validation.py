@@ -30,7 +30,7 @@ def test_valid_spec_passes_and_totals_the_gang() -> None:
     checked = check_job_spec(v, "spec", valid_spec())
     assert not v.items
     assert checked is not None
-    assert checked.request == {"nvidia.com/gpu": 32, "cpu": 2000}
+    assert checked.minimum == checked.whole == {"nvidia.com/gpu": 32, "cpu": 2000}
     assert checked.replicas == 4
 
 

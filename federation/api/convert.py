@@ -43,7 +43,9 @@ def queue_to_proto(row: Mapping[str, Any]) -> admin_pb2.Queue:
 def queue_values(q: admin_pb2.Queue) -> dict[str, Any]:
     return {"name": q.name, "tenant": q.tenant, "weight": q.weight or 1, "priority": q.priority,
             "guarantee": parse_resources(q.guarantee), "limit": parse_resources(q.limit),
-            "reclaimable": q.reclaimable, "state": admin_pb2.QueueState.Name(q.state or admin_pb2.OPEN)}
+            # Unset means reclaimable, as in Volcano: what a queue borrows may be taken back.
+            "reclaimable": q.reclaimable if q.HasField("reclaimable") else True,
+            "state": admin_pb2.QueueState.Name(q.state or admin_pb2.OPEN)}
 
 
 def priority_class_to_proto(row: Mapping[str, Any]) -> admin_pb2.PriorityClass:
@@ -65,7 +67,8 @@ def cluster_to_proto(row: Mapping[str, Any]) -> admin_pb2.Cluster:
         capacity=format_resources(inv.get("capacity", {})), allocatable=format_resources(inv.get("allocatable", {})),
         used=format_resources(inv.get("used", {})), nodes=inv.get("nodes", 0),
         topology=[admin_pb2.TierSummary(tier=t["tier"], tier_name=t.get("tier_name", ""),
-                                        max_free=format_resources(t.get("max_free", {})))
+                                        max_free=format_resources(t.get("max_free", {})),
+                                        max_capacity=format_resources(t.get("max_capacity", {})))
                   for t in inv.get("topology", [])])
 
 

@@ -102,7 +102,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             out.append(NewJob(
                 name=spec.name, tenant=queue["tenant"], queue=spec.queue,
                 priority_class=pc["name"] if pc else "", priority=pc["value"] if pc else 0,
-                request=check.request, spec=convert.spec_to_json(spec), request_id=spec.request_id, reason=reason))
+                request=check.minimum, spec=convert.spec_to_json(spec), request_id=spec.request_id, reason=reason))
         return out
 
     async def SubmitJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:

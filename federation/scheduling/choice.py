@@ -53,6 +53,7 @@ class ClusterTable:
         # Shapes found to fit nowhere in this cycle: each cluster's reason, and the waiting reason.
         self._nowhere: dict[tuple[object, ...], list[str]] = {}
         self.nowhere: dict[tuple[object, ...], str] = {}
+        self.held = np.zeros((n, k), dtype=np.int64)  # room reserved for waiting gangs, per cluster
 
     def __contains__(self, name: object) -> bool:
         return name in self.index
@@ -158,6 +159,23 @@ class ClusterTable:
         """The waiting reason, when a gang of this shape was already found to fit nowhere in this
         cycle (free resources only shrink during a cycle, so it still fits nowhere)."""
         return self.nowhere.get(job.shape)
+
+    def hold(self, job: JobView, name: str) -> None:
+        """Reserve the gang's room for it while it waits (as `reserve`), remembering that it is held."""
+        self.reserve(job, name)
+        request = self.vector(job.request)
+        assert request is not None
+        self.held[self.index[name]] += request
+
+    def fits_without_reservations(self, job: JobView) -> str | None:
+        """A cluster whose free totals would cover the gang if nothing were held there for others."""
+        request = self.vector(job.request)
+        if request is None or not self.held.any():
+            return None
+        mask = self._selector(job.cluster_selector) & self.held.any(1) & (
+            (self.free + self.held) >= request).all(1)
+        hits = np.flatnonzero(mask)
+        return self.names[int(hits[0])] if len(hits) else None
 
     def reserve(self, job: JobView, name: str) -> None:
         """Take the gang's resources out of the cluster for the rest of the cycle.

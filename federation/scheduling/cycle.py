@@ -20,7 +20,7 @@ from operator import attrgetter
 from federation.resources import Resources, format_resources
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
 from federation.scheduling.fairshare import Claim, Tree, dominant_share, hierarchical
-from federation.scheduling.fit import ClusterView, JobView, covers
+from federation.scheduling.fit import ClusterView, JobView, cannot_run, covers
 
 RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # victims are chosen to evict the fewest of these
 
@@ -92,6 +92,8 @@ class Decisions:
     preempt: dict[str, str] = field(default_factory=dict)  # running job -> reason
     making_room: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster preempted for it
     waiting: dict[str, str] = field(default_factory=dict)  # pending job -> why it waits
+    reserved: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster whose room is held for it
+    cannot_run: set[str] = field(default_factory=set)  # waiting jobs no cluster or quota could run as things stand
     shares: Tree | None = None
     usage: dict[str, Resources] = field(default_factory=dict)  # queue -> in use after this cycle
 
@@ -125,6 +127,10 @@ class _Cycle:
         self.out = Decisions()
         self.remembered = snap.making_room.keys() | snap.refused.keys()  # jobs a past cycle's outcome follows
         self.over_share: set[str] = set()  # reclaimable queues holding more than they deserve (once shares are known)
+        self.lowered: set[str] = set()  # queues whose tenant's usage a preemption lowered since the last turn
+        self.heads_reserving: set[str] = set()  # queues whose head has had its turn at reclaim and reservation
+        self._cannot_run: dict[tuple[object, ...], str | None] = {}  # per gang shape, as the clusters stand
+        self.holders: dict[str, list[str]] = {}  # cluster -> jobs whose room is reserved there
         for job in snap.running:
             if job.queue in self.queues:
                 self.use(job.queue, job.request)
@@ -173,20 +179,26 @@ class _Cycle:
 
     # -- reclaim and preemption --------------------------------------------------------------
 
-    def victims(self, job: PendingJob, reclaim: bool) -> tuple[str, list[RunningJob]] | None:
-        """Whole gangs to evict in one cluster so that `job` then fits, evicting the fewest GPUs.
+    def victims(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> tuple[str, list[RunningJob]] | str:
+        """Whole gangs to evict in one cluster so that `job` then fits, evicting the fewest GPUs; else why none.
 
-        Inside its own queue, a job may preempt lower-priority preemptible jobs. With `reclaim`, it may
-        also take back what other queues borrowed: running gangs of reclaimable queues over their
-        deserved share, of preemptible classes, as long as those queues keep their deserved share and
-        at least the share the job's queue will have with it. "Fits" is judged
-        on whole-gang totals; the agent's placement decides the topology.
+        Inside its own queue, a job may preempt lower-priority preemptible jobs. A queue within its deserved
+        share may also take back what other queues borrowed: running gangs of reclaimable queues over their
+        deserved share, of preemptible classes, as long as those queues keep their deserved share and at
+        least the share the job's queue will have with it. From a sibling queue (the same tenant) that is
+        all; from another tenant's queue, the job's tenant must be within its share too, and the victim's
+        tenant keeps its own. "Fits" is judged on whole-gang totals; the agent's placement decides the
+        topology.
         """
         assert self.out.shares is not None
         deserved = self.out.shares.queues
-        over = {q for q in self.over_share if q != job.queue} if reclaim else set()
+        tenant = self.queues[job.queue].tenant
+        over = {q for q in self.over_share if q != job.queue and queue_within
+                and (self.queues[q].tenant == tenant or tenant_within)}
         best: tuple[int, int, str, list[RunningJob]] | None = None
-        for cluster in self.pool.could_make_room(job.view.request, [job.queue, *over]):
+        kept_share = False  # a victim was passed over because its queue or tenant would drop below its share
+        candidates = self.pool.could_make_room(job.view.request, [job.queue, *over])
+        for cluster in candidates:
             labels = self.clusters.labels[self.clusters.index[cluster]]
             if any(labels.get(k) != v for k, v in job.view.cluster_selector.items()):
                 continue
@@ -194,7 +206,7 @@ class _Cycle:
             if covers(freed, job.view.request):
                 continue  # its totals fit already (the topology does not): evicting is judged on totals
             chosen: list[RunningJob] = []
-            borrowed: dict[str, dict[str, int]] = {}  # queue -> its usage once this cluster's victims are gone
+            borrowed: dict[str, dict[str, int]] = {}  # queue or tenant -> its usage once the victims are gone
             # Lowest priority, then youngest. Without reclaim only the job's own queue can yield,
             # and only below the job's priority: its own list, up to there.
             gangs = self.preemptible[cluster] if over else self.preemptible_in.get((cluster, job.queue), ())
@@ -204,18 +216,9 @@ class _Cycle:
                 if victim.id in self.out.preempt or not (
                         victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
                     continue
-                if victim.queue != job.queue:
-                    # Reclaim only what a queue holds beyond its deserved share: it keeps at least that
-                    # share (Volcano's proportion plugin). Reclaim runs only for a job whose queue stays
-                    # within its share, so this also keeps the victim's queue at or above the reclaimer's
-                    # (Kueue's LessThanOrEqualToFinalShare). Else queues take the same GPUs from each
-                    # other back and forth, each eviction making the next.
-                    usage = borrowed.setdefault(victim.queue, dict(self.queue_usage[victim.queue]))
-                    theirs = deserved.get(victim.queue, {})
-                    _add(usage, victim.request, -1)
-                    if dominant_share(usage, theirs) < 1.0 - 1e-9:
-                        _add(usage, victim.request)
-                        continue
+                if victim.queue != job.queue and not self._may_reclaim(victim, tenant, borrowed, deserved):
+                    kept_share = True
+                    continue
                 chosen.append(victim)
                 _add(freed, victim.request)
                 if covers(freed, job.view.request):
@@ -225,7 +228,39 @@ class _Cycle:
                 key = (evicted, len(chosen), cluster, chosen)
                 if best is None or key[:3] < best[:3]:
                     best = key
-        return (best[2], best[3]) if best else None
+        if best is not None:
+            return best[2], best[3]
+        if not queue_within:
+            return f"not reclaimed: queue {job.queue} would be over its deserved share"
+        if not over and not any(self.queue_usage[q] for q in self.over_share if q != job.queue):
+            return "not reclaimed: no reclaimable queue holds more than its deserved share"
+        if not over:
+            return f"not reclaimed: tenant {tenant} would be over its deserved share"
+        if kept_share:
+            return "not reclaimed: the queues over their share would drop below it"
+        if not candidates:
+            return "not reclaimed: the queues over their share run no preemptible gangs that would make room"
+        return "not reclaimed: evicting what the queues over their share borrowed would still not make room"
+
+    def _may_reclaim(self, victim: RunningJob, tenant: str, borrowed: dict[str, dict[str, int]],
+                     deserved: Mapping[str, Mapping[str, float]]) -> bool:
+        """Whether taking `victim` back leaves its queue (and, from another tenant, that tenant) at or above
+        its deserved share (Volcano's proportion plugin; Kueue's LessThanOrEqualToFinalShare), else queues
+        take the same GPUs from each other back and forth, each eviction making the next. Counts it taken
+        when it may be."""
+        assert self.out.shares is not None
+        theirs = self.queues[victim.queue].tenant
+        checks = [(f"queue/{victim.queue}", self.queue_usage[victim.queue], deserved.get(victim.queue, {}))]
+        if theirs != tenant:
+            checks.append((f"tenant/{theirs}", self.tenant_usage[theirs], self.out.shares.tenants.get(theirs, {})))
+        for key, usage, share in checks:
+            after = dict(borrowed.get(key, usage))
+            _add(after, victim.request, -1)
+            if dominant_share(after, share) < 1.0 - 1e-9:
+                return False
+        for key, usage, _ in checks:
+            _add(borrowed.setdefault(key, dict(usage)), victim.request, -1)
+        return True
 
     def use(self, queue: str, request: Mapping[str, int], sign: int = 1) -> None:
         """Count a gang starting (+1) or leaving (-1) against its queue and tenant."""
@@ -239,6 +274,14 @@ class _Cycle:
 
     # -- the loop ------------------------------------------------------------------------------
 
+    def key(self, queue: str, job: PendingJob) -> tuple[float, ...]:
+        """Serve the queue of highest priority, then the one whose tenant, then itself, is least far into
+        what it deserves (progressive filling: it converges on the water-filling shares at every level);
+        among equals, the one that would be least far in with its head job started."""
+        tenant_after, queue_after = self.share_after(queue, job.view.request)
+        tenant_now, queue_now = self.share_after(queue, {})
+        return -self.queues[queue].priority, tenant_now, queue_now, tenant_after, queue_after
+
     def run(self) -> Decisions:
         self.compute_shares()
         by_queue: dict[str, list[PendingJob]] = {}
@@ -246,14 +289,15 @@ class _Cycle:
             by_queue.setdefault(job.queue, []).append(job)
         for jobs in by_queue.values():
             jobs.sort(key=attrgetter("rank"))
-        heap: list[tuple[int, float, float, str]] = []
+        heap: list[tuple[float, ...]] = []
         heads = {q: 0 for q in by_queue}
+        tokens = {q: 0 for q in by_queue}  # an entry is current only while its token is the queue's latest
 
         def push(queue: str) -> None:
             jobs = by_queue[queue]
             if heads[queue] < len(jobs):
-                tenant_share, queue_share = self.share_after(queue, jobs[heads[queue]].view.request)
-                heapq.heappush(heap, (-self.queues[queue].priority, tenant_share, queue_share, queue))
+                tokens[queue] += 1
+                heapq.heappush(heap, (*self.key(queue, jobs[heads[queue]]), tokens[queue], queue))
 
         for queue in sorted(by_queue):
             q = self.queues.get(queue)
@@ -270,25 +314,27 @@ class _Cycle:
                 heads[queue] = len(by_queue[queue])
             else:
                 push(queue)
-        blocked: set[str] = set()
         while heap:
-            _, _, _, queue = heapq.heappop(heap)
+            *popped, token, queue = heapq.heappop(heap)
+            if token != tokens[queue]:
+                continue  # superseded by a later push
             jobs = by_queue[queue]
             job = jobs[heads[queue]]
-            heads[queue] += 1
-            self.consider(job, queue, heads[queue] == 1, blocked)
-            if queue in blocked:
-                # A job that fits nowhere anyway says so: true whether or not the head holds a
-                # reservation, so it does not change (and need not be rewritten) when that does.
-                behind = f"behind {job.id}, which holds a reservation in queue {queue}"
-                for rest in jobs[heads[queue]:]:
-                    self.out.waiting[rest.id] = self.clusters.fits_nowhere(rest.view) or behind
-                heads[queue] = len(jobs)
+            if self.key(queue, job) > tuple(popped):
+                # Its tenant's share grew since the queue was pushed (a sibling queue was served): take
+                # its turn again with the share as it is now, so every level stays in water-filling order.
+                push(queue)
                 continue
+            heads[queue] += 1
+            self.consider(job, queue)
             # A job that certainly stays where it is changes nothing, so its turn in the order does not
             # matter: settle it now instead of sending it round the heap (most of a large backlog).
             heads[queue] = self.settle(jobs, heads[queue], queue)
             push(queue)
+            for other in self.lowered:  # preemption lowered these queues' tenants' shares: their turn may be now
+                if other in by_queue and other != queue:
+                    push(other)
+            self.lowered.clear()
         self.out.usage = self.queue_usage
         return self.out
 
@@ -302,11 +348,30 @@ class _Cycle:
             return f"tenant {q.tenant} at limit {_fmt(over)}"
         return None
 
+    def cannot_run(self, job: PendingJob, queue: str) -> str | None:
+        """Why no cluster or quota could run the job as the federation stands, even with nothing else
+        running (its minimum gang against the clusters' capacity, its largest pod against the largest
+        node, a hard tier limit against the largest HyperNode of that tier, its queue's and tenant's
+        limits); None when something could. Such a job holds no reservation and keeps nothing waiting."""
+        shape = job.view.shape
+        if shape not in self._cannot_run:
+            self._cannot_run[shape] = cannot_run(job.view, self.snap.clusters)
+        why = self._cannot_run[shape]
+        if why:
+            return why
+        q = self.queues[queue]
+        for owner, limit in ((f"queue {queue}", q.limit), (f"tenant {q.tenant}", self.tenants[q.tenant].limit)):
+            over = {r: cap for r, cap in limit.items() if job.view.request.get(r, 0) > cap}
+            if over:
+                need = {r: job.view.request[r] for r in over}
+                return f"cannot run: needs {_fmt(need)}, more than {owner}'s limit {_fmt(over)}"
+        return None
+
     def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int:
         """Give a reason to each job from `start` on that certainly must wait; return where that stops.
 
-        Certain: over a limit, or of a shape already found to fit nowhere in this cycle. A job with
-        a refusal or room being made for it is never certain.
+        Certain: it cannot run at all, it is over a limit, or it is of a shape already found to fit nowhere
+        in this cycle. A job with a refusal or room being made for it is never certain.
         """
         q = self.queues[queue]
         limited = bool(q.limit or self.tenants[q.tenant].limit)
@@ -317,14 +382,39 @@ class _Cycle:
             job = jobs[i]
             if job.id in self.remembered:
                 break
-            why = (limited and self.over_limit(job, queue)) or nowhere.get(job.view.shape)
+            impossible = self.cannot_run(job, queue)
+            if impossible:
+                self.out.cannot_run.add(job.id)
+            why = impossible or (limited and self.over_limit(job, queue)) or (
+                job.view.shape in nowhere and (self.behind(job.view) or nowhere[job.view.shape]))
             if not why:
                 break
             waiting[job.id] = why
             i += 1
         return i
 
-    def consider(self, job: PendingJob, queue: str, head: bool, blocked: set[str]) -> None:
+    def hold(self, job: PendingJob, cluster: str, why: str) -> None:
+        """Keep the room `job` needs in `cluster` for it: later jobs go elsewhere or into what is left."""
+        self.clusters.hold(job.view, cluster)
+        self.out.reserved[job.id] = cluster
+        self.holders.setdefault(cluster, []).append(job.id)
+        self.out.waiting[job.id] = why
+
+    def behind(self, job: JobView) -> str | None:
+        """When the job would fit a cluster but for the room reserved there, which job holds it."""
+        if not self.holders:
+            return None
+        cluster = self.clusters.fits_without_reservations(job)
+        if cluster is None:
+            return None
+        return f"behind {self.holders[cluster][0]}, which holds the room it needs in cluster {cluster}"
+
+    def consider(self, job: PendingJob, queue: str) -> None:
+        why = self.cannot_run(job, queue)
+        if why:
+            self.out.waiting[job.id] = why
+            self.out.cannot_run.add(job.id)
+            return
         why = self.over_limit(job, queue)
         if why:
             self.out.waiting[job.id] = why
@@ -340,46 +430,57 @@ class _Cycle:
             return
         room = self.snap.making_room.get(job.id)
         if room in self.clusters:
-            self.out.waiting[job.id] = f"waiting for preempted job(s) to exit in cluster {room}"
-            self.clusters.reserve(job.view, room)
-            blocked.add(queue)
+            self.hold(job, room, f"waiting for preempted job(s) to exit in cluster {room}")
             return
-        within_share = max(self.share_after(queue, job.view.request)) <= 1.0 + 1e-9
-        # Eviction is judged on totals, which cannot promise a HyperNode: a gang with a hard tier limit
-        # and several pods could evict work and still not fit, then evict again (the ITP trace replay
-        # showed it). It holds a reservation instead and takes domains as they empty.
-        hard_gang = job.view.mode == "hard" and job.view.request != job.view.largest_pod
-        if head and not hard_gang:
-            found = self.victims(job, reclaim=within_share)
-            if found is not None:
-                cluster, gangs = found
-                for victim in gangs:
-                    why = "reclaimed" if victim.queue != queue else "preempted"
-                    self.out.preempt[victim.id] = f"{why} for {job.id} (priority {job.priority}) in queue {queue}"
-                    self.use(victim.queue, victim.request, -1)
-                    self.pool.add(victim.cluster, victim.queue, victim.request, -1)
-                # Worded as in later cycles (above), so that the reason is not rewritten next cycle.
-                self.out.waiting[job.id] = f"waiting for preempted job(s) to exit in cluster {cluster}"
-                self.out.making_room[job.id] = cluster
-                self.clusters.reserve(job.view, cluster)
-                blocked.add(queue)
-                return
-        if head and within_share:
+        head = queue not in self.heads_reserving  # one reservation and one reclaim per queue and cycle
+        self.heads_reserving.add(queue)
+        tenant_share, queue_share = self.share_after(queue, job.view.request)
+        queue_within, tenant_within = queue_share <= 1.0 + 1e-9, tenant_share <= 1.0 + 1e-9
+        why_not = ""
+        if head:
+            # Eviction is judged on totals, which cannot promise a HyperNode: a gang with a hard tier limit
+            # and several pods could evict work and still not fit, then evict again (the ITP trace replay
+            # showed it). It holds a reservation instead and takes domains as they empty.
+            if job.view.mode == "hard" and job.view.request != job.view.largest_pod:
+                why_not = "not reclaimed: a gang with a hard tier limit does not evict (eviction is judged on " \
+                          "whole-cluster totals, which cannot promise it a HyperNode)"
+            else:
+                found = self.victims(job, queue_within, tenant_within)
+                if isinstance(found, str):
+                    why_not = found
+                else:
+                    self.evict(job, queue, *found)
+                    return
+        if head and queue_within and tenant_within:
             best = self._reservation_cluster(job.view)
             if best is not None:
-                self.clusters.reserve(job.view, best)
-                self.out.waiting[job.id] = (f"waiting for resources in cluster {best}, reserved so smaller jobs do "
-                                            f"not starve it; " + summary(reasons))
-                blocked.add(queue)
+                self.hold(job, best, f"waiting for resources in cluster {best}, reserved so smaller jobs do not "
+                                     f"starve it; {summary(reasons)}" + (f"; {why_not}" if why_not else ""))
                 return
-        self.out.waiting[job.id] = self.clusters.fits_nowhere(job.view) or "no ready cluster fits: " + summary(reasons)
+        why = self.behind(job.view) or self.clusters.fits_nowhere(job.view) or \
+            "no ready cluster fits: " + summary(reasons)
+        self.out.waiting[job.id] = why + (f"; {why_not}" if why_not and queue_within else "")
+
+    def evict(self, job: PendingJob, queue: str, cluster: str, gangs: Sequence[RunningJob]) -> None:
+        for victim in gangs:
+            why = "reclaimed" if victim.queue != queue else "preempted"
+            self.out.preempt[victim.id] = f"{why} for {job.id} (priority {job.priority}) in queue {queue}"
+            self.use(victim.queue, victim.request, -1)
+            self.pool.add(victim.cluster, victim.queue, victim.request, -1)
+            tenant = self.queues[victim.queue].tenant
+            self.lowered.update(q for q, info in self.queues.items() if info.tenant == tenant)
+        # Worded as in later cycles (above), so that the reason is not rewritten next cycle.
+        self.out.making_room[job.id] = cluster
+        self.hold(job, cluster, f"waiting for preempted job(s) to exit in cluster {cluster}")
 
     def _reservation_cluster(self, job: JobView) -> str | None:
-        """Where the job fits best by capacity: matching labels and enough allocatable, most free first."""
+        """Where the job fits best once what runs there ends: among clusters that could hold it at all, the
+        one with most of its request free now."""
         options = []
-        for name, labels in zip(self.clusters.names, self.clusters.labels, strict=True):
-            if any(labels.get(k) != v for k, v in job.cluster_selector.items()):
+        for view in self.snap.clusters:
+            if cannot_run(job, [view]) is not None:
                 continue
+            name = view.name
             options.append((-min((self.clusters.free_of(name, r) / a for r, a in job.request.items() if a),
                                  default=0), name))
         return min(options)[1] if options else None

@@ -87,14 +87,15 @@ def hierarchical(total: Mapping[str, int], tenants: Sequence[Claim],
                  queues_of: Mapping[str, Sequence[Claim]]) -> Tree:
     """Tenants share the federation; each tenant's queues share what the tenant deserves.
 
-    A tenant's demand is its queues' demands added up (its claim's own demand is ignored).
+    A tenant's demand is what its queues could use added up: each queue's demand, capped by its limit
+    (its claim's own demand is ignored), so a tenant is never given what none of its queues may take.
     """
     with_demand = []
     for t in tenants:
         demand: Resources = {}
         for q in queues_of.get(t.name, ()):
-            for r, a in q.demand.items():
-                demand[r] = demand.get(r, 0) + a
+            for r in q.demand:
+                demand[r] = demand.get(r, 0) + round(_cap(q, r))
         with_demand.append(Claim(t.name, t.weight, t.guarantee, t.limit, demand))
     tenant_shares = deserved(total, with_demand)
     queue_shares: dict[str, dict[str, float]] = {}

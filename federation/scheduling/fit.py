@@ -20,6 +20,7 @@ class TierFree:
     tier: int
     tier_name: str
     max_free: Resources
+    max_capacity: Resources = field(default_factory=dict)  # the most one HyperNode of the tier has at all
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class ClusterView:
     labels: Mapping[str, str]
     free: Resources  # whole cluster, after work already sent to it
     tiers: Sequence[TierFree] = ()  # lowest first: tier 0 is one node, the last is the whole cluster
+    capacity: Resources = field(default_factory=dict)  # allocatable of its ready nodes, free or not
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,19 +74,65 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
     nodes = [t for t in cluster.tiers if t.tier == 0]
     if nodes and not covers(nodes[0].max_free, job.largest_pod):
         return "no node can hold its largest pod: " + _short(nodes[0].max_free, job.largest_pod)
-    if job.mode != "hard":
+    limit = tier_limit(job, cluster)
+    if limit is None:
         return None
-    limit = job.highest_tier
-    if job.highest_tier_name:
-        named = [t.tier for t in cluster.tiers if t.tier_name == job.highest_tier_name]
-        if not named:
-            return f"has no tier named {job.highest_tier_name!r}"
-        limit = named[0]
     within = [t for t in cluster.tiers if 0 < t.tier <= limit]
     if any(covers(t.max_free, job.request) for t in within):
         return None
     best = within[-1].max_free if within else {}
     return f"no HyperNode of tier {limit} or below has enough free: " + _short(best, job.request)
+
+
+def tier_limit(job: JobView, cluster: ClusterView) -> int | None:
+    """The highest tier a hard gang may span in `cluster`; None: no limit there. A tier name the cluster
+    does not have is no limit, as Volcano resolves it."""
+    if job.mode != "hard":
+        return None
+    if job.highest_tier_name:
+        return next((t.tier for t in cluster.tiers if t.tier_name == job.highest_tier_name), None)
+    return job.highest_tier
+
+
+def _lacks(job: JobView, cluster: ClusterView) -> tuple[int, str, Resources, Resources]:
+    """How far the gang gets in `cluster` once everything there has ended: (stage passed, what it needs
+    at the stage it fails, the amounts needed, the amounts offered); stage 4 when it fits."""
+    if any(cluster.labels.get(k) != v for k, v in job.cluster_selector.items()):
+        return 0, "a cluster labelled " + ",".join(f"{k}={v}" for k, v in sorted(job.cluster_selector.items())), \
+            {}, {}
+    if cluster.capacity and not covers(cluster.capacity, job.request):
+        return 1, "in one cluster", job.request, cluster.capacity
+    node = next((t.max_capacity for t in cluster.tiers if t.tier == 0 and t.max_capacity), None)
+    if node is not None and not covers(node, job.largest_pod):
+        return 2, "on one node for its largest pod", job.largest_pod, node
+    limit = tier_limit(job, cluster)
+    within = [t.max_capacity for t in cluster.tiers if limit is not None and 0 < t.tier <= limit and t.max_capacity]
+    if limit is not None and within and not any(covers(c, job.request) for c in within):
+        return 3, f"within one HyperNode of tier {limit}", job.request, within[-1]
+    return 4, "", {}, {}
+
+
+def cannot_run(job: JobView, clusters: Sequence[ClusterView]) -> str | None:
+    """Why the gang could not run in any of `clusters` even with nothing else running there, naming the
+    constraint and the most the federation offers for it; None when some cluster could hold it."""
+    if not clusters:
+        return None
+    found = [(*_lacks(job, c), c.name) for c in clusters]
+    stage = max(f[0] for f in found)
+    if stage == 4:
+        return None
+    where = [f for f in found if f[0] == stage]
+    _, what, need, _, _ = where[0]
+    if stage == 0:
+        return f"cannot run: no member cluster matches its selector (it needs {what})"
+    resource = next((r for r in need if any(f[3].get(r, 0) < need[r] for f in where)), next(iter(need)))
+    offered = max(where, key=lambda f: (f[3].get(resource, 0), f[4]))
+    return (f"cannot run: needs {_fmt_one(resource, need[resource])} {what}; the most any cluster offers is "
+            f"{_fmt_one(resource, offered[3].get(resource, 0))} ({offered[4]})")
+
+
+def _fmt_one(resource: str, amount: int) -> str:
+    return f"{resource}={format_resources({resource: amount})[resource]}"
 
 
 @dataclass(frozen=True)

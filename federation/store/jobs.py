@@ -8,19 +8,22 @@ is what lets `WatchJobs` resume from a number without gaps or repeats.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from google.protobuf import json_format
 from sqlalchemy import and_, case, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import aliased
 
+from federation import gangs
 from federation.errors import FailedPrecondition, NotFound
 from federation.store.models import Cluster, EventCounter, Job, JobEvent, SubmitKey
-from federation.v1 import agent_pb2
+from federation.v1 import agent_pb2, common_pb2
 from federation.validation import DEFAULT_MAX_RETRY
 
 TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -93,6 +96,16 @@ async def append_events(conn: AsyncConnection, events: Sequence[EventRecord]) ->
 
 def _placements(u: agent_pb2.JobUpdate) -> list[dict[str, Any]]:
     return [{"task": p.task, "index": p.index, "node": p.node} for p in u.placements]
+
+
+def _spec(stored: dict[str, Any]) -> common_pb2.JobSpec:
+    return json_format.ParseDict(stored, common_pb2.JobSpec(), ignore_unknown_fields=True)
+
+
+def _minimum(stored: dict[str, Any]) -> dict[str, int]:
+    """A job's `request` while it waits or is being placed: what its gang needs to start. Once bound, it
+    is what its placed pods hold (`gangs.bound`), so usage counts what runs."""
+    return gangs.minimum(_spec(stored))
 
 
 def _silent_clusters(seconds: float) -> Any:
@@ -312,14 +325,16 @@ class JobStore:
         ids = sorted(reasons)
         async with self.engine.begin() as conn:
             rows = (await conn.execute(
-                select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster)
+                select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster, Job.spec)
                 .where(Job.id.in_(ids), Job.phase.in_(ACTIVE_PHASES)).order_by(Job.id)
                 .with_for_update())).mappings().all()
             await conn.execute(text(
                 "UPDATE jobs SET phase = 'PREEMPTED', cluster = '', hypernode = '', tier = 0, "
-                "placements = '[]'::jsonb, reason = v.reason, updated_at = now() "
-                "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS v(id, reason) WHERE jobs.id = v.id"),
-                {"ids": [r["id"] for r in rows], "reasons": [reasons[r["id"]] for r in rows]})
+                "placements = '[]'::jsonb, reason = v.reason, request = v.request, updated_at = now() "
+                "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[]), CAST(:requests AS jsonb[])) "
+                "AS v(id, reason, request) WHERE jobs.id = v.id"),
+                {"ids": [r["id"] for r in rows], "reasons": [reasons[r["id"]] for r in rows],
+                 "requests": [json.dumps(_minimum(r["spec"])) for r in rows]})
             await append_events(conn, [EventRecord(r["id"], r["tenant"], r["queue"], "Preempted", "PREEMPTED",
                                                    reasons[r["id"]], r["attempt"], r["cluster"]) for r in rows])
         return list(rows)
@@ -358,7 +373,7 @@ class JobStore:
             events = []
             for r in rows:
                 values: dict[str, Any] = {"cluster": "", "hypernode": "", "tier": 0, "placements": [],
-                                          "updated_at": func.now()}
+                                          "request": _minimum(r["spec"]), "updated_at": func.now()}
                 if r["phase"] == "DISPATCHED":
                     values |= {"phase": "PENDING",
                                "reason": f"requeued: cluster {r['cluster']} went silent before placing it"}
@@ -394,11 +409,12 @@ class JobStore:
             values: dict[str, Any] = {}
             event = message = ""
             if kind == agent_pb2.REJECTED and phase == "DISPATCHED":
-                values = {"phase": "PENDING", "cluster": "", "reason": f"cluster {cluster} rejected it: {u.reason}"}
+                values = {"phase": "PENDING", "cluster": "", "reason": f"cluster {cluster} rejected it: {u.reason}",
+                          "request": _minimum(row["spec"])}
                 event = "Rejected"
             elif kind == agent_pb2.BOUND and phase == "DISPATCHED":
                 values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "started_at": func.now(),
-                          "placements": _placements(u),
+                          "placements": _placements(u), "request": gangs.bound(_spec(row["spec"]), _placements(u)),
                           "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier})"}
                 event = "Running"
             elif kind == agent_pb2.JOB_SUCCEEDED:
@@ -410,7 +426,7 @@ class JobStore:
             elif kind == agent_pb2.POD_RESTARTED and phase == "RUNNING" and u.retries > row["retries"]:
                 # The agent counts restarts over the job's life: a resent (older) report changes nothing.
                 values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "retries": u.retries,
-                          "placements": _placements(u),
+                          "placements": _placements(u), "request": gangs.bound(_spec(row["spec"]), _placements(u)),
                           "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); "
                                     f"restarted {u.retries} time(s), last: {u.reason}"}
                 event, message = "PodRestarted", u.reason

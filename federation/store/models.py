@@ -105,7 +105,9 @@ class Job(Base):
     tier: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     retries: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    request: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)  # whole gang, canonical
+    # What the job needs or holds, canonical: its gang's minimum while it waits or is placed, what its bound
+    # pods hold once it runs (federation.store.jobs._minimum, federation.gangs.bound).
+    request: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
     placements: Mapped[list[Any]] = mapped_column(nullable=False, default=list)
     spec: Mapped[dict[str, Any]] = mapped_column(nullable=False)  # JobSpec as protobuf JSON
     created_at: Mapped[datetime] = _created()

@@ -116,8 +116,15 @@ class PriorityClass(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[int] = ..., preemptible: _Optional[bool] = ..., global_default: _Optional[bool] = ..., description: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class TierSummary(_message.Message):
-    __slots__ = ("tier", "tier_name", "max_free")
+    __slots__ = ("tier", "tier_name", "max_free", "max_capacity")
     class MaxFreeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class MaxCapacityEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -127,10 +134,12 @@ class TierSummary(_message.Message):
     TIER_FIELD_NUMBER: _ClassVar[int]
     TIER_NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_FREE_FIELD_NUMBER: _ClassVar[int]
+    MAX_CAPACITY_FIELD_NUMBER: _ClassVar[int]
     tier: int
     tier_name: str
     max_free: _containers.ScalarMap[str, str]
-    def __init__(self, tier: _Optional[int] = ..., tier_name: _Optional[str] = ..., max_free: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    max_capacity: _containers.ScalarMap[str, str]
+    def __init__(self, tier: _Optional[int] = ..., tier_name: _Optional[str] = ..., max_free: _Optional[_Mapping[str, str]] = ..., max_capacity: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Cluster(_message.Message):
     __slots__ = ("name", "labels", "status", "cordoned", "agent_version", "last_heartbeat", "capacity", "allocatable", "used", "topology", "nodes")

@@ -21,6 +21,7 @@ class JobUpdateType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     POD_RESTARTED: _ClassVar[JobUpdateType]
     JOB_SUCCEEDED: _ClassVar[JobUpdateType]
     JOB_FAILED: _ClassVar[JobUpdateType]
+    PODS_ADDED: _ClassVar[JobUpdateType]
 JOB_UPDATE_TYPE_UNSPECIFIED: JobUpdateType
 ACCEPTED: JobUpdateType
 REJECTED: JobUpdateType
@@ -29,6 +30,7 @@ POD_FAILED: JobUpdateType
 POD_RESTARTED: JobUpdateType
 JOB_SUCCEEDED: JobUpdateType
 JOB_FAILED: JobUpdateType
+PODS_ADDED: JobUpdateType
 
 class AgentMessage(_message.Message):
     __slots__ = ("register", "inventory", "heartbeat", "job_update")
@@ -75,14 +77,16 @@ class ResourceAmounts(_message.Message):
     def __init__(self, amounts: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class TierFree(_message.Message):
-    __slots__ = ("tier", "tier_name", "max_free")
+    __slots__ = ("tier", "tier_name", "max_free", "max_capacity")
     TIER_FIELD_NUMBER: _ClassVar[int]
     TIER_NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_FREE_FIELD_NUMBER: _ClassVar[int]
+    MAX_CAPACITY_FIELD_NUMBER: _ClassVar[int]
     tier: int
     tier_name: str
     max_free: ResourceAmounts
-    def __init__(self, tier: _Optional[int] = ..., tier_name: _Optional[str] = ..., max_free: _Optional[_Union[ResourceAmounts, _Mapping]] = ...) -> None: ...
+    max_capacity: ResourceAmounts
+    def __init__(self, tier: _Optional[int] = ..., tier_name: _Optional[str] = ..., max_free: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., max_capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ...) -> None: ...
 
 class Inventory(_message.Message):
     __slots__ = ("capacity", "allocatable", "used", "healthy", "nodes", "ready_nodes", "topology")

@@ -8,32 +8,40 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("spec",)
+    __slots__ = ("spec", "reject_inadmissible")
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    REJECT_INADMISSIBLE_FIELD_NUMBER: _ClassVar[int]
     spec: _common_pb2.JobSpec
-    def __init__(self, spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ...) -> None: ...
+    reject_inadmissible: bool
+    def __init__(self, spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., reject_inadmissible: _Optional[bool] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
-    __slots__ = ("job", "duplicate")
+    __slots__ = ("job", "duplicate", "inadmissible")
     JOB_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    INADMISSIBLE_FIELD_NUMBER: _ClassVar[int]
     job: _common_pb2.Job
     duplicate: bool
-    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    inadmissible: str
+    def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., duplicate: _Optional[bool] = ..., inadmissible: _Optional[str] = ...) -> None: ...
 
 class SubmitJobsRequest(_message.Message):
-    __slots__ = ("specs",)
+    __slots__ = ("specs", "reject_inadmissible")
     SPECS_FIELD_NUMBER: _ClassVar[int]
+    REJECT_INADMISSIBLE_FIELD_NUMBER: _ClassVar[int]
     specs: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobSpec]
-    def __init__(self, specs: _Optional[_Iterable[_Union[_common_pb2.JobSpec, _Mapping]]] = ...) -> None: ...
+    reject_inadmissible: bool
+    def __init__(self, specs: _Optional[_Iterable[_Union[_common_pb2.JobSpec, _Mapping]]] = ..., reject_inadmissible: _Optional[bool] = ...) -> None: ...
 
 class SubmitJobResult(_message.Message):
-    __slots__ = ("job_id", "duplicate")
+    __slots__ = ("job_id", "duplicate", "inadmissible")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    INADMISSIBLE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     duplicate: bool
-    def __init__(self, job_id: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    inadmissible: str
+    def __init__(self, job_id: _Optional[str] = ..., duplicate: _Optional[bool] = ..., inadmissible: _Optional[str] = ...) -> None: ...
 
 class SubmitJobsResponse(_message.Message):
     __slots__ = ("results",)

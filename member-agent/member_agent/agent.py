@@ -135,7 +135,8 @@ class Agent:
         self._inventory_sent = time.monotonic()
         capacity, allocatable, used = self.state.totals()
         topology = [agent_pb2.TierFree(tier=t.tier, tier_name=t.tier_name,
-                                       max_free=agent_pb2.ResourceAmounts(amounts=t.max_free))
+                                       max_free=agent_pb2.ResourceAmounts(amounts=t.max_free),
+                                       max_capacity=agent_pb2.ResourceAmounts(amounts=t.max_capacity))
                     for t in self.state.summary()]
         return agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
             capacity=agent_pb2.ResourceAmounts(amounts=capacity),
@@ -196,8 +197,7 @@ class Agent:
             PLACEMENTS.labels("adopted").inc()
             return
         started = time.monotonic()
-        result = gang_request(job.spec, self.state.topology)
-        placement = result if isinstance(result, Rejection) else place(self.state, result)
+        placement = place(self.state, gang_request(job.spec, self.state.topology))
         if isinstance(placement, Rejection):
             PLACEMENTS.labels("rejected").inc()
             self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
@@ -429,8 +429,7 @@ class Agent:
             self._stand_down(job, (pod.task, pod.index))
         job.done -= keys
         job.pods = [p for p in job.pods if p not in old]
-        request = gang_request(job.job.spec, self.state.topology, running=job.pods)
-        placement = request if isinstance(request, Rejection) else place(self.state, request)
+        placement = place(self.state, gang_request(job.job.spec, self.state.topology, running=job.pods))
         if isinstance(placement, Rejection):
             return placement.reason
         for pod in placement.pods:

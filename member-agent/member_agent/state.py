@@ -58,6 +58,7 @@ class ClusterState:
         self.counts = PodCounts()
         self._node_max: dict[str, Resources] = {}  # per parent domain: most free on one of its ready nodes
         self._stale_node_max: set[str] = set(topology.domains)
+        self._node_capacity: Resources | None = None  # the most one node has of each resource
         for name, node in topology.nodes.items():
             self._add_up(name, node.allocatable, self.domain_allocatable)
             self._add_up(name, node.allocatable, self.domain_free)
@@ -112,7 +113,8 @@ class ClusterState:
         self._changed(node)
 
     def summary(self) -> list[TierFree]:
-        """For each tier, lowest first, the most of each resource free inside one of its domains.
+        """For each tier, lowest first, the most of each resource free inside one of its domains, and the
+        most one of its domains has at all (what a gang could have once everything running there ends).
 
         Tier 0 is the single node: whether the largest pod fits anywhere at all.
         """
@@ -128,15 +130,22 @@ class ClusterState:
         for most in self._node_max.values():
             for resource, amount in most.items():
                 most_on_node[resource] = max(most_on_node.get(resource, 0), amount)
-        out = [TierFree(0, "node", {r: a for r, a in most_on_node.items() if a > 0})]
+        if self._node_capacity is None:
+            self._node_capacity = {}
+            for node in self.topology.nodes.values():
+                for resource, amount in node.allocatable.items():
+                    self._node_capacity[resource] = max(self._node_capacity.get(resource, 0), amount)
+        out = [TierFree(0, "node", {r: a for r, a in most_on_node.items() if a > 0}, dict(self._node_capacity))]
         for tier in self.topology.tiers():
             domains = self.topology.of_tier(tier)
-            most: Resources = {}
+            most, largest = {}, {}
             for d in domains:
                 for resource, amount in self.domain_free[d.name].items():
                     most[resource] = max(most.get(resource, 0), amount)
+                for resource, amount in self.domain_allocatable[d.name].items():
+                    largest[resource] = max(largest.get(resource, 0), amount)
             name = domains[0].tier_name if domains else ""
-            out.append(TierFree(tier, name, {r: a for r, a in most.items() if a > 0}))
+            out.append(TierFree(tier, name, {r: a for r, a in most.items() if a > 0}, largest))
         return out
 
     def totals(self) -> tuple[Resources, Resources, Resources]:

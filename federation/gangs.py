@@ -1,0 +1,63 @@
+"""How much of a gang must start together, as Volcano counts it: the server judges fit, chooses a cluster,
+reserves and shares by this minimum, exactly as the agent's placement core places it.
+
+Pure. A task with a partition policy needs `minPartitions` whole partitions (all of them when unset); a
+task without one needs its `minAvailable` pods (none of its own when unset); then pods are added task by
+task, in order, until the job's `minAvailable` (every replica when unset) is reached. The rest of the
+replicas join when they fit, and what a running job holds is what is bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from federation.resources import Resources, parse_resources
+from federation.v1 import common_pb2
+
+
+def minimum_pods(spec: common_pb2.JobSpec) -> dict[str, int]:
+    """Per task, how many of its pods the gang cannot start without."""
+    need: dict[str, int] = {}
+    units: dict[str, int] = {}  # pods per unit: a partition's size, or 1
+    for task in spec.tasks:
+        size = task.partition_policy.partition_size
+        if size:
+            partitions = -(-task.replicas // size)
+            need[task.name] = min(task.partition_policy.min_partitions or partitions, partitions) * size
+            units[task.name] = size
+        else:
+            need[task.name] = min(task.min_available if task.HasField("min_available") else 0, task.replicas)
+            units[task.name] = 1
+    total = sum(t.replicas for t in spec.tasks)
+    wanted = spec.min_available or total
+    for task in spec.tasks:  # top up, task by task, to the job's minimum
+        while sum(need.values()) < wanted and need[task.name] < task.replicas:
+            need[task.name] = min(need[task.name] + units[task.name], task.replicas)
+    return need
+
+
+def _total(spec: common_pb2.JobSpec, pods: Mapping[str, int]) -> Resources:
+    out: Resources = {}
+    for task in spec.tasks:
+        for resource, amount in parse_resources(task.resources).items():
+            out[resource] = out.get(resource, 0) + amount * pods.get(task.name, 0)
+    return {r: a for r, a in out.items() if a}
+
+
+def minimum(spec: common_pb2.JobSpec) -> Resources:
+    """What the gang needs to start: its minimum pods' requests."""
+    return _total(spec, minimum_pods(spec))
+
+
+def whole(spec: common_pb2.JobSpec) -> Resources:
+    """Every replica's requests."""
+    return _total(spec, {t.name: t.replicas for t in spec.tasks})
+
+
+def bound(spec: common_pb2.JobSpec, placements: Iterable[Mapping[str, Any]]) -> Resources:
+    """What the pods placed (`{"task": ..., ...}` each) hold."""
+    pods: dict[str, int] = {}
+    for p in placements:
+        pods[p["task"]] = pods.get(p["task"], 0) + 1
+    return _total(spec, pods)

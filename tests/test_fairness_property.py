@@ -1,0 +1,121 @@
+"""Property: a flood of equal jobs on random tenant/queue trees lands on the water-filling oracle's shares.
+
+The oracle is written here independently of `federation.scheduling.fairshare`: at each level a member gets
+min(cap, guarantee + level x weight), with the one water level that hands out exactly what there is
+(found by bisection), caps being limits and demands. One cycle from an empty federation must leave every
+queue within one job of its oracle share, and so must every cycle of a churn that ends random jobs and
+floods the queues again.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from federation.scheduling.cycle import PendingJob, QueueInfo, RunningJob, Snapshot, TenantInfo, schedule
+from federation.scheduling.fit import ClusterView, JobView, TierFree
+
+GPU = "nvidia.com/gpu"
+JOB = 4  # GPUs per job
+CAPACITY = 64
+
+
+def oracle_level(total: float, members: list[tuple[float, float, float]]) -> list[float]:
+    """(weight, guarantee, cap) members: each gets min(cap, guarantee + level x weight), summing to total."""
+    floors = [min(g, c) for _, g, c in members]
+    if sum(floors) >= total:
+        return [f * total / sum(floors) if sum(floors) else 0.0 for f in floors]
+    if sum(c for _, _, c in members) <= total:
+        return [c for _, _, c in members]
+    low, high = 0.0, total / min(w for w, _, _ in members)
+    for _ in range(200):
+        level = (low + high) / 2
+        given_out = sum(min(c, max(f, f + level * w)) for (w, _, c), f in zip(members, floors, strict=True))
+        low, high = (level, high) if given_out < total else (low, level)
+    return [min(c, f + low * w) for (w, _, c), f in zip(members, floors, strict=True)]
+
+
+def oracle(tenants: list[TenantInfo], queues: list[QueueInfo], demand: dict[str, int]) -> dict[str, float]:
+    def cap(limit: dict[str, int], wanted: float) -> float:
+        return min(wanted, limit.get(GPU, wanted))
+
+    tenant_demand = {t.name: sum(cap(q.limit, demand[q.name]) for q in queues if q.tenant == t.name) for t in tenants}
+    tenant_shares = oracle_level(CAPACITY, [(t.weight, t.guarantee.get(GPU, 0), cap(t.limit, tenant_demand[t.name]))
+                                            for t in tenants])
+    out = {}
+    for t, share in zip(tenants, tenant_shares, strict=True):
+        mine = [q for q in queues if q.tenant == t.name]
+        for q, s in zip(mine, oracle_level(round(share), [(q.weight, q.guarantee.get(GPU, 0),
+                                                            cap(q.limit, demand[q.name])) for q in mine]),
+                        strict=True):
+            out[q.name] = s
+    return out
+
+
+@st.composite
+def trees(draw: st.DrawFn) -> tuple[list[TenantInfo], list[QueueInfo], dict[str, int]]:
+    tenants, queues, demand = [], [], {}
+    for t in range(draw(st.integers(1, 4))):
+        guarantee = {GPU: draw(st.sampled_from([0, 8, 16]))}
+        limit = draw(st.sampled_from([{}, {GPU: 24}, {GPU: 40}]))
+        if limit and guarantee[GPU] > limit[GPU]:
+            guarantee = {}
+        tenants.append(TenantInfo(f"t{t}", draw(st.integers(1, 4)), guarantee, limit))
+        for q in range(draw(st.integers(1, 3))):
+            name = f"t{t}q{q}"
+            qlimit = draw(st.sampled_from([{}, {}, {GPU: 12}, {GPU: 28}]))
+            queues.append(QueueInfo(name, f"t{t}", draw(st.integers(1, 4)),
+                                    guarantee={GPU: draw(st.sampled_from([0, 0, 8]))}, limit=qlimit))
+            demand[name] = JOB * draw(st.sampled_from([2, 6, 40]))  # some queues want little, most flood
+    return tenants, queues, demand
+
+
+def cycle(tenants: list[TenantInfo], queues: list[QueueInfo], demand: dict[str, int],
+          running: list[RunningJob], seq: int) -> tuple[list[RunningJob], int]:
+    """One cycle with every queue's unmet demand pending; the jobs running after it."""
+    pending = []
+    for q in queues:
+        held = sum(r.request[GPU] for r in running if r.queue == q.name)
+        for _ in range((demand[q.name] - held) // JOB):
+            seq += 1
+            pending.append(PendingJob(JobView(f"{q.name}-{seq}", {GPU: JOB}, {GPU: JOB}), q.name, 0, seq))
+    free = CAPACITY - sum(r.request[GPU] for r in running)
+    view = ClusterView("c", {}, {GPU: free}, [TierFree(0, "node", {GPU: min(free, 8)})], capacity={GPU: CAPACITY})
+    d = schedule(Snapshot(tenants, queues, pending, running, [view], {GPU: CAPACITY}))
+    by_id = {p.id: p for p in pending}
+    started = [RunningJob(i, by_id[i].queue, "c", 0, by_id[i].seq, {GPU: JOB}, preemptible=False) for i in d.assign]
+    return running + started, seq
+
+
+def assert_near_oracle(tenants: list[TenantInfo], queues: list[QueueInfo], demand: dict[str, int],
+                       running: list[RunningJob]) -> None:
+    want = oracle(tenants, queues, demand)
+    held = {q.name: sum(r.request[GPU] for r in running if r.queue == q.name) for q in queues}
+    off = {q: (held[q], round(w, 2)) for q, w in want.items() if abs(held[q] - w) > JOB + 1e-6}
+    assert not off, f"queues more than one job from the oracle (held, oracle): {off}; held {held}, demand {demand}"
+
+
+@settings(max_examples=150, deadline=None, print_blob=True)
+@given(trees(), st.integers(0, 2**32 - 1))
+def test_a_flood_converges_to_the_water_filling_oracle_in_one_cycle_and_under_churn(
+        tree: tuple[list[TenantInfo], list[QueueInfo], dict[str, int]], seed: int) -> None:
+    tenants, queues, demand = tree
+    running, seq = cycle(tenants, queues, demand, [], 0)
+    assert_near_oracle(tenants, queues, demand, running)
+    rng = random.Random(seed)
+    for _ in range(5):  # churn: a random third of the jobs end, the floods refill the queues
+        running = [r for r in running if rng.random() > 1 / 3]
+        running, seq = cycle(tenants, queues, demand, running, seq)
+        assert_near_oracle(tenants, queues, demand, running)
+
+
+def test_two_levels_from_the_issue_land_on_8_24_32() -> None:
+    """t1 (queues 1:3) and t2 (one queue), equal weights, flooded with 4-GPU jobs on 64 GPUs."""
+    tenants = [TenantInfo("t1"), TenantInfo("t2")]
+    queues = [QueueInfo("a", "t1", 1), QueueInfo("b", "t1", 3), QueueInfo("c", "t2")]
+    demand = {"a": 400, "b": 400, "c": 400}
+    running, _ = cycle(tenants, queues, demand, [], 0)
+    held = {q.name: sum(r.request[GPU] for r in running if r.queue == q.name) for q in queues}
+    assert held == {"a": 8, "b": 24, "c": 32}
