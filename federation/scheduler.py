@@ -26,11 +26,12 @@ from federation.scheduling.cycle import (
     RunningJob,
     Snapshot,
     TenantInfo,
+    inadmissible,
     schedule,
     shares,
 )
 from federation.scheduling.fairshare import dominant_share
-from federation.scheduling.fit import ClusterState, ClusterView, TierFree, explain
+from federation.scheduling.fit import ClusterState, ClusterView, JobView, TierFree, explain
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import PriorityClass, Queue, Tenant
@@ -67,6 +68,15 @@ def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:
             for r, a in job.request.items():
                 totals[r] = totals.get(r, 0) + a
     return out
+
+
+def _tenant_info(t: Mapping[str, Any]) -> TenantInfo:
+    return TenantInfo(t["name"], t["weight"], t["guarantee"], t["limit"], t["disabled"])
+
+
+def _queue_info(q: Mapping[str, Any]) -> QueueInfo:
+    return QueueInfo(q["name"], q["tenant"], q["weight"], q["priority"], q["guarantee"], q["limit"], q["reclaimable"],
+                     q["state"])
 
 
 class _Expiring(Generic[K, V]):
@@ -176,10 +186,8 @@ class Scheduler:
                 capacity[r] = capacity.get(r, 0) + a
                 metrics.CLUSTER_UTILISATION.labels(c["name"], r).set((inv.get("used") or {}).get(r, 0) / a if a else 0)
         return Snapshot(
-            tenants=[TenantInfo(t["name"], t["weight"], t["guarantee"], t["limit"], t["disabled"])
-                     for t in await self.admin.list(Tenant)],
-            queues=[QueueInfo(q["name"], q["tenant"], q["weight"], q["priority"], q["guarantee"], q["limit"],
-                              q["reclaimable"], q["state"]) for q in await self.admin.list(Queue)],
+            tenants=[_tenant_info(t) for t in await self.admin.list(Tenant)],
+            queues=[_queue_info(q) for q in await self.admin.list(Queue)],
             pending=pending,
             running=[RunningJob(j.id, j.queue, j.cluster, j.priority, j.seq, j.request,
                                 bool(classes.get(j.priority_class, {}).get("preemptible", True))) for j in active],
@@ -243,6 +251,13 @@ class Scheduler:
             dominant_share=share if share != float("inf") else -1.0,
             pending=sum(1 for j in snapshot.pending if j.queue == name),
             running=sum(1 for j in snapshot.running if j.queue == name))
+
+    async def inadmissible(self, jobs: Sequence[tuple[JobView, Mapping[str, Any], Mapping[str, Any]]]) -> list[str]:
+        """For each (job, queue row, tenant row), why it could not run as the federation stands ("" if it
+        could): what SubmitJob tells the submitter, and refuses when asked to."""
+        rows, _ = await self.admin.clusters(self.heartbeat_timeout)
+        views = [cluster_view(c, {}) for c in rows if c["live"] and not c["cordoned"]]
+        return [inadmissible(view, views, _queue_info(q), _tenant_info(t)) or "" for view, q, t in jobs]
 
     async def explain(self, row: Mapping[str, Any]) -> list[tuple[str, str | None]]:
         """For a waiting job, each cluster and why it does not fit there now (None: it does)."""

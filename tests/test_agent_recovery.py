@@ -287,3 +287,24 @@ async def test_without_a_policy_a_gang_found_in_pieces_is_placed_again_whole() -
     assert bound.type == agent_pb2.BOUND and len(bound.placements) == 4 and "adopted" not in bound.reason
     assert backend.deleted == [None]  # the pieces went first
     assert sum(8 - f[GPU] for f in agent.state.free.values()) == 32  # counted once: the new gang's
+
+
+async def test_a_gang_started_at_its_minimum_takes_its_other_replicas_when_room_comes() -> None:
+    agent = make_agent()
+    blocker = common_pb2.Job(id="blocker-1", spec=common_pb2.JobSpec(name="blocker", queue="q", tasks=[
+        common_pb2.TaskSpec(name="w", replicas=30, resources={GPU: "8"})]))
+    await agent.assign(blocker, attempt=1)  # 30 of the 32 nodes
+    elastic = common_pb2.Job(id="elastic-1", spec=common_pb2.JobSpec(name="elastic", queue="q", min_available=2, tasks=[
+        common_pb2.TaskSpec(name="worker", replicas=4, resources={GPU: "8"})]))
+    await agent.assign(elastic, attempt=1)
+    bound = updates(agent)[-1]
+    assert bound.type == agent_pb2.BOUND and len(bound.placements) == 2  # the minimum, as Volcano binds it
+    await agent.remove("blocker-1", 1, "done")
+    await settle(agent)
+    grown = [u for u in updates(agent) if u.type == agent_pb2.PODS_ADDED]
+    assert len(grown) == 1 and sorted(p.index for p in grown[0].placements) == [0, 1, 2, 3]
+    assert grown[0].reason == "2 more replicas joined (4 running)"
+    for i in range(4):
+        agent.pod_phase("elastic-1", 1, "worker", i, "Succeeded", "completed")
+    await settle(agent)
+    assert updates(agent)[-1].type == agent_pb2.JOB_SUCCEEDED

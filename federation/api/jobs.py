@@ -18,6 +18,7 @@ from federation.api.status import servicer
 from federation.auth import RateLimiter, current, require_sees
 from federation.errors import FailedPrecondition, InvalidArgument
 from federation.events import EventHub
+from federation.jobcache import job_view
 from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.jobs import WAITING_PHASES, JobStore, NewJob
@@ -105,13 +106,27 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                 request=check.minimum, spec=convert.spec_to_json(spec), request_id=spec.request_id, reason=reason))
         return out
 
+    async def _admissibility(self, new: Sequence[NewJob], paths: Sequence[str], reject: bool) -> list[str]:
+        """Why each job could not run as the federation stands ("" if it could). Such a job is accepted,
+        since capacity may come, unless the caller asked to refuse it: then nothing is stored."""
+        queues = {q["name"]: q for q in await self.admin.list(Queue)}
+        tenants = {t["name"]: t for t in await self.admin.list(Tenant)}
+        reasons = await self.scheduler.inadmissible([
+            (job_view({"id": n.name, "request": n.request, "spec": n.spec}), queues[n.queue], tenants[n.tenant])
+            for n in new])
+        refused = [(path, why) for path, why in zip(paths, reasons, strict=True) if why]
+        if reject and refused:
+            raise FailedPrecondition("; ".join(f"{path}: {why}" for path, why in refused))
+        return reasons
+
     async def SubmitJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.limiter.take(current(), 1)
         (new,) = await self._prepare([request.spec], ["spec"])
+        (why,) = await self._admissibility([new], ["spec"], request.reject_inadmissible)
         (result,) = await self.jobs.submit([new])
         self.on_change()
         job = convert.job_to_proto(await self.jobs.get(result.job_id))
-        return jobs_pb2.SubmitJobResponse(job=job, duplicate=result.duplicate)
+        return jobs_pb2.SubmitJobResponse(job=job, duplicate=result.duplicate, inadmissible=why)
 
     async def SubmitJobs(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         if not request.specs:
@@ -119,11 +134,14 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         if len(request.specs) > MAX_BATCH:
             raise InvalidArgument([Violation("specs", f"at most {MAX_BATCH} jobs per batch, got {len(request.specs)}")])
         self.limiter.take(current(), len(request.specs))
-        new = await self._prepare(request.specs, [f"specs[{i}]" for i in range(len(request.specs))])
+        paths = [f"specs[{i}]" for i in range(len(request.specs))]
+        new = await self._prepare(request.specs, paths)
+        reasons = await self._admissibility(new, paths, request.reject_inadmissible)
         results = await self.jobs.submit(new)
         self.on_change()
         return jobs_pb2.SubmitJobsResponse(results=[
-            jobs_pb2.SubmitJobResult(job_id=r.job_id, duplicate=r.duplicate) for r in results])
+            jobs_pb2.SubmitJobResult(job_id=r.job_id, duplicate=r.duplicate, inadmissible=why)
+            for r, why in zip(results, reasons, strict=True)])
 
     async def GetJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return convert.job_to_proto(await self._job(request.id))

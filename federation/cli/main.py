@@ -167,12 +167,16 @@ def _read_manifests(files: tuple[Path, ...]) -> Iterator[Document]:
 
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True))
+@click.option("--reject-inadmissible", is_flag=True,
+              help="Refuse the jobs if one of them cannot run as the federation stands (no cluster could hold it, "
+                   "or it is over its queue's or tenant's limit by itself), instead of accepting it to wait.")
 @_format_option
 @pass_client
-def submit(client: Client, files: tuple[Path, ...], fmt: str) -> None:
+def submit(client: Client, files: tuple[Path, ...], reject_inadmissible: bool, fmt: str) -> None:
     """Submit the Volcano Job manifests in FILES (several documents per file allowed).
 
-    All jobs are accepted together or none is.
+    All jobs are accepted together or none is. A job that cannot run as the federation stands is accepted
+    with a warning (capacity may come), unless --reject-inadmissible.
     """
     converted = [job_from_document(doc) for doc in _read_manifests(files)]
     if not converted:
@@ -181,9 +185,14 @@ def submit(client: Client, files: tuple[Path, ...], fmt: str) -> None:
         for warning in c.warnings:
             click.echo(f"fedctl: warning: {warning}", err=True)
     try:
-        response = client.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=[c.message for c in converted]))
+        response = client.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(
+            specs=[c.message for c in converted], reject_inadmissible=reject_inadmissible))
     except grpc.RpcError as err:
         fail(_located(err, converted, client.server))
+    for c, result in zip(converted, response.results, strict=True):
+        if result.inadmissible:
+            click.echo(f"fedctl: warning: {c.doc.file}:{c.doc.start_line}: job/{result.job_id} {result.inadmissible}; "
+                       "it waits until the federation can hold it", err=True)
     if fmt != "table":
         output.emit(fmt, [response], response)
         return
@@ -193,7 +202,14 @@ def submit(client: Client, files: tuple[Path, ...], fmt: str) -> None:
 
 
 def _located(err: grpc.RpcError, converted: list[Converted], server: str) -> list[str]:
-    """Server errors about `specs[i].field` shown at the file and line of that field."""
+    """Server errors about `specs[i].field` shown at the file and line of that field (or of the job)."""
+    if err.code() == grpc.StatusCode.FAILED_PRECONDITION and (err.details() or "").startswith("specs["):
+        lines = []
+        for part in (err.details() or "").split("; specs["):
+            index, _, why = part.removeprefix("specs[").partition("]: ")
+            c = converted[int(index)] if index.isdigit() and int(index) < len(converted) else None
+            lines.append(f"{c.doc.file}:{c.doc.start_line}: {why}" if c else part)
+        return lines
     lines = []
     for v in field_violations(err):
         index, _, rest = v.field.removeprefix("specs[").partition("]")

@@ -356,16 +356,8 @@ class _Cycle:
         shape = job.view.shape
         if shape not in self._cannot_run:
             self._cannot_run[shape] = cannot_run(job.view, self.snap.clusters)
-        why = self._cannot_run[shape]
-        if why:
-            return why
         q = self.queues[queue]
-        for owner, limit in ((f"queue {queue}", q.limit), (f"tenant {q.tenant}", self.tenants[q.tenant].limit)):
-            over = {r: cap for r, cap in limit.items() if job.view.request.get(r, 0) > cap}
-            if over:
-                need = {r: job.view.request[r] for r in over}
-                return f"cannot run: needs {_fmt(need)}, more than {owner}'s limit {_fmt(over)}"
-        return None
+        return self._cannot_run[shape] or over_own_limit(job.view, q, self.tenants[q.tenant])
 
     def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int:
         """Give a reason to each job from `start` on that certainly must wait; return where that stops.
@@ -484,6 +476,21 @@ class _Cycle:
             options.append((-min((self.clusters.free_of(name, r) / a for r, a in job.request.items() if a),
                                  default=0), name))
         return min(options)[1] if options else None
+
+
+def over_own_limit(job: JobView, queue: QueueInfo, tenant: TenantInfo) -> str | None:
+    """Why the gang alone is more than its queue's or tenant's limit allows (it could never run under it)."""
+    for owner, limit in ((f"queue {queue.name}", queue.limit), (f"tenant {tenant.name}", tenant.limit)):
+        over = {r: cap for r, cap in limit.items() if job.request.get(r, 0) > cap}
+        if over:
+            need = {r: job.request[r] for r in over}
+            return f"cannot run: needs {_fmt(need)}, more than {owner}'s limit {_fmt(over)}"
+    return None
+
+
+def inadmissible(job: JobView, clusters: Sequence[ClusterView], queue: QueueInfo, tenant: TenantInfo) -> str | None:
+    """Why the gang could not run as the federation stands, even were nothing else running; None if it could."""
+    return cannot_run(job, clusters) or over_own_limit(job, queue, tenant)
 
 
 def schedule(snapshot: Snapshot) -> Decisions:

@@ -398,7 +398,7 @@ class JobStore:
         """Apply an agent's JobUpdate, fenced by cluster and attempt; a repeat or a stale one changes nothing."""
         async with self.engine.begin() as conn:
             row = (await conn.execute(select(Job).where(Job.id == u.job_id).with_for_update())).mappings().first()
-            alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED)
+            alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED, agent_pb2.PODS_ADDED)
             if row is None or row["cluster"] != cluster or row["attempt"] != u.attempt:
                 # Stale: another attempt, or another cluster, owns the job now (it was preempted or
                 # moved while this agent was away); whatever the agent still runs of it must stop.
@@ -430,6 +430,12 @@ class JobStore:
                           "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); "
                                     f"restarted {u.retries} time(s), last: {u.reason}"}
                 event, message = "PodRestarted", u.reason
+            elif kind == agent_pb2.PODS_ADDED and phase == "RUNNING" and len(u.placements) > len(row["placements"]):
+                values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier,
+                          "placements": _placements(u), "request": gangs.bound(_spec(row["spec"]), _placements(u)),
+                          "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); "
+                                    f"{len(u.placements)} pods"}
+                event, message = "PodsAdded", u.reason
             elif kind == agent_pb2.POD_FAILED:
                 pods = ", ".join(f"{p.task}[{p.index}] on {p.node}" for p in u.placements)
                 await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "PodFailed", phase,

@@ -123,13 +123,47 @@ class Agent:
             cluster=self.cluster, labels=self.labels, agent_version=self.version, jobs=list(self.reports.values())))
 
     def capacity_changed(self) -> None:
-        """The cluster changed under us: send a fresh inventory soon, once for a burst of changes."""
+        """The cluster changed under us: send a fresh inventory soon, once for a burst of changes; and see
+        whether replicas beyond a gang's minimum fit now."""
         if self._inventory_due is None:
             self._inventory_due = asyncio.get_running_loop().call_later(INVENTORY_DELAY, self._send_inventory)
 
     def _send_inventory(self) -> None:
         self._inventory_due = None
         self._send(self.inventory())
+        if any(_short(job) for job in self.jobs.values()):
+            self._spawn(self._grow())
+
+    async def _grow(self) -> None:
+        """Place the replicas a running gang was started without (it started at its minimum), where they
+        fit under the HyperNode holding the rest, as Volcano binds them when room comes."""
+        async with self._action_lock:
+            for job in list(self.jobs.values()):
+                if not _short(job) or job.waiting or job.done or self.jobs.get(job.job.id) is not job:
+                    continue
+                placement = place(self.state, gang_request(job.job.spec, self.state.topology, running=job.pods))
+                if isinstance(placement, Rejection) or not placement.pods:
+                    continue
+                for pod in placement.pods:
+                    self.state.allocate(pod.node, job.requests[pod.task])
+                try:
+                    await self.backend.bind(job, placement.pods)
+                except BindError as err:
+                    for pod in placement.pods:
+                        self.state.release(pod.node, job.requests[pod.task])
+                    log.info("job %s: %d more replicas could not be bound: %s", job.job.id, len(placement.pods), err)
+                    continue
+                if self.jobs.get(job.job.id) is not job:  # removed while binding: its new pods go too
+                    await self.backend.delete(job, placement.pods)
+                    continue
+                PODS_BOUND.inc(len(placement.pods))
+                job.pods += placement.pods
+                job.hypernode, job.tier = placement.hypernode, placement.tier
+                self._send(self.inventory())
+                self._report(agent_pb2.JobUpdate(
+                    job_id=job.job.id, attempt=job.attempt, type=agent_pb2.PODS_ADDED,
+                    reason=f"{len(placement.pods)} more replicas joined ({len(job.pods)} running)",
+                    hypernode=job.hypernode, tier=job.tier, retries=job.retries, placements=_placements(job.pods)))
 
     def inventory(self) -> agent_pb2.AgentMessage:
         self._inventory_sent = time.monotonic()
@@ -275,7 +309,7 @@ class Agent:
         if current is None or current.attempt != attempt:
             return
         await self._release(current)
-        self._send(self.inventory())
+        self._send_inventory()
         log.info("removed job %s attempt %d: %s", job_id, attempt, reason)
 
     async def _release(self, job: AgentJob) -> None:
@@ -300,7 +334,7 @@ class Agent:
         # counts them as the job's: that would hand them to whoever is next, not to the queue they are owed to.
         self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, reason=reason,
                                          type=agent_pb2.JOB_SUCCEEDED if succeeded else agent_pb2.JOB_FAILED))
-        self._send(self.inventory())
+        self._send_inventory()
 
     # -- pod events and faults -------------------------------------------------------------
 
@@ -465,6 +499,11 @@ class Agent:
 
 
 PHASE_EVENTS = {"Failed": "PodFailed", "Evicted": "PodEvicted", "Unknown": "Unknown"}
+
+
+def _short(job: AgentJob) -> bool:
+    """Whether the gang runs fewer replicas than it has (it started at its minimum)."""
+    return len(job.pods) < sum(t.replicas for t in job.job.spec.tasks)
 
 
 def _live(job: AgentJob, task: str, index: int) -> PodPlacement | None:

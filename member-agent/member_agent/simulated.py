@@ -105,6 +105,7 @@ class SimulatedBackend:
         self.default_duration = default_duration
         self.tasks: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (job, task) -> its completion
         self.starting: dict[tuple[str, str, int], asyncio.Handle] = {}  # (job, task, index) -> its start
+        self.members: dict[tuple[str, str], set[int]] = {}  # (job, task) -> the indices its completion ends
         self._on_pod: Callable[[str, int, str, int, str, str], object] = lambda *_: None
 
     def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
@@ -117,39 +118,42 @@ class SimulatedBackend:
 
     async def bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
         """Each pod runs after its task's start delay. A task runs for its duration from when all its
-        pods are bound (again, after a restart of the whole task); a single restarted pod rejoins the
-        run under way."""
+        pods are bound (again, after a restart of the whole task); a single restarted pod, or a replica
+        joining a gang that started at its minimum, rejoins the run under way."""
         loop = asyncio.get_running_loop()
         job_id, attempt = job.job.id, job.attempt
         bound = {(p.task, p.index) for p in pods}
         for task in sorted({p.task for p in pods}):
             delay = _seconds(annotation(job.job.spec, task, START_DELAY_ANNOTATION), 0.0)
+            members = self.members.setdefault((job_id, task), set())
             for pod in pods:
                 if pod.task == task:
+                    members.add(pod.index)
                     self.starting[(job_id, task, pod.index)] = loop.call_later(
                         delay, self._started, job_id, attempt, task, pod.index)
             if all((p.task, p.index) in bound for p in job.pods if p.task == task):
                 self._cancel(self.tasks.pop((job_id, task), None))
-                indices = sorted(p.index for p in job.pods if p.task == task)
                 self.tasks[(job_id, task)] = loop.call_later(
-                    delay + self.duration(job, task), self._complete, job_id, attempt, task, indices)
+                    delay + self.duration(job, task), self._complete, job_id, attempt, task)
 
     def _started(self, job_id: str, attempt: int, task: str, index: int) -> None:
         self.starting.pop((job_id, task, index), None)
         self._on_pod(job_id, attempt, task, index, "Running", "")
 
-    def _complete(self, job_id: str, attempt: int, task: str, indices: list[int]) -> None:
+    def _complete(self, job_id: str, attempt: int, task: str) -> None:
         self.tasks.pop((job_id, task), None)
-        for index in indices:
+        for index in sorted(self.members.pop((job_id, task), set())):
             self._on_pod(job_id, attempt, task, index, "Succeeded", "completed")
 
     async def delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None = None) -> None:
         job_id = job.job.id
         for pod in job.pods if pods is None else pods:
             self._cancel(self.starting.pop((job_id, pod.task, pod.index), None))
+            self.members.get((job_id, pod.task), set()).discard(pod.index)
         if pods is None:
             for task in {t.name for t in job.job.spec.tasks}:
                 self._cancel(self.tasks.pop((job_id, task), None))
+                self.members.pop((job_id, task), None)
 
     async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
         return []  # simulated pods live in the agent's memory: none outlive it
