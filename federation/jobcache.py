@@ -119,12 +119,14 @@ class JobCache:
         self._cursor = cursor
 
     async def _add_waiting(self, rows: list[Any]) -> None:
-        """Add these waiting jobs, with the views made from their specs."""
+        """Add these waiting jobs, with the views made from their specs (and, for preempted ones, why)."""
         for start in range(0, len(rows), BATCH):
             batch = rows[start:start + BATCH]
             specs = await self.jobs.specs([r["id"] for r in batch])
+            causes = await self.jobs.preemption_causes([r["id"] for r in batch if r["phase"] == "PREEMPTED"])
             for r in batch:
-                self.waiting[r["id"]] = PendingJob(job_view(specs[r["id"]]), r["queue"], r["priority"], r["seq"])
+                self.waiting[r["id"]] = PendingJob(job_view(specs[r["id"]]), r["queue"], r["priority"], r["seq"],
+                                                   causes.get(r["id"], ""))
                 self.reasons[r["id"]] = r["reason"]
 
     def _add_holding(self, rows: list[Any]) -> None:

@@ -141,6 +141,7 @@ class Scheduler:
         self._making_room: _Expiring[str, str] = _Expiring(ROOM_MEMORY)  # job -> cluster preempted for it
         self.cache = JobCache(jobs)
         self.steps: dict[str, float] = {}  # of the last cycle: seconds per step
+        self.held: dict[str, tuple[dict[str, int], list[str]]] = {}  # cluster -> room reserved, for which jobs
         self._cycles = 0
         self._leading = False
 
@@ -203,6 +204,12 @@ class Scheduler:
         clock.step("snapshot")
         decisions = schedule(snapshot)
         clock.step("decide")
+        self.held = {}
+        for job_id, cluster in decisions.reserved.items():
+            room, holders = self.held.setdefault(cluster, ({}, []))
+            holders.append(job_id)
+            for r, a in self.cache.waiting[job_id].view.request.items():
+                room[r] = room.get(r, 0) + a
         for job_id, cluster in decisions.making_room.items():
             self._making_room.put(job_id, cluster)
         for job_id in decisions.assign:
@@ -264,4 +271,11 @@ class Scheduler:
         inflight = _inflight([HoldingJob(**r) for r in await self.jobs.holding()])
         states = [ClusterState(cluster_view(c, inflight.get(c["name"], {})), c["live"], c["cordoned"])
                   for c in (await self.admin.clusters(self.heartbeat_timeout))[0]]
-        return explain(job_view(row), states, self._recent_refusals().get(row["id"], {}))
+        held = {}
+        for cluster, (room, holders) in self.held.items():
+            others = [h for h in holders if h != row["id"]]
+            if others:  # what the job would find free were it not held for the others
+                own = self.cache.waiting[row["id"]].view.request if row["id"] in holders and \
+                    row["id"] in self.cache.waiting else {}
+                held[cluster] = ({r: a - own.get(r, 0) for r, a in room.items()}, others[0])
+        return explain(job_view(row), states, self._recent_refusals().get(row["id"], {}), held)

@@ -254,3 +254,12 @@ def test_a_queue_that_does_not_reclaim_says_which_rule_stopped_it() -> None:
     d = schedule(snap(tenants, locked, [job("need", "mine", 16, 9)], [cluster("c1", 0)], loose, capacity=64))
     assert d.preempt == {}
     assert d.waiting["need"].endswith("not reclaimed: no reclaimable queue holds more than its deserved share")
+
+
+def test_a_preempted_job_says_who_preempted_it_until_it_runs_again() -> None:
+    cause = "reclaimed for need-7 (priority 0) in queue mine"
+    pending = [PendingJob(JobView("victim", {GPU: 16}, {GPU: 8}), "q", 0, 1, cause)]
+    d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], pending, [cluster("c1", 8)], capacity=8))
+    assert d.waiting["victim"].startswith(f"{cause}; ")
+    d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], pending, [cluster("c1", 16)]))
+    assert d.assign == {"victim": "c1"} and "victim" not in d.waiting

@@ -35,3 +35,14 @@ def test_explain_gives_each_cluster_its_verdict() -> None:
         ("h100", "rejected it recently: stale"),
         ("shut", "cordoned")]
     assert explain(job, states[:1]) == [("h100", None)]
+
+
+def test_explain_never_says_fits_now_where_the_room_is_reserved_for_another() -> None:
+    from federation.scheduling.fit import ClusterState, explain
+
+    job = JobView("small", {GPU: 16}, {GPU: 8})
+    state = [ClusterState(H100, ready=True, cordoned=False)]  # 64 free
+    assert explain(job, state) == [("h100", None)]
+    assert explain(job, state, held={"h100": ({GPU: 56}, "wide-3")}) == [
+        ("h100", "the room it needs is reserved for wide-3")]
+    assert explain(job, state, held={"h100": ({GPU: 48}, "wide-3")}) == [("h100", None)]  # room enough beside it

@@ -52,6 +52,7 @@ class PendingJob:
     queue: str
     priority: int
     seq: int
+    cause: str = ""  # why it was preempted, when it was: kept at the front of its reason until it runs again
     # Derived, as fields rather than properties: read hundreds of thousands of times a cycle.
     id: str = field(init=False, compare=False)
     rank: tuple[int, int] = field(init=False, compare=False)  # place in its queue: priority, then submission
@@ -126,6 +127,7 @@ class _Cycle:
         self.pool = PreemptiblePool(self.clusters, sorted(self.queues))
         self.out = Decisions()
         self.remembered = snap.making_room.keys() | snap.refused.keys()  # jobs a past cycle's outcome follows
+        self.preempted = [job for job in snap.pending if job.cause]
         self.over_share: set[str] = set()  # reclaimable queues holding more than they deserve (once shares are known)
         self.lowered: set[str] = set()  # queues whose tenant's usage a preemption lowered since the last turn
         self.heads_reserving: set[str] = set()  # queues whose head has had its turn at reclaim and reservation
@@ -335,6 +337,10 @@ class _Cycle:
                 if other in by_queue and other != queue:
                     push(other)
             self.lowered.clear()
+        for job in self.preempted:
+            why = self.out.waiting.get(job.id)
+            if why is not None:
+                self.out.waiting[job.id] = f"{job.cause}; {why}"
         self.out.usage = self.queue_usage
         return self.out
 

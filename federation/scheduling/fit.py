@@ -144,9 +144,11 @@ class ClusterState:
     cordoned: bool
 
 
-def explain(job: JobView, clusters: Sequence[ClusterState],
-            refused: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
-    """For each cluster, by name: None when the job fits there now, else why not."""
+def explain(job: JobView, clusters: Sequence[ClusterState], refused: Mapping[str, str] | None = None,
+            held: Mapping[str, tuple[Resources, str]] | None = None) -> list[tuple[str, str | None]]:
+    """For each cluster, by name: None when the job fits there now, else why not. `held`: per cluster, the
+    room the last cycle reserved there for other waiting jobs, and the first of them; a job that fits only
+    in that room does not fit now."""
     out = []
     for c in sorted(clusters, key=lambda c: c.view.name):
         if not c.ready:
@@ -155,5 +157,10 @@ def explain(job: JobView, clusters: Sequence[ClusterState],
             why = "cordoned"
         else:
             why = (refused or {}).get(c.view.name) or check(job, c.view)
+            room, holder = (held or {}).get(c.view.name, ({}, ""))
+            if why is None and room:
+                left = {r: a - room.get(r, 0) for r, a in c.view.free.items()}
+                if not covers(left, job.request):
+                    why = f"the room it needs is reserved for {holder}"
         out.append((c.view.name, why))
     return out

@@ -263,12 +263,22 @@ class JobStore:
         each (`specs`) across cycles rather than decoding a hundred thousand of them every second.
         `ids`: only those of these jobs that are waiting.
         """
-        query = (select(Job.id, Job.queue, Job.priority, Job.seq, Job.reason)
+        query = (select(Job.id, Job.queue, Job.priority, Job.seq, Job.reason, Job.phase)
                  .where(Job.phase.in_(WAITING_PHASES)).order_by(Job.priority.desc(), Job.seq).limit(limit))
         if ids is not None:
             query = query.where(Job.id == func.any(list(ids)))
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
+
+    async def preemption_causes(self, ids: Sequence[str]) -> dict[str, str]:
+        """Why each of these jobs was last preempted: its latest Preempted event's message."""
+        if not ids:
+            return {}
+        query = (select(JobEvent.job_id, JobEvent.message).where(JobEvent.job_id == func.any(list(ids)),
+                                                                  JobEvent.type == "Preempted")
+                 .order_by(JobEvent.job_id, JobEvent.seq.desc()).distinct(JobEvent.job_id))
+        async with self.engine.connect() as conn:
+            return {r["job_id"]: r["message"] for r in (await conn.execute(query)).mappings().all()}
 
     async def specs(self, ids: Sequence[str]) -> dict[str, Any]:
         """Id, request and spec of each job."""
