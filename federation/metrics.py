@@ -14,6 +14,10 @@ JOBS_PREEMPTED = Counter("federation_jobs_preempted_total", "Running jobs preemp
 QUEUE_PENDING = Gauge("federation_queue_pending_jobs", "Jobs waiting in a queue.", ["queue"])
 QUEUE_DOMINANT_SHARE = Gauge("federation_queue_dominant_share",
                              "Largest share of its deserved resources a queue uses.", ["queue"])
+QUEUE_USAGE = Gauge("federation_queue_usage", "What each queue's running jobs hold, by resource (and "
+                    "resource@flavor), canonical units (cpu in millicores).", ["queue", "resource"])
+QUEUE_DESERVED = Gauge("federation_queue_deserved", "Each queue's deserved share, by resource (and resource@flavor), "
+                       "canonical units.", ["queue", "resource"])
 CLUSTER_UTILISATION = Gauge("federation_cluster_utilisation", "Used / allocatable per resource.",
                             ["cluster", "resource"])
 

@@ -17,6 +17,12 @@ _BYTE_RESOURCES = ("memory", "ephemeral-storage")
 _BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
 Resources = dict[str, int]
+FLAVOR = "@"  # "nvidia.com/gpu@h100": that resource on the clusters of flavor h100 (quotas and shares only)
+
+
+def base(resource: str) -> str:
+    """The resource a (possibly flavored) name is of."""
+    return resource.partition(FLAVOR)[0]
 
 
 class QuantityError(ValueError):
@@ -25,6 +31,7 @@ class QuantityError(ValueError):
 
 def parse_amount(resource: str, quantity: str | int | float) -> int:
     """Parse one quantity into the canonical integer for `resource`."""
+    resource = base(resource)
     try:
         value = parse_quantity(quantity)
     except (ValueError, TypeError) as err:
@@ -53,6 +60,7 @@ def _is_bytes(resource: str) -> bool:
 
 def format_amount(resource: str, amount: int) -> str:
     """The shortest exact quantity string for a canonical amount."""
+    resource = base(resource)
     if resource == CPU:
         return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
     if _is_bytes(resource) and amount:

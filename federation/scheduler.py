@@ -32,9 +32,10 @@ from federation.scheduling.cycle import (
 )
 from federation.scheduling.fairshare import dominant_share
 from federation.scheduling.fit import ClusterState, ClusterView, JobView, TierFree, explain
+from federation.scheduling.flavors import FlavorInfo
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
-from federation.store.models import PriorityClass, Queue, Tenant
+from federation.store.models import Flavor, PriorityClass, Queue, Tenant
 from federation.v1 import admin_pb2
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def _tenant_info(t: Mapping[str, Any]) -> TenantInfo:
 
 def _queue_info(q: Mapping[str, Any]) -> QueueInfo:
     return QueueInfo(q["name"], q["tenant"], q["weight"], q["priority"], q["guarantee"], q["limit"], q["reclaimable"],
-                     q["state"])
+                     q["state"], tuple(q["flavors"]))
 
 
 class _Expiring(Generic[K, V]):
@@ -196,6 +197,9 @@ class Scheduler:
             capacity=capacity,
             refused=self._recent_refusals(),
             making_room=self._making_room.live(),
+            flavors=[FlavorInfo(f["name"], f["resource"], f["cluster_selector"])
+                     for f in await self.admin.list(Flavor)],
+            labels={c["name"]: c["labels"] for c in rows},
         )
 
     async def cycle(self) -> Decisions:
@@ -242,8 +246,12 @@ class Scheduler:
             metrics.QUEUE_PENDING.labels(queue).set(count)
         assert decisions.shares is not None
         for queue, usage in decisions.usage.items():
-            share = dominant_share(usage, decisions.shares.queues.get(queue, {}))
+            deserved = decisions.shares.queues.get(queue, {})
+            share = dominant_share(usage, deserved)
             metrics.QUEUE_DOMINANT_SHARE.labels(queue).set(share if share != float("inf") else -1)
+            for resource in {*usage, *deserved}:  # per resource, and per flavor of it
+                metrics.QUEUE_USAGE.labels(queue, resource).set(usage.get(resource, 0))
+                metrics.QUEUE_DESERVED.labels(queue, resource).set(deserved.get(resource, 0))
 
     async def queue_status(self, queue: Mapping[str, Any]) -> admin_pb2.QueueStatus:
         """Usage, deserved share and counts of one queue (its row), computed now as a cycle would."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from federation import gangs
-from federation.resources import QuantityError, Resources, parse_resources
+from federation.resources import FLAVOR, QuantityError, Resources, parse_resources
 from federation.v1 import admin_pb2, common_pb2
 
 MAX_TASKS = 64
@@ -99,13 +99,20 @@ def check_labels(v: Violations, path: str, labels: Mapping[str, str]) -> None:
             v.add(f"{path}[{key!r}]", f"value {value!r} is not a valid label value")
 
 
-def check_resources(v: Violations, path: str, quantities: Mapping[str, str]) -> Resources:
+def check_resources(v: Violations, path: str, quantities: Mapping[str, str], flavored: bool = False) -> Resources:
+    """Quantities by resource name; with `flavored`, a name may also be `<resource>@<flavor>`."""
     if len(quantities) > MAX_MAP_ENTRIES:
         v.add(path, f"has {len(quantities)} entries, at most {MAX_MAP_ENTRIES} are allowed")
         return {}
     out: Resources = {}
     for name, quantity in quantities.items():
-        _check_qualified_key(v, f"{path}[{name!r}]", name)
+        resource, at, flavor = name.partition(FLAVOR)
+        if at and flavored:
+            check_name(v, f"{path}[{name[:64]!r}]", flavor)
+        elif at:
+            v.add(f"{path}[{name[:64]!r}]", "names a flavor; flavors are for quotas, a job asks for the resource")
+            continue
+        _check_qualified_key(v, f"{path}[{name!r}]", resource)
         try:
             out.update(parse_resources({name: quantity}))
         except QuantityError as err:
@@ -287,8 +294,8 @@ def normalise_job_spec(spec: common_pb2.JobSpec) -> None:
 
 
 def _check_quota(v: Violations, path: str, guarantee: Mapping[str, str], limit: Mapping[str, str]) -> None:
-    g = check_resources(v, f"{path}.guarantee", guarantee)
-    lim = check_resources(v, f"{path}.limit", limit)
+    g = check_resources(v, f"{path}.guarantee", guarantee, flavored=True)
+    lim = check_resources(v, f"{path}.limit", limit, flavored=True)
     for name, amount in g.items():
         if name in limit and name in lim and amount > lim[name]:
             v.add(f"{path}.guarantee[{name!r}]", f"guarantee {guarantee[name]} exceeds limit {limit[name]}")
@@ -307,11 +314,26 @@ def check_tenant(v: Violations, path: str, tenant: admin_pb2.Tenant) -> None:
 
 def check_queue(v: Violations, path: str, queue: admin_pb2.Queue) -> None:
     check_name(v, f"{path}.name", queue.name)
+    for i, flavor in enumerate(queue.flavors):
+        check_name(v, f"{path}.flavors[{i}]", flavor)
+    if len(set(queue.flavors)) != len(queue.flavors):
+        v.add(f"{path}.flavors", "names a flavor twice")
     check_name(v, f"{path}.tenant", queue.tenant)
     _check_weight(v, f"{path}.weight", queue.weight)
     _check_quota(v, path, queue.guarantee, queue.limit)
     if queue.state not in admin_pb2.QueueState.values():
         v.add(f"{path}.state", f"{queue.state} is not a queue state")
+
+
+def check_flavor(v: Violations, path: str, flavor: admin_pb2.Flavor) -> None:
+    check_name(v, f"{path}.name", flavor.name)
+    if not flavor.resource:
+        v.add(f"{path}.resource", "is required (e.g. nvidia.com/gpu)")
+    else:
+        _check_qualified_key(v, f"{path}.resource", flavor.resource)
+    if not flavor.cluster_selector:
+        v.add(f"{path}.cluster_selector", "is required: the labels of the clusters that have this flavor")
+    check_labels(v, f"{path}.cluster_selector", flavor.cluster_selector)
 
 
 def check_priority_class(v: Violations, path: str, pc: admin_pb2.PriorityClass) -> None:

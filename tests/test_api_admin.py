@@ -130,3 +130,36 @@ async def test_clusters_list_and_cordon(api: Api) -> None:
     assert not (await api.admin.UncordonCluster(admin_pb2.UncordonClusterRequest(name="h100-east"))).cordoned
     err = await rpc_error(api.admin.CordonCluster(admin_pb2.CordonClusterRequest(name="nowhere")))
     assert err.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_queues_are_reclaimable_unless_told_otherwise(api: Api) -> None:
+    await api.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml")))
+    q = await api.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="a", tenant="ml")))
+    assert q.reclaimable  # as in Volcano, and as the scheduler's model has always assumed
+    q = await api.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(
+        name="b", tenant="ml", reclaimable=False)))
+    assert not q.reclaimable
+
+
+async def test_flavors_and_the_quotas_that_name_them(api: Api) -> None:
+    gpu = "nvidia.com/gpu"
+    flavor = await api.admin.CreateFlavor(admin_pb2.CreateFlavorRequest(flavor=admin_pb2.Flavor(
+        name="h100", resource=gpu, cluster_selector={"accelerator": "h100"})))
+    assert (flavor.name, flavor.resource, dict(flavor.cluster_selector)) == ("h100", gpu, {"accelerator": "h100"})
+    err = await rpc_error(api.admin.CreateFlavor(admin_pb2.CreateFlavorRequest(flavor=admin_pb2.Flavor(
+        name="bad", resource=gpu))))
+    assert violation_fields(err) == ["flavor.cluster_selector"]
+    await api.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(
+        name="ml", guarantee={f"{gpu}@h100": "16"})))
+    q = await api.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(
+        name="serve", tenant="ml", flavors=["h100"], limit={f"{gpu}@h100": "32"})))
+    assert list(q.flavors) == ["h100"] and dict(q.limit) == {f"{gpu}@h100": "32"}
+    for bad, field in ((admin_pb2.Queue(name="x", tenant="ml", flavors=["b200"]), "queue.flavors[0]"),
+                       (admin_pb2.Queue(name="x", tenant="ml", guarantee={"cpu@h100": "4"}),
+                        "queue.guarantee['cpu@h100']")):
+        err = await rpc_error(api.admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=bad)))
+        assert violation_fields(err) == [field]
+    err = await rpc_error(api.admin.DeleteFlavor(admin_pb2.DeleteFlavorRequest(name="h100")))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "still used by ml, serve" in err.details()
+    status = await api.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name="serve"))
+    assert dict(status.deserved) == {}  # no cluster, no demand: nothing deserved yet, per flavor or not

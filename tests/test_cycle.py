@@ -263,3 +263,42 @@ def test_a_preempted_job_says_who_preempted_it_until_it_runs_again() -> None:
     assert d.waiting["victim"].startswith(f"{cause}; ")
     d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], pending, [cluster("c1", 16)]))
     assert d.assign == {"victim": "c1"} and "victim" not in d.waiting
+
+
+def test_flavors_share_each_gpu_model_and_a_guarantee_of_one_model_reclaims_it() -> None:
+    """The issue's example: a queue guaranteed 16 H100 GPUs waits while another tenant holds all 256 of them,
+    because without flavors shares are computed over all 544 GPUs of both models."""
+    from federation.scheduling.flavors import FlavorInfo
+
+    h100 = capacity_cluster("h100", 0, 256, 32, {"accelerator": "h100"})
+    gb300 = capacity_cluster("gb300", 288, 288, 72, {"accelerator": "gb300"})
+    tenants = [TenantInfo("research"), TenantInfo("product")]
+    held = [RunningJob(f"p{i}", "train", "h100", 0, i, {GPU: 8}, preemptible=True) for i in range(32)]
+    want = job("need-h100", "serve", 16, 100, cluster_selector={"accelerator": "h100"})
+
+    def cycle(guarantee: dict, flavors: list) -> object:
+        queues = [QueueInfo("serve", "product", guarantee=guarantee), QueueInfo("train", "research")]
+        return schedule(Snapshot(tenants, queues, [want], held, [h100, gb300], {GPU: 544}, flavors=flavors))
+
+    d = cycle({GPU: 16}, [])
+    assert d.preempt == {}  # research deserves 272 of 544 GPUs: at 256 it is under, so nothing is reclaimed
+    flavors = [FlavorInfo("h100", GPU, {"accelerator": "h100"}), FlavorInfo("gb300", GPU, {"accelerator": "gb300"})]
+    d = cycle({f"{GPU}@h100": 16}, flavors)
+    assert len(d.preempt) == 2 and d.making_room == {"need-h100": "h100"}  # over its H100 share: two gangs back
+    assert d.shares is not None and d.shares.queues["serve"][f"{GPU}@h100"] == 16
+
+
+def test_a_queue_uses_its_flavors_in_its_order_and_never_another() -> None:
+    from federation.scheduling.flavors import FlavorInfo
+
+    flavors = [FlavorInfo("h100", GPU, {"accelerator": "h100"}), FlavorInfo("gb300", GPU, {"accelerator": "gb300"})]
+    clusters = [capacity_cluster("h100", 16, 64, 32, {"accelerator": "h100"}),
+                capacity_cluster("gb300", 64, 64, 64, {"accelerator": "gb300"})]
+    queues = [QueueInfo("q", "t", flavors=("h100", "gb300")), QueueInfo("only", "t", flavors=("gb300",))]
+    pending = [job("a", "q", 16, 1), job("b", "q", 16, 2), job("c", "only", 8, 3)]
+    d = schedule(Snapshot([TenantInfo("t")], queues, pending, [], clusters, {GPU: 128}, flavors=flavors))
+    assert d.assign == {"a": "h100", "b": "gb300", "c": "gb300"}  # h100 first while it has room
+    limited = [QueueInfo("q", "t", limit={f"{GPU}@h100": 8})]
+    d = schedule(Snapshot([TenantInfo("t")], limited, [job("a", "q", 16, 1)], [], clusters, {GPU: 128},
+                          flavors=flavors))
+    assert d.assign == {"a": "gb300"}  # its H100 limit keeps it off h100

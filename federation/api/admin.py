@@ -21,12 +21,13 @@ from federation.auth import current, require_admin, require_sees
 from federation.errors import InvalidArgument
 from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
-from federation.store.models import Base, Cluster, PriorityClass, Queue, Tenant
+from federation.store.models import Base, Cluster, Flavor, PriorityClass, Queue, Tenant
 from federation.store.tokens import TokenStore
 from federation.v1 import admin_pb2, admin_pb2_grpc
 from federation.validation import (
     Violation,
     Violations,
+    check_flavor,
     check_name,
     check_priority_class,
     check_queue,
@@ -47,7 +48,9 @@ class _Kind:
 TENANT = _Kind(Tenant, "tenant", admin_pb2.Tenant, check_tenant, convert.tenant_to_proto, convert.tenant_values,
                ("weight", "guarantee", "limit", "disabled"))
 QUEUE = _Kind(Queue, "queue", admin_pb2.Queue, check_queue, convert.queue_to_proto, convert.queue_values,
-              ("weight", "priority", "guarantee", "limit", "reclaimable", "state"))
+              ("weight", "priority", "guarantee", "limit", "reclaimable", "state", "flavors"))
+FLAVOR = _Kind(Flavor, "flavor", admin_pb2.Flavor, check_flavor, convert.flavor_to_proto, convert.flavor_values,
+               ("resource", "cluster_selector"))
 PRIORITY_CLASS = _Kind(PriorityClass, "priority_class", admin_pb2.PriorityClass, check_priority_class,
                        convert.priority_class_to_proto, convert.priority_class_values,
                        ("value", "preemptible", "global_default", "description"))
@@ -152,6 +155,21 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     async def DeletePriorityClass(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._delete(PRIORITY_CLASS, request.name)
+
+    async def CreateFlavor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._create(FLAVOR, request.flavor)
+
+    async def UpdateFlavor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._update(FLAVOR, request.flavor, request.update_mask)
+
+    async def GetFlavor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return FLAVOR.to_proto(await self.store.get(Flavor, request.name))
+
+    async def ListFlavors(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return admin_pb2.ListFlavorsResponse(flavors=[FLAVOR.to_proto(r) for r in await self.store.list(Flavor)])
+
+    async def DeleteFlavor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._delete(FLAVOR, request.name)
 
     async def ListClusters(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         rows = await self.store.list(Cluster)

@@ -128,6 +128,16 @@ def _format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                         show_default=True, help="Output format.")(fn)
 
 
+def _label_pairs(text: str, option: str) -> dict[str, str]:
+    out = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE (write a=b,c=d)", param_hint=option)
+        out[key.strip()] = value.strip()
+    return out
+
+
 def _quantity_pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     out = {}
     for item in values:
@@ -418,12 +428,24 @@ queue_group = _crud_group(
     "queue", admin_pb2.Queue, "queue", "ListQueues",
     [click.option("--tenant", help="Owning tenant (create only)."), _weight,
      click.option("--priority", type=int, help="Queues of higher priority are served first."), _guarantee, _limit,
-     click.option("--reclaimable/--no-reclaimable", default=None),
-     click.option("--state", type=click.Choice(["open", "closed", "draining"], case_sensitive=False))],
-    lambda tenant, weight, priority, guarantee, limit, reclaimable, state: {
+     click.option("--reclaimable/--no-reclaimable", default=None,
+                  help="May what it holds beyond its deserved share be taken back (default on create: yes)."),
+     click.option("--state", type=click.Choice(["open", "closed", "draining"], case_sensitive=False)),
+     click.option("--flavor", "flavors", multiple=True, metavar="FLAVOR",
+                  help="A flavor its jobs may use, in order of preference (repeatable; none: any).")],
+    lambda tenant, weight, priority, guarantee, limit, reclaimable, state, flavors: {
         "tenant": tenant, "weight": weight, "priority": priority, **_quota(guarantee, limit),
-        "reclaimable": reclaimable, "state": admin_pb2.QueueState.Value(state.upper()) if state else None})
+        "reclaimable": reclaimable, "state": admin_pb2.QueueState.Value(state.upper()) if state else None,
+        "flavors": list(flavors) or None})
 cli.add_command(queue_group)
+
+cli.add_command(_crud_group(
+    "flavor", admin_pb2.Flavor, "flavor", "ListFlavors",
+    [click.option("--resource", help="The resource it is a flavor of (e.g. nvidia.com/gpu)."),
+     click.option("--selector", metavar="KEY=VALUE,...",
+                  help="Labels of the member clusters whose resource is of this flavor (e.g. accelerator=h100).")],
+    lambda resource, selector: {"resource": resource,
+                                "cluster_selector": _label_pairs(selector, "--selector") if selector else None}))
 
 
 @queue_group.command("status")
@@ -454,13 +476,13 @@ cli.add_command(_crud_group(
               type=click.Path(path_type=Path, allow_dash=True), help="Manifest file (repeatable).")
 @pass_client
 def apply(client: Client, files: tuple[Path, ...]) -> None:
-    """Create or update the Tenant, Queue and PriorityClass manifests in the files, in order."""
+    """Create or update the Tenant, Queue, PriorityClass and Flavor manifests in the files, in order."""
     converted = [admin_from_document(doc) for doc in _read_manifests(files)]
     for _, c in converted:
         for warning in c.warnings:
             click.echo(f"fedctl: warning: {warning}", err=True)
     for kind, c in converted:
-        field = {"Tenant": "tenant", "Queue": "queue", "PriorityClass": "priority_class"}[kind]
+        field = {"Tenant": "tenant", "Queue": "queue", "PriorityClass": "priority_class", "Flavor": "flavor"}[kind]
         name = c.message.name  # type: ignore[attr-defined]
         try:
             try:

@@ -300,6 +300,8 @@ def _admin(doc: Document, kind: str, message: Message, fields: dict[str, tuple[s
         value = read(r, body[key], path)
         if isinstance(value, dict):
             getattr(message, attr).update(value)
+        elif isinstance(value, list):
+            getattr(message, attr).extend(value)
         else:
             setattr(message, attr, value)
         out.origin[attr] = path
@@ -320,7 +322,10 @@ ADMIN_KINDS: dict[str, tuple[type[Message], dict[str, tuple[str, Callable[..., A
     "Queue": (admin_pb2.Queue, {
         "tenant": ("tenant", _Reader.str), "weight": ("weight", _Reader.int), "priority": ("priority", _Reader.int),
         "guarantee": ("guarantee", _Reader.str_map), "limit": ("limit", _Reader.str_map),
-        "reclaimable": ("reclaimable", _Reader.bool), "state": ("state", _queue_state)}),
+        "reclaimable": ("reclaimable", _Reader.bool), "state": ("state", _queue_state),
+        "flavors": ("flavors", lambda r, v, p: [r.str(x, f"{p}[{i}]") for i, x in enumerate(r.list(v, p))])}),
+    "Flavor": (admin_pb2.Flavor, {
+        "resource": ("resource", _Reader.str), "clusterSelector": ("cluster_selector", _Reader.str_map)}),
     "PriorityClass": (admin_pb2.PriorityClass, {
         "value": ("value", _Reader.int), "preemptible": ("preemptible", _Reader.bool),
         "globalDefault": ("global_default", _Reader.bool), "description": ("description", _Reader.str)}),

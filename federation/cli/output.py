@@ -61,9 +61,13 @@ TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = 
     common_pb2.Job: (JOB_HEADERS, _job_row),
     admin_pb2.Tenant: (("NAME", "WEIGHT", "GUARANTEE", "LIMIT", "DISABLED", "AGE"), lambda t: [
         t.name, t.weight, quantities(t.guarantee), quantities(t.limit), t.disabled, age(t.create_time)]),
-    admin_pb2.Queue: (("NAME", "TENANT", "WEIGHT", "PRIORITY", "GUARANTEE", "LIMIT", "RECLAIMABLE", "STATE"),
+    admin_pb2.Queue: (("NAME", "TENANT", "WEIGHT", "PRIORITY", "GUARANTEE", "LIMIT", "RECLAIMABLE", "STATE",
+                       "FLAVORS"),
                       lambda q: [q.name, q.tenant, q.weight, q.priority, quantities(q.guarantee),
-                                 quantities(q.limit), q.reclaimable, admin_pb2.QueueState.Name(q.state).capitalize()]),
+                                 quantities(q.limit), q.reclaimable, admin_pb2.QueueState.Name(q.state).capitalize(),
+                                 ",".join(q.flavors) or "any"]),
+    admin_pb2.Flavor: (("NAME", "RESOURCE", "CLUSTER-SELECTOR", "AGE"), lambda f: [
+        f.name, f.resource, ",".join(f"{k}={v}" for k, v in sorted(f.cluster_selector.items())), age(f.create_time)]),
     admin_pb2.PriorityClass: (("NAME", "VALUE", "PREEMPTIBLE", "DEFAULT", "DESCRIPTION"), lambda p: [
         p.name, p.value, p.preemptible, p.global_default, p.description or "-"]),
     admin_pb2.Cluster: (("NAME", "STATUS", "CORDONED", "NODES", "ALLOCATABLE", "USED", "HEARTBEAT"), lambda c: [

@@ -17,10 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from federation.resources import Resources, format_resources
+from federation.resources import FLAVOR, Resources, base, format_resources
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
 from federation.scheduling.fairshare import Claim, Tree, dominant_share, hierarchical
 from federation.scheduling.fit import ClusterView, JobView, cannot_run, covers
+from federation.scheduling.flavors import FlavorInfo, Flavors
 
 RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # victims are chosen to evict the fewest of these
 
@@ -44,6 +45,7 @@ class QueueInfo:
     limit: Mapping[str, int] = field(default_factory=dict)
     reclaimable: bool = True
     state: str = "OPEN"
+    flavors: tuple[str, ...] = ()  # the flavors its jobs may use, in order of preference; () = any
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,8 @@ class Snapshot:
     # job -> cluster where gangs were preempted for it and may not have exited yet (the agent's
     # inventory still counts them): it waits there instead of preempting again.
     making_room: Mapping[str, str] = field(default_factory=dict)
+    flavors: Sequence[FlavorInfo] = ()
+    labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # every member cluster's, Ready or not
 
 
 @dataclass
@@ -105,10 +109,10 @@ def _add(into: dict[str, int], amounts: Mapping[str, int], sign: int = 1) -> Non
 
 
 def _over(usage: Mapping[str, int], extra: Mapping[str, int], limit: Mapping[str, int]) -> dict[str, int]:
-    """Resources of `limit` that usage + extra would exceed."""
+    """Resources of `limit` that usage + extra would exceed (a flavor's limit is judged with the cluster)."""
     if not limit:
         return {}
-    return {r: cap for r, cap in limit.items() if usage.get(r, 0) + extra.get(r, 0) > cap}
+    return {r: cap for r, cap in limit.items() if FLAVOR not in r and usage.get(r, 0) + extra.get(r, 0) > cap}
 
 
 def _fmt(amounts: Mapping[str, int]) -> str:
@@ -133,9 +137,13 @@ class _Cycle:
         self.heads_reserving: set[str] = set()  # queues whose head has had its turn at reclaim and reservation
         self._cannot_run: dict[tuple[object, ...], str | None] = {}  # per gang shape, as the clusters stand
         self.holders: dict[str, list[str]] = {}  # cluster -> jobs whose room is reserved there
+        self.flavors = Flavors(snap.flavors, {**snap.labels, **{c.name: c.labels for c in snap.clusters}})
+        self.holds: dict[str, Resources] = {}  # running job -> what it counts against (flavors included)
+        self._wanted: dict[str, Resources] = {}  # waiting job -> what it counts as demand for
         for job in snap.running:
+            self.holds[job.id] = self.flavors.held(job.cluster, job.request) if self.flavors else job.request
             if job.queue in self.queues:
-                self.use(job.queue, job.request)
+                self.use(job.queue, self.holds[job.id])
                 if job.preemptible:
                     self.pool.add(job.cluster, job.queue, job.request)
             self.running_by_cluster.setdefault(job.cluster, []).append(job)
@@ -148,12 +156,22 @@ class _Cycle:
 
     # -- shares ----------------------------------------------------------------------------
 
+    def wanted(self, job: PendingJob) -> Resources:
+        """What a waiting job asks for, counted as shares and quotas count it (its flavor included)."""
+        if not self.flavors:
+            return job.view.request
+        found = self._wanted.get(job.id)
+        if found is None:
+            queue = self.queues.get(job.queue)
+            found = self._wanted[job.id] = self.flavors.wanted(job.view, queue.flavors if queue else ())
+        return found
+
     def compute_shares(self) -> None:
         demand = {q: dict(u) for q, u in self.queue_usage.items()}
         for job in self.snap.pending:
             into = demand.get(job.queue)
             if into is not None:
-                for r, a in job.view.request.items():
+                for r, a in self.wanted(job).items():
                     into[r] = into.get(r, 0) + a
         queues_of: dict[str, list[Claim]] = {}
         for q in self.snap.queues:
@@ -161,7 +179,8 @@ class _Cycle:
                                                             demand[q.name]))
         tenants = [Claim(t.name, t.weight, t.guarantee, t.limit or None) for t in self.snap.tenants
                    if not t.disabled]
-        self.out.shares = hierarchical(self.snap.capacity, tenants, queues_of)
+        capacity = self.flavors.capacity(self.snap.capacity, self.snap.clusters) if self.flavors else self.snap.capacity
+        self.out.shares = hierarchical(capacity, tenants, queues_of)
         self.over_share = {q for q, info in self.queues.items() if info.reclaimable and dominant_share(
             self.queue_usage[q], self.out.shares.queues.get(q, {})) > 1}
 
@@ -173,11 +192,26 @@ class _Cycle:
 
     # -- cluster choice ----------------------------------------------------------------------
 
-    def choose(self, job: JobView) -> tuple[str | None, list[str]]:
-        """The best cluster for `job`, or None with each cluster's reason."""
+    def choose(self, job: PendingJob, queue: str) -> tuple[str | None, list[str]]:
+        """The best cluster for the job, or None with each cluster's reason. With flavors, only clusters of
+        the flavors its queue may use and whose quotas it would not exceed, in the queue's order."""
         refused = self.snap.refused.get(job.id, {})
-        best = self.clusters.best(job, refused)
-        return (best, []) if best is not None else (None, self.clusters.reasons(job, refused))
+        if not self.flavors:
+            best = self.clusters.best(job.view, refused)
+            return (best, []) if best is not None else (None, self.clusters.reasons(job.view, refused))
+        q = self.queues[queue]
+        over = {}
+        for owner, usage, limit in ((f"queue {queue}", self.queue_usage[queue], q.limit),
+                                    (f"tenant {q.tenant}", self.tenant_usage[q.tenant], self.tenants[q.tenant].limit)):
+            for key, cap in limit.items():
+                if FLAVOR in key and usage.get(key, 0) + job.view.request.get(base(key), 0) > cap:
+                    over.setdefault(key, f"{owner} at limit {_fmt({key: cap})}")
+        groups, never = self.flavors.choices(job.view, queue, q.flavors, self.clusters.names, over)
+        for excluded in groups:
+            best = self.clusters.best(job.view, {**excluded, **refused})
+            if best is not None:
+                return best, []
+        return None, self.clusters.reasons(job.view, {**never, **refused})
 
     # -- reclaim and preemption --------------------------------------------------------------
 
@@ -255,13 +289,14 @@ class _Cycle:
         checks = [(f"queue/{victim.queue}", self.queue_usage[victim.queue], deserved.get(victim.queue, {}))]
         if theirs != tenant:
             checks.append((f"tenant/{theirs}", self.tenant_usage[theirs], self.out.shares.tenants.get(theirs, {})))
+        held = self.holds[victim.id]
         for key, usage, share in checks:
             after = dict(borrowed.get(key, usage))
-            _add(after, victim.request, -1)
+            _add(after, held, -1)
             if dominant_share(after, share) < 1.0 - 1e-9:
                 return False
         for key, usage, _ in checks:
-            _add(borrowed.setdefault(key, dict(usage)), victim.request, -1)
+            _add(borrowed.setdefault(key, dict(usage)), held, -1)
         return True
 
     def use(self, queue: str, request: Mapping[str, int], sign: int = 1) -> None:
@@ -277,12 +312,14 @@ class _Cycle:
     # -- the loop ------------------------------------------------------------------------------
 
     def key(self, queue: str, job: PendingJob) -> tuple[float, ...]:
-        """Serve the queue of highest priority, then the one whose tenant, then itself, is least far into
-        what it deserves (progressive filling: it converges on the water-filling shares at every level);
-        among equals, the one that would be least far in with its head job started."""
-        tenant_after, queue_after = self.share_after(queue, job.view.request)
-        tenant_now, queue_now = self.share_after(queue, {})
-        return -self.queues[queue].priority, tenant_now, queue_now, tenant_after, queue_after
+        """Serve the queue of highest priority, then the one whose tenant, then itself, would be least far
+        into what it deserves with half its head job started (Sainte-Laguë's divisor: progressive filling
+        that lands every level within one job of the water-filling shares, where counting the whole job
+        starves queues deserving less than one and counting none lets them take two); then with all of it."""
+        wanted = self.wanted(job)
+        tenant_half, queue_half = self.share_after(queue, {r: a // 2 for r, a in wanted.items()})
+        tenant_after, queue_after = self.share_after(queue, wanted)
+        return -self.queues[queue].priority, tenant_half, queue_half, tenant_after, queue_after
 
     def run(self) -> Decisions:
         self.compute_shares()
@@ -417,11 +454,11 @@ class _Cycle:
         if why:
             self.out.waiting[job.id] = why
             return
-        cluster, reasons = self.choose(job.view)
+        cluster, reasons = self.choose(job, queue)
         if cluster is not None:
             self.out.assign[job.id] = cluster
             self.clusters.reserve(job.view, cluster)
-            self.use(queue, job.view.request)
+            self.use(queue, self.flavors.held(cluster, job.view.request) if self.flavors else job.view.request)
             return
         if not self.clusters:
             self.out.waiting[job.id] = "no member cluster is ready"
@@ -432,7 +469,7 @@ class _Cycle:
             return
         head = queue not in self.heads_reserving  # one reservation and one reclaim per queue and cycle
         self.heads_reserving.add(queue)
-        tenant_share, queue_share = self.share_after(queue, job.view.request)
+        tenant_share, queue_share = self.share_after(queue, self.wanted(job))
         queue_within, tenant_within = queue_share <= 1.0 + 1e-9, tenant_share <= 1.0 + 1e-9
         why_not = ""
         if head:
@@ -463,7 +500,7 @@ class _Cycle:
         for victim in gangs:
             why = "reclaimed" if victim.queue != queue else "preempted"
             self.out.preempt[victim.id] = f"{why} for {job.id} (priority {job.priority}) in queue {queue}"
-            self.use(victim.queue, victim.request, -1)
+            self.use(victim.queue, self.holds[victim.id], -1)
             self.pool.add(victim.cluster, victim.queue, victim.request, -1)
             tenant = self.queues[victim.queue].tenant
             self.lowered.update(q for q, info in self.queues.items() if info.tenant == tenant)
@@ -487,7 +524,7 @@ class _Cycle:
 def over_own_limit(job: JobView, queue: QueueInfo, tenant: TenantInfo) -> str | None:
     """Why the gang alone is more than its queue's or tenant's limit allows (it could never run under it)."""
     for owner, limit in ((f"queue {queue.name}", queue.limit), (f"tenant {tenant.name}", tenant.limit)):
-        over = {r: cap for r, cap in limit.items() if job.request.get(r, 0) > cap}
+        over = {r: cap for r, cap in limit.items() if FLAVOR not in r and job.request.get(r, 0) > cap}
         if over:
             need = {r: job.request[r] for r in over}
             return f"cannot run: needs {_fmt(need)}, more than {owner}'s limit {_fmt(over)}"

@@ -15,13 +15,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from federation.resources import FLAVOR
 from federation.store.jobs import LAST_EVENT_SEQ, TERMINAL_PHASES
-from federation.store.models import Base, Cluster, Job, PriorityClass, Queue, Tenant
+from federation.store.models import Base, Cluster, Flavor, Job, PriorityClass, Queue, Tenant
 from federation.store.tokens import audit
 from federation.validation import Violation
 
 KIND_NAMES: dict[type[Base], str] = {
-    Tenant: "tenant", Queue: "queue", PriorityClass: "priority class", Cluster: "cluster",
+    Tenant: "tenant", Queue: "queue", PriorityClass: "priority class", Cluster: "cluster", Flavor: "flavor",
 }
 
 
@@ -43,12 +44,35 @@ class AdminStore:
             found = (await conn.execute(select(Tenant.name).where(Tenant.name == values["tenant"]))).first()
             if found is None:
                 raise InvalidArgument([Violation(f"{path}.tenant", f"tenant {values['tenant']!r} not found")])
+        flavors = {r["name"]: r["resource"] for r in (await conn.execute(select(Flavor))).mappings()}
+        problems = []
+        for i, name in enumerate(values.get("flavors") or []):
+            if name not in flavors:
+                problems.append(Violation(f"{path}.flavors[{i}]", f"flavor {name!r} not found"))
+        for field in ("guarantee", "limit"):
+            for key in values.get(field) or {}:
+                resource, at, flavor = key.partition(FLAVOR)
+                if at and flavors.get(flavor) != resource:
+                    what = "not found" if flavor not in flavors else f"is of {flavors[flavor]}, not {resource}"
+                    problems.append(Violation(f"{path}.{field}[{key!r}]", f"flavor {flavor!r} {what}"))
+        if problems:
+            raise InvalidArgument(problems)
 
     async def _check_delete(self, conn: AsyncConnection, model: type[Base], name: str) -> None:
         if model is Tenant:
             queues = (await conn.execute(select(Queue.name).where(Queue.tenant == name).limit(3))).scalars().all()
             if queues:
                 raise FailedPrecondition(f"tenant {name!r} still has queues ({', '.join(queues)}); delete them first")
+        if model is Flavor:
+            users = [r["name"] for r in (await conn.execute(select(Queue.name, Queue.flavors, Queue.guarantee,
+                                                                   Queue.limit))).mappings()
+                     if name in r["flavors"] or any(k.endswith(f"{FLAVOR}{name}") for k in
+                                                    (*r["guarantee"], *r["limit"]))]
+            users += [r["name"] for r in (await conn.execute(select(Tenant.name, Tenant.guarantee,
+                                                                    Tenant.limit))).mappings()
+                      if any(k.endswith(f"{FLAVOR}{name}") for k in (*r["guarantee"], *r["limit"]))]
+            if users:
+                raise FailedPrecondition(f"flavor {name!r} is still used by {', '.join(sorted(users)[:3])}")
         if model is Queue:
             active = (await conn.execute(select(func.count()).select_from(Job).where(
                 Job.queue == name, Job.phase.not_in(TERMINAL_PHASES)))).scalar_one()

@@ -47,6 +47,18 @@ class Queue(Base):
     limit: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
     reclaimable: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
     state: Mapped[str] = mapped_column(String(16), nullable=False, default="OPEN")
+    flavors: Mapped[list[Any]] = mapped_column(nullable=False, default=list)  # preference order; [] = any
+    created_at: Mapped[datetime] = _created()
+
+
+class Flavor(Base):
+    """Kueue's ResourceFlavor: one resource on the member clusters a label selector picks (h100 GPUs)."""
+
+    __tablename__ = "flavors"
+
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    resource: Mapped[str] = mapped_column(String(253), nullable=False)
+    cluster_selector: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
     created_at: Mapped[datetime] = _created()
 
 

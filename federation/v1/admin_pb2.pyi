@@ -64,7 +64,7 @@ class Tenant(_message.Message):
     def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., disabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "tenant", "weight", "priority", "guarantee", "limit", "reclaimable", "state", "create_time")
+    __slots__ = ("name", "tenant", "weight", "priority", "guarantee", "limit", "reclaimable", "state", "create_time", "flavors")
     class GuaranteeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,7 @@ class Queue(_message.Message):
     RECLAIMABLE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FLAVORS_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     weight: int
@@ -97,7 +98,27 @@ class Queue(_message.Message):
     reclaimable: bool
     state: QueueState
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[int] = ..., priority: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    flavors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[int] = ..., priority: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flavors: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Flavor(_message.Message):
+    __slots__ = ("name", "resource", "cluster_selector", "create_time")
+    class ClusterSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    resource: str
+    cluster_selector: _containers.ScalarMap[str, str]
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., resource: _Optional[str] = ..., cluster_selector: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class PriorityClass(_message.Message):
     __slots__ = ("name", "value", "preemptible", "global_default", "description", "create_time")
@@ -338,6 +359,42 @@ class ListPriorityClassesResponse(_message.Message):
     def __init__(self, priority_classes: _Optional[_Iterable[_Union[PriorityClass, _Mapping]]] = ...) -> None: ...
 
 class DeletePriorityClassRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class CreateFlavorRequest(_message.Message):
+    __slots__ = ("flavor",)
+    FLAVOR_FIELD_NUMBER: _ClassVar[int]
+    flavor: Flavor
+    def __init__(self, flavor: _Optional[_Union[Flavor, _Mapping]] = ...) -> None: ...
+
+class UpdateFlavorRequest(_message.Message):
+    __slots__ = ("flavor", "update_mask")
+    FLAVOR_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_MASK_FIELD_NUMBER: _ClassVar[int]
+    flavor: Flavor
+    update_mask: _field_mask_pb2.FieldMask
+    def __init__(self, flavor: _Optional[_Union[Flavor, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
+
+class GetFlavorRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListFlavorsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListFlavorsResponse(_message.Message):
+    __slots__ = ("flavors",)
+    FLAVORS_FIELD_NUMBER: _ClassVar[int]
+    flavors: _containers.RepeatedCompositeFieldContainer[Flavor]
+    def __init__(self, flavors: _Optional[_Iterable[_Union[Flavor, _Mapping]]] = ...) -> None: ...
+
+class DeleteFlavorRequest(_message.Message):
     __slots__ = ("name",)
     NAME_FIELD_NUMBER: _ClassVar[int]
     name: str

@@ -116,6 +116,31 @@ class AdminServiceStub:
                 request_serializer=federation_dot_v1_dot_admin__pb2.DeletePriorityClassRequest.SerializeToString,
                 response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
                 _registered_method=True)
+        self.CreateFlavor = channel.unary_unary(
+                '/federation.v1.AdminService/CreateFlavor',
+                request_serializer=federation_dot_v1_dot_admin__pb2.CreateFlavorRequest.SerializeToString,
+                response_deserializer=federation_dot_v1_dot_admin__pb2.Flavor.FromString,
+                _registered_method=True)
+        self.UpdateFlavor = channel.unary_unary(
+                '/federation.v1.AdminService/UpdateFlavor',
+                request_serializer=federation_dot_v1_dot_admin__pb2.UpdateFlavorRequest.SerializeToString,
+                response_deserializer=federation_dot_v1_dot_admin__pb2.Flavor.FromString,
+                _registered_method=True)
+        self.GetFlavor = channel.unary_unary(
+                '/federation.v1.AdminService/GetFlavor',
+                request_serializer=federation_dot_v1_dot_admin__pb2.GetFlavorRequest.SerializeToString,
+                response_deserializer=federation_dot_v1_dot_admin__pb2.Flavor.FromString,
+                _registered_method=True)
+        self.ListFlavors = channel.unary_unary(
+                '/federation.v1.AdminService/ListFlavors',
+                request_serializer=federation_dot_v1_dot_admin__pb2.ListFlavorsRequest.SerializeToString,
+                response_deserializer=federation_dot_v1_dot_admin__pb2.ListFlavorsResponse.FromString,
+                _registered_method=True)
+        self.DeleteFlavor = channel.unary_unary(
+                '/federation.v1.AdminService/DeleteFlavor',
+                request_serializer=federation_dot_v1_dot_admin__pb2.DeleteFlavorRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
         self.ListClusters = channel.unary_unary(
                 '/federation.v1.AdminService/ListClusters',
                 request_serializer=federation_dot_v1_dot_admin__pb2.ListClustersRequest.SerializeToString,
@@ -258,6 +283,36 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateFlavor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateFlavor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFlavor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFlavors(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteFlavor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListClusters(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -389,6 +444,31 @@ def add_AdminServiceServicer_to_server(servicer, server):
             'DeletePriorityClass': grpc.unary_unary_rpc_method_handler(
                     servicer.DeletePriorityClass,
                     request_deserializer=federation_dot_v1_dot_admin__pb2.DeletePriorityClassRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
+            'CreateFlavor': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateFlavor,
+                    request_deserializer=federation_dot_v1_dot_admin__pb2.CreateFlavorRequest.FromString,
+                    response_serializer=federation_dot_v1_dot_admin__pb2.Flavor.SerializeToString,
+            ),
+            'UpdateFlavor': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateFlavor,
+                    request_deserializer=federation_dot_v1_dot_admin__pb2.UpdateFlavorRequest.FromString,
+                    response_serializer=federation_dot_v1_dot_admin__pb2.Flavor.SerializeToString,
+            ),
+            'GetFlavor': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFlavor,
+                    request_deserializer=federation_dot_v1_dot_admin__pb2.GetFlavorRequest.FromString,
+                    response_serializer=federation_dot_v1_dot_admin__pb2.Flavor.SerializeToString,
+            ),
+            'ListFlavors': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFlavors,
+                    request_deserializer=federation_dot_v1_dot_admin__pb2.ListFlavorsRequest.FromString,
+                    response_serializer=federation_dot_v1_dot_admin__pb2.ListFlavorsResponse.SerializeToString,
+            ),
+            'DeleteFlavor': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteFlavor,
+                    request_deserializer=federation_dot_v1_dot_admin__pb2.DeleteFlavorRequest.FromString,
                     response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
             'ListClusters': grpc.unary_unary_rpc_method_handler(
@@ -864,6 +944,141 @@ class AdminService:
             target,
             '/federation.v1.AdminService/DeletePriorityClass',
             federation_dot_v1_dot_admin__pb2.DeletePriorityClassRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateFlavor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/federation.v1.AdminService/CreateFlavor',
+            federation_dot_v1_dot_admin__pb2.CreateFlavorRequest.SerializeToString,
+            federation_dot_v1_dot_admin__pb2.Flavor.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateFlavor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/federation.v1.AdminService/UpdateFlavor',
+            federation_dot_v1_dot_admin__pb2.UpdateFlavorRequest.SerializeToString,
+            federation_dot_v1_dot_admin__pb2.Flavor.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFlavor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/federation.v1.AdminService/GetFlavor',
+            federation_dot_v1_dot_admin__pb2.GetFlavorRequest.SerializeToString,
+            federation_dot_v1_dot_admin__pb2.Flavor.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFlavors(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/federation.v1.AdminService/ListFlavors',
+            federation_dot_v1_dot_admin__pb2.ListFlavorsRequest.SerializeToString,
+            federation_dot_v1_dot_admin__pb2.ListFlavorsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteFlavor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/federation.v1.AdminService/DeleteFlavor',
+            federation_dot_v1_dot_admin__pb2.DeleteFlavorRequest.SerializeToString,
             google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,
