@@ -1,9 +1,14 @@
 """Which replica schedules, and news of changes from every replica.
 
-One dedicated connection holds a session-level advisory lock while this replica is the scheduling
-leader; when its process dies, Postgres ends the session and frees the lock, and another replica
-takes it on its next try. The same connection LISTENs for change notices, which any replica sends
-after a submit, a cancel or an agent's report, so the leader wakes at once wherever the change was.
+Leadership is a lease, as Kubernetes' leader election keeps one: a row in PostgreSQL naming the holder,
+an epoch and an expiry (PostgreSQL's clock, so replicas agree). The leader renews it well before it
+expires; a replica finding it expired takes it with the next epoch. A leader that cannot renew in time
+(frozen, partitioned from the database, its connection cut) stops deciding by its own clock before the
+lease can pass to another, and every write a cycle makes is fenced: it commits only while the lease is
+still this replica's at this epoch, so a leader that wakes late cannot dispatch on stale state.
+
+The same dedicated connection LISTENs for change notices, which any replica sends after a submit, a
+cancel or an agent's report, so the leader wakes at once wherever the change was.
 """
 
 from __future__ import annotations
@@ -11,17 +16,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import psycopg
 from sqlalchemy import text
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 log = logging.getLogger(__name__)
 
-LOCK_KEY = 0x6665645F73636864  # "fed_schd"
 CHANNEL = "federation_changes"
+LEASE = 4.0  # seconds a lease lasts unless renewed
+
+
+class NotLeader(Exception):
+    """This replica's lease is gone (or was taken over): its decisions must not be written."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The lease a write is made under: it commits only while the lease is still `holder`'s at `epoch`."""
+
+    holder: str
+    epoch: int
+
+    async def check(self, conn: AsyncConnection) -> None:
+        """Inside a writing transaction: hold the lease row so no one takes it over before this commits."""
+        row = (await conn.execute(text(
+            "SELECT 1 FROM leader_lease WHERE id = 1 AND holder = :holder AND epoch = :epoch AND expires_at > now() "
+            "FOR SHARE"), {"holder": self.holder, "epoch": self.epoch})).first()
+        if row is None:
+            raise NotLeader(f"the scheduling lease of epoch {self.epoch} is no longer this replica's")
 
 
 def conninfo(url: URL) -> str:
@@ -29,49 +57,88 @@ def conninfo(url: URL) -> str:
 
 
 class Leadership:
-    def __init__(self, url: URL, on_notice: Callable[[], None], retry: float = 1.0) -> None:
+    def __init__(self, url: URL, on_notice: Callable[[], None], lease: float = LEASE) -> None:
         self.url = url
         self.on_notice = on_notice
-        self.retry = retry
-        self.is_leader = False
+        self.lease = lease
+        self.renew_every = lease / 4
+        self.holder = f"{uuid.uuid4().hex[:12]}"
+        self.epoch = 0
+        self._renewed = float("-inf")  # monotonic time of the last renewal that succeeded
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+
+    @property
+    def is_leader(self) -> bool:
+        """Held, and renewed recently enough by this process's own clock: a leader that was frozen or cut
+        off longer than that stops deciding before another could have taken the lease."""
+        return self.epoch > 0 and time.monotonic() - self._renewed < self.lease * 0.75
+
+    @property
+    def fence(self) -> Fence:
+        return Fence(self.holder, self.epoch)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="leadership")
 
     async def stop(self) -> None:
+        """Give the lease back at once, so another replica leads without waiting for it to expire."""
         self._stopping.set()
         if self._task:
             await self._task
-        self.is_leader = False
+        if self.epoch:
+            with contextlib.suppress(psycopg.Error, OSError):
+                async with await psycopg.AsyncConnection.connect(conninfo(self.url), autocommit=True) as conn:
+                    await conn.execute("UPDATE leader_lease SET expires_at = now() WHERE id = 1 AND holder = %s "
+                                       "AND epoch = %s", (self.holder, self.epoch))
+        self.epoch = 0
 
     async def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                async with await psycopg.AsyncConnection.connect(conninfo(self.url), autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(
+                        conninfo(self.url), autocommit=True, connect_timeout=max(int(self.renew_every), 1),
+                        application_name=f"federation-leader-{self.holder}") as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     await self._hold(conn)
-            except (psycopg.Error, OSError) as err:
-                if self.is_leader:
-                    log.warning("lost the scheduling lock with its connection: %s", err)
-                self.is_leader = False
+            except (psycopg.Error, OSError, TimeoutError) as err:
+                if self.epoch:
+                    log.warning("cannot renew the scheduling lease: %s", err or "no answer")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.retry)
+                await asyncio.wait_for(self._stopping.wait(), self.renew_every)
+
+    async def _renew(self, conn: psycopg.AsyncConnection) -> None:
+        started = time.monotonic()
+        interval = f"{self.lease} seconds"
+        if self.epoch:
+            cur = await conn.execute(
+                "UPDATE leader_lease SET expires_at = now() + %s::interval WHERE id = 1 AND holder = %s "
+                "AND epoch = %s AND expires_at > now() RETURNING epoch", (interval, self.holder, self.epoch))
+            if await cur.fetchone() is None:
+                log.warning("the scheduling lease of epoch %d expired or was taken over", self.epoch)
+                self.epoch = 0
+                return
+        else:
+            cur = await conn.execute(
+                "INSERT INTO leader_lease (id, holder, epoch, expires_at) VALUES (1, %s, 1, now() + %s::interval) "
+                "ON CONFLICT (id) DO UPDATE SET holder = EXCLUDED.holder, epoch = leader_lease.epoch + 1, "
+                "expires_at = EXCLUDED.expires_at WHERE leader_lease.expires_at <= now() RETURNING epoch",
+                (self.holder, interval))
+            row = await cur.fetchone()
+            if row is None:
+                return  # another replica holds it
+            self.epoch = int(row[0])
+            log.info("this replica is now the scheduling leader (lease epoch %d)", self.epoch)
+            self.on_notice()
+        self._renewed = started  # counted from before the call: the lease may be older than its answer
 
     async def _hold(self, conn: psycopg.AsyncConnection) -> None:
         while not self._stopping.is_set():
-            if not self.is_leader:
-                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,))
-                row = await cur.fetchone()
-                if row and row[0]:
-                    self.is_leader = True
-                    log.info("this replica is now the scheduling leader")
-                    self.on_notice()
-            # Wait for notices (or the next lock attempt); a dead connection raises here.
-            async for _ in conn.notifies(timeout=self.retry):
+            # A partitioned database does not answer at all: give up on this connection and try another.
+            await asyncio.wait_for(self._renew(conn), self.renew_every * 2)
+            # Wait for notices until the next renewal; a dead connection raises here.
+            async for _ in conn.notifies(timeout=self.renew_every):
                 self.on_notice()
-            await conn.execute("SELECT 1")
 
 
 async def announce(engine: AsyncEngine) -> None:

@@ -8,6 +8,7 @@ whole (half a GPU or half a byte is a typo, not a request).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 from kubernetes.utils.quantity import parse_quantity
@@ -29,11 +30,22 @@ class QuantityError(ValueError):
     """A quantity string that does not parse or is not a whole amount of its resource."""
 
 
+# Kubernetes' quantity grammar (apimachinery's resource.Quantity), ASCII digits only, with the exponent
+# bounded: "1e1000000" is a valid quantity there, and a Decimal that size costs seconds to handle.
+_QUANTITY = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+                       r"(?:[eE][+-]?[0-9]{1,2}|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+MAX_QUANTITY_CHARS = 40
+MAX_AMOUNT = 2**53  # canonical units; larger sums would lose precision in JSON and overflow the scheduler's arrays
+
+
 def parse_amount(resource: str, quantity: str | int | float) -> int:
-    """Parse one quantity into the canonical integer for `resource`."""
+    """Parse one quantity into the canonical integer for `resource`, in time bounded by its length."""
     resource = base(resource)
+    text = str(quantity)
+    if isinstance(quantity, bool) or len(text) > MAX_QUANTITY_CHARS or not _QUANTITY.match(text):
+        raise QuantityError(f"{text[:MAX_QUANTITY_CHARS]!r} is not a valid quantity")
     try:
-        value = parse_quantity(quantity)
+        value = parse_quantity(text)
     except (ValueError, TypeError) as err:
         raise QuantityError(f"{quantity!r} is not a valid quantity") from err
     if value < 0:
@@ -45,6 +57,8 @@ def parse_amount(resource: str, quantity: str | int | float) -> int:
         unit = "1"
     if value != value.to_integral_value():
         raise QuantityError(f"{quantity!r} is finer than {unit} of {resource}")
+    if value > MAX_AMOUNT:
+        raise QuantityError(f"{text!r} is more of {resource} than any cluster has (at most {MAX_AMOUNT})")
     return int(value)
 
 

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from federation import metrics
 from federation.jobcache import HoldingJob, JobCache, job_view
+from federation.leader import Fence, NotLeader
 from federation.loop import WakeLoop
 from federation.resources import format_resources
 from federation.scheduling.cycle import (
@@ -130,9 +131,11 @@ class _Steps:
 class Scheduler:
     def __init__(self, jobs: JobStore, admin: AdminStore, is_leader: Callable[[], bool],
                  on_change: Callable[[], None], period: float = 1.0,
-                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT, lost_grace: float = LOST_GRACE) -> None:
+                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT, lost_grace: float = LOST_GRACE,
+                 fence: Callable[[], Fence | None] = lambda: None) -> None:
         self.jobs, self.admin = jobs, admin
         self.is_leader = is_leader
+        self.fence = fence  # the lease every write of a cycle is made under
         self.on_change = on_change  # relays the orders written, wakes watchers, tells the other replicas
         self.heartbeat_timeout = heartbeat_timeout
         self.lost_grace = lost_grace
@@ -169,9 +172,13 @@ class Scheduler:
         if not self._leading:
             await self.cache.reread_reasons()  # the last leader rewrote them without events
             self._leading = True
-        if await self.jobs.requeue_from_silent(self.heartbeat_timeout, self.lost_grace):
-            self.on_change()
-        await self.cycle()
+        try:
+            if await self.jobs.requeue_from_silent(self.heartbeat_timeout, self.lost_grace, self.fence()):
+                self.on_change()
+            await self.cycle()
+        except NotLeader as err:  # the lease passed on while this cycle ran: its decisions are dropped
+            log.warning("%s; this cycle's decisions were not written", err)
+            self._leading = False
 
     async def snapshot(self) -> Snapshot:
         await self.cache.refresh()  # the bulk: the events since the last cycle (every job, on the first)
@@ -180,7 +187,7 @@ class Scheduler:
         pending, active = list(self.cache.waiting.values()), list(self.cache.holding.values())
         classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
         inflight = _inflight(active)
-        clusters = [c for c in rows if c["live"] and not c["cordoned"]]
+        clusters = [c for c in rows if c["live"] and not c["cordoned"] and not c["problem"]]
         capacity: dict[str, int] = {}
         for c in clusters:
             inv = c["inventory"] or {}
@@ -219,13 +226,14 @@ class Scheduler:
         for job_id in decisions.assign:
             self._making_room.pop(job_id)
         # Preempted and Dispatched events are the orders; the replicas holding the agents relay them.
-        await self.jobs.preempt(decisions.preempt)
-        await self.jobs.dispatch(decisions.assign)
+        fence = self.fence()
+        await self.jobs.preempt(decisions.preempt, fence)
+        await self.jobs.dispatch(decisions.assign, fence)
         if decisions.assign or decisions.preempt:
             self.on_change()
         clock.step("write")
         reasons = self.cache.changed_reasons(decisions.waiting)
-        await self.jobs.set_waiting(reasons)
+        await self.jobs.set_waiting(reasons, fence)
         self.cache.reasons_written(reasons)
         clock.step("explain")
         self._cycles += 1
@@ -271,13 +279,13 @@ class Scheduler:
         """For each (job, queue row, tenant row), why it could not run as the federation stands ("" if it
         could): what SubmitJob tells the submitter, and refuses when asked to."""
         rows, _ = await self.admin.clusters(self.heartbeat_timeout)
-        views = [cluster_view(c, {}) for c in rows if c["live"] and not c["cordoned"]]
+        views = [cluster_view(c, {}) for c in rows if c["live"] and not c["cordoned"] and not c["problem"]]
         return [inadmissible(view, views, _queue_info(q), _tenant_info(t)) or "" for view, q, t in jobs]
 
     async def explain(self, row: Mapping[str, Any]) -> list[tuple[str, str | None]]:
         """For a waiting job, each cluster and why it does not fit there now (None: it does)."""
         inflight = _inflight([HoldingJob(**r) for r in await self.jobs.holding()])
-        states = [ClusterState(cluster_view(c, inflight.get(c["name"], {})), c["live"], c["cordoned"])
+        states = [ClusterState(cluster_view(c, inflight.get(c["name"], {})), c["live"], c["cordoned"], c["problem"])
                   for c in (await self.admin.clusters(self.heartbeat_timeout))[0]]
         held = {}
         for cluster, (room, holders) in self.held.items():

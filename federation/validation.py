@@ -12,9 +12,10 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from federation import gangs
-from federation.resources import FLAVOR, QuantityError, Resources, parse_resources
+from federation.resources import FLAVOR, MAX_AMOUNT, QuantityError, Resources, parse_resources
 from federation.v1 import admin_pb2, common_pb2
 
 MAX_TASKS = 64
@@ -192,7 +193,9 @@ def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> None:
             try:
                 json.loads(task.pod_template_json)
             except ValueError as err:
-                v.add(f"{path}.pod_template_json", f"is not valid JSON: {err}")
+                v.add(f"{path}.pod_template_json", f"is not valid JSON: {str(err)[:120]}")
+            except RecursionError:
+                v.add(f"{path}.pod_template_json", "is nested too deeply to be a pod template")
 
 
 # Volcano's job plugins the member agent carries out, with the flags each takes (Volcano's own; a
@@ -323,6 +326,37 @@ def check_queue(v: Violations, path: str, queue: admin_pb2.Queue) -> None:
     _check_quota(v, path, queue.guarantee, queue.limit)
     if queue.state not in admin_pb2.QueueState.values():
         v.add(f"{path}.state", f"{queue.state} is not a queue state")
+
+
+MAX_INVENTORY_RESOURCES = 64
+
+
+def inventory_problem(inv: Any) -> str:
+    """Why an agent's inventory cannot be used ("" when it can): a tier out of range, a resource name or an
+    amount no cluster could report. A cluster whose agent reports such a thing is left out of scheduling
+    with that reason, and every other cluster goes on."""
+    amounts = [("capacity", inv.capacity.amounts), ("allocatable", inv.allocatable.amounts),
+               ("used", inv.used.amounts)]
+    if len(inv.topology) > MAX_TIER + 2:
+        return f"{len(inv.topology)} topology tiers reported, at most {MAX_TIER + 2} are possible"
+    for i, tier in enumerate(inv.topology):
+        if not 0 <= tier.tier <= MAX_TIER + 1:
+            return f"topology[{i}].tier {tier.tier} is out of range (0-{MAX_TIER + 1})"
+        amounts += [(f"topology[{i}].max_free", tier.max_free.amounts),
+                    (f"topology[{i}].max_capacity", tier.max_capacity.amounts)]
+    for where, values in amounts:
+        if len(values) > MAX_INVENTORY_RESOURCES:
+            return f"{where} lists {len(values)} resources, at most {MAX_INVENTORY_RESOURCES}"
+        for name, amount in values.items():
+            v = Violations()
+            _check_qualified_key(v, where, name)
+            if v or FLAVOR in name:
+                return f"{where} names an invalid resource {name[:64]!r}"
+            if not 0 <= amount <= MAX_AMOUNT:
+                return f"{where}[{name!r}] = {amount} is out of range (0-{MAX_AMOUNT})"
+    if inv.nodes < 0 or inv.ready_nodes < 0:
+        return "negative node counts"
+    return ""
 
 
 def check_flavor(v: Violations, path: str, flavor: admin_pb2.Flavor) -> None:

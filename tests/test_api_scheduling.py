@@ -62,10 +62,10 @@ async def test_only_one_replica_leads(api: Api) -> None:
             break
         await asyncio.sleep(0.1)
     assert api.server.leadership.is_leader
-    second = Leadership(api.server.url, lambda: None, retry=0.1)
+    second = Leadership(api.server.url, lambda: None, lease=0.4)
     second.start()
-    await asyncio.sleep(0.5)
-    assert not second.is_leader  # the lock is held
+    await asyncio.sleep(1.0)
+    assert not second.is_leader  # the lease is held and renewed
     await api.server.leadership.stop()
     for _ in range(50):
         if second.is_leader:

@@ -65,6 +65,7 @@ def _checked(kind: _Kind, obj: Message) -> dict[str, Any]:
 
 
 MAX_AUDIT_EVENTS = 1000
+MAX_TOKEN_TTL = timedelta(days=3650)
 
 
 @servicer
@@ -191,9 +192,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             v.add("tenant", "a token is either for one tenant (tenant) or an admin token (admin), not both or neither")
         if request.name:
             check_name(v, "name", request.name)
-        ttl = request.ttl.ToTimedelta() if request.HasField("ttl") else None
-        if ttl is not None and ttl <= timedelta(0):
-            v.add("ttl", "must be positive")
+        ttl = None
+        if request.HasField("ttl"):
+            if not 0 < request.ttl.seconds <= MAX_TOKEN_TTL.total_seconds() or not 0 <= request.ttl.nanos < 10**9:
+                v.add("ttl", f"must be positive and at most {MAX_TOKEN_TTL.days} days")
+            else:
+                ttl = request.ttl.ToTimedelta()
         if v:
             raise InvalidArgument(v.items)
         row, bearer = await self.tokens.create(actor, request.name, request.tenant or None, request.admin, ttl)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ import grpc
 from sqlalchemy import func, update
 
 from federation.api.convert import job_to_proto
-from federation.api.status import servicer
+from federation.api.status import check_request, servicer
 from federation.connections import Connection, Connections
 from federation.errors import InvalidArgument, PermissionDenied
 from federation.scheduler import Scheduler
@@ -25,7 +26,9 @@ from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Cluster
 from federation.v1 import agent_pb2, agent_pb2_grpc
-from federation.validation import Violation, Violations, check_labels, check_name
+from federation.validation import Violation, Violations, check_labels, check_name, inventory_problem
+
+log = logging.getLogger(__name__)
 
 
 def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
@@ -72,9 +75,17 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     async def _read(self, conn: Connection, request_iterator: Any) -> None:
         cluster = conn.cluster
         async for message in request_iterator:
+            check_request(message)
             kind = message.WhichOneof("msg")
             if kind == "inventory":
-                await self._set(cluster, inventory=inventory_json(message.inventory), last_heartbeat=func.now())
+                problem = inventory_problem(message.inventory)
+                if problem:  # left out of scheduling, with the reason; every other cluster goes on
+                    log.warning("cluster %s: its agent's inventory is not used: %s", cluster, problem)
+                    await self._set(cluster, problem=f"its agent reported an inventory that cannot be used: {problem}",
+                                    last_heartbeat=func.now())
+                else:
+                    await self._set(cluster, inventory=inventory_json(message.inventory), problem="",
+                                    last_heartbeat=func.now())
                 self.on_change()
             elif kind == "heartbeat":
                 await self._set(cluster, last_heartbeat=func.now(), status="READY")
@@ -83,12 +94,16 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
 
     async def Connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         first = await anext(aiter(request_iterator), None)
+        if first is not None:
+            check_request(first)
         if first is None or not first.HasField("register"):
             raise InvalidArgument([Violation("register", "the first message on the stream must be Register")])
         reg = first.register
         v = Violations()
         check_name(v, "register.cluster", reg.cluster)
         check_labels(v, "register.labels", reg.labels)
+        if len(reg.agent_version) > 64 or not reg.agent_version.isprintable():
+            v.add("register.agent_version", "must be printable and at most 64 characters")
         if v:
             raise InvalidArgument(v.items)
         if self.require_identity:

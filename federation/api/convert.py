@@ -74,7 +74,7 @@ def cluster_to_proto(row: Mapping[str, Any]) -> admin_pb2.Cluster:
         name=row["name"], labels=row["labels"], status=admin_pb2.ClusterStatus.Value(row["status"]),
         cordoned=row["cordoned"], agent_version=row["agent_version"], last_heartbeat=_ts(row["last_heartbeat"]),
         capacity=format_resources(inv.get("capacity", {})), allocatable=format_resources(inv.get("allocatable", {})),
-        used=format_resources(inv.get("used", {})), nodes=inv.get("nodes", 0),
+        used=format_resources(inv.get("used", {})), nodes=inv.get("nodes", 0), problem=row["problem"],
         topology=[admin_pb2.TierSummary(tier=t["tier"], tier_name=t.get("tier_name", ""),
                                         max_free=format_resources(t.get("max_free", {})),
                                         max_capacity=format_resources(t.get("max_capacity", {})))

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import any_pb2
+from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -26,6 +27,7 @@ from federation.errors import (
     PermissionDenied,
     ResourceExhausted,
 )
+from federation.validation import Violation
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +41,94 @@ _CODES: dict[type[FederationError], grpc.StatusCode] = {
 }
 
 
+MAX_TEXT = 400  # characters of a message or violation sent back: errors may quote input, of any size
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
+
+
 async def abort(context: grpc.aio.ServicerContext, err: FederationError) -> None:
     code = _CODES.get(type(err), grpc.StatusCode.INVALID_ARGUMENT)
-    status = status_pb2.Status(code=code.value[0], message=str(err))
+    status = status_pb2.Status(code=code.value[0], message=_short(str(err)))
     if isinstance(err, InvalidArgument):
         detail = any_pb2.Any()
         detail.Pack(error_details_pb2.BadRequest(field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-            for v in err.violations
+            error_details_pb2.BadRequest.FieldViolation(field=_short(v.field), description=_short(v.description))
+            for v in err.violations[:MAX_VIOLATIONS]
         ]))
         status.details.append(detail)
     await context.abort_with_status(rpc_status.to_status(status))
+
+
+MAX_VIOLATIONS = 50
+
+
+def _nul_fields(message: Message, path: str = "") -> list[str]:
+    """Paths of the string fields holding a NUL character (PostgreSQL stores none; no name has one)."""
+    found = []
+    for field, value in message.ListFields():
+        where = f"{path}.{field.name}" if path else field.name
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            for k, v in value.items():
+                if "\x00" in str(k) or (isinstance(v, str) and "\x00" in v):
+                    found.append(f"{where}[{str(k)[:32]!r}]")
+                elif isinstance(v, Message):
+                    found += _nul_fields(v, f"{where}[{str(k)[:32]!r}]")
+        elif field.is_repeated:
+            for i, item in enumerate(value):
+                if isinstance(item, Message):
+                    found += _nul_fields(item, f"{where}[{i}]")
+                elif isinstance(item, str) and "\x00" in item:
+                    found.append(f"{where}[{i}]")
+        elif isinstance(value, Message):
+            found += _nul_fields(value, where)
+        elif isinstance(value, str) and "\x00" in value:
+            found.append(where)
+    return found
+
+
+class Undecodable:
+    """A request whose bytes are not the message the method takes (garbage, or another message)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def _tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def decode(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception:  # protobuf's DecodeError, or worse: the method answers INVALID_ARGUMENT
+            return Undecodable(f"the request is not a valid message ({len(data)} bytes)")
+    return decode
+
+
+def register(add_to_server: Callable[[Any, Any], None], servicer: Any, server: grpc.aio.Server) -> None:
+    """Add a servicer as its generated `add_..._to_server` would, but with requests that cannot be decoded
+    handed to the method as `Undecodable` (answered INVALID_ARGUMENT) instead of failing inside gRPC
+    (INTERNAL or UNKNOWN, naming a Python exception)."""
+    class Capture:
+        def add_generic_rpc_handlers(self, handlers: Any) -> None:
+            pass  # made again below from the method handlers, with tolerant deserializers
+
+        def add_registered_method_handlers(self, name: str, handlers: dict[str, Any]) -> None:
+            wrapped = {m: h._replace(request_deserializer=_tolerant(h.request_deserializer))
+                       for m, h in handlers.items()}
+            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, wrapped),))
+            server.add_registered_method_handlers(name, wrapped)
+
+    add_to_server(servicer, Capture())
+
+
+def check_request(request: Any) -> None:
+    """Refuse, naming the field, a request that could not be decoded or holds a NUL character."""
+    if isinstance(request, Undecodable):
+        raise InvalidArgument([Violation("request", request.message)])
+    if isinstance(request, Message):
+        bad = _nul_fields(request)
+        if bad:
+            raise InvalidArgument([Violation(path, "contains a NUL character") for path in bad])
 
 
 async def _internal(context: grpc.aio.ServicerContext, method: str) -> None:
@@ -62,6 +141,7 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
         async def stream(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
+                check_request(request)
                 async for item in method(self, request, context):
                     yield item
             except FederationError as err:
@@ -75,6 +155,7 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
+            check_request(request)
             return await method(self, request, context)
         except FederationError as err:
             await abort(context, err)

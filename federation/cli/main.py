@@ -27,7 +27,8 @@ DEFAULT_SERVER = "localhost:50051"
 
 
 def config_path() -> Path:
-    """fedctl's config file: `server:` and `token:` (YAML), read when no flag or variable gives them."""
+    """fedctl's config file: `server:`, `token:`, and for TLS `ca:` (and `cert:`/`key:` for a client
+    certificate) as file paths (YAML), read for whatever no flag or variable gives."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(os.environ.get("FEDCTL_CONFIG") or Path(base) / "fedctl" / "config.yaml")
 
@@ -39,9 +40,12 @@ def read_config(path: Path) -> dict[str, str]:
         return {}
     except (OSError, yaml.YAMLError) as err:
         raise click.UsageError(f"{path}: cannot read the config: {err}") from None
-    if not isinstance(data, dict) or not all(isinstance(data.get(k, ""), str) for k in ("server", "token")):
-        raise click.UsageError(f"{path}: expected a mapping with string 'server' and 'token'")
-    return {k: data[k] for k in ("server", "token") if data.get(k)}
+    if not isinstance(data, dict) or not all(isinstance(data.get(k, ""), str) for k in CONFIG_KEYS):
+        raise click.UsageError(f"{path}: expected a mapping with string {', '.join(map(repr, CONFIG_KEYS))}")
+    return {k: data[k] for k in CONFIG_KEYS if data.get(k)}
+
+
+CONFIG_KEYS = ("server", "token", "ca", "cert", "key")
 
 
 class _CallDetails(NamedTuple):
@@ -70,10 +74,27 @@ class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercepto
         return continuation(self._with_token(details), request)
 
 
+def _pem(path: str, what: str) -> bytes:
+    try:
+        return Path(path).expanduser().read_bytes()
+    except OSError as err:
+        raise click.UsageError(f"{path}: cannot read the {what}: {err.strerror}") from None
+
+
 class Client:
-    def __init__(self, server: str, token: str = "") -> None:
+    def __init__(self, server: str, token: str = "", ca: str = "", cert: str = "", key: str = "") -> None:
         self.server = server
-        self.channel = grpc.insecure_channel(server)
+        if bool(cert) != bool(key):
+            raise click.UsageError("--cert and --key go together")
+        if ca:  # TLS: the server's certificate checked against `ca`; a client certificate when given
+            credentials = grpc.ssl_channel_credentials(
+                _pem(ca, "CA certificate"), _pem(key, "client key") if key else None,
+                _pem(cert, "client certificate") if cert else None)
+            self.channel = grpc.secure_channel(server, credentials)
+        elif cert:
+            raise click.UsageError("a client certificate needs --ca: it is presented over TLS")
+        else:
+            self.channel = grpc.insecure_channel(server)
         if token:
             self.channel = grpc.intercept_channel(self.channel, _Bearer(token))
         self.jobs = jobs_pb2_grpc.JobServiceStub(self.channel)
@@ -154,11 +175,21 @@ def _quantity_pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
 @click.option("--token", envvar="FEDERATION_TOKEN", default=None,
               help="Bearer token (fed_...) [default: token: in the config file, $FEDCTL_CONFIG or "
                    "~/.config/fedctl/config.yaml].")
+@click.option("--ca", envvar="FEDERATION_CA", default=None, metavar="FILE",
+              help="PEM CA certificate of the server's: connect over TLS [default: ca: in the config file].")
+@click.option("--cert", envvar="FEDERATION_CERT", default=None, metavar="FILE",
+              help="PEM client certificate, for a server that asks for one (with --key) [default: cert: in the "
+                   "config file].")
+@click.option("--key", envvar="FEDERATION_KEY", default=None, metavar="FILE",
+              help="PEM private key of --cert [default: key: in the config file].")
 @click.pass_context
-def cli(ctx: click.Context, server: str | None, token: str | None) -> None:
+def cli(ctx: click.Context, server: str | None, token: str | None, ca: str | None, cert: str | None,
+        key: str | None) -> None:
     """Client of the federation scheduler."""
-    config = read_config(config_path()) if server is None or token is None else {}
-    ctx.obj = Client(server or config.get("server", DEFAULT_SERVER), token or config.get("token", ""))
+    given = {"server": server, "token": token, "ca": ca, "cert": cert, "key": key}
+    config = read_config(config_path()) if any(v is None for v in given.values()) else {}
+    values = {k: v if v is not None else config.get(k, "") for k, v in given.items()}
+    ctx.obj = Client(values["server"] or DEFAULT_SERVER, values["token"], values["ca"], values["cert"], values["key"])
 
 
 pass_client = click.make_pass_decorator(Client)

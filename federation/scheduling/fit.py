@@ -142,6 +142,7 @@ class ClusterState:
     view: ClusterView
     ready: bool
     cordoned: bool
+    problem: str = ""  # why its agent's report is not used
 
 
 def explain(job: JobView, clusters: Sequence[ClusterState], refused: Mapping[str, str] | None = None,
@@ -155,6 +156,8 @@ def explain(job: JobView, clusters: Sequence[ClusterState], refused: Mapping[str
             why: str | None = "not Ready (its agent is not connected or has gone silent)"
         elif c.cordoned:
             why = "cordoned"
+        elif c.problem:
+            why = c.problem
         else:
             why = (refused or {}).get(c.view.name) or check(job, c.view)
             room, holder = (held or {}).get(c.view.name, ({}, ""))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -15,10 +16,11 @@ from sqlalchemy.engine import URL
 from federation.api.admin import AdminServicer
 from federation.api.agents import AgentServicer
 from federation.api.jobs import JobServicer
+from federation.api.status import register
 from federation.auth import Authenticator, AuthInterceptor, RateLimiter, insecure_dev
 from federation.connections import Connections
 from federation.events import EventHub
-from federation.leader import Leadership, announce
+from federation.leader import LEASE, Leadership, announce
 from federation.oidc import OidcConfig, OidcVerifier
 from federation.orders import OrderRelay
 from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE, Scheduler
@@ -53,6 +55,20 @@ class AgentTls:
     client_ca: bytes
 
 
+@dataclass(frozen=True)
+class ApiTls:
+    """The user API's TLS: the server's certificate and key (PEM), and optionally a CA whose client
+    certificates callers must then present as well as their tokens."""
+
+    cert: bytes
+    key: bytes
+    client_ca: bytes | None = None
+
+
+class PortInUse(RuntimeError):
+    """Another process (a second server, say) already listens on the address."""
+
+
 def ensure_schema(url: URL, auto_migrate: bool) -> None:
     """Refuse to serve on a schema the code does not match, unless told to migrate it."""
     current, head = database.schema_revisions(url)
@@ -66,11 +82,18 @@ def ensure_schema(url: URL, auto_migrate: bool) -> None:
     database.upgrade(url)
 
 
+def _bind(add_port: Any, address: str, *credentials: Any) -> int:
+    try:
+        return int(add_port(address, *credentials))
+    except RuntimeError as err:  # gRPC's "Failed to bind to address"
+        raise PortInUse(f"cannot listen on {address}: the address is in use (or not this host's)") from err
+
+
 class FederationServer:
     def __init__(self, url: URL, listen: str, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
                  lost_grace: float = LOST_GRACE, *, insecure_dev: bool = False, submit_rate: float = SUBMIT_RATE,
                  submit_burst: int = SUBMIT_BURST, agent_listen: str = "", agent_tls: AgentTls | None = None,
-                 oidc: OidcConfig | None = None) -> None:
+                 oidc: OidcConfig | None = None, api_tls: ApiTls | None = None, leader_lease: float = LEASE) -> None:
         if bool(agent_listen) != (agent_tls is not None):
             raise ValueError("an agent listener needs its TLS files, and TLS files need an agent listener")
         self.url = url
@@ -81,6 +104,8 @@ class FederationServer:
         self.limiter = RateLimiter(submit_rate, submit_burst)
         self.agent_listen = agent_listen
         self.agent_tls = agent_tls
+        self.api_tls = api_tls
+        self.leader_lease = leader_lease
         self.oidc = OidcVerifier(oidc) if oidc else None  # a bad JWKS document fails here, before serving
         self.port = 0
         self.agent_port = 0
@@ -97,12 +122,14 @@ class FederationServer:
         self.hub = EventHub(jobs.events_after, jobs.last_event_seq, await jobs.last_event_seq())
         self.hub.start()
         authenticate = insecure_dev if self.insecure_dev else self.authenticator.authenticate
+        # No SO_REUSEPORT: a second server on a port in use must fail, not share the port with the first
+        # (gRPC sets it by default, and calls then land on either at random).
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                   ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+                   ("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)]
         self.server = grpc.aio.server(options=options, interceptors=[AuthInterceptor(authenticate, USER_SERVICES)])
         self.connections = Connections()
         self.relay = OrderRelay(self.connections, jobs.order_events, jobs.last_event_seq, jobs.by_ids)
-        self.leadership = Leadership(self.url, self._noticed)
+        self.leadership = Leadership(self.url, self._noticed, self.leader_lease)
         self._announcing: asyncio.Task[None] | None = None
         self._announce_again = False
 
@@ -111,16 +138,17 @@ class FederationServer:
             self._announce()
 
         self.scheduler = Scheduler(jobs, admin, lambda: self.leadership.is_leader, changed,
-                                   heartbeat_timeout=self.heartbeat_timeout, lost_grace=self.lost_grace)
+                                   heartbeat_timeout=self.heartbeat_timeout, lost_grace=self.lost_grace,
+                                   fence=lambda: self.leadership.fence)
         job_servicer = JobServicer(jobs, admin, self.hub, self.scheduler, changed, self.limiter)
-        jobs_pb2_grpc.add_JobServiceServicer_to_server(job_servicer, self.server)
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(admin, self.scheduler, tokens, self.authenticator.forget), self.server)
+        register(jobs_pb2_grpc.add_JobServiceServicer_to_server, job_servicer, self.server)
+        register(admin_pb2_grpc.add_AdminServiceServicer_to_server,
+                 AdminServicer(admin, self.scheduler, tokens, self.authenticator.forget), self.server)
         # Agents on the user port only in --insecure-dev; otherwise only on the mTLS listener, where
         # each must present a certificate naming the cluster it registers as.
         if self.insecure_dev:
-            agent_pb2_grpc.add_AgentServiceServicer_to_server(
-                AgentServicer(admin, jobs, self.connections, self.scheduler, changed), self.server)
+            register(agent_pb2_grpc.add_AgentServiceServicer_to_server,
+                     AgentServicer(admin, jobs, self.connections, self.scheduler, changed), self.server)
         elif self.agent_tls is None:
             log.warning("no --agent-listen: member agents cannot connect (they need mTLS: --agent-listen with "
                         "--tls-cert, --tls-key and --agent-ca)")
@@ -128,19 +156,25 @@ class FederationServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         if self.agent_tls is not None:
             self.agent_server = grpc.aio.server(options=options)
-            agent_pb2_grpc.add_AgentServiceServicer_to_server(
-                AgentServicer(admin, jobs, self.connections, self.scheduler, changed, require_identity=True),
-                self.agent_server)
+            register(agent_pb2_grpc.add_AgentServiceServicer_to_server,
+                     AgentServicer(admin, jobs, self.connections, self.scheduler, changed, require_identity=True),
+                     self.agent_server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.agent_server)
             credentials = grpc.ssl_server_credentials([(self.agent_tls.key, self.agent_tls.cert)],
                                                       root_certificates=self.agent_tls.client_ca,
                                                       require_client_auth=True)
-            self.agent_port = self.agent_server.add_secure_port(self.agent_listen, credentials)
+            self.agent_port = _bind(self.agent_server.add_secure_port, self.agent_listen, credentials)
             await self.agent_server.start()
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
             self.server)
-        self.port = self.server.add_insecure_port(self.listen)
+        if self.api_tls is not None:
+            credentials = grpc.ssl_server_credentials([(self.api_tls.key, self.api_tls.cert)],
+                                                      root_certificates=self.api_tls.client_ca,
+                                                      require_client_auth=self.api_tls.client_ca is not None)
+            self.port = _bind(self.server.add_secure_port, self.listen, credentials)
+        else:
+            self.port = _bind(self.server.add_insecure_port, self.listen)
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)

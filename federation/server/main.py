@@ -18,13 +18,16 @@ from sqlalchemy.engine import URL
 from federation import metrics
 from federation.durations import parse_duration
 from federation.errors import FederationError
+from federation.leader import LEASE
 from federation.oidc import OidcConfig
 from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.server.app import (
     SUBMIT_BURST,
     SUBMIT_RATE,
     AgentTls,
+    ApiTls,
     FederationServer,
+    PortInUse,
     SchemaOutOfDate,
     ensure_schema,
 )
@@ -83,6 +86,10 @@ def cli(log_level: str) -> None:
 @click.option("--lost-grace", envvar="FEDERATION_LOST_GRACE", type=click.FloatRange(min=0), default=LOST_GRACE,
               show_default=True, help="Seconds more after which a silent cluster's running jobs are lost and "
                                       "retried elsewhere while their maxRetry allows.")
+@click.option("--leader-lease", envvar="FEDERATION_LEADER_LEASE", type=click.FloatRange(min=0.2, max=120),
+              default=LEASE, show_default=True,
+              help="Seconds the scheduling leader's lease lasts: a leader that cannot renew it (frozen, cut off "
+                   "from PostgreSQL) stops deciding, and another replica takes over within about this long.")
 @click.option("--insecure-dev", envvar="FEDERATION_INSECURE_DEV", is_flag=True, default=False,
               help="No authentication: every caller is an admin. For a laptop only (make demo); logged loudly.")
 @click.option("--submit-rate", envvar="FEDERATION_SUBMIT_RATE", type=click.FloatRange(min=0), default=SUBMIT_RATE,
@@ -94,12 +101,17 @@ def cli(log_level: str) -> None:
               help="Address of the member agents' listener, mTLS only: each agent's certificate must be signed by "
                    "--agent-ca and name its cluster ('' : agents connect only in --insecure-dev, on --listen).")
 @click.option("--tls-cert", envvar="FEDERATION_TLS_CERT", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="PEM certificate the agent listener presents (fedctl dev certs makes one for local use).")
+              help="PEM certificate the server presents: on the agent listener, and on --listen too (TLS for users "
+                   "and their tokens) unless --insecure-dev (fedctl dev certs makes one for local use).")
 @click.option("--tls-key", envvar="FEDERATION_TLS_KEY", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="PEM private key of --tls-cert.")
 @click.option("--agent-ca", envvar="FEDERATION_AGENT_CA", type=click.Path(path_type=Path, exists=True,
                                                                          dir_okay=False),
               help="PEM CA certificate that signs the agents' client certificates.")
+@click.option("--client-ca", envvar="FEDERATION_CLIENT_CA", type=click.Path(path_type=Path, exists=True,
+                                                                           dir_okay=False),
+              help="PEM CA whose client certificates users must also present on --listen (mutual TLS; needs "
+                   "--tls-cert).")
 @click.option("--oidc-issuer", envvar="FEDERATION_OIDC_ISSUER", default="", metavar="URL",
               help="Also accept JWTs from this OIDC issuer as bearer tokens (with --oidc-audience, --oidc-jwks).")
 @click.option("--oidc-audience", envvar="FEDERATION_OIDC_AUDIENCE", default="", help="The JWTs' required audience.")
@@ -113,18 +125,25 @@ def cli(log_level: str) -> None:
 @click.option("--oidc-admin-value", envvar="FEDERATION_OIDC_ADMIN_VALUE", default="federation-admins",
               show_default=True, help="The value of --oidc-admin-claim that makes the caller an admin.")
 def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str,
-          heartbeat_timeout: float, lost_grace: float, insecure_dev: bool, submit_rate: float,
+          heartbeat_timeout: float, lost_grace: float, leader_lease: float, insecure_dev: bool, submit_rate: float,
           submit_burst: int, agent_listen: str, tls_cert: Path | None, tls_key: Path | None,
-          agent_ca: Path | None, oidc_issuer: str, oidc_audience: str, oidc_jwks: Path | None,
+          agent_ca: Path | None, client_ca: Path | None, oidc_issuer: str, oidc_audience: str, oidc_jwks: Path | None,
           oidc_tenant_claim: str, oidc_admin_claim: str, oidc_admin_value: str) -> None:
     """Serve JobService and AdminService (and AgentService on --agent-listen) until SIGINT or SIGTERM."""
-    files = (tls_cert, tls_key, agent_ca)
-    if agent_listen and not all(files):
+    if agent_listen and not (tls_cert and tls_key and agent_ca):
         raise click.UsageError("--agent-listen needs --tls-cert, --tls-key and --agent-ca")
-    if any(files) and not agent_listen:
-        raise click.UsageError("--tls-cert, --tls-key and --agent-ca are for --agent-listen; give it too")
+    if agent_ca and not agent_listen:
+        raise click.UsageError("--agent-ca is for --agent-listen; give it too")
+    if bool(tls_cert) != bool(tls_key):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    if client_ca and not tls_cert:
+        raise click.UsageError("--client-ca needs --tls-cert and --tls-key: client certificates are checked over TLS")
     tls = AgentTls(tls_cert.read_bytes(), tls_key.read_bytes(), agent_ca.read_bytes()) \
         if tls_cert and tls_key and agent_ca else None
+    api_tls = ApiTls(tls_cert.read_bytes(), tls_key.read_bytes(), client_ca.read_bytes() if client_ca else None) \
+        if tls_cert and tls_key and not insecure_dev else None
+    if tls_cert and insecure_dev:
+        log.warning("--insecure-dev: the user API stays plaintext (no tokens to protect); --tls-cert serves agents")
     if any((oidc_issuer, oidc_audience, oidc_jwks)) and not all((oidc_issuer, oidc_audience, oidc_jwks)):
         raise click.UsageError("OIDC needs all of --oidc-issuer, --oidc-audience and --oidc-jwks")
     oidc = OidcConfig(oidc_issuer, oidc_audience, oidc_jwks.read_text(), oidc_tenant_claim, oidc_admin_claim,
@@ -134,10 +153,13 @@ def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: b
         try:
             server = FederationServer(url, listen, heartbeat_timeout, lost_grace, insecure_dev=insecure_dev,
                                       submit_rate=submit_rate, submit_burst=submit_burst, agent_listen=agent_listen,
-                                      agent_tls=tls, oidc=oidc)
+                                      agent_tls=tls, oidc=oidc, api_tls=api_tls, leader_lease=leader_lease)
         except ValueError as err:
             raise click.ClickException(str(err)) from None
-        asyncio.run(_serve(server, metrics_listen))
+        try:
+            asyncio.run(_serve(server, metrics_listen))
+        except PortInUse as err:
+            raise click.ClickException(str(err)) from None
 
 
 def _current_schema(url: URL, auto_migrate: bool) -> None:
@@ -151,13 +173,17 @@ async def _serve(server: FederationServer, metrics_listen: str) -> None:
     listen = server.listen
     port = await server.start()
     if metrics_listen:
-        print(f"federation-server metrics on {metrics_listen.rpartition(':')[0]}:{metrics.serve(metrics_listen)}",
-              flush=True)
+        try:
+            metrics_port = metrics.serve(metrics_listen)
+        except OSError as err:
+            await server.stop(0)
+            raise PortInUse(f"cannot serve metrics on {metrics_listen}: {err.strerror}") from None
+        print(f"federation-server metrics on {metrics_listen.rpartition(':')[0]}:{metrics_port}", flush=True)
     if server.agent_listen:
         print(f"federation-server agents (mTLS) on {server.agent_listen.rpartition(':')[0]}:{server.agent_port}",
               flush=True)
     host = listen.rpartition(":")[0]
-    print(f"federation-server listening on {host}:{port}", flush=True)
+    print(f"federation-server listening on {host}:{port}{' (TLS)' if server.api_tls else ''}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

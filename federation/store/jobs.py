@@ -22,6 +22,7 @@ from sqlalchemy.orm import aliased
 
 from federation import gangs
 from federation.errors import FailedPrecondition, NotFound
+from federation.leader import Fence
 from federation.store.models import Cluster, EventCounter, Job, JobEvent, SubmitKey
 from federation.v1 import agent_pb2, common_pb2
 from federation.validation import DEFAULT_MAX_RETRY
@@ -100,6 +101,11 @@ def _placements(u: agent_pb2.JobUpdate) -> list[dict[str, Any]]:
 
 def _spec(stored: dict[str, Any]) -> common_pb2.JobSpec:
     return json_format.ParseDict(stored, common_pb2.JobSpec(), ignore_unknown_fields=True)
+
+
+def _held(row: Any, u: agent_pb2.JobUpdate) -> dict[str, int]:
+    """What a job's placed pods hold, from an agent's report of them (its minimum if it named none)."""
+    return gangs.bound(_spec(row["spec"]), _placements(u)) if u.placements else row["request"]
 
 
 def _minimum(stored: dict[str, Any]) -> dict[str, int]:
@@ -304,7 +310,7 @@ class JobStore:
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
 
-    async def dispatch(self, decisions: dict[str, str]) -> list[Any]:
+    async def dispatch(self, decisions: dict[str, str], fence: Fence | None = None) -> list[Any]:
         """Move still-waiting jobs to their chosen cluster with a new attempt; returns the moved rows.
 
         One statement for the whole batch: a first cycle may dispatch tens of thousands of jobs.
@@ -313,6 +319,8 @@ class JobStore:
             return []
         ids = sorted(decisions)
         async with self.engine.begin() as conn:
+            if fence is not None:  # only under the lease: a stale leader's decisions are not written
+                await fence.check(conn)
             moved = (await conn.execute(text(
                 "UPDATE jobs SET phase = 'DISPATCHED', cluster = v.cluster, attempt = jobs.attempt + 1, "
                 "reason = 'dispatched to cluster ' || v.cluster || '; its agent is placing the gang', "
@@ -325,7 +333,7 @@ class JobStore:
                                                    r["reason"], r["attempt"], r["cluster"]) for r in moved])
         return list(moved)
 
-    async def preempt(self, reasons: dict[str, str]) -> list[Any]:
+    async def preempt(self, reasons: dict[str, str], fence: Fence | None = None) -> list[Any]:
         """Return running gangs to their queues (phase Preempted, keeping their submission order).
 
         Returns the rows as they were, so the caller can tell each one's agent which attempt to stop.
@@ -334,6 +342,8 @@ class JobStore:
             return []
         ids = sorted(reasons)
         async with self.engine.begin() as conn:
+            if fence is not None:  # only under the lease: a stale leader's decisions are not written
+                await fence.check(conn)
             rows = (await conn.execute(
                 select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster, Job.spec)
                 .where(Job.id.in_(ids), Job.phase.in_(ACTIVE_PHASES)).order_by(Job.id)
@@ -349,19 +359,22 @@ class JobStore:
                                                    reasons[r["id"]], r["attempt"], r["cluster"]) for r in rows])
         return list(rows)
 
-    async def set_waiting(self, reasons: dict[str, str]) -> None:
+    async def set_waiting(self, reasons: dict[str, str], fence: Fence | None = None) -> None:
         """Why each of these jobs waits, for those still waiting; one statement for the whole batch."""
         if not reasons:
             return
         ids = sorted(reasons)
         async with self.engine.begin() as conn:
+            if fence is not None:  # only under the lease: a stale leader's decisions are not written
+                await fence.check(conn)
             await conn.execute(text(
                 "UPDATE jobs SET reason = v.reason, updated_at = now() "
                 "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS v(id, reason) "
                 "WHERE jobs.id = v.id AND jobs.phase IN ('PENDING', 'PREEMPTED')"),
                 {"ids": ids, "reasons": [reasons[i] for i in ids]})
 
-    async def requeue_from_silent(self, heartbeat_timeout: float, grace: float) -> list[Any]:
+    async def requeue_from_silent(self, heartbeat_timeout: float, grace: float,
+                                  fence: Fence | None = None) -> list[Any]:
         """Take work back from clusters whose agents have gone silent; returns the jobs moved.
 
         Silent past `heartbeat_timeout`: the cluster is NotReady and its Dispatched jobs, never bound
@@ -373,6 +386,8 @@ class JobStore:
         silent = _silent_clusters(heartbeat_timeout)
         gone = _silent_clusters(heartbeat_timeout + grace)
         async with self.engine.begin() as conn:
+            if fence is not None:  # only under the lease: a stale leader's decisions are not written
+                await fence.check(conn)
             await conn.execute(update(Cluster).where(Cluster.name.in_(silent), Cluster.status == "READY")
                                .values(status="NOT_READY"))
             rows = (await conn.execute(
@@ -424,7 +439,7 @@ class JobStore:
                 event = "Rejected"
             elif kind == agent_pb2.BOUND and phase == "DISPATCHED":
                 values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "started_at": func.now(),
-                          "placements": _placements(u), "request": gangs.bound(_spec(row["spec"]), _placements(u)),
+                          "placements": _placements(u), "request": _held(row, u),
                           "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier})"}
                 event = "Running"
             elif kind == agent_pb2.JOB_SUCCEEDED:
@@ -436,13 +451,13 @@ class JobStore:
             elif kind == agent_pb2.POD_RESTARTED and phase == "RUNNING" and u.retries > row["retries"]:
                 # The agent counts restarts over the job's life: a resent (older) report changes nothing.
                 values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "retries": u.retries,
-                          "placements": _placements(u), "request": gangs.bound(_spec(row["spec"]), _placements(u)),
+                          "placements": _placements(u), "request": _held(row, u),
                           "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); "
                                     f"restarted {u.retries} time(s), last: {u.reason}"}
                 event, message = "PodRestarted", u.reason
             elif kind == agent_pb2.PODS_ADDED and phase == "RUNNING" and len(u.placements) > len(row["placements"]):
                 values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier,
-                          "placements": _placements(u), "request": gangs.bound(_spec(row["spec"]), _placements(u)),
+                          "placements": _placements(u), "request": _held(row, u),
                           "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); "
                                     f"{len(u.placements)} pods"}
                 event, message = "PodsAdded", u.reason

@@ -87,6 +87,7 @@ class Cluster(Base):
     agent_version: Mapped[str] = mapped_column(String(64), nullable=False, default="")
     last_heartbeat: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     inventory: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
+    problem: Mapped[str] = mapped_column(Text, nullable=False, default="")  # why its agent's report is not used
     created_at: Mapped[datetime] = _created()
 
 
@@ -144,6 +145,17 @@ class JobEvent(Base):
     attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     cluster: Mapped[str] = mapped_column(NAME, nullable=False, default="")
     created_at: Mapped[datetime] = _created()
+
+
+class LeaderLease(Base):
+    """One row: which replica schedules, under which epoch, until when (federation.leader)."""
+
+    __tablename__ = "leader_lease"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64), nullable=False)
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
 class EventCounter(Base):

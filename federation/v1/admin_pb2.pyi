@@ -163,7 +163,7 @@ class TierSummary(_message.Message):
     def __init__(self, tier: _Optional[int] = ..., tier_name: _Optional[str] = ..., max_free: _Optional[_Mapping[str, str]] = ..., max_capacity: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Cluster(_message.Message):
-    __slots__ = ("name", "labels", "status", "cordoned", "agent_version", "last_heartbeat", "capacity", "allocatable", "used", "topology", "nodes")
+    __slots__ = ("name", "labels", "status", "cordoned", "agent_version", "last_heartbeat", "capacity", "allocatable", "used", "topology", "nodes", "problem")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +203,7 @@ class Cluster(_message.Message):
     USED_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
     name: str
     labels: _containers.ScalarMap[str, str]
     status: ClusterStatus
@@ -214,7 +215,8 @@ class Cluster(_message.Message):
     used: _containers.ScalarMap[str, str]
     topology: _containers.RepeatedCompositeFieldContainer[TierSummary]
     nodes: int
-    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[ClusterStatus, str]] = ..., cordoned: _Optional[bool] = ..., agent_version: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ..., used: _Optional[_Mapping[str, str]] = ..., topology: _Optional[_Iterable[_Union[TierSummary, _Mapping]]] = ..., nodes: _Optional[int] = ...) -> None: ...
+    problem: str
+    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[ClusterStatus, str]] = ..., cordoned: _Optional[bool] = ..., agent_version: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ..., used: _Optional[_Mapping[str, str]] = ..., topology: _Optional[_Iterable[_Union[TierSummary, _Mapping]]] = ..., nodes: _Optional[int] = ..., problem: _Optional[str] = ...) -> None: ...
 
 class QueueStatus(_message.Message):
     __slots__ = ("queue", "tenant", "usage", "deserved", "dominant_share", "pending", "running")

@@ -1,4 +1,4 @@
-"""resource flavors, and queues' flavor preferences
+"""resource flavors, queues' flavor preferences, why a cluster's report is not used, the leader's lease
 
 Revision ID: 0005
 Revises: 0004
@@ -24,8 +24,18 @@ def upgrade() -> None:
     )
     op.add_column('queues', sa.Column('flavors', postgresql.JSONB(astext_type=sa.Text()), nullable=False,
                                       server_default=sa.text("'[]'::jsonb")))
+    op.add_column('clusters', sa.Column('problem', sa.Text(), nullable=False, server_default=''))
+    op.create_table('leader_lease',
+    sa.Column('id', sa.Integer(), nullable=False),
+    sa.Column('holder', sa.String(length=64), nullable=False),
+    sa.Column('epoch', sa.BigInteger(), nullable=False),
+    sa.Column('expires_at', sa.DateTime(timezone=True), nullable=False),
+    sa.PrimaryKeyConstraint('id')
+    )
 
 
 def downgrade() -> None:
+    op.drop_table('leader_lease')
+    op.drop_column('clusters', 'problem')
     op.drop_column('queues', 'flavors')
     op.drop_table('flavors')
