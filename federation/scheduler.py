@@ -145,7 +145,8 @@ class Scheduler:
         self._making_room: _Expiring[str, str] = _Expiring(ROOM_MEMORY)  # job -> cluster preempted for it
         self.cache = JobCache(jobs)
         self.steps: dict[str, float] = {}  # of the last cycle: seconds per step
-        self.held: dict[str, tuple[dict[str, int], list[str]]] = {}  # cluster -> room reserved, for which jobs
+        # cluster -> room reserved there by the last cycle, and for which (job, tenant)
+        self.held: dict[str, tuple[dict[str, int], list[tuple[str, str]]]] = {}
         self._cycles = 0
         self._leading = False
 
@@ -216,10 +217,12 @@ class Scheduler:
         decisions = schedule(snapshot)
         clock.step("decide")
         self.held = {}
+        tenant_of = {q.name: q.tenant for q in snapshot.queues}
         for job_id, cluster in decisions.reserved.items():
             room, holders = self.held.setdefault(cluster, ({}, []))
-            holders.append(job_id)
-            for r, a in self.cache.waiting[job_id].view.request.items():
+            waiting = self.cache.waiting[job_id]
+            holders.append((job_id, tenant_of.get(waiting.queue, "")))
+            for r, a in waiting.view.request.items():
                 room[r] = room.get(r, 0) + a
         for job_id, cluster in decisions.making_room.items():
             self._making_room.put(job_id, cluster)
@@ -289,9 +292,11 @@ class Scheduler:
                   for c in (await self.admin.clusters(self.heartbeat_timeout))[0]]
         held = {}
         for cluster, (room, holders) in self.held.items():
-            others = [h for h in holders if h != row["id"]]
+            others = [(h, t) for h, t in holders if h != row["id"]]
             if others:  # what the job would find free were it not held for the others
-                own = self.cache.waiting[row["id"]].view.request if row["id"] in holders and \
-                    row["id"] in self.cache.waiting else {}
-                held[cluster] = ({r: a - own.get(r, 0) for r, a in room.items()}, others[0])
+                mine = any(h == row["id"] for h, _ in holders) and row["id"] in self.cache.waiting
+                own = self.cache.waiting[row["id"]].view.request if mine else {}
+                holder, tenant = others[0]
+                named = holder if tenant == row["tenant"] else "a job of another tenant"
+                held[cluster] = ({r: a - own.get(r, 0) for r, a in room.items()}, named)
         return explain(job_view(row), states, self._recent_refusals().get(row["id"], {}), held)

@@ -72,7 +72,11 @@ def test_compose_runs_the_whole_local_federation_in_order(compose: dict[str, Any
         assert argv[argv.index(flag) + 1] == f"/etc/federation/certs/{file}"
     assert all(f"--cluster {name}" in made for name, _, _ in DEMO_CLUSTERS)
     assert "--server-name federation-server" in made
-    assert server["healthcheck"]["test"][-3:] == ["-m", "federation.healthcheck", "localhost:50051"]
+    # The API speaks TLS with the server's certificate: the health check and fedctl trust its CA.
+    assert server["healthcheck"]["test"][-4:] == ["-m", "federation.healthcheck", "localhost:50051",
+                                                  "/etc/federation/certs/ca.crt"]
+    published = [p if isinstance(p, str) else f"{p.get('host_ip', '')}:{p.get('published')}" for p in server["ports"]]
+    assert [p for p in published if "9464" in p] == ["127.0.0.1:9464:9464/tcp"]  # metrics: this host only
     for service in ("migrate", "federation-server"):
         url = services[service]["environment"]["FEDERATION_DATABASE_URL"]
         assert url.startswith("postgresql://") and "@postgres:5432/" in url
@@ -101,6 +105,7 @@ def test_compose_agents_are_the_example_clusters(compose: dict[str, Any]) -> Non
     assert tools["profiles"] == ["tools"] and tools["entrypoint"] == ["fedctl"]
     assert tools["environment"]["FEDERATION_SERVER"] == "federation-server:50051"
     assert "FEDERATION_TOKEN" in tools["environment"]
+    assert tools["environment"]["FEDERATION_CA"] == "/etc/federation/certs/ca.crt"
 
 
 def test_the_image_is_multi_stage_and_runs_unprivileged() -> None:
@@ -147,8 +152,10 @@ def test_every_rendered_object_passes_the_kubernetes_schema(directory: str) -> N
 def test_the_control_plane_runs_two_replicas_on_an_external_database() -> None:
     objects = render(MANIFESTS / "overlays" / "control-plane")
     (deployment,) = by_kind(objects, "Deployment")
-    (service,) = by_kind(objects, "Service")
+    services = {s["metadata"]["name"]: s for s in by_kind(objects, "Service")}
+    service, scraped = services["federation-server"], services["federation-server-metrics"]
     (budget,) = by_kind(objects, "PodDisruptionBudget")
+    (policy,) = by_kind(objects, "NetworkPolicy")
     pod = deployment["spec"]["template"]
     labels = pod["metadata"]["labels"]
     assert deployment["spec"]["replicas"] == 2
@@ -166,8 +173,14 @@ def test_the_control_plane_runs_two_replicas_on_an_external_database() -> None:
     (server,) = pod["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in server["ports"]}
     listen = server["args"][server["args"].index("--listen") + 1]
-    assert listen.endswith(f":{ports['grpc']}") and server["readinessProbe"]["grpc"]["port"] == ports["grpc"]
-    assert {p["targetPort"] for p in service["spec"]["ports"]} == set(ports)
+    probe = server["readinessProbe"]["exec"]["command"]  # TLS, which the kubelet's gRPC probe cannot speak
+    assert listen.endswith(f":{ports['grpc']}") and probe[-2] == f"localhost:{ports['grpc']}"
+    # The load balancer carries the API and the agents, never the (unauthenticated) metrics.
+    assert {p["targetPort"] for p in service["spec"]["ports"]} == {"grpc", "agents"}
+    assert scraped["spec"].get("type", "ClusterIP") == "ClusterIP" and [
+        p["targetPort"] for p in scraped["spec"]["ports"]] == ["metrics"]
+    rules = {tuple(sorted(p["port"] for p in rule["ports"])): rule.get("from") for rule in policy["spec"]["ingress"]}
+    assert rules[(ports["grpc"], ports["agents"])] is None and rules[(ports["metrics"],)]
     args = server["args"]
     assert args[args.index("--agent-listen") + 1].endswith(f":{ports['agents']}") and "--insecure-dev" not in args
     mounts = {m["name"]: m["mountPath"] for m in server["volumeMounts"]}
@@ -175,6 +188,7 @@ def test_the_control_plane_runs_two_replicas_on_an_external_database() -> None:
     assert secrets == {"tls": "federation-server-tls"}
     for flag, key in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key"), ("--agent-ca", "ca.crt")):
         assert args[args.index(flag) + 1] == f"{mounts['tls']}/{key}"
+    assert probe[-1] == f"{mounts['tls']}/ca.crt"
     assert pod["spec"]["initContainers"][0]["command"] == ["federation-server", "db", "upgrade"]
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
 

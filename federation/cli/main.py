@@ -142,6 +142,14 @@ class FedctlGroup(click.Group):
             fail(rpc_error_lines(err, server))
         except ManifestError as err:
             fail([str(err)])
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit, KeyboardInterrupt):
+            raise
+        except RecursionError:
+            fail(["the input is nested too deeply to be a manifest"])
+        except Exception as err:  # a bug of ours: one line saying so, never a traceback
+            if os.environ.get("FEDCTL_DEBUG"):
+                raise
+            fail([f"unexpected {type(err).__name__}: {str(err)[:300]} (please report it; FEDCTL_DEBUG=1 shows more)"])
 
 
 def _format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -203,6 +211,8 @@ def _read_manifests(files: tuple[Path, ...]) -> Iterator[Document]:
             text = sys.stdin.read() if str(path) == "-" else path.read_text()
         except OSError as err:
             raise ManifestError(str(path), None, f"cannot read: {err.strerror}") from None
+        except UnicodeDecodeError as err:
+            raise ManifestError(str(path), None, f"is not UTF-8 text (byte {err.start}): not a YAML manifest") from None
         yield from load_documents(text, str(path))
 
 

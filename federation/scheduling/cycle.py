@@ -136,7 +136,7 @@ class _Cycle:
         self.lowered: set[str] = set()  # queues whose tenant's usage a preemption lowered since the last turn
         self.heads_reserving: set[str] = set()  # queues whose head has had its turn at reclaim and reservation
         self._cannot_run: dict[tuple[object, ...], str | None] = {}  # per gang shape, as the clusters stand
-        self.holders: dict[str, list[str]] = {}  # cluster -> jobs whose room is reserved there
+        self.holders: dict[str, list[tuple[str, str]]] = {}  # cluster -> (job, its tenant) whose room is held there
         self.flavors = Flavors(snap.flavors, {**snap.labels, **{c.name: c.labels for c in snap.clusters}})
         self.holds: dict[str, Resources] = {}  # running job -> what it counts against (flavors included)
         self._wanted: dict[str, Resources] = {}  # waiting job -> what it counts as demand for
@@ -421,7 +421,7 @@ class _Cycle:
             if impossible:
                 self.out.cannot_run.add(job.id)
             why = impossible or (limited and self.over_limit(job, queue)) or (
-                job.view.shape in nowhere and (self.behind(job.view) or nowhere[job.view.shape]))
+                job.view.shape in nowhere and (self.behind(job) or nowhere[job.view.shape]))
             if not why:
                 break
             waiting[job.id] = why
@@ -432,17 +432,20 @@ class _Cycle:
         """Keep the room `job` needs in `cluster` for it: later jobs go elsewhere or into what is left."""
         self.clusters.hold(job.view, cluster)
         self.out.reserved[job.id] = cluster
-        self.holders.setdefault(cluster, []).append(job.id)
+        self.holders.setdefault(cluster, []).append((job.id, self.queues[job.queue].tenant))
         self.out.waiting[job.id] = why
 
-    def behind(self, job: JobView) -> str | None:
-        """When the job would fit a cluster but for the room reserved there, which job holds it."""
+    def behind(self, job: PendingJob) -> str | None:
+        """When the job would fit a cluster but for the room reserved there, which job holds it (named only
+        to its own tenant)."""
         if not self.holders:
             return None
-        cluster = self.clusters.fits_without_reservations(job)
+        cluster = self.clusters.fits_without_reservations(job.view)
         if cluster is None:
             return None
-        return f"behind {self.holders[cluster][0]}, which holds the room it needs in cluster {cluster}"
+        holder, tenant = self.holders[cluster][0]
+        who = holder if tenant == self.queues[job.queue].tenant else "a job of another tenant"
+        return f"behind {who}, which holds the room it needs in cluster {cluster}"
 
     def consider(self, job: PendingJob, queue: str) -> None:
         why = self.cannot_run(job, queue)
@@ -492,18 +495,22 @@ class _Cycle:
                 self.hold(job, best, f"waiting for resources in cluster {best}, reserved so smaller jobs do not "
                                      f"starve it; {summary(reasons)}" + (f"; {why_not}" if why_not else ""))
                 return
-        why = self.behind(job.view) or self.clusters.fits_nowhere(job.view) or \
+        why = self.behind(job) or self.clusters.fits_nowhere(job.view) or \
             "no ready cluster fits: " + summary(reasons)
         self.out.waiting[job.id] = why + (f"; {why_not}" if why_not and queue_within else "")
 
     def evict(self, job: PendingJob, queue: str, cluster: str, gangs: Sequence[RunningJob]) -> None:
+        tenant = self.queues[queue].tenant
         for victim in gangs:
             why = "reclaimed" if victim.queue != queue else "preempted"
-            self.out.preempt[victim.id] = f"{why} for {job.id} (priority {job.priority}) in queue {queue}"
+            if self.queues[victim.queue].tenant == tenant:
+                self.out.preempt[victim.id] = f"{why} for {job.id} (priority {job.priority}) in queue {queue}"
+            else:  # a tenant reads only its own tenant's names
+                self.out.preempt[victim.id] = f"{why} for a job of another tenant, below its deserved share"
             self.use(victim.queue, self.holds[victim.id], -1)
             self.pool.add(victim.cluster, victim.queue, victim.request, -1)
-            tenant = self.queues[victim.queue].tenant
-            self.lowered.update(q for q, info in self.queues.items() if info.tenant == tenant)
+            theirs = self.queues[victim.queue].tenant
+            self.lowered.update(q for q, info in self.queues.items() if info.tenant == theirs)
         # Worded as in later cycles (above), so that the reason is not rewritten next cycle.
         self.out.making_room[job.id] = cluster
         self.hold(job, cluster, f"waiting for preempted job(s) to exit in cluster {cluster}")
