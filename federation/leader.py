@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -98,7 +99,7 @@ class Leadership:
             try:
                 async with await psycopg.AsyncConnection.connect(
                         conninfo(self.url), autocommit=True, connect_timeout=max(int(self.renew_every), 1),
-                        application_name=f"federation-leader-{self.holder}") as conn:
+                        application_name=f"federation-server-{os.getpid()}-lease") as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     await self._hold(conn)
             except (psycopg.Error, OSError, TimeoutError) as err:

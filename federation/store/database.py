@@ -104,4 +104,7 @@ def schema_revisions(url: URL) -> tuple[str | None, str | None]:
 
 
 def async_engine(url: URL, pool_size: int = 10) -> AsyncEngine:
-    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    """The server's pool; its sessions name the process (`pg_stat_activity.application_name`), so an operator
+    can tell replicas apart."""
+    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
+                               connect_args={"application_name": f"federation-server-{os.getpid()}"})
