@@ -6,15 +6,20 @@ file, never anything else. Example counts are bounded for CI (FEDERATION_FUZZ_EX
 """
 
 import os
+import random
+from typing import Any
 
 import grpc
 import yaml
-from hypothesis import HealthCheck, given, settings
+from google.protobuf import message_factory
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
+from sqlalchemy import text
 
 from federation.cli.manifest import admin_from_document, job_from_document
 from federation.cli.yamldoc import ManifestError, load_documents
-from federation.v1 import admin_pb2, common_pb2, jobs_pb2
+from federation.v1 import admin_pb2, agent_pb2, common_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
 from tests.test_api_jobs import all_jobs, event_count
 
@@ -91,3 +96,103 @@ def test_random_yaml_is_converted_or_refused_with_the_file_named(text: str) -> N
         parse_all(text)
     except ManifestError as err:
         assert str(err).startswith("fuzz.yaml"), str(err)
+
+
+# -- every RPC, on the wire ------------------------------------------------------------------------
+
+SEED = int(os.environ.get("FEDERATION_FUZZ_SEED", random.randrange(2**32)))
+print(f"fuzz seed: {SEED} (FEDERATION_FUZZ_SEED={SEED} repeats this run)")
+wire = settings(max_examples=EXAMPLES * 3, deadline=None, derandomize=False, print_blob=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+HOSTILE_TEXT = st.one_of(st.text(max_size=40), st.sampled_from(["\x00", "a\x00b", "x" * 100_000, "1e1000000",
+                                                                  "inf", "NaN", "١٢", "-1", "../../etc"]))
+HOSTILE_INT = st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from([0, -1, 2**31 - 1, -(2**31)]))
+
+
+def methods() -> list[tuple[str, Any, bool, bool]]:
+    """(path, request type, server streaming, client streaming) of every method the server serves."""
+    out = []
+    for module in (jobs_pb2, admin_pb2, agent_pb2):
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for m in service.methods:
+                request = message_factory.GetMessageClass(m.input_type)
+                out.append((f"/{service.full_name}/{m.name}", request, m.server_streaming, m.client_streaming))
+    return out
+
+
+@st.composite
+def filled(draw: st.DrawFn, kind: Any, depth: int = 0) -> Any:
+    """A message of `kind` with hostile values in some of its fields (two levels deep)."""
+    message = kind()
+    for field in kind.DESCRIPTOR.fields:
+        if not draw(st.booleans()):
+            continue
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            entry = field.message_type.fields_by_name
+            key_field, value_field = entry["key"], entry["value"]
+            if key_field.type == key_field.TYPE_STRING and value_field.type == value_field.TYPE_STRING:
+                getattr(message, field.name).update(draw(st.dictionaries(HOSTILE_TEXT, HOSTILE_TEXT, max_size=3)))
+        elif field.message_type is not None:
+            if depth < 2 and field.message_type.full_name.startswith("federation."):
+                child = draw(filled(message_factory.GetMessageClass(field.message_type), depth + 1))
+                if field.is_repeated:
+                    getattr(message, field.name).append(child)
+                else:
+                    getattr(message, field.name).CopyFrom(child)
+        elif field.type == field.TYPE_STRING:
+            value = draw(HOSTILE_TEXT)
+            if field.is_repeated:
+                getattr(message, field.name).append(value)
+            else:
+                setattr(message, field.name, value)
+        elif field.type in (field.TYPE_INT32, field.TYPE_INT64, field.TYPE_ENUM) and not field.is_repeated:
+            setattr(message, field.name, draw(HOSTILE_INT) if field.type != field.TYPE_ENUM else draw(
+                st.integers(0, 10)))
+        elif field.type == field.TYPE_BOOL and not field.is_repeated:
+            setattr(message, field.name, True)
+    return message
+
+
+@st.composite
+def calls(draw: st.DrawFn) -> tuple[str, bool, bool, bytes]:
+    path, kind, server_streaming, client_streaming = draw(st.sampled_from(methods()))
+    payload = draw(st.one_of(st.binary(max_size=64), filled(kind).map(lambda m: m.SerializeToString())))
+    return path, server_streaming, client_streaming, payload
+
+
+async def stored(api: Api) -> tuple[int, ...]:
+    async with api.server.engine.connect() as conn:
+        counts = []
+        for table in ("jobs", "job_events", "tenants", "queues", "priority_classes", "flavors", "api_tokens",
+                      "clusters"):
+            counts.append((await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one())
+        return tuple(counts)
+
+
+@seed(SEED)
+@wire
+@given(call=calls())
+async def test_every_rpc_answers_hostile_bytes_with_a_proper_status_and_stays_responsive(
+        api: Api, call: tuple[str, bool, bool, bytes]) -> None:
+    path, server_streaming, client_streaming, payload = call
+    before = await stored(api)
+    code = grpc.StatusCode.OK
+    try:
+        if client_streaming:  # the agents' stream: a frame of whatever, then the end of it
+            stream = api.channel.stream_stream(path)(iter([payload]), timeout=10)
+            async for _ in stream:
+                pass
+        elif server_streaming:
+            async for _ in api.channel.unary_stream(path)(payload, timeout=1):
+                break
+        else:
+            await api.channel.unary_unary(path)(payload, timeout=10)
+    except grpc.aio.AioRpcError as err:
+        code = err.code()
+        assert code not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), (path, code, err.details())
+        assert len(err.details() or "") <= 1000  # an error quotes at most a short prefix of the input
+    if code != grpc.StatusCode.OK and code != grpc.StatusCode.DEADLINE_EXCEEDED:
+        assert await stored(api) == before, path  # refused: nothing stored
+    health = health_pb2_grpc.HealthStub(api.channel)
+    answer = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)  # the server still answers at once
+    assert answer.status == health_pb2.HealthCheckResponse.SERVING

@@ -304,7 +304,7 @@ def test_the_cli_bootstraps_an_admin_token_and_uses_it(empty_db_url: URL, tmp_pa
         assert both.returncode == 2 and "give exactly one of --admin or --tenant NAME" in both.stderr
         config.write_text("token: [not, a, string]\n")
         broken = run("list", "jobs")
-        assert broken.returncode == 2 and f"{config}: expected a mapping with string" in broken.stderr
+        assert broken.returncode == 1 and f"{config}:1: token: must be a string" in broken.stderr
         config.unlink()
         refused = run("tenant", "create", "ml")
         assert refused.returncode == 1 and "Traceback" not in refused.stderr

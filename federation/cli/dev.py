@@ -76,7 +76,7 @@ class ServerProcess(_Child):
                  listen: str = "127.0.0.1:0", secure: bool = False) -> None:
         super().__init__([str(BIN / "federation-server"), "serve", "--listen", listen,
                           "--metrics-listen", "127.0.0.1:0", *([] if secure else ["--insecure-dev"]), *args],
-                         b"listening on", env, timeout)
+                         b"federation-server listening", env, timeout)
         lines = self.log.decode().splitlines()
         self.metrics = next((line.rsplit(" ", 1)[1] for line in lines if "metrics on" in line), "")
         self.agent_address = next((line.rsplit(" ", 1)[1] for line in lines if "agents (mTLS) on" in line), "")

@@ -10,7 +10,6 @@ from typing import Any, NamedTuple, NoReturn
 
 import click
 import grpc
-import yaml
 from google.protobuf import duration_pb2, field_mask_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2
@@ -35,14 +34,26 @@ def config_path() -> Path:
 
 def read_config(path: Path) -> dict[str, str]:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        docs = load_documents(path.read_text(), str(path))
     except FileNotFoundError:
         return {}
-    except (OSError, yaml.YAMLError) as err:
-        raise click.UsageError(f"{path}: cannot read the config: {err}") from None
-    if not isinstance(data, dict) or not all(isinstance(data.get(k, ""), str) for k in CONFIG_KEYS):
-        raise click.UsageError(f"{path}: expected a mapping with string {', '.join(map(repr, CONFIG_KEYS))}")
-    return {k: data[k] for k in CONFIG_KEYS if data.get(k)}
+    except (OSError, UnicodeDecodeError) as err:
+        raise click.ClickException(f"{path}: cannot read the config: {err}") from None
+    except ManifestError as err:
+        raise click.ClickException(f"{err} (the config)") from None
+    if not docs:
+        return {}
+    doc = docs[0]
+    if len(docs) > 1 or not isinstance(doc.data, dict):
+        raise click.ClickException(f"{path}:{doc.start_line}: the config is one mapping of "
+                                   f"{', '.join(CONFIG_KEYS)}")
+    for key, value in doc.data.items():
+        if key not in CONFIG_KEYS:
+            known = ", ".join(CONFIG_KEYS)
+            raise click.ClickException(str(doc.error(str(key), f"unknown key; expected one of {known}")))
+        if not isinstance(value, str):
+            raise click.ClickException(str(doc.error(str(key), "must be a string")))
+    return {k: doc.data[k] for k in CONFIG_KEYS if doc.data.get(k)}
 
 
 CONFIG_KEYS = ("server", "token", "ca", "cert", "key")

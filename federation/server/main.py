@@ -183,7 +183,7 @@ async def _serve(server: FederationServer, metrics_listen: str) -> None:
         print(f"federation-server agents (mTLS) on {server.agent_listen.rpartition(':')[0]}:{server.agent_port}",
               flush=True)
     host = listen.rpartition(":")[0]
-    print(f"federation-server listening on {host}:{port}{' (TLS)' if server.api_tls else ''}", flush=True)
+    print(f"federation-server listening{' with TLS' if server.api_tls else ''} on {host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
