@@ -157,7 +157,10 @@ def test_a_guarantee_is_reclaimed_from_over_share_queues_as_whole_gangs(federati
     # c's guarantee comes first (16), a and b deserve the rest equally (24 each): each holds 8 too many.
     (wanted,) = federation.submit("c-q", 1, 4, 4, "10m", name="guaranteed")
     wait_for("the guaranteed job to run", lambda: federation.job(wanted).status.phase == common_pb2.RUNNING, 30)
-    for_c = [job for job, _, _, _, message in federation.events("Preempted") if wanted in message]
+    # Only c's job takes anything back here; its victims' tenants read only that it was another tenant's.
+    for_c = [job for job, _, _, _, message in federation.events("Preempted")
+             if message == "reclaimed for a job of another tenant, below its deserved share"]
+    assert len(for_c) == len(federation.events("Preempted"))
     assert len(for_c) * 8 == 16 and set(for_c) <= set(borrowers)  # two whole gangs: the fewest GPUs that make room
     for victim in for_c:  # each gang stopped as a whole and waits again, no pod left placed
         status = federation.job(victim).status

@@ -2,6 +2,7 @@
 over real sockets against a server that requires tokens (no --insecure-dev)."""
 
 import asyncio
+import base64
 import json
 import os
 import subprocess
@@ -149,6 +150,53 @@ async def test_a_tenant_sees_and_changes_only_its_own_jobs(secure: Secure) -> No
             break
     stream.cancel()  # type: ignore[attr-defined]
     assert set(seen) == {mine.id, last.id} and later.id not in seen and theirs.id not in seen
+
+
+async def _watch(caller: Caller, after: int, count: int) -> list[common_pb2.JobEvent]:
+    stream = caller.jobs.WatchJobs(jobs_pb2.WatchJobsRequest(after_sequence=after))
+    events = []
+    async for event in stream:  # type: ignore[attr-defined]
+        events.append(event)
+        if len(events) == count:
+            break
+    stream.cancel()  # type: ignore[attr-defined]
+    return events
+
+
+async def test_nothing_a_tenant_reads_counts_another_tenants_work(secure: Secure) -> None:
+    """Job ids, list page tokens and watch sequence numbers are the tenant's own: beta's bursts of work
+    between alpha's submissions change nothing alpha can read."""
+    alpha, beta = await two_tenants(secure)
+    alpha_jobs = []
+    for burst in (0, 7, 0, 3):
+        if burst:
+            await beta.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=[spec("b", "beta-q")] * burst))
+        alpha_jobs.append((await alpha.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("a", "alpha-q")))).job)
+    await alpha.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=alpha_jobs[1].id))
+
+    events = await _watch(alpha, 0, 5)  # four Submitted, one Cancelled: numbered 1 to 5, without beta's 10
+    assert [e.sequence for e in events] == [1, 2, 3, 4, 5]
+    assert [e.job_id for e in events] == [j.id for j in alpha_jobs] + [alpha_jobs[1].id]
+    assert [e.sequence for e in await _watch(alpha, 3, 2)] == [4, 5]  # resuming by its own numbers
+    assert [e.job_id for e in await _watch(alpha, 3, 2)] == [alpha_jobs[3].id, alpha_jobs[1].id]
+    federation_wide = await _watch(secure.root, 0, 15)  # an admin numbers by the federation's log
+    assert [e.sequence for e in federation_wide] == list(range(1, 16))
+
+    # Ids are the name and a random suffix (generateName's alphabet), never a count.
+    suffixes = [j.id.removeprefix("a-") for j in alpha_jobs]
+    assert len(set(suffixes)) == 4 and all(len(s) == 8 and set(s) <= set("bcdfghjklmnpqrstvwxz2456789")
+                                           for s in suffixes)
+    # Page tokens name the last job of the page, and only the caller's jobs make valid tokens.
+    first = await alpha.jobs.ListJobs(jobs_pb2.ListJobsRequest(page_size=2))
+    second = await alpha.jobs.ListJobs(jobs_pb2.ListJobsRequest(page_size=2, page_token=first.next_page_token))
+    assert [j.id for j in [*first.jobs, *second.jobs]] == [j.id for j in alpha_jobs] and not second.next_page_token
+    assert base64.urlsafe_b64decode(first.next_page_token).decode() == f"after:{alpha_jobs[1].id}"
+    beta_id = (await beta.jobs.ListJobs(jobs_pb2.ListJobsRequest(page_size=1))).jobs[0].id
+    forged = base64.urlsafe_b64encode(f"after:{beta_id}".encode()).decode()
+    code, details = await code_of(alpha.jobs.ListJobs(jobs_pb2.ListJobsRequest(page_token=forged)))
+    nonexistent = base64.urlsafe_b64encode(b"after:no-such-job").decode()
+    assert (code, details) == await code_of(alpha.jobs.ListJobs(jobs_pb2.ListJobsRequest(page_token=nonexistent)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("page_token:")
 
 
 async def test_only_admins_change_things_and_tenants_read_only_their_own(secure: Secure) -> None:

@@ -114,8 +114,9 @@ def job_to_proto(row: Mapping[str, Any]) -> common_pb2.Job:
     return common_pb2.Job(id=row["id"], tenant=row["tenant"], spec=spec, status=status, priority=row["priority"])
 
 
-def event_to_proto(row: Mapping[str, Any]) -> common_pb2.JobEvent:
+def event_to_proto(row: Mapping[str, Any], *, tenant_numbered: bool = False) -> common_pb2.JobEvent:
     return common_pb2.JobEvent(
-        sequence=row["seq"], job_id=row["job_id"], tenant=row["tenant"], queue=row["queue"], type=row["type"],
+        sequence=row["tenant_seq"] if tenant_numbered else row["seq"], job_id=row["job_id"], tenant=row["tenant"],
+        queue=row["queue"], type=row["type"],
         phase=common_pb2.JobPhase.Value(row["phase"]), message=row["message"], attempt=row["attempt"],
         cluster=row["cluster"], time=_ts(row["created_at"]))

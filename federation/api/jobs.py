@@ -34,20 +34,22 @@ NO_CLUSTER_REASON = "no member cluster is ready"
 WAITING_REASON = "waiting for the scheduler"
 
 
-def _page_token(seq: int) -> str:
-    return base64.urlsafe_b64encode(f"after:{seq}".encode()).decode()
+def _page_token(job_id: str) -> str:
+    """The last job of a page, by id: a number here would tell a tenant how many jobs the federation has."""
+    return base64.urlsafe_b64encode(f"after:{job_id}".encode()).decode()
 
 
-def _after_seq(token: str) -> int:
-    if not token:
-        return 0
+def _after_id(token: str) -> str:
     try:
         kind, _, value = base64.urlsafe_b64decode(token.encode()).decode().partition(":")
-        if kind == "after" and value.isdigit():
-            return int(value)
+        if kind == "after" and value:
+            return value
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
-    raise InvalidArgument([Violation("page_token", "is not a token this server issued")])
+    raise _NOT_OUR_TOKEN
+
+
+_NOT_OUR_TOKEN = InvalidArgument([Violation("page_token", "is not a token this server issued")])
 
 
 @servicer
@@ -155,9 +157,15 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         if not caller.admin and (caller.tenant is None or request.tenant not in ("", caller.tenant)):
             return jobs_pb2.ListJobsResponse()  # another tenant's jobs: as if there were none
         tenant = request.tenant if caller.admin else caller.tenant or ""
-        rows = await self.jobs.list(tenant=tenant, queue=request.queue, phases=phases,
-                                    after_seq=_after_seq(request.page_token), limit=size + 1)
-        token = _page_token(rows[size - 1]["seq"]) if len(rows) > size else ""
+        after = 0
+        if request.page_token:
+            found = await self.jobs.seq_of(_after_id(request.page_token), tenant)
+            if found is None:  # not a job, or another tenant's: the same answer either way
+                raise _NOT_OUR_TOKEN
+            after = found
+        rows = await self.jobs.list(tenant=tenant, queue=request.queue, phases=phases, after_seq=after,
+                                    limit=size + 1)
+        token = _page_token(rows[size - 1]["id"]) if len(rows) > size else ""
         return jobs_pb2.ListJobsResponse(jobs=[convert.job_to_proto(r) for r in rows[:size]], next_page_token=token)
 
     async def CancelJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -171,8 +179,16 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             raise InvalidArgument([Violation("after_sequence", "must not be negative")])
         after = request.after_sequence if request.HasField("after_sequence") else None
         caller = current()
+        # A tenant's token numbers its watch by the tenant's own events (JobEvent.tenant_seq); an admin's
+        # by the federation's.
+        own = None if caller.admin else caller.tenant
+        own_after = after
+        if own is not None and after is not None:
+            after = await self.jobs.seq_of_tenant_event(own, after)
         async for event in self.hub.watch(after):
             if not caller.sees(event["tenant"]):
+                continue
+            if own is not None and own_after is not None and event["tenant_seq"] <= own_after:
                 continue
             if request.tenant and event["tenant"] != request.tenant:
                 continue
@@ -180,7 +196,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                 continue
             if request.job_id and event["job_id"] != request.job_id:
                 continue
-            yield convert.event_to_proto(event)
+            yield convert.event_to_proto(event, tenant_numbered=own is not None)
 
     async def ExplainJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         row = await self._job(request.id)

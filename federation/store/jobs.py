@@ -3,12 +3,16 @@
 Every state change of a job appends to `job_events` in the same transaction. Event numbers come
 from the single `event_counter` row, updated last in the transaction: its row lock makes writers
 commit in sequence order, so a reader that has seen event N has seen every event below N, which
-is what lets `WatchJobs` resume from a number without gaps or repeats.
+is what lets `WatchJobs` resume from a number without gaps or repeats. Each tenant's events are also
+numbered on their own (`tenant_event_counters`, locked after the federation's counter), which is what a
+tenant sees: nothing in what a tenant reads counts another tenant's work.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,14 +20,15 @@ from typing import Any
 
 from google.protobuf import json_format
 from sqlalchemy import and_, case, func, or_, select, text, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql import distinct_on, insert
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import aliased
 
 from federation import gangs
 from federation.errors import FailedPrecondition, NotFound
 from federation.leader import Fence
-from federation.store.models import Cluster, EventCounter, Job, JobEvent, SubmitKey
+from federation.store.models import Cluster, EventCounter, Job, JobEvent, SubmitKey, TenantEventCounter
 from federation.v1 import agent_pb2, common_pb2
 from federation.validation import DEFAULT_MAX_RETRY
 
@@ -79,7 +84,8 @@ class EventRecord:
 
 
 async def append_events(conn: AsyncConnection, events: Sequence[EventRecord]) -> int:
-    """Number and insert events; call last in the transaction (it takes the counter's row lock)."""
+    """Number and insert events; call last in the transaction (it takes the counters' row locks: the
+    federation's first, then each tenant's in name order, the same order in every writer)."""
     if not events:
         return 0
     last = (await conn.execute(
@@ -87,11 +93,22 @@ async def append_events(conn: AsyncConnection, events: Sequence[EventRecord]) ->
         .values(last_seq=EventCounter.last_seq + len(events)).returning(EventCounter.last_seq)
     )).scalar_one()
     first = last - len(events) + 1
-    await conn.execute(_events.insert(), [
-        {"seq": first + i, "job_id": e.job_id, "tenant": e.tenant, "queue": e.queue, "type": e.type,
-         "phase": e.phase, "message": e.message, "attempt": e.attempt, "cluster": e.cluster}
-        for i, e in enumerate(events)
-    ])
+    per_tenant = Counter(e.tenant for e in events)
+    next_of: dict[str, int] = {}
+    for tenant in sorted(per_tenant):
+        upsert = insert(TenantEventCounter).values(tenant=tenant, last_seq=per_tenant[tenant])
+        tenant_last = (await conn.execute(upsert.on_conflict_do_update(
+            index_elements=[TenantEventCounter.tenant],
+            set_={"last_seq": TenantEventCounter.last_seq + per_tenant[tenant]},
+        ).returning(TenantEventCounter.last_seq))).scalar_one()
+        next_of[tenant] = tenant_last - per_tenant[tenant] + 1
+    rows = []
+    for i, e in enumerate(events):
+        rows.append({"seq": first + i, "tenant_seq": next_of[e.tenant], "job_id": e.job_id, "tenant": e.tenant,
+                     "queue": e.queue, "type": e.type, "phase": e.phase, "message": e.message,
+                     "attempt": e.attempt, "cluster": e.cluster})
+        next_of[e.tenant] += 1
+    await conn.execute(_events.insert(), rows)
     return last
 
 
@@ -134,6 +151,18 @@ def _with_position() -> Any:
     return select(Job, case((Job.phase.in_(WAITING_PHASES), position), else_=0).label("queue_position"))
 
 
+ID_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' generateName: no vowels, no look-alikes
+ID_SUFFIX = 8
+ID_ATTEMPTS = 5
+
+
+def job_id(name: str) -> str:
+    """`name-` and a random suffix, as Kubernetes' generateName: the id says nothing about how many jobs
+    the federation (or any other tenant) has. 27^8 suffixes per name make a clash rare; `submit` retries
+    the batch when one happens."""
+    return f"{name}-{''.join(secrets.choice(ID_ALPHABET) for _ in range(ID_SUFFIX))}"
+
+
 class JobStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -142,8 +171,19 @@ class JobStore:
         """Store jobs atomically; a request_id already seen for the tenant yields its first job.
 
         Concurrent submits of one request_id serialise on the key's unique index: the loser's
-        insert waits for the winner's commit, conflicts, and reads the winner's job id.
+        insert waits for the winner's commit, conflicts, and reads the winner's job id. A job id that
+        happens to exist already (see `job_id`) undoes the batch, which is tried again with new ids.
         """
+        for attempt in range(ID_ATTEMPTS):
+            try:
+                return await self._submit(jobs)
+            except IntegrityError as err:
+                if getattr(err.orig, "diag", None) is None or err.orig.diag.constraint_name != "jobs_pkey" \
+                        or attempt == ID_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _submit(self, jobs: Sequence[NewJob]) -> list[SubmitResult]:
         first_of: dict[tuple[str, str], int] = {}
         for i, job in enumerate(jobs):
             if job.request_id:
@@ -155,7 +195,11 @@ class JobStore:
                 {"n": len(fresh)},
             )).scalars().all()
             seq_of = dict(zip(fresh, seqs, strict=True))
-            id_of = {i: f"{jobs[i].name}-{seq}" for i, seq in seq_of.items()}
+            id_of: dict[int, str] = {}
+            for i in fresh:
+                while (candidate := job_id(jobs[i].name)) in id_of.values():
+                    pass
+                id_of[i] = candidate
 
             # Keys in a fixed order, so that concurrent batches cannot deadlock on them.
             keys = sorted(first_of)
@@ -212,6 +256,21 @@ class JobStore:
             query = query.where(Job.phase.in_(phases))
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
+
+    async def seq_of(self, job_id: str, tenant: str = "") -> int | None:
+        """A job's place in submission order (None: no such job, or not `tenant`'s)."""
+        query = select(Job.seq).where(Job.id == job_id)
+        if tenant:
+            query = query.where(Job.tenant == tenant)
+        async with self.engine.connect() as conn:
+            return (await conn.execute(query)).scalar_one_or_none()
+
+    async def seq_of_tenant_event(self, tenant: str, tenant_seq: int) -> int:
+        """The federation's number of the tenant's last event numbered `tenant_seq` or below (0: none)."""
+        query = (select(JobEvent.seq).where(JobEvent.tenant == tenant, JobEvent.tenant_seq <= tenant_seq)
+                 .order_by(JobEvent.tenant_seq.desc()).limit(1))
+        async with self.engine.connect() as conn:
+            return (await conn.execute(query)).scalar_one_or_none() or 0
 
     async def cancel(self, job_id: str, reason: str) -> Any:
         """Cancel a job that has not ended; cancelling a cancelled job again is harmless."""
@@ -282,7 +341,7 @@ class JobStore:
             return {}
         query = (select(JobEvent.job_id, JobEvent.message).where(JobEvent.job_id == func.any(list(ids)),
                                                                   JobEvent.type == "Preempted")
-                 .order_by(JobEvent.job_id, JobEvent.seq.desc()).distinct(JobEvent.job_id))
+                 .order_by(JobEvent.job_id, JobEvent.seq.desc()).ext(distinct_on(JobEvent.job_id)))
         async with self.engine.connect() as conn:
             return {r["job_id"]: r["message"] for r in (await conn.execute(query)).mappings().all()}
 

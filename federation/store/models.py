@@ -131,11 +131,15 @@ class Job(Base):
 
 
 class JobEvent(Base):
-    """Append-only; `seq` comes from `EventCounter` so it has no gaps and commits in order."""
+    """Append-only; `seq` comes from `EventCounter` so it has no gaps and commits in order. `tenant_seq`
+    numbers the tenant's own events the same way (`TenantEventCounter`): what a tenant's watch shows and
+    resumes from, so that no tenant can count the rest of the federation's activity."""
 
     __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_tenant_seq", "tenant", "tenant_seq", unique=True),)
 
     seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    tenant_seq: Mapped[int] = mapped_column(BigInteger, nullable=False)
     job_id: Mapped[str] = mapped_column(String(80), nullable=False, index=True)
     tenant: Mapped[str] = mapped_column(NAME, nullable=False)
     queue: Mapped[str] = mapped_column(NAME, nullable=False)
@@ -164,6 +168,16 @@ class EventCounter(Base):
     __tablename__ = "event_counter"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    last_seq: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class TenantEventCounter(Base):
+    """One row per tenant that ever had an event; kept when the tenant is deleted, so that a tenant made
+    again under the same name continues the numbering rather than repeating it."""
+
+    __tablename__ = "tenant_event_counters"
+
+    tenant: Mapped[str] = mapped_column(NAME, primary_key=True)
     last_seq: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
