@@ -46,10 +46,11 @@ def _after_id(token: str) -> str:
             return value
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
-    raise _NOT_OUR_TOKEN
+    raise _not_our_token()
 
 
-_NOT_OUR_TOKEN = InvalidArgument([Violation("page_token", "is not a token this server issued")])
+def _not_our_token() -> InvalidArgument:
+    return InvalidArgument([Violation("page_token", "is not a token this server issued")])
 
 
 @servicer
@@ -161,7 +162,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         if request.page_token:
             found = await self.jobs.seq_of(_after_id(request.page_token), tenant)
             if found is None:  # not a job, or another tenant's: the same answer either way
-                raise _NOT_OUR_TOKEN
+                raise _not_our_token()
             after = found
         rows = await self.jobs.list(tenant=tenant, queue=request.queue, phases=phases, after_seq=after,
                                     limit=size + 1)

@@ -174,14 +174,13 @@ class JobStore:
         insert waits for the winner's commit, conflicts, and reads the winner's job id. A job id that
         happens to exist already (see `job_id`) undoes the batch, which is tried again with new ids.
         """
-        for attempt in range(ID_ATTEMPTS):
+        for _ in range(ID_ATTEMPTS - 1):
             try:
                 return await self._submit(jobs)
             except IntegrityError as err:
-                if getattr(err.orig, "diag", None) is None or err.orig.diag.constraint_name != "jobs_pkey" \
-                        or attempt == ID_ATTEMPTS - 1:
+                if getattr(err.orig, "diag", None) is None or err.orig.diag.constraint_name != "jobs_pkey":
                     raise
-        raise AssertionError("unreachable")
+        return await self._submit(jobs)
 
     async def _submit(self, jobs: Sequence[NewJob]) -> list[SubmitResult]:
         first_of: dict[tuple[str, str], int] = {}
