@@ -43,9 +43,17 @@ class Fence:
 
     holder: str
     epoch: int
+    lease: float
 
     async def check(self, conn: AsyncConnection) -> None:
-        """Inside a writing transaction: hold the lease row so no one takes it over before this commits."""
+        """Inside a writing transaction: hold the lease row so no one takes it over before this commits.
+
+        A leader frozen or cut off mid-transaction would hold that row (and the jobs it locked) until
+        PostgreSQL noticed its client gone, which a silent network can put off for many minutes, and no
+        replica could take the lease meanwhile. So PostgreSQL ends such a transaction itself once it has
+        waited on its client for a lease: fenced writes hold the lease no longer than a lease.
+        """
+        await conn.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {int(self.lease * 1000)}"))
         row = (await conn.execute(text(
             "SELECT 1 FROM leader_lease WHERE id = 1 AND holder = :holder AND epoch = :epoch AND expires_at > now() "
             "FOR SHARE"), {"holder": self.holder, "epoch": self.epoch})).first()
@@ -77,7 +85,7 @@ class Leadership:
 
     @property
     def fence(self) -> Fence:
-        return Fence(self.holder, self.epoch)
+        return Fence(self.holder, self.epoch, self.lease)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="leadership")

@@ -1,6 +1,7 @@
 """Queue status, explanations, leadership and metrics over real sockets on real PostgreSQL."""
 
 import asyncio
+import contextlib
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
@@ -8,9 +9,12 @@ from pathlib import Path
 import grpc
 import pytest
 from sqlalchemy import func, update
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 
 from federation.leader import Leadership
 from federation.store.admin import AdminStore
+from federation.store.database import async_engine
 from federation.store.models import Cluster
 from federation.v1 import admin_pb2, agent_pb2, common_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
@@ -73,6 +77,39 @@ async def test_only_one_replica_leads(api: Api) -> None:
         await asyncio.sleep(0.1)
     assert second.is_leader  # taken over once the leader let go
     await second.stop()
+
+
+async def test_a_leader_stalled_inside_a_fenced_write_keeps_the_lease_no_longer_than_a_lease(db_url: URL) -> None:
+    """A frozen or partitioned leader may stop between its fence check and its commit, holding the lease row;
+    another replica must still take over once the lease has run out."""
+    engine = async_engine(db_url)
+    first = Leadership(db_url, lambda: None, lease=0.5)
+    second = Leadership(db_url, lambda: None, lease=0.5)
+    first.start()
+    conn = await engine.connect()
+    try:
+        for _ in range(50):
+            if first.is_leader:
+                break
+            await asyncio.sleep(0.1)
+        assert first.is_leader
+        stalled = await conn.begin()
+        await first.fence.check(conn)  # and then nothing more from this client: it is stalled mid-write
+        first._stopping.set()  # renews no more, without giving the lease back
+        second.start()
+        for _ in range(100):
+            if second.is_leader:
+                break
+            await asyncio.sleep(0.1)
+        assert second.is_leader
+        with pytest.raises(DBAPIError):  # PostgreSQL ended the stalled write: it can never commit now
+            await stalled.commit()
+    finally:
+        with contextlib.suppress(DBAPIError):
+            await conn.close()
+        await second.stop()
+        await first.stop()
+        await engine.dispose()
 
 
 def test_metrics_endpoint(tmp_path: Path) -> None:
