@@ -19,7 +19,7 @@ from operator import attrgetter
 
 from federation.resources import FLAVOR, Resources, base, format_resources
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
-from federation.scheduling.fairshare import Claim, Tree, dominant_share, hierarchical
+from federation.scheduling.fairshare import EPSILON, Claim, Tree, dominant_share, excess, hierarchical
 from federation.scheduling.fit import ClusterView, JobView, cannot_run, covers
 from federation.scheduling.flavors import FlavorInfo, Flavors
 
@@ -140,6 +140,7 @@ class _Cycle:
         self.flavors = Flavors(snap.flavors, {**snap.labels, **{c.name: c.labels for c in snap.clusters}})
         self.holds: dict[str, Resources] = {}  # running job -> what it counts against (flavors included)
         self._wanted: dict[str, Resources] = {}  # waiting job -> what it counts as demand for
+        self.capacity: dict[str, float] = {}  # what tenants share (flavors included), once shares are known
         for job in snap.running:
             self.holds[job.id] = self.flavors.held(job.cluster, job.request) if self.flavors else job.request
             if job.queue in self.queues:
@@ -180,6 +181,7 @@ class _Cycle:
         tenants = [Claim(t.name, t.weight, t.guarantee, t.limit or None) for t in self.snap.tenants
                    if not t.disabled]
         capacity = self.flavors.capacity(self.snap.capacity, self.snap.clusters) if self.flavors else self.snap.capacity
+        self.capacity = {r: float(a) for r, a in capacity.items()}
         self.out.shares = hierarchical(capacity, tenants, queues_of)
         self.over_share = {q for q, info in self.queues.items() if info.reclaimable and dominant_share(
             self.queue_usage[q], self.out.shares.queues.get(q, {})) > 1}
@@ -312,14 +314,25 @@ class _Cycle:
     # -- the loop ------------------------------------------------------------------------------
 
     def key(self, queue: str, job: PendingJob) -> tuple[float, ...]:
-        """Serve the queue of highest priority, then the one whose tenant, then itself, would be least far
-        into what it deserves with half its head job started (Sainte-Laguë's divisor: progressive filling
-        that lands every level within one job of the water-filling shares, where counting the whole job
-        starves queues deserving less than one and counting none lets them take two); then with all of it."""
+        """Serve the queue of highest priority; then, at the tenant level and again among a tenant's queues:
+        first those that stay within what they deserve with the whole head job started, the one least far
+        into it with half the job started first (Sainte-Laguë's divisor: counting the whole job starves
+        queues deserving less than one, counting none lets them take two); then those it would take past
+        their share, the smallest overshoot first. So no member is left a whole job short while another is
+        served past its share, nor served a whole job past it while another is short of it."""
+        assert self.out.shares is not None
         wanted = self.wanted(job)
+        tenant = self.queues[queue].tenant
+        tenant_share = self.out.shares.tenants.get(tenant, {})
+        queue_share = self.out.shares.queues.get(queue, {})
         tenant_half, queue_half = self.share_after(queue, {r: a // 2 for r, a in wanted.items()})
         tenant_after, queue_after = self.share_after(queue, wanted)
-        return -self.queues[queue].priority, tenant_half, queue_half, tenant_after, queue_after
+        tenant_over, queue_over = tenant_after > 1 + EPSILON, queue_after > 1 + EPSILON
+        tenant_rank = excess(self.tenant_usage[tenant], tenant_share, self.capacity, wanted) if tenant_over \
+            else tenant_half
+        queue_rank = excess(self.queue_usage[queue], queue_share, tenant_share, wanted) if queue_over else queue_half
+        return (-self.queues[queue].priority, tenant_over, tenant_rank, queue_over, queue_rank,
+                tenant_after, queue_after)
 
     def run(self) -> Decisions:
         self.compute_shares()

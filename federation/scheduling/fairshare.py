@@ -8,7 +8,8 @@ guarantees alone exceed the capacity, they are scaled down together.
 
 A queue's or tenant's *dominant share* is the largest, over resources, of usage / deserved: how
 far it is into what it deserves (DRF, measured against the deserved share so weights, guarantees
-and limits all count).
+and limits all count). Its *excess* is the largest, over resources, of (usage - deserved) / what its
+level shares out: how far past its share it is, in a unit common to all members of the level.
 """
 
 from __future__ import annotations
@@ -116,3 +117,19 @@ def dominant_share(usage: Mapping[str, int], deserved_share: Mapping[str, float]
         have = deserved_share.get(resource, 0.0)
         share = max(share, used / have if have > EPSILON else float("inf"))
     return share
+
+
+def excess(usage: Mapping[str, int], deserved_share: Mapping[str, float], level: Mapping[str, float],
+           extra: Mapping[str, int] | None = None) -> float:
+    """Largest over resources of (usage + extra - deserved) / level: members of one level compared by how
+    much of it they would hold past their share, so the smallest overshoot is served first (absolute, where
+    a dominant share's ratio would let a member deserving little overshoot by more than a job)."""
+    worst = float("-inf")
+    for resource in set(usage) | set(extra or {}):
+        used = usage.get(resource, 0) + (extra or {}).get(resource, 0)
+        if used <= 0:
+            continue
+        over = used - deserved_share.get(resource, 0.0)
+        total = level.get(resource, 0.0)
+        worst = max(worst, over / total if total > EPSILON else (float("inf") if over > EPSILON else 0.0))
+    return worst
