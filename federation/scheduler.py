@@ -28,6 +28,7 @@ from federation.scheduling.cycle import (
     Snapshot,
     TenantInfo,
     inadmissible,
+    queue_chains,
     schedule,
     shares,
 )
@@ -78,7 +79,7 @@ def _tenant_info(t: Mapping[str, Any]) -> TenantInfo:
 
 def _queue_info(q: Mapping[str, Any]) -> QueueInfo:
     return QueueInfo(q["name"], q["tenant"], q["weight"], q["priority"], q["guarantee"], q["limit"], q["reclaimable"],
-                     q["state"], tuple(q["flavors"]))
+                     q["state"], tuple(q["flavors"]), q["parent"] or "")
 
 
 class _Expiring(Generic[K, V]):
@@ -278,12 +279,17 @@ class Scheduler:
             pending=sum(1 for j in snapshot.pending if j.queue == name),
             running=sum(1 for j in snapshot.running if j.queue == name))
 
-    async def inadmissible(self, jobs: Sequence[tuple[JobView, Mapping[str, Any], Mapping[str, Any]]]) -> list[str]:
-        """For each (job, queue row, tenant row), why it could not run as the federation stands ("" if it
-        could): what SubmitJob tells the submitter, and refuses when asked to."""
+    async def inadmissible(self, jobs: Sequence[tuple[JobView, str, Mapping[str, Any]]],
+                           queues: Sequence[Mapping[str, Any]]) -> list[str]:
+        """For each (job, its queue, tenant row), why it could not run as the federation stands ("" if it
+        could): what SubmitJob tells the submitter, and refuses when asked to. `queues`: every queue's row
+        (a parent's limit counts too)."""
         rows, _ = await self.admin.clusters(self.heartbeat_timeout)
         views = [cluster_view(c, {}) for c in rows if c["live"] and not c["cordoned"] and not c["problem"]]
-        return [inadmissible(view, views, _queue_info(q), _tenant_info(t)) or "" for view, q, t in jobs]
+        infos = {q["name"]: _queue_info(q) for q in queues}
+        chains = queue_chains(list(infos.values()))
+        return [inadmissible(view, views, [infos[q] for q in chains[queue]], _tenant_info(t)) or ""
+                for view, queue, t in jobs]
 
     async def explain(self, row: Mapping[str, Any]) -> list[tuple[str, str | None]]:
         """For a waiting job, each cluster and why it does not fit there now (None: it does)."""

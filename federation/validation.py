@@ -322,6 +322,10 @@ def check_queue(v: Violations, path: str, queue: admin_pb2.Queue) -> None:
     if len(set(queue.flavors)) != len(queue.flavors):
         v.add(f"{path}.flavors", "names a flavor twice")
     check_name(v, f"{path}.tenant", queue.tenant)
+    if queue.parent:
+        check_name(v, f"{path}.parent", queue.parent)
+        if queue.parent == queue.name:
+            v.add(f"{path}.parent", "a queue cannot be its own parent")
     _check_weight(v, f"{path}.weight", queue.weight)
     _check_quota(v, path, queue.guarantee, queue.limit)
     if queue.state not in admin_pb2.QueueState.values():

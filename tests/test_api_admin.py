@@ -7,7 +7,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from federation.store.admin import AdminStore
-from federation.v1 import admin_pb2
+from federation.v1 import admin_pb2, common_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
 
 
@@ -163,3 +163,40 @@ async def test_flavors_and_the_quotas_that_name_them(api: Api) -> None:
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "still used by ml, serve" in err.details()
     status = await api.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name="serve"))
     assert dict(status.deserved) == {}  # no cluster, no demand: nothing deserved yet, per flavor or not
+
+
+async def test_hierarchical_queues_as_volcano_has_them(api: Api) -> None:
+    """A queue may name a parent queue of its tenant; jobs go to leaf queues; no loops, no orphans."""
+    await make_queue(api, "eng", "ml")
+    await make_queue(api, "prod", "ml", parent="eng", weight=3)
+    await make_queue(api, "dev", "ml", parent="eng")
+    await make_queue(api, "other", "bio")
+    assert (await api.admin.GetQueue(admin_pb2.GetQueueRequest(name="prod"))).parent == "eng"
+    for parent, problem in (("other", "of tenant 'bio'"), ("ghost", "not found")):
+        err = await rpc_error(api.admin.CreateQueue(admin_pb2.CreateQueueRequest(
+            queue=admin_pb2.Queue(name="x", tenant="ml", parent=parent))))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and problem in err.details()
+        assert violation_fields(err) == ["queue.parent"]
+    err = await rpc_error(api.admin.UpdateQueue(admin_pb2.UpdateQueueRequest(
+        queue=admin_pb2.Queue(name="eng", parent="prod"), update_mask=field_mask_pb2.FieldMask(paths=["parent"]))))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "loop" in err.details()
+    assert (await api.admin.GetQueue(admin_pb2.GetQueueRequest(name="eng"))).parent == ""  # nothing changed
+
+    parent_spec = common_pb2.JobSpec(name="j", queue="eng", tasks=[common_pb2.TaskSpec(
+        name="worker", replicas=1, resources={"nvidia.com/gpu": "8", "cpu": "4"})])
+    err = await rpc_error(api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=parent_spec)))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "dev, prod" in err.details()
+    assert violation_fields(err) == ["spec.queue"]
+    err = await rpc_error(api.admin.DeleteQueue(admin_pb2.DeleteQueueRequest(name="eng")))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "parent of dev, prod" in err.details()
+
+    parent_spec.queue = "prod"
+    await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=parent_spec))
+    err = await rpc_error(api.admin.CreateQueue(admin_pb2.CreateQueueRequest(
+        queue=admin_pb2.Queue(name="canary", tenant="ml", parent="prod"))))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "unfinished" in err.details()
+
+    moved = await api.admin.UpdateQueue(admin_pb2.UpdateQueueRequest(
+        queue=admin_pb2.Queue(name="dev", parent=""), update_mask=field_mask_pb2.FieldMask(paths=["parent"])))
+    assert moved.parent == ""
+    await api.admin.DeleteQueue(admin_pb2.DeleteQueueRequest(name="dev"))

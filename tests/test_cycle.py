@@ -303,3 +303,23 @@ def test_a_queue_uses_its_flavors_in_its_order_and_never_another() -> None:
     d = schedule(Snapshot([TenantInfo("t")], limited, [job("a", "q", 16, 1)], [], clusters, {GPU: 128},
                           flavors=flavors))
     assert d.assign == {"a": "gb300"}  # its H100 limit keeps it off h100
+
+
+def test_hierarchical_queues_share_their_parent_and_keep_its_limit() -> None:
+    """Volcano's hierarchy root/eng/{prod,dev} with weights 3:1 under eng, beside a flat queue of the tenant."""
+    queues = [QueueInfo("eng", "t", 3), QueueInfo("prod", "t", 3, parent="eng"),
+              QueueInfo("dev", "t", 1, parent="eng"), QueueInfo("ops", "t", 1)]
+    pending = [job(f"{q}{i}", q, 4, 100 * n + i) for n, q in enumerate(["prod", "dev", "ops"]) for i in range(20)]
+    d = schedule(snap([TenantInfo("t")], queues, pending, [cluster("c1", 64)]))
+    held = {q: 4 * sum(j.startswith(q) for j in d.assign) for q in ("prod", "dev", "ops")}
+    assert held == {"prod": 36, "dev": 12, "ops": 16}  # eng deserves 48 (3:1 with ops), shared 3:1 below it
+    assert d.shares is not None and round(d.shares.queues["eng"][GPU]) == 48 and d.usage["eng"] == {GPU: 48}
+    limited = [QueueInfo("eng", "t", 3, limit={GPU: 24}), *queues[1:]]
+    d = schedule(snap([TenantInfo("t")], limited, pending, [cluster("c1", 64)]))
+    assert d.usage["eng"] == {GPU: 24} and d.waiting["dev19"] == "parent queue eng at limit nvidia.com/gpu=24"
+    closed = [QueueInfo("eng", "t", 3, state="CLOSED"), *queues[1:]]
+    d = schedule(snap([TenantInfo("t")], closed, pending, [cluster("c1", 64)]))
+    assert d.waiting["prod0"] == "parent queue eng is closed" and all(j.startswith("ops") for j in d.assign)
+    stray = [job("stray", "eng", 4, 999)]  # a job left in a queue that has since become a parent
+    d = schedule(snap([TenantInfo("t")], queues, stray, [cluster("c1", 64)]))
+    assert d.waiting["stray"] == "queue eng is a parent queue: jobs go to its leaf queues"

@@ -1,4 +1,5 @@
-"""Property: a flood of equal jobs on random tenant/queue trees lands on the water-filling oracle's shares.
+"""Property: a flood of equal jobs on random tenant/queue trees (two and three levels: queues may have child
+queues) lands on the water-filling oracle's shares.
 
 The oracle is written here independently of `federation.scheduling.fairshare`: at each level a member gets
 min(cap, guarantee + level x weight), with the one water level that hands out exactly what there is
@@ -10,6 +11,7 @@ floods the queues again.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,25 +40,43 @@ def oracle_level(total: float, members: list[tuple[float, float, float]]) -> lis
 
 
 def oracle(tenants: list[TenantInfo], queues: list[QueueInfo], demand: dict[str, int]) -> dict[str, float]:
-    def cap(limit: dict[str, int], wanted: float) -> float:
+    """Every queue's share, parents' included: a member's cap is its limit and what its children may use."""
+    def cap(limit: Mapping[str, int], wanted: float) -> float:
         return min(wanted, limit.get(GPU, wanted))
 
-    tenant_demand = {t.name: sum(cap(q.limit, demand[q.name]) for q in queues if q.tenant == t.name) for t in tenants}
-    tenant_shares = oracle_level(CAPACITY, [(t.weight, t.guarantee.get(GPU, 0), cap(t.limit, tenant_demand[t.name]))
-                                            for t in tenants])
-    out = {}
-    for t, share in zip(tenants, tenant_shares, strict=True):
-        mine = [q for q in queues if q.tenant == t.name]
-        for q, s in zip(mine, oracle_level(round(share), [(q.weight, q.guarantee.get(GPU, 0),
-                                                            cap(q.limit, demand[q.name])) for q in mine]),
-                        strict=True):
+    def children(parent: str, tenant: str) -> list[QueueInfo]:
+        return [q for q in queues if q.tenant == tenant and q.parent == parent]
+
+    def wants(q: QueueInfo) -> float:
+        below = children(q.name, q.tenant)
+        return cap(q.limit, sum(wants(c) for c in below) if below else demand[q.name])
+
+    out: dict[str, float] = {}
+
+    def share_out(total: float, members: list[QueueInfo]) -> None:
+        for q, s in zip(members, oracle_level(round(total), [(q.weight, q.guarantee.get(GPU, 0), wants(q))
+                                                              for q in members]), strict=True):
             out[q.name] = s
+            share_out(s, children(q.name, q.tenant))
+
+    tenant_shares = oracle_level(CAPACITY, [(t.weight, t.guarantee.get(GPU, 0),
+                                             cap(t.limit, sum(wants(q) for q in children("", t.name))))
+                                            for t in tenants])
+    for t, share in zip(tenants, tenant_shares, strict=True):
+        share_out(share, children("", t.name))
     return out
 
 
 @st.composite
 def trees(draw: st.DrawFn) -> tuple[list[TenantInfo], list[QueueInfo], dict[str, int]]:
+    """Two levels (tenants, queues) and, where a queue has children, three."""
     tenants, queues, demand = [], [], {}
+
+    def queue(name: str, tenant: str, parent: str = "") -> QueueInfo:
+        qlimit = draw(st.sampled_from([{}, {}, {GPU: 12}, {GPU: 28}]))
+        return QueueInfo(name, tenant, draw(st.integers(1, 4)), guarantee={GPU: draw(st.sampled_from([0, 0, 8]))},
+                         limit=qlimit, parent=parent)
+
     for t in range(draw(st.integers(1, 4))):
         guarantee = {GPU: draw(st.sampled_from([0, 8, 16]))}
         limit = draw(st.sampled_from([{}, {GPU: 24}, {GPU: 40}]))
@@ -65,10 +85,11 @@ def trees(draw: st.DrawFn) -> tuple[list[TenantInfo], list[QueueInfo], dict[str,
         tenants.append(TenantInfo(f"t{t}", draw(st.integers(1, 4)), guarantee, limit))
         for q in range(draw(st.integers(1, 3))):
             name = f"t{t}q{q}"
-            qlimit = draw(st.sampled_from([{}, {}, {GPU: 12}, {GPU: 28}]))
-            queues.append(QueueInfo(name, f"t{t}", draw(st.integers(1, 4)),
-                                    guarantee={GPU: draw(st.sampled_from([0, 0, 8]))}, limit=qlimit))
-            demand[name] = JOB * draw(st.sampled_from([2, 6, 40]))  # some queues want little, most flood
+            queues.append(queue(name, f"t{t}"))
+            below = [f"{name}c{c}" for c in range(draw(st.sampled_from([0, 0, 2, 3])))]
+            queues += [queue(child, f"t{t}", name) for child in below]
+            for leaf in below or [name]:
+                demand[leaf] = JOB * draw(st.sampled_from([2, 6, 40]))  # some queues want little, most flood
     return tenants, queues, demand
 
 
@@ -77,6 +98,8 @@ def cycle(tenants: list[TenantInfo], queues: list[QueueInfo], demand: dict[str, 
     """One cycle with every queue's unmet demand pending; the jobs running after it."""
     pending = []
     for q in queues:
+        if q.name not in demand:
+            continue  # a parent queue: jobs go to its leaves
         held = sum(r.request[GPU] for r in running if r.queue == q.name)
         for _ in range((demand[q.name] - held) // JOB):
             seq += 1
@@ -92,7 +115,13 @@ def cycle(tenants: list[TenantInfo], queues: list[QueueInfo], demand: dict[str, 
 def assert_near_oracle(tenants: list[TenantInfo], queues: list[QueueInfo], demand: dict[str, int],
                        running: list[RunningJob]) -> None:
     want = oracle(tenants, queues, demand)
-    held = {q.name: sum(r.request[GPU] for r in running if r.queue == q.name) for q in queues}
+    parent = {q.name: q.parent for q in queues}
+    held = {q.name: 0 for q in queues}
+    for r in running:
+        queue = r.queue
+        while queue:
+            held[queue] += r.request[GPU]
+            queue = parent[queue]
     off = {q: (held[q], round(w, 2)) for q, w in want.items() if abs(held[q] - w) > JOB + 1e-6}
     assert not off, f"queues more than one job from the oracle (held, oracle): {off}; held {held}, demand {demand}"
 

@@ -37,7 +37,7 @@ def queue_to_proto(row: Mapping[str, Any]) -> admin_pb2.Queue:
         name=row["name"], tenant=row["tenant"], weight=row["weight"], priority=row["priority"],
         guarantee=format_resources(row["guarantee"]), limit=format_resources(row["limit"]),
         reclaimable=row["reclaimable"], state=admin_pb2.QueueState.Value(row["state"]),
-        create_time=_ts(row["created_at"]), flavors=row["flavors"])
+        create_time=_ts(row["created_at"]), flavors=row["flavors"], parent=row["parent"] or "")
 
 
 def queue_values(q: admin_pb2.Queue) -> dict[str, Any]:
@@ -45,7 +45,8 @@ def queue_values(q: admin_pb2.Queue) -> dict[str, Any]:
             "guarantee": parse_resources(q.guarantee), "limit": parse_resources(q.limit),
             # Unset means reclaimable, as in Volcano: what a queue borrows may be taken back.
             "reclaimable": q.reclaimable if q.HasField("reclaimable") else True,
-            "state": admin_pb2.QueueState.Name(q.state or admin_pb2.OPEN), "flavors": list(q.flavors)}
+            "state": admin_pb2.QueueState.Name(q.state or admin_pb2.OPEN), "flavors": list(q.flavors),
+            "parent": q.parent or None}
 
 
 def flavor_to_proto(row: Mapping[str, Any]) -> admin_pb2.Flavor:

@@ -86,6 +86,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         for spec, path in zip(normalised, paths, strict=True):
             if spec.queue and spec.queue not in queues:
                 v.add(f"{path}.queue", f"queue {spec.queue!r} not found")
+            elif spec.queue:
+                children = sorted(q for q, row in queues.items() if row["parent"] == spec.queue)
+                if children:
+                    v.add(f"{path}.queue", f"queue {spec.queue!r} is a parent queue; jobs go to its leaf queues "
+                                           f"({', '.join(children)})")
             if spec.priority_class_name and spec.priority_class_name not in classes:
                 v.add(f"{path}.priority_class_name", f"priority class {spec.priority_class_name!r} not found")
         if v:
@@ -112,11 +117,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     async def _admissibility(self, new: Sequence[NewJob], paths: Sequence[str], reject: bool) -> list[str]:
         """Why each job could not run as the federation stands ("" if it could). Such a job is accepted,
         since capacity may come, unless the caller asked to refuse it: then nothing is stored."""
-        queues = {q["name"]: q for q in await self.admin.list(Queue)}
+        queues = await self.admin.list(Queue)
         tenants = {t["name"]: t for t in await self.admin.list(Tenant)}
         reasons = await self.scheduler.inadmissible([
-            (job_view({"id": n.name, "request": n.request, "spec": n.spec}), queues[n.queue], tenants[n.tenant])
-            for n in new])
+            (job_view({"id": n.name, "request": n.request, "spec": n.spec}), n.queue, tenants[n.tenant])
+            for n in new], queues)
         refused = [(path, why) for path, why in zip(paths, reasons, strict=True) if why]
         if reject and refused:
             raise FailedPrecondition("; ".join(f"{path}: {why}" for path, why in refused))

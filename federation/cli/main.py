@@ -484,11 +484,13 @@ queue_group = _crud_group(
                   help="May what it holds beyond its deserved share be taken back (default on create: yes)."),
      click.option("--state", type=click.Choice(["open", "closed", "draining"], case_sensitive=False)),
      click.option("--flavor", "flavors", multiple=True, metavar="FLAVOR",
-                  help="A flavor its jobs may use, in order of preference (repeatable; none: any).")],
-    lambda tenant, weight, priority, guarantee, limit, reclaimable, state, flavors: {
+                  help="A flavor its jobs may use, in order of preference (repeatable; none: any)."),
+     click.option("--parent", metavar="QUEUE",
+                  help="A queue of the same tenant whose deserved share this one takes part of (\"\": none).")],
+    lambda tenant, weight, priority, guarantee, limit, reclaimable, state, flavors, parent: {
         "tenant": tenant, "weight": weight, "priority": priority, **_quota(guarantee, limit),
         "reclaimable": reclaimable, "state": admin_pb2.QueueState.Value(state.upper()) if state else None,
-        "flavors": list(flavors) or None})
+        "flavors": list(flavors) or None, "parent": parent})
 cli.add_command(queue_group)
 
 cli.add_command(_crud_group(

@@ -61,9 +61,9 @@ TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = 
     common_pb2.Job: (JOB_HEADERS, _job_row),
     admin_pb2.Tenant: (("NAME", "WEIGHT", "GUARANTEE", "LIMIT", "DISABLED", "AGE"), lambda t: [
         t.name, t.weight, quantities(t.guarantee), quantities(t.limit), t.disabled, age(t.create_time)]),
-    admin_pb2.Queue: (("NAME", "TENANT", "WEIGHT", "PRIORITY", "GUARANTEE", "LIMIT", "RECLAIMABLE", "STATE",
-                       "FLAVORS"),
-                      lambda q: [q.name, q.tenant, q.weight, q.priority, quantities(q.guarantee),
+    admin_pb2.Queue: (("NAME", "TENANT", "PARENT", "WEIGHT", "PRIORITY", "GUARANTEE", "LIMIT", "RECLAIMABLE",
+                       "STATE", "FLAVORS"),
+                      lambda q: [q.name, q.tenant, q.parent or "-", q.weight, q.priority, quantities(q.guarantee),
                                  quantities(q.limit), q.reclaimable, admin_pb2.QueueState.Name(q.state).capitalize(),
                                  ",".join(q.flavors) or "any"]),
     admin_pb2.Flavor: (("NAME", "RESOURCE", "CLUSTER-SELECTOR", "AGE"), lambda f: [

@@ -46,6 +46,7 @@ class QueueInfo:
     reclaimable: bool = True
     state: str = "OPEN"
     flavors: tuple[str, ...] = ()  # the flavors its jobs may use, in order of preference; () = any
+    parent: str = ""  # a queue of the same tenant whose share this one takes part of ("" = the tenant's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,9 @@ class _Cycle:
         self.tenants = {t.name: t for t in snap.tenants}
         self.queues = {q.name: q for q in snap.queues}
         self.clusters = ClusterTable(snap.clusters, snap.capacity)
+        self.chain = queue_chains(snap.queues)
+        self.depth = 1 + max((len(c) for c in self.chain.values()), default=0)
+        self.parents = {q.parent for q in snap.queues if q.parent in self.chain}
         self.queue_usage: dict[str, dict[str, int]] = {q: {} for q in self.queues}
         self.tenant_usage: dict[str, dict[str, int]] = {t: {} for t in self.tenants}
         self.running_by_cluster: dict[str, list[RunningJob]] = {}
@@ -175,22 +179,28 @@ class _Cycle:
                 for r, a in self.wanted(job).items():
                     into[r] = into.get(r, 0) + a
         queues_of: dict[str, list[Claim]] = {}
+        children_of: dict[str, list[Claim]] = {}
         for q in self.snap.queues:
-            queues_of.setdefault(q.tenant, []).append(Claim(q.name, q.weight, q.guarantee, q.limit or None,
-                                                            demand[q.name]))
+            claim = Claim(q.name, q.weight, q.guarantee, q.limit or None, demand[q.name])
+            if len(self.chain[q.name]) > 1:
+                children_of.setdefault(q.parent, []).append(claim)
+            else:
+                queues_of.setdefault(q.tenant, []).append(claim)
         tenants = [Claim(t.name, t.weight, t.guarantee, t.limit or None) for t in self.snap.tenants
                    if not t.disabled]
         capacity = self.flavors.capacity(self.snap.capacity, self.snap.clusters) if self.flavors else self.snap.capacity
         self.capacity = {r: float(a) for r, a in capacity.items()}
-        self.out.shares = hierarchical(capacity, tenants, queues_of)
-        self.over_share = {q for q, info in self.queues.items() if info.reclaimable and dominant_share(
-            self.queue_usage[q], self.out.shares.queues.get(q, {})) > 1}
+        self.out.shares = hierarchical(capacity, tenants, queues_of, children_of)
+        self.over_share = {q for q, info in self.queues.items() if info.reclaimable and q not in self.parents
+                           and dominant_share(self.queue_usage[q], self.out.shares.queues.get(q, {})) > 1}
 
     def share_after(self, queue: str, extra: Mapping[str, int]) -> tuple[float, float]:
+        """The tenant's dominant share and the largest of the queue's and its parents' with `extra` started."""
         assert self.out.shares is not None
         tenant = self.queues[queue].tenant
+        deserved = self.out.shares.queues
         return (dominant_share(self.tenant_usage[tenant], self.out.shares.tenants.get(tenant, {}), extra),
-                dominant_share(self.queue_usage[queue], self.out.shares.queues.get(queue, {}), extra))
+                max(dominant_share(self.queue_usage[q], deserved.get(q, {}), extra) for q in self.chain[queue]))
 
     # -- cluster choice ----------------------------------------------------------------------
 
@@ -254,7 +264,7 @@ class _Cycle:
                 if victim.id in self.out.preempt or not (
                         victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
                     continue
-                if victim.queue != job.queue and not self._may_reclaim(victim, tenant, borrowed, deserved):
+                if victim.queue != job.queue and not self._may_reclaim(victim, job.queue, tenant, borrowed, deserved):
                     kept_share = True
                     continue
                 chosen.append(victim)
@@ -280,15 +290,18 @@ class _Cycle:
             return "not reclaimed: the queues over their share run no preemptible gangs that would make room"
         return "not reclaimed: evicting what the queues over their share borrowed would still not make room"
 
-    def _may_reclaim(self, victim: RunningJob, tenant: str, borrowed: dict[str, dict[str, int]],
+    def _may_reclaim(self, victim: RunningJob, job_queue: str, tenant: str, borrowed: dict[str, dict[str, int]],
                      deserved: Mapping[str, Mapping[str, float]]) -> bool:
-        """Whether taking `victim` back leaves its queue (and, from another tenant, that tenant) at or above
+        """Whether taking `victim` back leaves its queue, its parents (those not the job's queue's too) and,
+        from another tenant, that tenant at or above
         its deserved share (Volcano's proportion plugin; Kueue's LessThanOrEqualToFinalShare), else queues
         take the same GPUs from each other back and forth, each eviction making the next. Counts it taken
         when it may be."""
         assert self.out.shares is not None
         theirs = self.queues[victim.queue].tenant
-        checks = [(f"queue/{victim.queue}", self.queue_usage[victim.queue], deserved.get(victim.queue, {}))]
+        mine = set(self.chain[job_queue])
+        checks = [(f"queue/{q}", self.queue_usage[q], deserved.get(q, {})) for q in self.chain[victim.queue]
+                  if q not in mine]  # the victim's queue, and its parents the job's queue does not share
         if theirs != tenant:
             checks.append((f"tenant/{theirs}", self.tenant_usage[theirs], self.out.shares.tenants.get(theirs, {})))
         held = self.holds[victim.id]
@@ -303,7 +316,8 @@ class _Cycle:
 
     def use(self, queue: str, request: Mapping[str, int], sign: int = 1) -> None:
         """Count a gang starting (+1) or leaving (-1) against its queue and tenant."""
-        _add(self.queue_usage[queue], request, sign)
+        for q in self.chain[queue]:
+            _add(self.queue_usage[q], request, sign)
         _add(self.tenant_usage[self.queues[queue].tenant], request, sign)
         if self.out.shares is not None and self.queues[queue].reclaimable:
             if dominant_share(self.queue_usage[queue], self.out.shares.queues.get(queue, {})) > 1:
@@ -314,25 +328,30 @@ class _Cycle:
     # -- the loop ------------------------------------------------------------------------------
 
     def key(self, queue: str, job: PendingJob) -> tuple[float, ...]:
-        """Serve the queue of highest priority; then, at the tenant level and again among a tenant's queues:
-        first those that stay within what they deserve with the whole head job started, the one least far
-        into it with half the job started first (Sainte-Laguë's divisor: counting the whole job starves
-        queues deserving less than one, counting none lets them take two); then those it would take past
-        their share, the smallest overshoot first. So no member is left a whole job short while another is
-        served past its share, nor served a whole job past it while another is short of it."""
+        """Serve the queue of highest priority; then, level by level (tenants, then a tenant's queues, then a
+        parent queue's children): first those that stay within what they deserve with the whole head job
+        started, the one least far into it with half the job started first (Sainte-Laguë's divisor:
+        counting the whole job starves queues deserving less than one, counting none lets them take two);
+        then those it would take past their share, the smallest overshoot first. So no member is left a
+        whole job short while another is served past its share, nor served a whole job past it while
+        another is short of it."""
         assert self.out.shares is not None
         wanted = self.wanted(job)
+        half = {r: a // 2 for r, a in wanted.items()}
         tenant = self.queues[queue].tenant
-        tenant_share = self.out.shares.tenants.get(tenant, {})
-        queue_share = self.out.shares.queues.get(queue, {})
-        tenant_half, queue_half = self.share_after(queue, {r: a // 2 for r, a in wanted.items()})
-        tenant_after, queue_after = self.share_after(queue, wanted)
-        tenant_over, queue_over = tenant_after > 1 + EPSILON, queue_after > 1 + EPSILON
-        tenant_rank = excess(self.tenant_usage[tenant], tenant_share, self.capacity, wanted) if tenant_over \
-            else tenant_half
-        queue_rank = excess(self.queue_usage[queue], queue_share, tenant_share, wanted) if queue_over else queue_half
-        return (-self.queues[queue].priority, tenant_over, tenant_rank, queue_over, queue_rank,
-                tenant_after, queue_after)
+        level = self.capacity
+        out: list[float] = [-self.queues[queue].priority]
+        afters = []
+        for usage, share in [(self.tenant_usage[tenant], self.out.shares.tenants.get(tenant, {})),
+                             *((self.queue_usage[q], self.out.shares.queues.get(q, {}))
+                               for q in reversed(self.chain[queue]))]:
+            after = dominant_share(usage, share, wanted)
+            over = after > 1 + EPSILON
+            out += (over, excess(usage, share, level, wanted) if over else dominant_share(usage, share, half))
+            afters.append(after)
+            level = share
+        out += (False, 0.0) * (self.depth - len(afters))  # leaves of different depths compare level by level
+        return (*out, *afters)
 
     def run(self) -> Decisions:
         self.compute_shares()
@@ -356,8 +375,11 @@ class _Cycle:
             reason = None
             if q is None:
                 reason = f"queue {queue!r} no longer exists"
-            elif q.state == "CLOSED":
-                reason = f"queue {queue} is closed"
+            elif queue in self.parents:
+                reason = f"queue {queue} is a parent queue: jobs go to its leaf queues"
+            elif any(self.queues[n].state == "CLOSED" for n in self.chain[queue]):
+                closed = next(n for n in self.chain[queue] if self.queues[n].state == "CLOSED")
+                reason = f"queue {closed} is closed" if closed == queue else f"parent queue {closed} is closed"
             elif self.tenants.get(q.tenant) is None or self.tenants[q.tenant].disabled:
                 reason = f"tenant {q.tenant} is disabled"
             if reason:
@@ -396,9 +418,10 @@ class _Cycle:
 
     def over_limit(self, job: PendingJob, queue: str) -> str | None:
         q = self.queues[queue]
-        over = _over(self.queue_usage[queue], job.view.request, q.limit)
-        if over:
-            return f"queue at limit {_fmt(over)}"
+        for name in self.chain[queue]:
+            over = _over(self.queue_usage[name], job.view.request, self.queues[name].limit)
+            if over:
+                return f"queue at limit {_fmt(over)}" if name == queue else f"parent queue {name} at limit {_fmt(over)}"
         over = _over(self.tenant_usage[q.tenant], job.view.request, self.tenants[q.tenant].limit)
         if over:
             return f"tenant {q.tenant} at limit {_fmt(over)}"
@@ -413,7 +436,8 @@ class _Cycle:
         if shape not in self._cannot_run:
             self._cannot_run[shape] = cannot_run(job.view, self.snap.clusters)
         q = self.queues[queue]
-        return self._cannot_run[shape] or over_own_limit(job.view, q, self.tenants[q.tenant])
+        return self._cannot_run[shape] or over_own_limit(
+            job.view, [self.queues[name] for name in self.chain[queue]], self.tenants[q.tenant])
 
     def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int:
         """Give a reason to each job from `start` on that certainly must wait; return where that stops.
@@ -422,7 +446,7 @@ class _Cycle:
         in this cycle. A job with a refusal or room being made for it is never certain.
         """
         q = self.queues[queue]
-        limited = bool(q.limit or self.tenants[q.tenant].limit)
+        limited = bool(self.tenants[q.tenant].limit or any(self.queues[n].limit for n in self.chain[queue]))
         nowhere = self.clusters.nowhere if self.clusters else {}
         waiting = self.out.waiting
         i = start
@@ -541,9 +565,10 @@ class _Cycle:
         return min(options)[1] if options else None
 
 
-def over_own_limit(job: JobView, queue: QueueInfo, tenant: TenantInfo) -> str | None:
-    """Why the gang alone is more than its queue's or tenant's limit allows (it could never run under it)."""
-    for owner, limit in ((f"queue {queue.name}", queue.limit), (f"tenant {tenant.name}", tenant.limit)):
+def over_own_limit(job: JobView, queues: Sequence[QueueInfo], tenant: TenantInfo) -> str | None:
+    """Why the gang alone is more than its queue's, a parent queue's or its tenant's limit allows (it could
+    never run under it). `queues`: its queue, then that queue's parents."""
+    for owner, limit in (*((f"queue {q.name}", q.limit) for q in queues), (f"tenant {tenant.name}", tenant.limit)):
         over = {r: cap for r, cap in limit.items() if FLAVOR not in r and job.request.get(r, 0) > cap}
         if over:
             need = {r: job.request[r] for r in over}
@@ -551,9 +576,26 @@ def over_own_limit(job: JobView, queue: QueueInfo, tenant: TenantInfo) -> str | 
     return None
 
 
-def inadmissible(job: JobView, clusters: Sequence[ClusterView], queue: QueueInfo, tenant: TenantInfo) -> str | None:
-    """Why the gang could not run as the federation stands, even were nothing else running; None if it could."""
-    return cannot_run(job, clusters) or over_own_limit(job, queue, tenant)
+def inadmissible(job: JobView, clusters: Sequence[ClusterView], queues: Sequence[QueueInfo],
+                 tenant: TenantInfo) -> str | None:
+    """Why the gang could not run as the federation stands, even were nothing else running; None if it could.
+    `queues`: its queue, then that queue's parents."""
+    return cannot_run(job, clusters) or over_own_limit(job, queues, tenant)
+
+
+def queue_chains(queues: Sequence[QueueInfo]) -> dict[str, list[str]]:
+    """Each queue, then its parent, its parent's parent and so on. A parent that is missing, of another tenant
+    or on a loop ends the chain (the admin API refuses them; this keeps a cycle safe whatever it is given)."""
+    by_name = {q.name: q for q in queues}
+    chains: dict[str, list[str]] = {}
+    for q in queues:
+        chain = [q.name]
+        parent = by_name.get(q.parent)
+        while parent is not None and parent.tenant == q.tenant and parent.name not in chain:
+            chain.append(parent.name)
+            parent = by_name.get(parent.parent)
+        chains[q.name] = chain
+    return chains
 
 
 def schedule(snapshot: Snapshot) -> Decisions:

@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from federation.resources import Resources
-
 EPSILON = 1e-9
 
 
@@ -84,25 +82,41 @@ class Tree:
     queues: dict[str, dict[str, float]]
 
 
-def hierarchical(total: Mapping[str, int], tenants: Sequence[Claim],
-                 queues_of: Mapping[str, Sequence[Claim]]) -> Tree:
-    """Tenants share the federation; each tenant's queues share what the tenant deserves.
+def hierarchical(total: Mapping[str, int], tenants: Sequence[Claim], queues_of: Mapping[str, Sequence[Claim]],
+                 children_of: Mapping[str, Sequence[Claim]] | None = None) -> Tree:
+    """Tenants share the federation; each tenant's top queues share what the tenant deserves, and each parent
+    queue's children share what it deserves (Volcano's hierarchical queues), as deep as the tree goes.
 
-    A tenant's demand is what its queues could use added up: each queue's demand, capped by its limit
-    (its claim's own demand is ignored), so a tenant is never given what none of its queues may take.
+    A member's demand is what its children could use added up: each child's demand, capped by its limit
+    (a parent's own claim demand is ignored), so nobody is given what none of its children may take.
     """
-    with_demand = []
-    for t in tenants:
-        demand: Resources = {}
-        for q in queues_of.get(t.name, ()):
-            for r in q.demand:
-                demand[r] = demand.get(r, 0) + round(_cap(q, r))
-        with_demand.append(Claim(t.name, t.weight, t.guarantee, t.limit, demand))
-    tenant_shares = deserved(total, with_demand)
+    children_of = children_of or {}
+
+    def with_demand(claim: Claim, children: Sequence[Claim]) -> Claim:
+        if not children:
+            return claim
+        demand: dict[str, int] = {}
+        for child in children:
+            child = with_demand(child, children_of.get(child.name, ()))
+            for r in child.demand:
+                demand[r] = demand.get(r, 0) + round(_cap(child, r))
+        return Claim(claim.name, claim.weight, claim.guarantee, claim.limit, demand)
+
+    tenant_claims = [with_demand(t, queues_of.get(t.name, ())) for t in tenants]
+    tenant_shares = deserved(total, tenant_claims)
     queue_shares: dict[str, dict[str, float]] = {}
-    for t in with_demand:
-        inner = {r: round(a) for r, a in tenant_shares[t.name].items()}
-        queue_shares.update(deserved(inner, list(queues_of.get(t.name, ()))))
+
+    def share_out(have: Mapping[str, float], children: Sequence[Claim]) -> None:
+        if not children:
+            return
+        claims = [with_demand(c, children_of.get(c.name, ())) for c in children]
+        shares = deserved({r: round(a) for r, a in have.items()}, claims)
+        queue_shares.update(shares)
+        for child in claims:
+            share_out(shares[child.name], children_of.get(child.name, ()))
+
+    for t in tenant_claims:
+        share_out(tenant_shares[t.name], queues_of.get(t.name, ()))
     return Tree(tenant_shares, queue_shares)
 
 

@@ -38,12 +38,14 @@ class AdminStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
 
-    async def _check_references(self, conn: AsyncConnection, model: type[Base], values: dict[str, Any],
+    async def _check_references(self, conn: AsyncConnection, model: type[Base], name: str, values: dict[str, Any],
                                 path: str) -> None:
         if model is Queue and "tenant" in values:
             found = (await conn.execute(select(Tenant.name).where(Tenant.name == values["tenant"]))).first()
             if found is None:
                 raise InvalidArgument([Violation(f"{path}.tenant", f"tenant {values['tenant']!r} not found")])
+        if model is Queue and values.get("parent"):
+            await self._check_parent(conn, name, values, path)
         flavors = {r["name"]: r["resource"] for r in (await conn.execute(select(Flavor))).mappings()}
         problems = []
         for i, name in enumerate(values.get("flavors") or []):
@@ -57,6 +59,29 @@ class AdminStore:
                     problems.append(Violation(f"{path}.{field}[{key!r}]", f"flavor {flavor!r} {what}"))
         if problems:
             raise InvalidArgument(problems)
+
+    async def _check_parent(self, conn: AsyncConnection, name: str, values: dict[str, Any], path: str) -> None:
+        """A parent is a queue of the same tenant, not below the queue itself, holding no unfinished jobs
+        (jobs go to leaf queues, as in Volcano's hierarchical queues)."""
+        parent = values["parent"]
+        rows = {r["name"]: r for r in (await conn.execute(select(Queue.name, Queue.tenant, Queue.parent))).mappings()}
+        tenant = values.get("tenant") or rows[name]["tenant"]
+        if parent not in rows:
+            raise InvalidArgument([Violation(f"{path}.parent", f"queue {parent!r} not found")])
+        if rows[parent]["tenant"] != tenant:
+            raise InvalidArgument([Violation(f"{path}.parent", f"queue {parent!r} is of tenant "
+                                                               f"{rows[parent]['tenant']!r}, not {tenant!r}")])
+        above = parent
+        while above is not None:
+            if above == name:
+                raise InvalidArgument([Violation(f"{path}.parent", f"queue {parent!r} is below {name!r}: "
+                                                                   "the queues would make a loop")])
+            above = rows[above]["parent"]
+        active = (await conn.execute(select(func.count()).select_from(Job).where(
+            Job.queue == parent, Job.phase.not_in(TERMINAL_PHASES)))).scalar_one()
+        if active:
+            raise FailedPrecondition(f"queue {parent!r} holds {active} unfinished jobs and cannot become a parent "
+                                     "queue (jobs go to leaf queues); let them finish or cancel them first")
 
     async def _check_delete(self, conn: AsyncConnection, model: type[Base], name: str) -> None:
         if model is Tenant:
@@ -74,6 +99,11 @@ class AdminStore:
             if users:
                 raise FailedPrecondition(f"flavor {name!r} is still used by {', '.join(sorted(users)[:3])}")
         if model is Queue:
+            children = (await conn.execute(select(Queue.name).where(Queue.parent == name).order_by(Queue.name)
+                                           .limit(3))).scalars().all()
+            if children:
+                raise FailedPrecondition(f"queue {name!r} is the parent of {', '.join(children)}; delete or move "
+                                         "them first")
             active = (await conn.execute(select(func.count()).select_from(Job).where(
                 Job.queue == name, Job.phase.not_in(TERMINAL_PHASES)))).scalar_one()
             if active:
@@ -82,7 +112,7 @@ class AdminStore:
 
     async def create(self, model: type[Base], values: dict[str, Any], path: str, actor: str) -> Any:
         async with self.engine.begin() as conn:
-            await self._check_references(conn, model, values, path)
+            await self._check_references(conn, model, values["name"], values, path)
             try:
                 await conn.execute(model.__table__.insert().values(**values))
             except IntegrityError as err:
@@ -94,7 +124,7 @@ class AdminStore:
     async def update(self, model: type[Base], name: str, values: dict[str, Any], path: str, actor: str) -> Any:
         async with self.engine.begin() as conn:
             before = await self._get(conn, model, name, for_update=True)
-            await self._check_references(conn, model, values, path)
+            await self._check_references(conn, model, name, values, path)
             if values:
                 try:
                     await conn.execute(update(model).where(model.name == name).values(**values))

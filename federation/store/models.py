@@ -48,6 +48,8 @@ class Queue(Base):
     reclaimable: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
     state: Mapped[str] = mapped_column(String(16), nullable=False, default="OPEN")
     flavors: Mapped[list[Any]] = mapped_column(nullable=False, default=list)  # preference order; [] = any
+    # Volcano's hierarchical queues: a parent queue of the same tenant, whose deserved share this one shares.
+    parent: Mapped[str | None] = mapped_column(NAME, ForeignKey("queues.name", ondelete="RESTRICT"), index=True)
     created_at: Mapped[datetime] = _created()
 
 

@@ -64,7 +64,7 @@ class Tenant(_message.Message):
     def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., disabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "tenant", "weight", "priority", "guarantee", "limit", "reclaimable", "state", "create_time", "flavors")
+    __slots__ = ("name", "tenant", "weight", "priority", "guarantee", "limit", "reclaimable", "state", "create_time", "flavors", "parent")
     class GuaranteeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +89,7 @@ class Queue(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     FLAVORS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     weight: int
@@ -99,7 +100,8 @@ class Queue(_message.Message):
     state: QueueState
     create_time: _timestamp_pb2.Timestamp
     flavors: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[int] = ..., priority: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flavors: _Optional[_Iterable[str]] = ...) -> None: ...
+    parent: str
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[int] = ..., priority: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flavors: _Optional[_Iterable[str]] = ..., parent: _Optional[str] = ...) -> None: ...
 
 class Flavor(_message.Message):
     __slots__ = ("name", "resource", "cluster_selector", "create_time")
