@@ -28,6 +28,7 @@ MAX_REQUEST_ID = 128
 MAX_TIER = 16
 MAX_RETRY = 100
 DEFAULT_MAX_RETRY = 3  # restarts and losses a job may have when its spec does not say (Volcano's default)
+DEFAULT_QUEUE = "default"  # Volcano always has it; a job naming no queue goes there (migration 0008 makes it)
 MAX_WEIGHT = 1_000_000
 MAX_PRIORITY_VALUE = 1_000_000_000
 MAX_DESCRIPTION = 1024
@@ -132,8 +133,8 @@ def _check_topology(v: Violations, path: str, topo: common_pb2.NetworkTopology) 
         v.add(f"{path}.highest_tier_allowed", f"must be between 1 and {MAX_TIER}")
     if topo.highest_tier_allowed and topo.highest_tier_name:
         v.add(f"{path}.highest_tier_name", "set highest_tier_allowed or highest_tier_name, not both")
-    if topo.highest_tier_name:
-        check_name(v, f"{path}.highest_tier_name", topo.highest_tier_name)
+    if topo.highest_tier_name:  # any name Volcano accepts, e.g. its label discoverer's volcano.sh/hypernode
+        _check_qualified_key(v, f"{path}.highest_tier_name", topo.highest_tier_name)
 
 
 def _check_policies(v: Violations, path: str, policies: list[common_pb2.LifecyclePolicy],
@@ -141,10 +142,17 @@ def _check_policies(v: Violations, path: str, policies: list[common_pb2.Lifecycl
     if len(policies) > MAX_POLICIES:
         v.add(path, f"has {len(policies)} policies, at most {MAX_POLICIES} are allowed")
         return
+    seen: dict[str, int] = {}
     for i, policy in enumerate(policies):
         p = f"{path}[{i}]"
         if not policy.events:
             v.add(f"{p}.events", "at least one event is required")
+        for event in policy.events:  # Volcano's admission webhook denies an event named twice
+            if event in seen:
+                where = "this policy" if seen[event] == i else f"policy {seen[event]}"
+                v.add(f"{p}.events", f"event {event!r} is already handled by {where}: each event may have one "
+                                     "action")
+            seen.setdefault(event, i)
         for event in policy.events:
             if event not in EVENTS:
                 v.add(f"{p}.events", f"{event!r} is not one of {', '.join(EVENTS)}")
@@ -285,6 +293,8 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
 
 def normalise_job_spec(spec: common_pb2.JobSpec) -> None:
     """Fill Volcano's defaults in place, so what is stored is what will be enforced."""
+    if not spec.queue:
+        spec.queue = DEFAULT_QUEUE  # Volcano's admission puts a job naming no queue in `default`
     for topo in [spec.network_topology, *(t.partition_policy.network_topology for t in spec.tasks)]:
         if topo.mode == "hard" and not topo.highest_tier_allowed and not topo.highest_tier_name:
             topo.highest_tier_allowed = 1  # Volcano's default for hard mode

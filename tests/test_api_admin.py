@@ -43,7 +43,7 @@ async def test_tenant_crud(api: Api) -> None:
     assert (await api.admin.GetTenant(admin_pb2.GetTenantRequest(name="ml"))).weight == 3
     await api.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="bio")))
     listed = await api.admin.ListTenants(admin_pb2.ListTenantsRequest())
-    assert [t.name for t in listed.tenants] == ["bio", "ml"]
+    assert [t.name for t in listed.tenants] == ["bio", "default", "ml"]  # default: as Volcano's default queue
     await api.admin.DeleteTenant(admin_pb2.DeleteTenantRequest(name="bio"))
     err = await rpc_error(api.admin.GetTenant(admin_pb2.GetTenantRequest(name="bio")))
     assert err.code() == grpc.StatusCode.NOT_FOUND
@@ -70,7 +70,7 @@ async def test_tenant_errors_change_nothing(api: Api) -> None:
     assert violation_fields(err) == ["update_mask"]
     unchanged = await api.admin.GetTenant(admin_pb2.GetTenantRequest(name="ml"))
     assert (unchanged.weight, dict(unchanged.limit)) == (2, {})
-    assert [t.name for t in (await api.admin.ListTenants(admin_pb2.ListTenantsRequest())).tenants] == ["ml"]
+    assert [t.name for t in (await api.admin.ListTenants(admin_pb2.ListTenantsRequest())).tenants] == ["default", "ml"]
 
 
 async def test_queue_crud_and_references(api: Api) -> None:
@@ -200,3 +200,14 @@ async def test_hierarchical_queues_as_volcano_has_them(api: Api) -> None:
         queue=admin_pb2.Queue(name="dev", parent=""), update_mask=field_mask_pb2.FieldMask(paths=["parent"])))
     assert moved.parent == ""
     await api.admin.DeleteQueue(admin_pb2.DeleteQueueRequest(name="dev"))
+
+
+async def test_a_new_federation_has_volcanos_default_queue(api: Api) -> None:
+    """Volcano always has a `default` queue: a job naming no queue goes there, and it cannot be deleted."""
+    queue = await api.admin.GetQueue(admin_pb2.GetQueueRequest(name="default"))
+    assert (queue.tenant, queue.weight, queue.reclaimable, queue.state) == ("default", 1, True, admin_pb2.OPEN)
+    job = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=common_pb2.JobSpec(name="j", tasks=[
+        common_pb2.TaskSpec(name="worker", replicas=1, resources={"cpu": "1"})])))).job
+    assert (job.spec.queue, job.tenant) == ("default", "default")
+    err = await rpc_error(api.admin.DeleteQueue(admin_pb2.DeleteQueueRequest(name="default")))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "close it instead" in err.details()

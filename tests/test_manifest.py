@@ -98,8 +98,13 @@ def test_volcano_job_fields() -> None:
     assert dict(task.node_selector) == {"pool": "a"}
     assert task.tolerations[0].key == "gpu"
     assert '"nodeSelector"' in task.pod_template_json
-    assert c.warnings == [f"job.yaml:{line_of(JOB, 'schedulerName')}: spec.schedulerName is not used by the "
-                          "federation; ignored"]
+    assert c.warnings == []  # schedulerName: volcano is what the federation stands in for
+    other = job_from_document(load_documents(JOB.replace("schedulerName: volcano", "schedulerName: kai\n  "
+                                                         "ttlSecondsAfterFinished: 60"), "job.yaml")[0])
+    assert other.warnings == [  # one warning, naming each Volcano field not acted on, with its line
+        f"job.yaml:1: Volcano fields the federation does not act on, ignored: spec.ttlSecondsAfterFinished (line "
+        f"{line_of(JOB, 'schedulerName') + 1}), spec.schedulerName (line {line_of(JOB, 'schedulerName')}: 'kai'; "
+        "the federation schedules it, as Volcano would)"]
 
 
 def test_field_paths_map_back_to_lines() -> None:

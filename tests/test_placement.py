@@ -195,6 +195,12 @@ def test_hypernode_manifest_selectors() -> None:
                                 clusters.node("cpu-1", {})])
     topology = build(nodes, [spec])
     assert topology.domains["rack1"].nodes == ["gpu-12", "gpu-2"]
+    # Not anchored, as Go's MatchString in Volcano: node-[01] takes node-10 too.
+    unanchored = parse_hypernode({"kind": "HyperNode", "metadata": {"name": "r"}, "spec": {"tier": 1, "members": [
+        {"type": "Node", "selector": {"regexMatch": {"pattern": "node-[01]"}}}]}})
+    nodes, _, _ = load_objects([{"kind": "List", "items": [clusters.node(n, {}) for n in ("node-0", "node-10",
+                                                                                          "node-2")]}, None])
+    assert build(nodes, [unanchored]).domains["r"].nodes == ["node-0", "node-10"]
     assert topology.domains[ROOT].nodes == ["cpu-1"]  # listed by no HyperNode: hangs off the root
     with pytest.raises(TopologyError, match=r"spec\.tier must be a positive integer"):
         parse_hypernode({"metadata": {"name": "x"}, "spec": {"tier": 0, "members": []}})

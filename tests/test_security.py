@@ -106,7 +106,8 @@ async def test_calls_without_a_valid_token_are_unauthenticated(secure: Secure) -
             tenant=admin_pb2.Tenant(name="sneaky")))))[0] == grpc.StatusCode.UNAUTHENTICATED
     watch = anonymous.jobs.WatchJobs(jobs_pb2.WatchJobsRequest())
     assert (await code_of(watch.read()))[0] == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
-    assert (await secure.root.admin.ListTenants(admin_pb2.ListTenantsRequest())).tenants == []  # nothing created
+    tenants = (await secure.root.admin.ListTenants(admin_pb2.ListTenantsRequest())).tenants
+    assert [t.name for t in tenants] == ["default"]  # nothing created: only the one every federation has
     # Health checks need no token: load balancers and kubelets probe them.
     health = health_pb2_grpc.HealthStub(secure.channel)
     status = await health.Check(health_pb2.HealthCheckRequest())
@@ -212,7 +213,7 @@ async def test_only_admins_change_things_and_tenants_read_only_their_own(secure:
                  alpha.admin.ListAuditEvents(admin_pb2.ListAuditEventsRequest())):
         assert (await code_of(call)) == (grpc.StatusCode.PERMISSION_DENIED, "this needs an admin token")
     queues = await secure.root.admin.ListQueues(admin_pb2.ListQueuesRequest())
-    assert sorted((q.name, q.weight) for q in queues.queues) == [("alpha-q", 1), ("beta-q", 1)]
+    assert sorted((q.name, q.weight) for q in queues.queues) == [("alpha-q", 1), ("beta-q", 1), ("default", 1)]
 
     assert [q.name for q in (await alpha.admin.ListQueues(admin_pb2.ListQueuesRequest())).queues] == ["alpha-q"]
     assert [t.name for t in (await alpha.admin.ListTenants(admin_pb2.ListTenantsRequest())).tenants] == ["alpha"]

@@ -8,7 +8,9 @@ field violations (`tasks[0].replicas`) can be shown at the line the user wrote.
 
 from __future__ import annotations
 
+import difflib
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +18,8 @@ from typing import Any
 from google.protobuf import duration_pb2
 from google.protobuf.message import Message
 
+from federation.cli import volcano_fields
+from federation.cli.volcano_fields import Fields
 from federation.cli.yamldoc import Document
 from federation.durations import parse_duration
 from federation.resources import QuantityError, format_amount, parse_amount
@@ -27,9 +31,8 @@ CLUSTER_SELECTOR_ANNOTATION = "federation.dev/cluster-selector"
 REQUEST_ID_ANNOTATION = "federation.dev/request-id"
 DEFAULT_QUEUE = "default"  # as in Volcano
 
-_JOB_SPEC_FIELDS = {"queue", "priorityClassName", "minAvailable", "maxRetry", "policies", "networkTopology", "tasks",
-                    "plugins"}
-_TASK_FIELDS = {"name", "replicas", "minAvailable", "policies", "partitionPolicy", "template"}
+VOLCANO_SCHEDULER = "volcano"  # the schedulerName Volcano's jobs carry: the federation stands in for it
+GENERATED_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' alphabet for generateName's 5 characters
 
 
 @dataclass
@@ -40,6 +43,7 @@ class Converted:
     message: Message
     origin: dict[str, str] = field(default_factory=dict)  # message field path -> manifest path
     warnings: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # Volcano fields not acted on, "path (line N)"
 
     def line_of(self, field_path: str) -> int:
         path = field_path
@@ -100,16 +104,22 @@ class _Reader:
         d.FromNanoseconds(round(seconds * 1e9))
         return d
 
-    def warn_unused(self, data: dict[str, Any], known: set[str], path: str) -> None:
+    def fields(self, data: dict[str, Any], fields: Fields, path: str, owner: str = "Volcano's Job") -> None:
+        """A field Volcano does not have is an error (with the likeliest meant one); one it has that the
+        federation does not act on is remembered for the document's one warning."""
         for key in data:
-            if key not in known:
-                where = f"{self.doc.file}:{self.doc.line(f'{path}.{key}')}"
-                self.out.warnings.append(f"{where}: {path}.{key} is not used by the federation; ignored")
+            child = f"{path}.{key}" if path else str(key)
+            if key in fields.ignored:
+                self.out.ignored.append(f"{child} (line {self.doc.line(child)})")
+            elif key not in fields.known:
+                close = difflib.get_close_matches(str(key), sorted(fields.known), n=1)
+                hint = f"; did you mean {close[0]}?" if close else f" (fields here: {', '.join(sorted(fields.known))})"
+                raise self.doc.error(child, f"unknown field {str(key)!r}: {owner} has no such field{hint}")
 
 
 def _topology(r: _Reader, value: Any, path: str, target: common_pb2.NetworkTopology, prefix: str) -> None:
     data = r.map(value, path)
-    r.warn_unused(data, {"mode", "highestTierAllowed", "highestTierName"}, path)
+    r.fields(data, volcano_fields.NETWORK_TOPOLOGY, path)
     if "mode" in data:
         target.mode = r.str(data["mode"], f"{path}.mode")
         r.out.origin[f"{prefix}.mode"] = f"{path}.mode"
@@ -127,7 +137,7 @@ def _policies(r: _Reader, value: Any, path: str, target: Any, prefix: str) -> No
     for i, item in enumerate(r.list(value, path)):
         p, fp = f"{path}[{i}]", f"{prefix}[{i}]"
         data = r.map(item, p)
-        r.warn_unused(data, {"event", "events", "action", "timeout"}, p)
+        r.fields(data, volcano_fields.POLICY, p)
         policy = target.add()
         if "event" in data:
             policy.events.append(r.str(data["event"], f"{p}.event"))
@@ -179,7 +189,7 @@ def _pod_resources(r: _Reader, pod: dict[str, Any], path: str, prefix: str) -> d
 
 def _task(r: _Reader, value: Any, path: str, task: common_pb2.TaskSpec, prefix: str) -> None:
     data = r.map(value, path)
-    r.warn_unused(data, _TASK_FIELDS, path)
+    r.fields(data, volcano_fields.TASK, path)
     o = r.out.origin
     o[prefix] = path
     task.name = r.str(data.get("name", ""), f"{path}.name")
@@ -193,7 +203,7 @@ def _task(r: _Reader, value: Any, path: str, task: common_pb2.TaskSpec, prefix: 
     if "partitionPolicy" in data:
         pp_path, pp_prefix = f"{path}.partitionPolicy", f"{prefix}.partition_policy"
         pp = r.map(data["partitionPolicy"], pp_path)
-        r.warn_unused(pp, {"totalPartitions", "partitionSize", "minPartitions", "networkTopology"}, pp_path)
+        r.fields(pp, volcano_fields.PARTITION_POLICY, pp_path)
         o[pp_prefix] = pp_path
         for key, attr in (("totalPartitions", "total_partitions"), ("partitionSize", "partition_size"),
                           ("minPartitions", "min_partitions")):
@@ -240,11 +250,18 @@ def job_from_document(doc: Document) -> Converted:
         raise doc.error("kind", f"expected a Volcano Job ({VOLCANO_API}, kind Job), found {found}"
                         + ("; admin objects go to 'fedctl apply -f'" if data.get("apiVersion") == FEDERATION_API
                            else ""))
+    r.fields(data, volcano_fields.JOB, "")
     meta = r.map(data.get("metadata"), "metadata")
+    r.fields(meta, volcano_fields.METADATA, "metadata")
     body = r.map(data.get("spec"), "spec")
     o = out.origin
-    spec.name = r.str(meta.get("name", ""), "metadata.name")
-    o["name"] = "metadata.name"
+    if "name" not in meta and "generateName" in meta:  # as the API server: the prefix and 5 random characters
+        prefix = r.str(meta["generateName"], "metadata.generateName")
+        spec.name = prefix + "".join(secrets.choice(GENERATED_SUFFIX) for _ in range(5))
+        o["name"] = "metadata.generateName"
+    else:
+        spec.name = r.str(meta.get("name", ""), "metadata.name")
+        o["name"] = "metadata.name"
     spec.labels.update(r.str_map(meta.get("labels"), "metadata.labels"))
     o["labels"] = "metadata.labels"
     annotations = r.str_map(meta.get("annotations"), "metadata.annotations")
@@ -261,7 +278,11 @@ def job_from_document(doc: Document) -> Converted:
         spec.namespace = r.str(meta["namespace"], "metadata.namespace")
         o["namespace"] = "metadata.namespace"
 
-    r.warn_unused(body, _JOB_SPEC_FIELDS, "spec")
+    r.fields(body, volcano_fields.JOB_SPEC, "spec")
+    scheduler = r.str(body.get("schedulerName", VOLCANO_SCHEDULER), "spec.schedulerName")
+    if scheduler != VOLCANO_SCHEDULER:
+        out.ignored.append(f"spec.schedulerName (line {doc.line('spec.schedulerName')}: {scheduler!r}; the "
+                           "federation schedules it, as Volcano would)")
     spec.queue = r.str(body.get("queue", DEFAULT_QUEUE), "spec.queue")
     o["queue"] = "spec.queue"
     spec.priority_class_name = r.str(body.get("priorityClassName", ""), "spec.priorityClassName")
@@ -281,6 +302,9 @@ def job_from_document(doc: Document) -> Converted:
     o["tasks"] = "spec.tasks"
     for i, task in enumerate(r.list(body.get("tasks"), "spec.tasks")):
         _task(r, task, f"spec.tasks[{i}]", spec.tasks.add(), f"tasks[{i}]")
+    if out.ignored:
+        out.warnings.append(f"{doc.file}:{doc.start_line}: Volcano fields the federation does not act on, ignored: "
+                            + ", ".join(out.ignored))
     return out
 
 
@@ -292,7 +316,7 @@ def _admin(doc: Document, kind: str, message: Message, fields: dict[str, tuple[s
     message.name = r.str(meta.get("name", ""), "metadata.name")  # type: ignore[attr-defined]
     out.origin["name"] = "metadata.name"
     body = r.map(data.get("spec"), "spec")
-    r.warn_unused(body, set(fields), "spec")
+    r.fields(body, Fields(frozenset(fields)), "spec", f"a {kind}")
     for key, (attr, read) in fields.items():
         if key not in body:
             continue

@@ -64,7 +64,8 @@ def _build(node: yaml.Node, path: str, lines: dict[str, int], loader: yaml.SafeL
 
 
 def load_documents(text: str, file: str) -> list[Document]:
-    """Parse every non-empty document of a multi-document YAML text."""
+    """Parse every non-empty document of a multi-document YAML text, as kubectl splits them: empty documents
+    skipped, the items of a `List` one document each."""
     loader = yaml.SafeLoader("")
     docs = []
     try:
@@ -76,6 +77,18 @@ def load_documents(text: str, file: str) -> list[Document]:
                 data = _build(node, "", lines, loader)
             except ManifestError as err:
                 raise ManifestError(file, err.line, err.message) from None
+            if data is None:
+                continue  # an empty document (`---` then nothing, or only comments), as kubectl skips it
+            items = data.get("items") if isinstance(data, dict) and str(data.get("kind", "")).endswith("List") \
+                else None
+            if isinstance(items, list):  # `kind: List`, what `kubectl get -o yaml` prints: its items, each located
+                for i, item in enumerate(items):
+                    prefix = f"items[{i}]"
+                    docs.append(Document(file, len(docs), item, {
+                        k[len(prefix) + 1:] if k.startswith(prefix + ".") else "": line
+                        for k, line in lines.items() if k == prefix or k.startswith(prefix + ".")},
+                        lines.get(prefix, node.start_mark.line + 1)))
+                continue
             docs.append(Document(file, len(docs), data, lines, node.start_mark.line + 1))
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark

@@ -19,7 +19,7 @@ from federation.resources import FLAVOR
 from federation.store.jobs import LAST_EVENT_SEQ, TERMINAL_PHASES
 from federation.store.models import Base, Cluster, Flavor, Job, PriorityClass, Queue, Tenant
 from federation.store.tokens import audit
-from federation.validation import Violation
+from federation.validation import DEFAULT_QUEUE, Violation
 
 KIND_NAMES: dict[type[Base], str] = {
     Tenant: "tenant", Queue: "queue", PriorityClass: "priority class", Cluster: "cluster", Flavor: "flavor",
@@ -98,6 +98,9 @@ class AdminStore:
                       if any(k.endswith(f"{FLAVOR}{name}") for k in (*r["guarantee"], *r["limit"]))]
             if users:
                 raise FailedPrecondition(f"flavor {name!r} is still used by {', '.join(sorted(users)[:3])}")
+        if model is Queue and name == DEFAULT_QUEUE:
+            raise FailedPrecondition(f"queue {name!r} cannot be deleted: jobs naming no queue go there, as in "
+                                     "Volcano; close it instead")
         if model is Queue:
             children = (await conn.execute(select(Queue.name).where(Queue.parent == name).order_by(Queue.name)
                                            .limit(3))).scalars().all()

@@ -9,7 +9,7 @@ and go, so that placement never has to re-add a subtree.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +71,7 @@ class Selector:
         if self.exact is not None:
             return name == self.exact
         if self.regex is not None:
-            return re.fullmatch(self.regex, name) is not None
+            return re.search(self.regex, name) is not None  # Go's MatchString, as Volcano: not anchored
         return all(labels.get(k) == v for k, v in (self.labels or {}).items())
 
 
@@ -300,12 +300,24 @@ def discover_from_labels(nodes: Sequence[Node], keys: Sequence[str]) -> Topology
     return build(nodes, specs)
 
 
+def _items(objects: Iterable[Any]) -> Iterator[Mapping[str, Any]]:
+    """Objects as kubectl reads them: empty documents skipped, a `List` (what `kubectl get -o yaml` prints)
+    read as its items."""
+    for obj in objects:
+        if not isinstance(obj, Mapping):
+            continue
+        if str(obj.get("kind", "")).endswith("List") and isinstance(obj.get("items"), list):
+            yield from _items(obj["items"])
+        else:
+            yield obj
+
+
 def load_objects(
-    objects: Iterable[Mapping[str, Any]],
+    objects: Iterable[Any],
 ) -> tuple[list[Node], list[HyperNodeSpec], list[Mapping[str, Any]]]:
     """Split a cluster description into Nodes, HyperNodes and bound Pods (other kinds are ignored)."""
     nodes, hypernodes, pods = [], [], []
-    for obj in objects:
+    for obj in _items(objects):
         kind = obj.get("kind")
         if kind == "Node":
             nodes.append(parse_node(obj))
