@@ -180,3 +180,25 @@ def test_fedctl_admin_commands_and_errors(live: str) -> None:
     assert unreachable.returncode == 1
     assert "cannot reach the federation server at 127.0.0.1:1" in unreachable.stderr
     assert "Traceback" not in unreachable.stderr
+
+
+def test_fedctl_apply_takes_volcano_queues_and_their_hierarchy(live: str, tmp_path: Path) -> None:
+    """Volcano's own Queue files (tests/corpus/ecosystem/volcano-queues): fields one to one, the hierarchy
+    annotations as parent queues with their weights, and what has no counterpart refused by name."""
+    corpus = Path(__file__).parent / "corpus" / "ecosystem" / "volcano-queues"
+    applied = fedctl(live, "apply", "-f", str(corpus / "queues_hierarchical.yaml"), "-f",
+                     str(corpus / "queue_deployment.yaml"))
+    assert applied.returncode == 0, applied.stderr
+    assert "queue/eng created" in applied.stdout and "queue/root-eng-prod created" in applied.stdout
+    listed = json.loads(fedctl(live, "queue", "list", "-o", "json").stdout)
+    queues = {q["name"]: q for q in listed.get("queues", listed) if isinstance(q, dict)}
+    assert (queues["root-eng-prod"]["parent"], queues["root-eng-prod"]["weight"]) == ("eng", 8)
+    assert (queues["sci"]["weight"], queues["sci"]["tenant"]) == (8, "default")
+    assert queues["test"]["limit"] == {"cpu": "2"} and queues["test"]["reclaimable"] is False
+    bad = tmp_path / "queue.yaml"
+    bad.write_text("apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata:\n  name: q2\nspec:\n"
+                   "  weight: 1\n  deserved:\n    cpu: 2\n")
+    refused = fedctl(live, "apply", "-f", str(bad))
+    assert refused.returncode != 0 and f"{bad}:7: spec.deserved: has no counterpart" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert fedctl(live, "queue", "get", "q2").returncode != 0  # nothing applied

@@ -37,6 +37,9 @@ def test_the_field_table_is_volcanos_crd(testbed_tools: Tools) -> None:
         extra = {name for lvl, name in newer if lvl == level}
         assert fields.known == _props(root, *path) | extra, level
     assert _props(root, "spec", "tasks", "[]", "policies", "[]") == volcano_fields.POLICY.known
+    queue = yaml.safe_load(testbed_tools.crd("scheduling.volcano.sh", "queues").read_text())
+    spec = queue["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert set(spec["properties"]) == volcano_fields.QUEUE_SPEC.known | set(volcano_fields.QUEUE_SPEC_REFUSED)
 
 
 def outcome(path: Path) -> list[str]:
@@ -74,7 +77,7 @@ EXPECTED: dict[str, list[str]] = {
     # Documentation snippets: a fragment ("..." for the rest) and a string where Volcano's CRD has a list
     # are refused as Volcano's API server refuses them.
     "volcano-doc-jobs/docs_user-guide_how_to_use_cdp_plugin__1.yaml": ["accepted, ignoring spec.volumes"],
-    "volcano-doc-jobs/docs_user-guide_how_to_use_cdp_plugin__2.yaml": ["refused at line 9: spec: must be a mapping"],
+    "volcano-doc-jobs/docs_user-guide_how_to_use_cdp_plugin__2.yaml": ["refused at line 8: spec: must be a mapping"],
     "volcano-doc-jobs/docs_user-guide_how_to_use_cdp_plugin__3.yaml": ["accepted, ignoring spec.volumes"],
     "volcano-doc-jobs/docs_user-guide_how_to_use_env_plugin__1.yaml": OK,
     "volcano-doc-jobs/docs_user-guide_how_to_use_job_policy__1.yaml": OK,

@@ -17,7 +17,7 @@ from grpc_status import rpc_status
 
 from federation.cli import output
 from federation.cli.dev import dev
-from federation.cli.manifest import Converted, admin_from_document, job_from_document
+from federation.cli.manifest import Converted, apply_documents, job_from_document
 from federation.cli.yamldoc import Document, ManifestError, load_documents
 from federation.durations import parse_duration
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
@@ -530,8 +530,9 @@ cli.add_command(_crud_group(
               type=click.Path(path_type=Path, allow_dash=True), help="Manifest file (repeatable).")
 @pass_client
 def apply(client: Client, files: tuple[Path, ...]) -> None:
-    """Create or update the Tenant, Queue, PriorityClass and Flavor manifests in the files, in order."""
-    converted = [admin_from_document(doc) for doc in _read_manifests(files)]
+    """Create or update the Tenant, Queue, PriorityClass and Flavor manifests in the files, in order; Volcano
+    Queues too (scheduling.volcano.sh/v1beta1), in the tenant their federation.dev/tenant annotation names."""
+    converted = [made for doc in _read_manifests(files) for made in apply_documents(doc)]
     for _, c in converted:
         for warning in c.warnings:
             click.echo(f"fedctl: warning: {warning}", err=True)

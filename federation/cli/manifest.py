@@ -357,12 +357,98 @@ ADMIN_KINDS: dict[str, tuple[type[Message], dict[str, tuple[str, Callable[..., A
 }
 
 
+VOLCANO_QUEUE_API = "scheduling.volcano.sh/v1beta1"
+TENANT_ANNOTATION = "federation.dev/tenant"  # Volcano has no tenants: its queues go to this one, else `default`
+HIERARCHY_ANNOTATION = "volcano.sh/hierarchy"  # root/eng/prod: Volcano's DRF hierarchy
+HIERARCHY_WEIGHTS_ANNOTATION = "volcano.sh/hierarchy-weights"  # 1/2/8: a weight per level
+
+
+def volcano_queue(doc: Document) -> list[tuple[str, Converted]]:
+    """A Volcano Queue as the federation's queues: weight, capability (limit), guarantee.resource,
+    reclaimable, priority and parent one to one; Volcano's hierarchy annotations as parent queues, each
+    created with its level's weight; fields with no counterpart refused by name."""
+    out = Converted(doc, admin_pb2.Queue())
+    queue: admin_pb2.Queue = out.message  # type: ignore[assignment]
+    r = _Reader(doc, out)
+    data = r.map(doc.data, "")
+    meta = r.map(data.get("metadata"), "metadata")
+    r.fields(meta, volcano_fields.METADATA, "metadata", "a Volcano Queue's metadata")
+    queue.name = r.str(meta.get("name", ""), "metadata.name")
+    annotations = r.str_map(meta.get("annotations"), "metadata.annotations")
+    queue.tenant = annotations.get(TENANT_ANNOTATION, DEFAULT_QUEUE)
+    o = out.origin
+    o["name"] = "metadata.name"
+    o["tenant"] = f"metadata.annotations.{TENANT_ANNOTATION}"
+    body = r.map(data.get("spec"), "spec")
+    for key in body:
+        if key in volcano_fields.QUEUE_SPEC_REFUSED:
+            raise doc.error(f"spec.{key}", f"has no counterpart: {volcano_fields.QUEUE_SPEC_REFUSED[key]}")
+    r.fields(body, volcano_fields.QUEUE_SPEC, "spec", "Volcano's Queue")
+    if "weight" in body:
+        queue.weight = r.int(body["weight"], "spec.weight")
+        o["weight"] = "spec.weight"
+    if "priority" in body:
+        queue.priority = r.int(body["priority"], "spec.priority")
+        o["priority"] = "spec.priority"
+    if "reclaimable" in body:
+        queue.reclaimable = r.bool(body["reclaimable"], "spec.reclaimable")
+        o["reclaimable"] = "spec.reclaimable"
+    if "capability" in body:
+        queue.limit.update(r.str_map(body["capability"], "spec.capability"))
+        o["limit"] = "spec.capability"
+    if "guarantee" in body:
+        guarantee = r.map(body["guarantee"], "spec.guarantee")
+        r.fields(guarantee, Fields(frozenset({"resource"})), "spec.guarantee", "Volcano's Queue")
+        queue.guarantee.update(r.str_map(guarantee.get("resource"), "spec.guarantee.resource"))
+        o["guarantee"] = "spec.guarantee.resource"
+    parent = r.str(body.get("parent", ""), "spec.parent")
+    if parent and parent != "root":  # Volcano's root queue is the tenant here
+        queue.parent = parent
+        o["parent"] = "spec.parent"
+    if HIERARCHY_ANNOTATION not in annotations:
+        return [("Queue", out)]
+    hpath = f"metadata.annotations.{HIERARCHY_ANNOTATION}"
+    levels = annotations[HIERARCHY_ANNOTATION].strip("/").split("/")
+    weights = annotations.get(HIERARCHY_WEIGHTS_ANNOTATION, "/".join("1" * len(levels))).strip("/").split("/")
+    if len(weights) != len(levels) or not all(w.isdigit() and int(w) > 0 for w in weights):
+        raise doc.error(f"metadata.annotations.{HIERARCHY_WEIGHTS_ANNOTATION}",
+                        f"needs a positive whole weight for each of the {len(levels)} levels of {hpath}")
+    if levels and levels[0] == "root":
+        levels, weights = levels[1:], weights[1:]
+    if queue.parent or not levels:
+        raise doc.error(hpath, "give the hierarchy or spec.parent, not both" if queue.parent else "names no level")
+    made = []
+    above = ""
+    for name, weight in zip(levels[:-1], weights[:-1], strict=True):  # the parents, top down
+        level = Converted(doc, admin_pb2.Queue(name=name, tenant=queue.tenant, weight=int(weight), parent=above),
+                          {"name": hpath, "tenant": hpath,
+                           "weight": f"metadata.annotations.{HIERARCHY_WEIGHTS_ANNOTATION}"})
+        if above:
+            level.origin["parent"] = hpath
+        made.append(("Queue", level))
+        above = name
+    queue.weight = int(weights[-1])  # the hierarchy's weight of the queue itself, as Volcano's drf plugin
+    o["weight"] = f"metadata.annotations.{HIERARCHY_WEIGHTS_ANNOTATION}"
+    if above:
+        queue.parent = above
+        o["parent"] = hpath
+    return [*made, ("Queue", out)]
+
+
+def apply_documents(doc: Document) -> list[tuple[str, Converted]]:
+    """What `fedctl apply` makes of one document: the federation's own kinds, or a Volcano Queue."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    if data.get("apiVersion") == VOLCANO_QUEUE_API and data.get("kind") == "Queue":
+        return volcano_queue(doc)
+    return [admin_from_document(doc)]
+
+
 def admin_from_document(doc: Document) -> tuple[str, Converted]:
     """A federation admin manifest (Tenant, Queue, PriorityClass) as its message."""
     data = doc.data if isinstance(doc.data, dict) else {}
     kind = data.get("kind")
     if data.get("apiVersion") != FEDERATION_API or kind not in ADMIN_KINDS:
-        raise doc.error("kind", f"expected apiVersion {FEDERATION_API} with kind {', '.join(ADMIN_KINDS)}; "
-                                f"found {data.get('apiVersion')}/{kind}")
+        raise doc.error("kind", f"expected apiVersion {FEDERATION_API} with kind {', '.join(ADMIN_KINDS)}, or "
+                                f"{VOLCANO_QUEUE_API} Queue; found {data.get('apiVersion')}/{kind}")
     message_type, fields = ADMIN_KINDS[kind]
     return kind, _admin(doc, kind, message_type(), fields)

@@ -40,6 +40,17 @@ POLICY = _f("event events action timeout", "exitCode")
 NETWORK_TOPOLOGY = _f("mode highestTierAllowed highestTierName")
 PARTITION_POLICY = _f("totalPartitions partitionSize minPartitions networkTopology")
 
+# A Volcano Queue's spec: what has a counterpart in the federation's Queue, and what has none (refused,
+# naming the field: the federation computes deserved shares itself and places by cluster, not by affinity).
+QUEUE_SPEC = Fields(frozenset(["weight", "capability", "guarantee", "reclaimable", "priority", "parent"]),
+                    frozenset())
+QUEUE_SPEC_REFUSED = {
+    "deserved": "the federation computes deserved shares from weights, guarantees and limits; give a guarantee",
+    "affinity": "the federation places a queue's jobs by cluster, not by node group affinity",
+    "extendClusters": "the federation chooses clusters for every queue; use the job's cluster selector",
+    "type": "the federation has one kind of queue",
+}
+
 # Fields of Volcano releases newer than the CRDs the test bed generates (volcano.sh/apis v1.13.0): the
 # drift test allows exactly these beyond the CRD.
 NEWER_THAN_CRDS = {("JOB_TASK", "partitionPolicy"), ("NETWORK_TOPOLOGY", "highestTierName")}

@@ -57,6 +57,7 @@ def _build(node: yaml.Node, path: str, lines: dict[str, int], loader: yaml.SafeL
                 raise ManifestError("", key_node.start_mark.line + 1, f"{path or 'document'}: mapping keys must be "
                                     "plain values")
             out[key] = _build(value_node, _child(path, key), lines, loader)
+            lines[_child(path, key)] = key_node.start_mark.line + 1  # the key's line, where kubectl points
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_build(item, f"{path}[{i}]", lines, loader) for i, item in enumerate(node.value)]
