@@ -73,3 +73,21 @@ async def test_a_gang_that_fits_only_at_its_minimum_runs_at_it_and_counts_what_i
     assert len(running.status.placements) == 4  # one leaf: the minimum, as Volcano binds it
     status = await api.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name="train"))
     assert dict(status.usage) == {GPU: "32"}  # what is bound, not every replica it lists
+
+
+async def test_a_resource_no_cluster_has_reported_is_refused_with_the_names_that_exist(api: Api, h100: Agent) -> None:
+    for _ in range(100):  # the agent's first inventory is stored
+        if any(c.status == admin_pb2.READY for c in (await api.admin.ListClusters(admin_pb2.ListClustersRequest()))
+               .clusters):
+            break
+        await asyncio.sleep(0.1)
+    typo = gang("typo", 1)
+    del typo.tasks[0].resources[GPU]
+    typo.tasks[0].resources["nvidia.com/gpus"] = "8"
+    err = await rpc_error(api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=typo)))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "spec.tasks[0].resources['nvidia.com/gpus']" in err.details() and "did you mean nvidia.com/gpu?" in \
+        err.details()
+    assert not (await api.jobs.ListJobs(jobs_pb2.ListJobsRequest())).jobs  # nothing stored
+    allowed = await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=typo, allow_unknown_resources=True))
+    assert allowed.job.id

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import difflib
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -69,7 +70,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         require_sees(row["tenant"], f"job {job_id!r}")
         return row
 
-    async def _prepare(self, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str]) -> list[NewJob]:
+    async def _prepare(self, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str],
+                       allow_unknown_resources: bool = False) -> list[NewJob]:
         """Validate a batch in full and resolve its references; raise before anything is stored."""
         v = Violations()
         checked = []
@@ -93,6 +95,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                                            f"({', '.join(children)})")
             if spec.priority_class_name and spec.priority_class_name not in classes:
                 v.add(f"{path}.priority_class_name", f"priority class {spec.priority_class_name!r} not found")
+        if not allow_unknown_resources:
+            await self._check_resource_names(v, normalised, paths)
         if v:
             raise InvalidArgument(v.items)
 
@@ -114,6 +118,28 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                 request=check.minimum, spec=convert.spec_to_json(spec), request_id=spec.request_id, reason=reason))
         return out
 
+    async def _check_resource_names(self, v: Violations, specs: Sequence[common_pb2.JobSpec],
+                                    paths: Sequence[str]) -> None:
+        """A resource no member cluster has ever reported is a typo more often than a device to come
+        (`nvidia.com/gpus` would wait forever): refused with the names that exist, unless the caller allows
+        it. Before any cluster has reported, nothing is known and nothing is refused."""
+        known: set[str] = set()
+        for cluster in await self.admin.list(Cluster):
+            inventory = cluster["inventory"] or {}
+            known.update(inventory.get("capacity", {}), inventory.get("allocatable", {}))
+        if not known:
+            return
+        known.update(("cpu", "memory", "pods", "ephemeral-storage"))
+        for spec, path in zip(specs, paths, strict=True):
+            for i, task in enumerate(spec.tasks):
+                for name in task.resources:
+                    if name in known or name.startswith("hugepages-"):
+                        continue
+                    close = difflib.get_close_matches(name, sorted(known), n=1)
+                    hint = f"did you mean {close[0]}?" if close else f"reported: {', '.join(sorted(known))}"
+                    v.add(f"{path}.tasks[{i}].resources[{name!r}]", f"no member cluster has reported {name!r}; "
+                          f"{hint} (submit with --allow-unknown-resources if a cluster will have it)")
+
     async def _admissibility(self, new: Sequence[NewJob], paths: Sequence[str], reject: bool) -> list[str]:
         """Why each job could not run as the federation stands ("" if it could). Such a job is accepted,
         since capacity may come, unless the caller asked to refuse it: then nothing is stored."""
@@ -129,7 +155,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def SubmitJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.limiter.take(current(), 1)
-        (new,) = await self._prepare([request.spec], ["spec"])
+        (new,) = await self._prepare([request.spec], ["spec"], request.allow_unknown_resources)
         (why,) = await self._admissibility([new], ["spec"], request.reject_inadmissible)
         (result,) = await self.jobs.submit([new])
         self.on_change()
@@ -143,7 +169,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             raise InvalidArgument([Violation("specs", f"at most {MAX_BATCH} jobs per batch, got {len(request.specs)}")])
         self.limiter.take(current(), len(request.specs))
         paths = [f"specs[{i}]" for i in range(len(request.specs))]
-        new = await self._prepare(request.specs, paths)
+        new = await self._prepare(request.specs, paths, request.allow_unknown_resources)
         reasons = await self._admissibility(new, paths, request.reject_inadmissible)
         results = await self.jobs.submit(new)
         self.on_change()

@@ -232,9 +232,13 @@ def _read_manifests(files: tuple[Path, ...]) -> Iterator[Document]:
 @click.option("--reject-inadmissible", is_flag=True,
               help="Refuse the jobs if one of them cannot run as the federation stands (no cluster could hold it, "
                    "or it is over its queue's or tenant's limit by itself), instead of accepting it to wait.")
+@click.option("--allow-unknown-resources", is_flag=True,
+              help="Accept resource names no member cluster has reported yet (refused by default: a typo would "
+                   "wait forever).")
 @_format_option
 @pass_client
-def submit(client: Client, files: tuple[Path, ...], reject_inadmissible: bool, fmt: str) -> None:
+def submit(client: Client, files: tuple[Path, ...], reject_inadmissible: bool, allow_unknown_resources: bool,
+           fmt: str) -> None:
     """Submit the Volcano Job manifests in FILES (several documents per file allowed).
 
     All jobs are accepted together or none is. A job that cannot run as the federation stands is accepted
@@ -248,7 +252,8 @@ def submit(client: Client, files: tuple[Path, ...], reject_inadmissible: bool, f
             click.echo(f"fedctl: warning: {warning}", err=True)
     try:
         response = client.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(
-            specs=[c.message for c in converted], reject_inadmissible=reject_inadmissible))
+            specs=[c.message for c in converted], reject_inadmissible=reject_inadmissible,
+            allow_unknown_resources=allow_unknown_resources))
     except grpc.RpcError as err:
         fail(_located(err, converted, client.server))
     for c, result in zip(converted, response.results, strict=True):

@@ -8,12 +8,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("spec", "reject_inadmissible")
+    __slots__ = ("spec", "reject_inadmissible", "allow_unknown_resources")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     REJECT_INADMISSIBLE_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_UNKNOWN_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     spec: _common_pb2.JobSpec
     reject_inadmissible: bool
-    def __init__(self, spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., reject_inadmissible: _Optional[bool] = ...) -> None: ...
+    allow_unknown_resources: bool
+    def __init__(self, spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., reject_inadmissible: _Optional[bool] = ..., allow_unknown_resources: _Optional[bool] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job", "duplicate", "inadmissible")
@@ -26,12 +28,14 @@ class SubmitJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., duplicate: _Optional[bool] = ..., inadmissible: _Optional[str] = ...) -> None: ...
 
 class SubmitJobsRequest(_message.Message):
-    __slots__ = ("specs", "reject_inadmissible")
+    __slots__ = ("specs", "reject_inadmissible", "allow_unknown_resources")
     SPECS_FIELD_NUMBER: _ClassVar[int]
     REJECT_INADMISSIBLE_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_UNKNOWN_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     specs: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobSpec]
     reject_inadmissible: bool
-    def __init__(self, specs: _Optional[_Iterable[_Union[_common_pb2.JobSpec, _Mapping]]] = ..., reject_inadmissible: _Optional[bool] = ...) -> None: ...
+    allow_unknown_resources: bool
+    def __init__(self, specs: _Optional[_Iterable[_Union[_common_pb2.JobSpec, _Mapping]]] = ..., reject_inadmissible: _Optional[bool] = ..., allow_unknown_resources: _Optional[bool] = ...) -> None: ...
 
 class SubmitJobResult(_message.Message):
     __slots__ = ("job_id", "duplicate", "inadmissible")
