@@ -65,7 +65,8 @@ def test_a_hostile_agent_leaves_only_its_own_cluster_out(db_url: URL) -> None:
         assert get().cluster == "h100" and evil.poll() is None  # scheduling went on while it kept reporting
         # A job that could only ever fit where the hostile agent claims room waits, and says why per cluster.
         wide = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=common_pb2.JobSpec(name="wide", queue="train", tasks=[
-            common_pb2.TaskSpec(name="worker", replicas=1, resources={GPU: "8", "example.com/evil": "1"})]))).job
+            common_pb2.TaskSpec(name="worker", replicas=1, resources={GPU: "8", "example.com/evil": "1"})]),
+            allow_unknown_resources=True)).job  # only the hostile agent claims it, and its report is not used
         explained = {c.cluster: c.reason for c in jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=wide.id)).clusters}
         assert explained["evil"].startswith("its agent reported an inventory") and "h100" in explained
     finally:
