@@ -174,8 +174,6 @@ def test_summary_and_node_loss() -> None:
 @pytest.mark.parametrize(("objs", "message"), [
     ([clusters.node("a", {}), clusters.hypernode("h1", 1, "leaf", ["a"], "Node"),
       clusters.hypernode("h2", 1, "leaf", ["a"], "Node")], "Node 'a' is under two HyperNodes: 'h1' and 'h2'"),
-    ([clusters.node("a", {}), clusters.hypernode("h1", 1, "leaf", ["ghost"], "Node")],
-     "HyperNode 'h1': members[0] (Node) matches nothing"),
     ([clusters.node("a", {}), clusters.hypernode("h1", 2, "spine", ["h2"], "HyperNode"),
       clusters.hypernode("h2", 2, "spine", ["h1"], "HyperNode")], "members must be of a lower tier"),
     ([clusters.node("a", {}), clusters.hypernode("h1", 1, "x", ["a"], "Node"),
@@ -185,6 +183,15 @@ def test_bad_trees_are_reported_naming_the_hypernode(objs: list[dict], message: 
     nodes, hypernodes, _ = load_objects(objs)
     with pytest.raises(TopologyError, match=re.escape(message)):
         build(nodes, hypernodes)
+
+
+def test_a_member_that_matches_nothing_is_noted_not_fatal_as_in_volcano() -> None:
+    """A HyperNode may name a node that has not joined yet, or has left: the rest of the tree is used."""
+    nodes, hypernodes, _ = load_objects([clusters.node("a", {}), clusters.hypernode("h1", 1, "leaf", ["a", "ghost"],
+                                                                                   "Node")])
+    topology = build(nodes, hypernodes)
+    assert topology.domains["h1"].nodes == ["a"]
+    assert topology.notes == ["HyperNode 'h1': members[1] (Node) matches nothing (yet)"]
 
 
 def test_hypernode_manifest_selectors() -> None:

@@ -42,7 +42,7 @@ MUTATIONS: list[tuple[str, Callable[[common_pb2.JobSpec], object], str]] = [
     ("bad name", lambda s: setattr(s, "name", "Train_1"), "spec.name"),
     ("missing name", lambda s: setattr(s, "name", ""), "spec.name"),
     ("long name", lambda s: setattr(s, "name", "a" * 64), "spec.name"),
-    ("missing queue", lambda s: setattr(s, "queue", ""), "spec.queue"),
+    ("bad queue name", lambda s: setattr(s, "queue", "Bad_Queue"), "spec.queue"),  # none: the default queue
     ("bad class", lambda s: setattr(s, "priority_class_name", "HIGH"), "spec.priority_class_name"),
     ("no tasks", lambda s: s.ClearField("tasks"), "spec.tasks"),
     ("negative replicas", lambda s: setattr(_task(s), "replicas", -1), "spec.tasks[0].replicas"),

@@ -190,3 +190,63 @@ spec:
     spec.network_topology.highest_tier_name = "not a name/"
     check_job_spec(v, "spec", spec)
     assert [item.field for item in v.items] == ["spec.network_topology.highest_tier_name"]
+
+
+TOPOLOGY_EXPECTED: dict[str, str] = {
+    # Complete sets: nodes, HyperNodes, tier names.
+    "hypernode-sets/A_website_s0-s6.yaml": "8 nodes, 7 HyperNodes",
+    "hypernode-sets/C_blog_s0_regex.yaml": "3 nodes, 1 HyperNodes",
+    "hypernode-sets/D2_blog_s6_with_website.yaml": "8 nodes, 7 HyperNodes",
+    # s6 alone names HyperNodes s4 and s5 that are not there: as in Volcano, s6 stands without them.
+    "hypernode-sets/D_blog_s6_alone.yaml": "8 nodes, 1 HyperNodes, 2 notes",
+    "hypernode-sets/E_benchmark_readme_rack0.yaml": "4 nodes, 1 HyperNodes, tiers rack=1",
+    "hypernode-sets/F_benchmark_script_4racks_2spines.yaml": "16 nodes, 6 HyperNodes, tiers rack=1 spine=2",
+    # Design-doc sketches without metadata are not objects Volcano's API server would take.
+    "hypernode-sets/G1_design_doc_s0-s6.yaml": "refused: a HyperNode has no metadata.name",
+    "hypernode-sets/G2_design_doc_nvlink_roce.yaml": "refused: a HyperNode has no metadata.name",
+    # Two discoverers' trees over the same nodes: one tree per cluster here, so refused naming the node.
+    "hypernode-sets/H2_label_discoverer_two_types.yaml": "refused: Node 'gpu-12' is under two HyperNodes: "
+                                                         "'hypernode-topologya2-tier1-bvk7s' and "
+                                                         "'hypernode-topologya3-tier1-ftb9q'",
+    "hypernode-sets/H_label_discoverer_output.yaml":
+        "16 nodes, 6 HyperNodes, tiers volcano.sh/hypercluster=2 volcano.sh/hypernode=1",
+    "hypernode-sets/I_ufm_discoverer_output.yaml": "12 nodes, 4 HyperNodes",
+    "hypernode-sets/J_kubectl_get_List.yaml": "8 nodes, 7 HyperNodes",  # kubectl get -o yaml: a List
+    "volcano-doc-hypernodes/benchmark_README__1.yaml": "invalid YAML",  # a Markdown quote, not a manifest
+    "volcano-doc-hypernodes/blog_Volcano-1.11.0-release__1.yaml": "0 nodes, 1 HyperNodes, 2 notes",
+    "volcano-doc-hypernodes/blog_Volcano-1.11.0-release__2.yaml": "0 nodes, 1 HyperNodes, 2 notes",
+    "volcano-doc-hypernodes/docs_KeyFeatures_NetworkTopologyAware__1.yaml": "0 nodes, 4 HyperNodes, 8 notes",
+    "volcano-doc-hypernodes/docs_KeyFeatures_NetworkTopologyAware__2.yaml": "0 nodes, 3 HyperNodes, 4 notes",
+    "volcano-doc-hypernodes/docs_design_Network_Topology_Aware_Scheduling__1.yaml":
+        "refused: a HyperNode has no metadata.name",
+    "volcano-doc-hypernodes/docs_design_Network_Topology_Aware_Scheduling__2.yaml":
+        "refused: a HyperNode has no metadata.name",
+    "volcano-doc-hypernodes/versioned_docs_version-v1.12.0_KeyFeatures_NetworkTopologyAware__1.yaml":
+        "0 nodes, 4 HyperNodes, 8 notes",
+    "volcano-doc-hypernodes/versioned_docs_version-v1.12.0_KeyFeatures_NetworkTopologyAware__2.yaml":
+        "0 nodes, 3 HyperNodes, 4 notes",
+}
+
+
+def topology_outcome(path: Path) -> str:
+    from member_agent.topology import TopologyError, build, load_objects
+
+    try:
+        nodes, hypernodes, _ = load_objects(list(yaml.safe_load_all(path.read_text())))
+        topology = build(nodes, hypernodes)
+    except yaml.YAMLError:
+        return "invalid YAML"
+    except TopologyError as err:
+        return f"refused: {str(err).split(';')[0]}"
+    out = f"{len(nodes)} nodes, {len(hypernodes)} HyperNodes"
+    if topology.tier_names:
+        out += ", tiers " + " ".join(f"{name}={tier}" for name, tier in sorted(topology.tier_names.items()))
+    return out + (f", {len(topology.notes)} notes" if topology.notes else "")
+
+
+def test_every_hypernode_file_of_the_corpus_loads_as_volcano_would_take_it() -> None:
+    files = sorted(p.relative_to(CORPUS).as_posix() for folder in ("hypernode-sets", "volcano-doc-hypernodes")
+                   for p in (CORPUS / folder).glob("*.yaml"))
+    assert files == sorted(TOPOLOGY_EXPECTED)
+    got = {name: topology_outcome(CORPUS / name) for name in files}
+    assert {n: o for n, o in got.items() if o != TOPOLOGY_EXPECTED[n]} == {}

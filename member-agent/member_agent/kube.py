@@ -283,7 +283,10 @@ class KubernetesBackend:
         nodes = [parse_node(o) for o in self.nodes.items()]
         hypernodes = [parse_hypernode(o) for o in self.hypernodes.items()]
         if hypernodes or not self.topology_labels:
-            return build(nodes, hypernodes)
+            topology = build(nodes, hypernodes)
+            for note in topology.notes:
+                log.info("%s", note)
+            return topology
         return discover_from_labels(nodes, self.topology_labels)
 
     def _build_state(self, previous: ClusterState | None = None) -> ClusterState:

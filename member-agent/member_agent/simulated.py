@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from member_agent.topology import TopologyError, build, load_objects
 DURATION_ANNOTATION = "federation.dev/sim-duration"
 START_DELAY_ANNOTATION = "federation.dev/sim-start-delay"  # how long a new pod stays Pending
 DEFAULT_DURATION = 5.0
+
+log = logging.getLogger(__name__)
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Resources:
@@ -57,6 +60,8 @@ def load_cluster(objects: Iterable[Mapping[str, Any]]) -> ClusterState:
     """Build the cluster state from its objects; bound Pods take their share of their nodes."""
     nodes, hypernodes, pods = load_objects(objects)
     state = ClusterState(build(nodes, hypernodes))
+    for note in state.topology.notes:
+        log.warning("%s", note)
     for pod in pods:
         name = (pod.get("metadata") or {}).get("name", "?")
         node = (pod.get("spec") or {}).get("nodeName")

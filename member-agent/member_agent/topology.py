@@ -107,6 +107,9 @@ class Topology:
     domains: dict[str, Domain]
     node_parent: dict[str, str]
     tier_names: dict[str, int]  # tierName -> tier
+    # What is odd but not wrong, as in Volcano: a member selector no Node or HyperNode matches (yet) leaves
+    # its HyperNode without it; the agent logs these.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def root(self) -> Domain:
@@ -205,8 +208,10 @@ def _matching(selector: Selector, candidates: Mapping[str, Mapping[str, str]]) -
 
 
 def build(nodes: Sequence[Node], hypernodes: Sequence[HyperNodeSpec]) -> Topology:
-    """Build and validate the tree; every problem found is reported, each naming its HyperNode."""
+    """Build and validate the tree; every problem found is reported, each naming its HyperNode. A member that
+    matches nothing is only noted: Volcano's HyperNodes may name nodes before they join (or after they left)."""
     problems: list[str] = []
+    notes: list[str] = []
     by_name = {n.name: n for n in nodes}
     if len(by_name) != len(nodes):
         problems.append("two Nodes share a name")
@@ -224,7 +229,7 @@ def build(nodes: Sequence[Node], hypernodes: Sequence[HyperNodeSpec]) -> Topolog
                                                                                               domain_parent)
             matched = _matching(member.selector, candidates)
             if not matched:
-                problems.append(f"HyperNode {h.name!r}: members[{i}] ({member.kind}) matches nothing")
+                notes.append(f"HyperNode {h.name!r}: members[{i}] ({member.kind}) matches nothing (yet)")
             for name in matched:
                 if member.kind == "HyperNode":
                     if name == h.name:
@@ -269,7 +274,7 @@ def build(nodes: Sequence[Node], hypernodes: Sequence[HyperNodeSpec]) -> Topolog
     for d in domains.values():
         d.children.sort()
         d.nodes.sort()
-    return Topology(by_name, domains, node_parent, tier_names)
+    return Topology(by_name, domains, node_parent, tier_names, notes)
 
 
 def discover_from_labels(nodes: Sequence[Node], keys: Sequence[str]) -> Topology:
