@@ -10,12 +10,13 @@ from typing import Any, NamedTuple, NoReturn
 
 import click
 import grpc
+import yaml
 from google.protobuf import duration_pb2, field_mask_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from federation.cli import output
+from federation.cli import convert, output
 from federation.cli.dev import dev
 from federation.cli.manifest import Converted, apply_documents, job_from_document
 from federation.cli.yamldoc import Document, ManifestError, load_documents
@@ -562,6 +563,20 @@ def apply(client: Client, files: tuple[Path, ...]) -> None:
             fail([f"{c.doc.file}:{c.line_of(v.field.partition('.')[2])}: {v.field}: {v.description}"
                   for v in violations])
         click.echo(f"{kind.lower()}/{name} {verb}")
+
+
+@cli.command("convert")
+@click.option("-f", "--filename", "files", multiple=True, required=True,
+              type=click.Path(path_type=Path, allow_dash=True), help="Manifest file (repeatable).")
+def convert_command(files: tuple[Path, ...]) -> None:
+    """Print Kueue, Armada and Volcano queues and jobs as the manifests the federation takes (queues for
+    `fedctl apply`, Volcano Jobs for `fedctl submit`), applying nothing; each mapping and what was lost is a
+    note on stderr naming file and line."""
+    result = convert.convert(list(_read_manifests(files)))
+    for note in result.notes:
+        click.echo(f"fedctl: note: {note}", err=True)
+    if result.objects:
+        click.echo(yaml.safe_dump_all(result.objects, sort_keys=False), nl=False)
 
 
 cli.add_command(dev)

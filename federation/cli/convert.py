@@ -1,0 +1,266 @@
+"""`fedctl convert`: what users of Kueue, Armada and Volcano already have, as manifests the federation takes.
+
+Kueue `ClusterQueue`/`Cohort` and Armada and Volcano `Queue`s become the federation's Queues (`fedctl apply`);
+Kueue `batch/v1` Jobs and Armada job files become Volcano Jobs (`fedctl submit`). Each field maps to its
+counterpart; what is lost on the way is said in a note naming file and line; a field with no counterpart
+that would change what is scheduled is refused by name, as `fedctl apply` refuses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from federation.cli.manifest import FEDERATION_API, VOLCANO_API, VOLCANO_QUEUE_API, volcano_queue
+from federation.cli.yamldoc import Document, ManifestError
+from federation.resources import QuantityError, format_amount, parse_amount
+from federation.v1 import admin_pb2
+
+KUEUE_API = "kueue.x-k8s.io/"
+ARMADA_API = "armadaproject.io/"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+ARMADA_GANG_ID = "armadaproject.io/gangId"
+ARMADA_GANG_CARDINALITY = "armadaproject.io/gangCardinality"
+DEFAULT_TENANT = "default"
+
+
+@dataclass
+class Conversion:
+    objects: list[dict[str, Any]] = field(default_factory=list)  # manifests `fedctl apply` / `submit` take
+    notes: list[str] = field(default_factory=list)  # "file:line: what maps to what, or was lost"
+
+
+class _Converter:
+    def __init__(self, docs: list[Document]) -> None:
+        self.docs = docs
+        self.out = Conversion()
+        # Kueue: a Job names a LocalQueue (namespace, name); the federation's queue is its ClusterQueue.
+        self.local_queues: dict[tuple[str, str], str] = {}
+        for doc in docs:
+            data = doc.data if isinstance(doc.data, dict) else {}
+            if str(data.get("apiVersion", "")).startswith(KUEUE_API) and data.get("kind") == "LocalQueue":
+                meta, spec = data.get("metadata") or {}, data.get("spec") or {}
+                self.local_queues[(str(meta.get("namespace", "default")), str(meta.get("name", "")))] = \
+                    str(spec.get("clusterQueue", ""))
+
+    def note(self, doc: Document, path: str, text: str) -> None:
+        self.out.notes.append(f"{doc.file}:{doc.line(path)}: {text}")
+
+    def run(self) -> Conversion:
+        for doc in self.docs:
+            data = doc.data if isinstance(doc.data, dict) else {}
+            api, kind = str(data.get("apiVersion", "")), str(data.get("kind", ""))
+            handler = self._handler(api, kind, data)
+            if handler is None:
+                self.note(doc, "kind", f"{api or '?'}/{kind or '?'} is not converted (fedctl convert takes Kueue "
+                                       "ClusterQueue, Cohort and batch/v1 Jobs, Armada queues and job files, and "
+                                       "Volcano Queues)")
+                continue
+            handler(doc, data)
+        return self.out
+
+    def _handler(self, api: str, kind: str, data: dict[str, Any]) -> Callable[[Document, dict[str, Any]], None] | None:
+        if api.startswith(KUEUE_API):
+            return {"ClusterQueue": self.cluster_queue, "Cohort": self.cohort, "LocalQueue": self.local_queue,
+                    "ResourceFlavor": self.kueue_only, "Topology": self.kueue_only, "AdmissionCheck": self.kueue_only,
+                    "MultiKueueConfig": self.kueue_only, "MultiKueueCluster": self.kueue_only}.get(kind)
+        if api == "batch/v1" and kind == "Job":
+            return self.kueue_job
+        if api == VOLCANO_QUEUE_API and kind == "Queue":
+            return self.volcano_queue
+        if api.startswith(ARMADA_API) and kind == "Queue":
+            return self.armada_queue
+        if not kind and "jobs" in data and "queue" in data:
+            return self.armada_jobs
+        return None
+
+    # -- queues ------------------------------------------------------------------------------------
+
+    def _queue(self, name: str, **spec: Any) -> None:
+        body = {k: v for k, v in spec.items() if v not in (None, {}, [], "")}
+        self.out.objects.append({"apiVersion": FEDERATION_API, "kind": "Queue", "metadata": {"name": name},
+                                 "spec": {"tenant": DEFAULT_TENANT, **body}})
+
+    def volcano_queue(self, doc: Document, data: dict[str, Any]) -> None:
+        for _, converted in volcano_queue(doc):
+            q: admin_pb2.Queue = converted.message  # type: ignore[assignment]
+            self._queue(q.name, weight=q.weight or None, priority=q.priority or None, guarantee=dict(q.guarantee),
+                        limit=dict(q.limit), reclaimable=q.reclaimable if q.HasField("reclaimable") else None,
+                        parent=q.parent)
+            self.out.objects[-1]["spec"]["tenant"] = q.tenant
+
+    def _quotas(self, doc: Document, groups: Any, path: str) -> tuple[dict[str, str], dict[str, str], list[str]]:
+        """Kueue resource groups: nominal quota -> guarantee, nominal + borrowing limit -> limit (when every
+        flavor of a resource has one). One flavor per group counts as the plain resource; several keep their
+        flavor names (`nvidia.com/gpu@h100`), which must then exist as federation flavors."""
+        guarantee: dict[str, int] = {}
+        limit: dict[str, int] = {}
+        unlimited: set[str] = set()
+        flavors: list[str] = []
+        for g, group in enumerate(groups if isinstance(groups, list) else []):
+            many = len(group.get("flavors") or []) > 1
+            for f, flavor in enumerate(group.get("flavors") or []):
+                if many:
+                    flavors.append(str(flavor.get("name", "")))
+                for r, res in enumerate(flavor.get("resources") or []):
+                    rpath = f"{path}[{g}].flavors[{f}].resources[{r}]"
+                    name = str(res.get("name", ""))
+                    key = f"{name}@{flavor.get('name')}" if many else name
+                    try:
+                        nominal = parse_amount(name, str(res.get("nominalQuota", 0)))
+                        borrow = res.get("borrowingLimit")
+                        if borrow is None:
+                            unlimited.add(key)
+                        else:
+                            limit[key] = limit.get(key, 0) + nominal + parse_amount(name, str(borrow))
+                    except QuantityError as err:
+                        raise doc.error(rpath, str(err)) from None
+                    guarantee[key] = guarantee.get(key, 0) + nominal
+                    if "lendingLimit" in res:
+                        self.note(doc, f"{rpath}.lendingLimit", "lendingLimit is not kept: what a queue does not "
+                                                                "use is lent to whoever deserves it")
+        fmt = {k: format_amount(k.partition("@")[0], v) for k, v in guarantee.items()}
+        lim = {k: format_amount(k.partition("@")[0], v) for k, v in limit.items() if k not in unlimited}
+        return fmt, lim, flavors
+
+    KUEUE_NOTED = {
+        "namespaceSelector": "every namespace may submit to a federation queue (tenants' tokens decide who may)",
+        "queueingStrategy": "the federation orders a queue by priority, then submission, never blocking on "
+                            "a job that cannot run (BestEffortFIFO)",
+        "flavorFungibility": "a queue's flavors are tried in order",
+        "preemption": "reclaim and preemption follow deserved shares and priority classes (README, Scheduling)",
+        "admissionChecks": "the federation dispatches to member clusters itself (what MultiKueue's check does)",
+        "admissionChecksStrategy": "the federation dispatches to member clusters itself (what MultiKueue's "
+                                   "check does)",
+        "admissionScope": "not kept",
+    }
+
+    def cluster_queue(self, doc: Document, data: dict[str, Any]) -> None:
+        name = str((data.get("metadata") or {}).get("name", ""))
+        spec = data.get("spec") or {}
+        known = {"resourceGroups", "cohort", "cohortName", "fairSharing", "stopPolicy", *self.KUEUE_NOTED}
+        for key in spec:
+            if key not in known:
+                raise ManifestError(doc.file, doc.line(f"spec.{key}"),
+                                    f"spec.{key}: a ClusterQueue field with no counterpart in the federation")
+            if key in self.KUEUE_NOTED:
+                self.note(doc, f"spec.{key}", f"spec.{key}: {self.KUEUE_NOTED[key]}")
+        guarantee, limit, flavors = self._quotas(doc, spec.get("resourceGroups"), "spec.resourceGroups")
+        stop = spec.get("stopPolicy")
+        state = {"Hold": "Closed", "HoldAndDrain": "Closed"}.get(str(stop)) if stop and stop != "None" else None
+        self._queue(name, weight=_weight(doc, spec), guarantee=guarantee, limit=limit, flavors=flavors,
+                    parent=str(spec.get("cohortName") or spec.get("cohort") or ""), state=state)
+        self.note(doc, "metadata.name", f"ClusterQueue {name} -> queue {name} of tenant {DEFAULT_TENANT} (nominal "
+                                        "quota -> guarantee, nominal + borrowing limit -> limit, fair sharing "
+                                        "weight -> weight, cohort -> parent queue)")
+
+    def cohort(self, doc: Document, data: dict[str, Any]) -> None:
+        name = str((data.get("metadata") or {}).get("name", ""))
+        spec = data.get("spec") or {}
+        for key in spec:
+            if key not in {"parentName", "resourceGroups", "fairSharing"}:
+                raise ManifestError(doc.file, doc.line(f"spec.{key}"),
+                                    f"spec.{key}: a Cohort field with no counterpart in the federation")
+        guarantee, limit, _ = self._quotas(doc, spec.get("resourceGroups"), "spec.resourceGroups")
+        self._queue(name, weight=_weight(doc, spec), guarantee=guarantee, limit=limit,
+                    parent=str(spec.get("parentName") or ""))
+        self.note(doc, "metadata.name", f"Cohort {name} -> parent queue {name}: its ClusterQueues share what it "
+                                        "deserves, as Kueue's hierarchical cohorts; jobs go to its leaf queues")
+
+    def local_queue(self, doc: Document, data: dict[str, Any]) -> None:
+        meta = data.get("metadata") or {}
+        self.note(doc, "metadata.name", f"LocalQueue {meta.get('name')} is not an object here: jobs naming it go "
+                                        f"to queue {(data.get('spec') or {}).get('clusterQueue')}")
+
+    def kueue_only(self, doc: Document, data: dict[str, Any]) -> None:
+        kind = data.get("kind")
+        why = {"ResourceFlavor": "a flavor here is a resource on clusters picked by their labels: "
+                                 "fedctl flavor create NAME --resource R --selector K=V",
+               "Topology": "topology comes from each cluster's HyperNodes (or its agent's --topology-labels)",
+               "AdmissionCheck": "the federation dispatches to member clusters itself",
+               "MultiKueueConfig": "member clusters join by running an agent",
+               "MultiKueueCluster": "member clusters join by running an agent"}[str(kind)]
+        self.note(doc, "kind", f"{kind} {(data.get('metadata') or {}).get('name')} is not converted: {why}")
+
+    def armada_queue(self, doc: Document, data: dict[str, Any]) -> None:
+        name = str(data.get("name") or (data.get("metadata") or {}).get("name", ""))
+        factor = float(data.get("priorityFactor") or 1.0)
+        weight = max(1, round(1 / factor)) if factor > 0 else 1
+        self._queue(name, weight=weight)
+        self.note(doc, "priorityFactor", f"priorityFactor {factor:g} -> weight {weight} (Armada's factor divides "
+                                         "a share, a weight multiplies it)")
+        for key in ("permissions", "resourceLimits", "resourceLimitsByPriorityClassName", "cordoned"):
+            if key in data:
+                self.note(doc, key, f"{key} is not kept (tenants' tokens decide who may submit; limits are "
+                                    "amounts, not fractions of the federation)")
+
+    # -- jobs --------------------------------------------------------------------------------------
+
+    def kueue_job(self, doc: Document, data: dict[str, Any]) -> None:
+        meta = dict(data.get("metadata") or {})
+        spec = data.get("spec") or {}
+        labels = dict(meta.get("labels") or {})
+        local = labels.pop(KUEUE_QUEUE_LABEL, None)
+        namespace = str(meta.get("namespace", "default"))
+        queue = self.local_queues.get((namespace, str(local)), str(local)) if local else None
+        parallelism = int(spec.get("parallelism", 1))
+        completions = spec.get("completions")
+        if completions is not None and int(completions) != parallelism:
+            self.note(doc, "spec.completions", f"completions {completions} with parallelism {parallelism}: the job "
+                                               f"runs {parallelism} pods once")
+        for key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "completionMode",
+                    "podFailurePolicy", "suspend"):
+            if key in spec:
+                self.note(doc, f"spec.{key}", f"spec.{key} is not kept")
+        kept = {k: meta[k] for k in ("name", "generateName", "namespace", "annotations") if k in meta}
+        job = {"apiVersion": VOLCANO_API, "kind": "Job", "metadata": {**kept, **({"labels": labels} if labels else {})},
+               "spec": {"minAvailable": parallelism, "tasks": [
+                   {"name": "main", "replicas": parallelism, "template": spec.get("template") or {}}]}}
+        if queue:
+            job["spec"]["queue"] = queue
+        self.out.objects.append(job)
+        self.note(doc, "spec.parallelism", f"parallelism {parallelism} -> one task of {parallelism} replicas, "
+                                           f"started together (minAvailable {parallelism}, as Kueue admits them); "
+                                           f"queue {queue or 'default'}")
+
+    def armada_jobs(self, doc: Document, data: dict[str, Any]) -> None:
+        queue, job_set = str(data["queue"]), str(data.get("jobSetId", "armada"))
+        for key in sorted(set(data) - {"queue", "jobSetId", "jobs"}):
+            self.note(doc, key, f"{key} is not kept (each job is converted once)")
+        gangs: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for i, job in enumerate(data.get("jobs") or []):
+            gang = str((job.get("annotations") or {}).get(ARMADA_GANG_ID, f"{job_set}-{i}"))
+            gangs.setdefault(gang, []).append((i, job))
+        for gang, members in gangs.items():
+            first = members[0][1]
+            cardinality = int((first.get("annotations") or {}).get(ARMADA_GANG_CARDINALITY, len(members)))
+            tasks = [{"name": f"job-{i}", "replicas": 1, "template": {"spec": job.get("podSpec") or {}}}
+                     for i, job in members]
+            self.out.objects.append({
+                "apiVersion": VOLCANO_API, "kind": "Job",
+                "metadata": {"name": _dns_label(gang), "namespace": str(first.get("namespace", "default"))},
+                "spec": {"queue": queue, "minAvailable": cardinality, "tasks": tasks}})
+            lost = {k for _, job in members for k in job if k not in ("namespace", "podSpec", "annotations")}
+            self.note(doc, f"jobs[{members[0][0]}]", f"gang {gang}: {len(members)} Armada job(s) -> one Volcano Job "
+                                                     f"of {len(tasks)} task(s), minAvailable {cardinality}"
+                      + (f"; not kept: {', '.join(sorted(lost))}" if lost else ""))
+
+
+def _weight(doc: Document, spec: dict[str, Any]) -> int | None:
+    weight = (spec.get("fairSharing") or {}).get("weight")
+    if weight is None:
+        return None
+    try:
+        return max(1, round(float(str(weight))))  # weights here are whole numbers, at least 1
+    except ValueError:
+        raise doc.error("spec.fairSharing.weight", f"{weight!r} is not a number") from None
+
+
+def _dns_label(text: str) -> str:
+    label = "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-")
+    return label[:63].rstrip("-") or "job"
+
+
+def convert(docs: list[Document]) -> Conversion:
+    return _Converter(docs).run()
