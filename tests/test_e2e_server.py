@@ -202,3 +202,10 @@ def test_fedctl_apply_takes_volcano_queues_and_their_hierarchy(live: str, tmp_pa
     assert refused.returncode != 0 and f"{bad}:7: spec.deserved: has no counterpart" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert fedctl(live, "queue", "get", "q2").returncode != 0  # nothing applied
+    kueue = Path(__file__).parent / "corpus" / "ecosystem" / "kueue" / "admin_single-clusterqueue-setup.yaml"
+    applied = fedctl(live, "apply", "-f", str(kueue))
+    assert applied.returncode == 0 and "queue/cluster-queue created" in applied.stdout, applied.stderr
+    assert "LocalQueue user-queue is not an object here" in applied.stderr
+    queue = json.loads(fedctl(live, "queue", "get", "cluster-queue", "-o", "json").stdout)
+    queue = queue[0] if isinstance(queue, list) else queue
+    assert queue["guarantee"] == {"cpu": "9", "memory": "36Gi"}

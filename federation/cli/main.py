@@ -18,7 +18,7 @@ from grpc_status import rpc_status
 
 from federation.cli import convert, output
 from federation.cli.dev import dev
-from federation.cli.manifest import Converted, apply_documents, job_from_document
+from federation.cli.manifest import Converted, admin_from_document, apply_documents, job_from_document
 from federation.cli.yamldoc import Document, ManifestError, load_documents
 from federation.durations import parse_duration
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
@@ -531,14 +531,31 @@ cli.add_command(_crud_group(
         "value": value, "preemptible": preemptible, "global_default": global_default, "description": description}))
 
 
+def _to_apply(doc: Document) -> list[tuple[str, Converted]]:
+    """Kueue's queue objects go through `fedctl convert`'s mapping (its notes become warnings, its errors
+    name the Kueue file); everything else is read as `fedctl apply` reads it."""
+    if isinstance(doc.data, dict) and str(doc.data.get("apiVersion", "")).startswith(convert.KUEUE_API):
+        result = convert.convert([doc])
+        made = []
+        for obj in result.objects:
+            kind, converted = admin_from_document(Document(doc.file, doc.index, obj, {}, doc.start_line))
+            converted.warnings.extend(result.notes)
+            made.append((kind, converted))
+        if not made:  # a LocalQueue, a ResourceFlavor...: nothing to apply, and why
+            click.echo("\n".join(f"fedctl: note: {note}" for note in result.notes), err=True)
+        return made
+    return apply_documents(doc)
+
+
 @cli.command()
 @click.option("-f", "--filename", "files", multiple=True, required=True,
               type=click.Path(path_type=Path, allow_dash=True), help="Manifest file (repeatable).")
 @pass_client
 def apply(client: Client, files: tuple[Path, ...]) -> None:
     """Create or update the Tenant, Queue, PriorityClass and Flavor manifests in the files, in order; Volcano
-    Queues too (scheduling.volcano.sh/v1beta1), in the tenant their federation.dev/tenant annotation names."""
-    converted = [made for doc in _read_manifests(files) for made in apply_documents(doc)]
+    Queues too (scheduling.volcano.sh/v1beta1), in the tenant their federation.dev/tenant annotation names,
+    and Kueue ClusterQueues and Cohorts, mapped as `fedctl convert` shows."""
+    converted = [made for doc in _read_manifests(files) for made in _to_apply(doc)]
     for _, c in converted:
         for warning in c.warnings:
             click.echo(f"fedctl: warning: {warning}", err=True)
