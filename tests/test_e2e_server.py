@@ -142,6 +142,12 @@ def test_fedctl_job_lifecycle(live: str, tmp_path: Path) -> None:
     assert len(ids) == 2 and ids[1].startswith("finetune-13b-")
     shown = fedctl(live, "get", "job", ids[0])
     assert "Pending" in shown.stdout and "no member cluster is ready" in shown.stdout
+    spaced = tmp_path / "spaced.yaml"  # metadata.namespace is kept and shown, as kubectl shows it
+    spaced.write_text(GOOD.replace("metadata:\n", "metadata:\n  namespace: vision\n", 1))
+    spaced_id = fedctl(live, "submit", str(spaced)).stdout.split()[0].removeprefix("job/")
+    header, row = fedctl(live, "get", "job", spaced_id).stdout.splitlines()[:2]
+    assert header.split()[:2] == ["ID", "NAMESPACE"] and row.split()[:2] == [spaced_id, "vision"]
+    fedctl(live, "cancel", spaced_id)
     as_json = json.loads(fedctl(live, "get", "job", ids[0], "-o", "json").stdout)
     assert as_json["status"]["phase"] == "PENDING" and as_json["spec"]["queue"] == "research-batch"
     cancelled = fedctl(live, "cancel", ids[1], "--reason", "not needed")

@@ -45,8 +45,8 @@ def phase_name(phase: int) -> str:
 def _job_row(j: common_pb2.Job) -> list[Any]:
     s = j.status
     where = f"{s.hypernode}/t{s.tier}" if s.hypernode else "-"
-    return [j.id, j.tenant, j.spec.queue, phase_name(s.phase), j.priority, s.queue_position or "-",
-            s.cluster or "-", where, age(s.create_time), s.reason or "-"]
+    return [j.id, j.spec.namespace or "-", j.tenant, j.spec.queue, phase_name(s.phase), j.priority,
+            s.queue_position or "-", s.cluster or "-", where, age(s.create_time), s.reason or "-"]
 
 
 def _token_row(t: admin_pb2.Token) -> list[Any]:
@@ -55,7 +55,7 @@ def _token_row(t: admin_pb2.Token) -> list[Any]:
             expires, age(t.create_time), t.created_by]
 
 
-JOB_HEADERS = ("ID", "TENANT", "QUEUE", "PHASE", "PRIO", "POS", "CLUSTER", "HYPERNODE", "AGE", "REASON")
+JOB_HEADERS = ("ID", "NAMESPACE", "TENANT", "QUEUE", "PHASE", "PRIO", "POS", "CLUSTER", "HYPERNODE", "AGE", "REASON")
 
 TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = {
     common_pb2.Job: (JOB_HEADERS, _job_row),
