@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 CYCLE_SECONDS = Histogram("federation_scheduler_cycle_seconds", "Duration of one scheduling cycle.",
@@ -27,3 +34,94 @@ def serve(address: str) -> int:
     host, _, port = address.rpartition(":")
     server, _ = start_http_server(int(port), addr=host or "0.0.0.0")
     return int(server.server_address[1])
+
+CLUSTER_READY = Gauge("federation_cluster_ready", "1 while a member cluster is schedulable (Ready, heard from within "
+                      "the heartbeat timeout, not cordoned, its report usable), else 0.", ["cluster"])
+CLUSTER_HEARTBEAT_AGE = Gauge("federation_cluster_heartbeat_age_seconds",
+                              "Seconds since a member cluster's agent was last heard from.", ["cluster"])
+
+# Per-RPC metrics under go-grpc-prometheus' names, which Grafana dashboards for gRPC services already query.
+# Written here because no maintained instrumentation fits: OpenTelemetry's gRPC instrumentation makes only
+# traces, py-grpc-prometheus has no asyncio server, and grpcio-observability pins an exact grpcio release.
+RPC_STARTED = Counter("grpc_server_started_total", "RPCs started on the server.",
+                      ["grpc_type", "grpc_service", "grpc_method"])
+RPC_HANDLED = Counter("grpc_server_handled_total", "RPCs completed on the server, by status code.",
+                      ["grpc_type", "grpc_service", "grpc_method", "grpc_code"])
+RPC_SECONDS = Histogram("grpc_server_handling_seconds", "Time to complete an RPC (a stream: its whole life).",
+                        ["grpc_type", "grpc_service", "grpc_method"],
+                        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+
+
+class Series:
+    """The label sets a gauge family was last set for, so those of deleted objects are removed with them
+    (a deleted queue must not stay in the metrics at its last value)."""
+
+    def __init__(self, *gauges: Gauge) -> None:
+        self.gauges = gauges
+        self.seen: dict[Gauge, set[tuple[str, ...]]] = {g: set() for g in gauges}
+
+    def keep(self, gauge: Gauge, current: set[tuple[str, ...]]) -> None:
+        for labels in self.seen[gauge] - current:
+            with contextlib.suppress(KeyError):
+                gauge.remove(*labels)
+        self.seen[gauge] = current
+
+
+class RpcMetrics(grpc.aio.ServerInterceptor):
+    """Counts and times every RPC of a server by service, method and status code."""
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
+                                details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        service, _, method = details.method.lstrip("/").rpartition("/")
+        kind = ("client_stream" if handler.request_streaming else "unary") if not handler.response_streaming \
+            else ("bidi_stream" if handler.request_streaming else "server_stream")
+        labels = (kind, service, method)
+
+        def done(context: grpc.aio.ServicerContext, started: float, failed: BaseException | None) -> None:
+            code = context.code()
+            if code is None:
+                code = grpc.StatusCode.UNKNOWN if failed is not None and not isinstance(
+                    failed, grpc.aio.AbortError | asyncio.CancelledError) else grpc.StatusCode.OK
+            if isinstance(failed, asyncio.CancelledError) and context.code() is None:
+                code = grpc.StatusCode.CANCELLED
+            name = code.name if isinstance(code, grpc.StatusCode) else str(code)
+            RPC_HANDLED.labels(*labels, name).inc()
+            RPC_SECONDS.labels(*labels).observe(time.perf_counter() - started)
+
+        if not handler.response_streaming:
+            inner = handler.unary_unary or handler.stream_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                RPC_STARTED.labels(*labels).inc()
+                started, failed = time.perf_counter(), None
+                try:
+                    return await inner(request, context)
+                except BaseException as err:
+                    failed = err
+                    raise
+                finally:
+                    done(context, started, failed)
+
+            make = grpc.stream_unary_rpc_method_handler if handler.request_streaming \
+                else grpc.unary_unary_rpc_method_handler
+            return make(unary, handler.request_deserializer, handler.response_serializer)
+        inner_stream = handler.unary_stream or handler.stream_stream
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            RPC_STARTED.labels(*labels).inc()
+            started, failed = time.perf_counter(), None
+            try:
+                async for item in inner_stream(request, context):
+                    yield item
+            except BaseException as err:
+                failed = err
+                raise
+            finally:
+                done(context, started, failed)
+
+        make_stream = grpc.stream_stream_rpc_method_handler if handler.request_streaming \
+            else grpc.unary_stream_rpc_method_handler
+        return make_stream(stream, handler.request_deserializer, handler.response_serializer)

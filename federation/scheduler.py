@@ -14,6 +14,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from federation import metrics
@@ -150,6 +151,9 @@ class Scheduler:
         self.held: dict[str, tuple[dict[str, int], list[tuple[str, str]]]] = {}
         self._cycles = 0
         self._leading = False
+        self._series = metrics.Series(metrics.QUEUE_PENDING, metrics.QUEUE_DOMINANT_SHARE, metrics.QUEUE_USAGE,
+                                      metrics.QUEUE_DESERVED, metrics.CLUSTER_UTILISATION, metrics.CLUSTER_READY,
+                                      metrics.CLUSTER_HEARTBEAT_AGE)
 
     def rejected(self, job_id: str, cluster: str, reason: str) -> None:
         """An agent refused the job: do not offer it to that cluster again for a while."""
@@ -191,11 +195,21 @@ class Scheduler:
         inflight = _inflight(active)
         clusters = [c for c in rows if c["live"] and not c["cordoned"] and not c["problem"]]
         capacity: dict[str, int] = {}
+        utilisation = set()
         for c in clusters:
             inv = c["inventory"] or {}
             for r, a in (inv.get("allocatable") or {}).items():
                 capacity[r] = capacity.get(r, 0) + a
                 metrics.CLUSTER_UTILISATION.labels(c["name"], r).set((inv.get("used") or {}).get(r, 0) / a if a else 0)
+                utilisation.add((c["name"], r))
+        self._series.keep(metrics.CLUSTER_UTILISATION, utilisation)
+        now = datetime.now(UTC)
+        for c in rows:
+            metrics.CLUSTER_READY.labels(c["name"]).set(1 if c in clusters else 0)
+            if c["last_heartbeat"] is not None:
+                metrics.CLUSTER_HEARTBEAT_AGE.labels(c["name"]).set((now - c["last_heartbeat"]).total_seconds())
+        self._series.keep(metrics.CLUSTER_READY, {(c["name"],) for c in rows})
+        self._series.keep(metrics.CLUSTER_HEARTBEAT_AGE, {(c["name"],) for c in rows if c["last_heartbeat"]})
         return Snapshot(
             tenants=[_tenant_info(t) for t in await self.admin.list(Tenant)],
             queues=[_queue_info(q) for q in await self.admin.list(Queue)],
@@ -257,6 +271,7 @@ class Scheduler:
         for queue, count in waiting.items():
             metrics.QUEUE_PENDING.labels(queue).set(count)
         assert decisions.shares is not None
+        by_resource = set()
         for queue, usage in decisions.usage.items():
             deserved = decisions.shares.queues.get(queue, {})
             share = dominant_share(usage, deserved)
@@ -264,6 +279,12 @@ class Scheduler:
             for resource in {*usage, *deserved}:  # per resource, and per flavor of it
                 metrics.QUEUE_USAGE.labels(queue, resource).set(usage.get(resource, 0))
                 metrics.QUEUE_DESERVED.labels(queue, resource).set(deserved.get(resource, 0))
+                by_resource.add((queue, resource))
+        # A deleted queue leaves the metrics with it.
+        self._series.keep(metrics.QUEUE_PENDING, {(q,) for q in waiting})
+        self._series.keep(metrics.QUEUE_DOMINANT_SHARE, {(q,) for q in decisions.usage})
+        self._series.keep(metrics.QUEUE_USAGE, by_resource)
+        self._series.keep(metrics.QUEUE_DESERVED, by_resource)
 
     async def queue_status(self, queue: Mapping[str, Any]) -> admin_pb2.QueueStatus:
         """Usage, deserved share and counts of one queue (its row), computed now as a cycle would."""

@@ -13,6 +13,7 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from sqlalchemy.engine import URL
 
+from federation import metrics
 from federation.api.admin import AdminServicer
 from federation.api.agents import AgentServicer
 from federation.api.jobs import JobServicer
@@ -126,7 +127,8 @@ class FederationServer:
         # (gRPC sets it by default, and calls then land on either at random).
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)]
-        self.server = grpc.aio.server(options=options, interceptors=[AuthInterceptor(authenticate, USER_SERVICES)])
+        self.server = grpc.aio.server(options=options, interceptors=[metrics.RpcMetrics(),
+                                                                     AuthInterceptor(authenticate, USER_SERVICES)])
         self.connections = Connections()
         self.relay = OrderRelay(self.connections, jobs.order_events, jobs.last_event_seq, jobs.by_ids)
         self.leadership = Leadership(self.url, self._noticed, self.leader_lease)
@@ -155,7 +157,7 @@ class FederationServer:
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         if self.agent_tls is not None:
-            self.agent_server = grpc.aio.server(options=options)
+            self.agent_server = grpc.aio.server(options=options, interceptors=[metrics.RpcMetrics()])
             register(agent_pb2_grpc.add_AgentServiceServicer_to_server,
                      AgentServicer(admin, jobs, self.connections, self.scheduler, changed, require_identity=True),
                      self.agent_server)
