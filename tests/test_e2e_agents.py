@@ -1,6 +1,7 @@
 """The federation with real processes: server, two simulated member agents, gangs over gRPC."""
 
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -165,7 +166,9 @@ def test_demo_runs_every_example_to_success_and_leaves_nothing_behind(tmp_path: 
     assert len(rows) == len(list((REPO / "examples" / "jobs").glob("*.yaml")))
     assert all(" Succeeded " in row for row in rows)
     time.sleep(1)
+    # Its processes name its directory (data, certificates): another federation on the machine is not its own.
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
+                 and str(tmp_path) in " ".join(p.info["cmdline"] or [])
                  and any(name in " ".join(p.info["cmdline"] or []) for name in ("federation-server", "member-agent"))]
     assert leftovers == [] and postgres_running_in(data_dir) == []
 
@@ -179,8 +182,9 @@ def test_dev_up_serves_fedctl_until_interrupted_and_leaves_nothing_behind(tmp_pa
     from tests.processes import BIN, postgres_running_in
 
     data_dir = tmp_path / "pg"
-    up = subprocess.Popen([str(BIN / "fedctl"), "dev", "up", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0",
-                           "--examples", str(REPO / "examples")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    command = [str(BIN / "fedctl"), "dev", "up", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0",
+               "--metrics-listen", "127.0.0.1:0", "--agent-admin-port", "0", "--examples", str(REPO / "examples")]
+    up = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         assert up.stdout is not None
         out = b""
@@ -192,6 +196,17 @@ def test_dev_up_serves_fedctl_until_interrupted_and_leaves_nothing_behind(tmp_pa
         started = psutil.Process(up.pid).children(recursive=True)
         commands = " ".join(" ".join(p.cmdline()) for p in started)
         assert "federation-server serve" in commands and commands.count("member-agent --cluster") == 3
+        # A second one over the same data directory is refused in one line and wipes nothing.
+        second = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0 and "belongs to a local federation that is running" in second.stderr
+        assert "Traceback" not in second.stderr + second.stdout
+        # What it prints can be followed: the metrics address answers, each process has its log file.
+        text = out.decode()
+        metrics = text.split("metrics on ", 1)[1].split()[0]
+        assert b"grpc_server_handled_total" in urllib.request.urlopen(metrics, timeout=10).read()
+        logs = text.split("logs: ", 1)[1].splitlines()[0].split(", ")
+        assert len(logs) == 4 and all(Path(log).stat().st_size > 0 for log in logs)
+        assert "fault injection on 127.0.0.1:" in text
         submitted = fedctl(address, "submit", str(REPO / "examples" / "jobs" / "cpu-batch.yaml"))
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.split("job/", 1)[1].split()[0]

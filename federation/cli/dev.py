@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -11,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +33,21 @@ BIN = Path(sys.executable).parent
 class _Child:
     """A child process of ours whose output is collected, started when a line says it is ready."""
 
-    def __init__(self, argv: list[str], ready: bytes, env: dict[str, str] | None, timeout: float) -> None:
+    def __init__(self, argv: list[str], ready: bytes, env: dict[str, str] | None, timeout: float,
+                 log_file: Path | None = None) -> None:
         self.log = b""
         self.ready_line = ""
+        self.log_file = log_file  # every line is also written here, for whoever runs the federation to read
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})
         found = threading.Event()
+        sink = log_file.open("ab", buffering=0) if log_file is not None else None
 
         def read() -> None:
             assert self.proc.stdout is not None
             for line in self.proc.stdout:
+                if sink is not None:
+                    sink.write(line)
                 self.log += line
                 if ready in line and not found.is_set():
                     self.ready_line = line.decode().strip()
@@ -73,10 +80,11 @@ class ServerProcess(_Child):
     with --insecure-dev (no tokens) unless `secure`."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60,
-                 listen: str = "127.0.0.1:0", secure: bool = False) -> None:
+                 listen: str = "127.0.0.1:0", secure: bool = False, metrics_listen: str = "127.0.0.1:0",
+                 log_file: Path | None = None) -> None:
         super().__init__([str(BIN / "federation-server"), "serve", "--listen", listen,
-                          "--metrics-listen", "127.0.0.1:0", *([] if secure else ["--insecure-dev"]), *args],
-                         b"federation-server listening", env, timeout)
+                          "--metrics-listen", metrics_listen, *([] if secure else ["--insecure-dev"]), *args],
+                         b"federation-server listening", env, timeout, log_file)
         lines = self.log.decode().splitlines()
         self.metrics = next((line.rsplit(" ", 1)[1] for line in lines if "metrics on" in line), "")
         self.agent_address = next((line.rsplit(" ", 1)[1] for line in lines if "agents (mTLS) on" in line), "")
@@ -87,9 +95,9 @@ class AgentProcess(_Child):
     """A member-agent (`args` choose its backend); `admin` is its fault-injection address."""
 
     def __init__(self, cluster: str, server: str, *args: str, env: dict[str, str] | None = None,
-                 timeout: float = 60) -> None:
+                 timeout: float = 60, admin_listen: str = "127.0.0.1:0", log_file: Path | None = None) -> None:
         super().__init__([str(BIN / "member-agent"), "--cluster", cluster, "--server", server,
-                          "--admin-listen", "127.0.0.1:0", *args], b"admin listening on", env, timeout)
+                          "--admin-listen", admin_listen, *args], b"admin listening on", env, timeout, log_file)
         self.admin = self.ready_line.rsplit(" ", 1)[1]
 
 
@@ -142,12 +150,54 @@ class _Stopped(Exception):
 
 
 @contextlib.contextmanager
-def _federation(data_dir: Path, examples: Path, listen: str, kube: Path | None = None) -> Iterator[ServerProcess]:
+def _owned(data_dir: Path) -> Iterator[None]:
+    """This data directory for this process alone while it runs: a second local federation over a live one
+    would wipe the PostgreSQL under it. An exclusive lock beside it, which the kernel drops if we die."""
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = (data_dir.parent / f"{data_dir.name}.lock").open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise click.ClickException(f"{data_dir} belongs to a local federation that is running ({holder}); stop it "
+                                   "first (Ctrl-C where it runs), or give this one another --data-dir") from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"fedctl dev, pid {os.getpid()}")
+    lock.flush()
+    try:
+        yield
+    finally:
+        lock.close()
+
+
+@contextlib.contextmanager
+def _federation(data_dir: Path, examples: Path, listen: str, kube: Path | None = None,
+                ports: DevPorts | None = None) -> Iterator[ServerProcess]:
     """The server on an embedded PostgreSQL and the three example clusters' agents; all stopped on the way
     out, whatever the way (an error, Ctrl-C, SIGTERM). With `kube` (a kubeconfig), the H100 cluster is the
-    Kubernetes test bed it reaches instead of a simulation."""
+    Kubernetes test bed it reaches instead of a simulation. Each process's output goes to a file of its own
+    in `logs/` beside the data directory; `ports` fixes the metrics and agents' admin ports."""
+    ports = ports or DevPorts()
+    with _owned(data_dir), _federation_on(data_dir, examples, listen, kube, ports) as server:
+        yield server
+
+
+@dataclass(frozen=True)
+class DevPorts:
+    metrics: str = "127.0.0.1:0"
+    agent_admin: tuple[str, ...] = ("127.0.0.1:0",) * 3  # one per example cluster, in DEMO_CLUSTERS' order
+
+
+@contextlib.contextmanager
+def _federation_on(data_dir: Path, examples: Path, listen: str, kube: Path | None,
+                   ports: DevPorts) -> Iterator[ServerProcess]:
     shutil.rmtree(data_dir, ignore_errors=True)
-    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    logs = data_dir.parent / "logs"
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True)
 
     def stopped(signum: int, frame: object) -> None:
         raise _Stopped()
@@ -161,18 +211,24 @@ def _federation(data_dir: Path, examples: Path, listen: str, kube: Path | None =
     try:
         server = ServerProcess("--data-dir", str(data_dir), "--auto-migrate", "--agent-listen", "127.0.0.1:0",
                                "--tls-cert", str(tls / "server.crt"), "--tls-key", str(tls / "server.key"),
-                               "--agent-ca", str(tls / "ca.crt"), listen=listen)
+                               "--agent-ca", str(tls / "ca.crt"), listen=listen, metrics_listen=ports.metrics,
+                               log_file=logs / "federation-server.log")
         children.append(server)
         click.echo(f"federation-server listening on {server.address} (--insecure-dev: no tokens), "
-                   f"agents over mTLS on {server.agent_address} (certificates in {tls})")
-        for name, file, label in DEMO_CLUSTERS:
+                   f"agents over mTLS on {server.agent_address} (certificates in {tls}), "
+                   f"metrics on http://{server.metrics}/metrics")
+        for (name, file, label), admin in zip(DEMO_CLUSTERS, ports.agent_admin, strict=True):
             on_kube = kube is not None and name == KUBE_CLUSTER
             backend = ["--kubeconfig", str(kube), "--namespace", KUBE_NAMESPACE] if on_kube else [
                 "--simulate", str(examples / "clusters" / f"{file}.yaml")]
-            children.append(AgentProcess(name, server.agent_address, *backend, "--label", label,
-                                         "--tls-ca", str(tls / "ca.crt"), "--tls-cert", str(tls / f"{name}.crt"),
-                                         "--tls-key", str(tls / f"{name}.key")))
-            click.echo(f"member-agent {name} started ({file}{' on the Kubernetes test bed' if on_kube else ''})")
+            agent = AgentProcess(name, server.agent_address, *backend, "--label", label,
+                                 "--tls-ca", str(tls / "ca.crt"), "--tls-cert", str(tls / f"{name}.crt"),
+                                 "--tls-key", str(tls / f"{name}.key"), admin_listen=admin,
+                                 log_file=logs / f"member-agent-{name}.log")
+            children.append(agent)
+            click.echo(f"member-agent {name} started ({file}{' on the Kubernetes test bed' if on_kube else ''}), "
+                       f"fault injection on {agent.admin}")
+        click.echo(f"logs: {', '.join(str(c.log_file) for c in children)}")
         click.echo()
         _run(server.address, "apply", "-f", str(examples / "admin" / "federation.yaml"))
         yield server
@@ -184,7 +240,7 @@ def _federation(data_dir: Path, examples: Path, listen: str, kube: Path | None =
         signal.signal(signal.SIGINT, interrupt)
         for child in reversed(children):
             child.stop()
-        click.echo(f"stopped {len(children)} processes; PostgreSQL data stays in {data_dir}")
+        click.echo(f"stopped {len(children)} processes; PostgreSQL data stays in {data_dir}, logs in {logs}")
 
 
 def _seconds(a: Any, b: Any) -> str:
@@ -238,8 +294,11 @@ def _summary(jobs: list[common_pb2.Job]) -> str:
                         rows)
 
 
-_data_dir = click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".demo/postgres"), metavar="DIR",
-                         show_default=True, help="Embedded PostgreSQL data; wiped first so every run starts the same.")
+def _data_dir(default: str) -> Any:
+    return click.option("--data-dir", type=click.Path(path_type=Path), default=Path(default), metavar="DIR",
+                        show_default=True, help="Embedded PostgreSQL data, its own (logs/ and certs/ beside it); "
+                                                "wiped first so every run starts the same; refused while another "
+                                                "local federation runs on it.")
 _examples = click.option("--examples", type=click.Path(path_type=Path, exists=True, file_okay=False), metavar="DIR",
                          default=Path("examples"), show_default=True,
                          help="Where the clusters, admin objects and jobs come from.")
@@ -268,7 +327,7 @@ def _testbed(directory: Path, cluster: Path) -> Iterator[tuple[Testbed, Path]]:
 
 
 @dev.command()
-@_data_dir
+@_data_dir(".demo/demo/postgres")
 @_examples
 @click.option("--timeout", type=float, default=180, show_default=True, help="Seconds to wait for the jobs.")
 @click.option("--kube", "on_kube", is_flag=True,
@@ -324,14 +383,19 @@ def kube_testbed(directory: Path, cluster: Path) -> None:
 
 
 @dev.command()
-@_data_dir
+@_data_dir(".demo/up/postgres")
 @_examples
 @click.option("--listen", default="127.0.0.1:50051", show_default=True,
               help="The server's address: fedctl's default, so plain `fedctl` commands reach it.")
-def up(data_dir: Path, examples: Path, listen: str) -> None:
-    """The same federation as the demo, kept running for `fedctl` until Ctrl-C (or SIGTERM)."""
+@click.option("--metrics-listen", default="127.0.0.1:9464", show_default=True,
+              help="The server's Prometheus /metrics (port 0 picks one).")
+@click.option("--agent-admin-port", type=click.IntRange(0, 65533), default=7001, show_default=True,
+              help="The agents' fault-injection ports: this one (h100) and the next two (gb300, cpu); 0 picks any.")
+def up(data_dir: Path, examples: Path, listen: str, metrics_listen: str, agent_admin_port: int) -> None:
+    """The same federation as the demo, kept running for `fedctl` until Ctrl-C (or SIGTERM), on fixed ports."""
+    admin = tuple(f"127.0.0.1:{agent_admin_port + i if agent_admin_port else 0}" for i in range(len(DEMO_CLUSTERS)))
     try:
-        with _federation(data_dir, examples, listen) as server:
+        with _federation(data_dir, examples, listen, ports=DevPorts(metrics_listen, admin)) as server:
             click.secho(f"\nfederation ready at {server.address}", bold=True)
             hint = "" if server.address == "127.0.0.1:50051" else f"--server {server.address} "
             click.echo(f"try:  fedctl {hint}submit {examples / 'jobs' / 'train-64gpu-hard.yaml'}\n"
