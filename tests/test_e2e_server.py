@@ -1,10 +1,12 @@
 """The federation-server and fedctl programs, run as processes against real PostgreSQL."""
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 from sqlalchemy.engine import URL
 
@@ -215,3 +217,49 @@ def test_fedctl_apply_takes_volcano_queues_and_their_hierarchy(live: str, tmp_pa
     queue = json.loads(fedctl(live, "queue", "get", "cluster-queue", "-o", "json").stdout)
     queue = queue[0] if isinstance(queue, list) else queue
     assert queue["guarantee"] == {"cpu": "9", "memory": "36Gi"}
+
+
+def test_fedctl_reads_like_kubectl(live: str, tmp_path: Path) -> None:
+    """Verb, kind, name; -f; --dry-run; global flags anywhere; zero values kept; apply says unchanged."""
+    from federation.cli.main import cli
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:  # the server flag after the subcommand
+        return subprocess.run([str(REPO / ".venv" / "bin" / "fedctl"), *args, "--server", live], capture_output=True,
+                              text=True, timeout=60)
+
+    assert run("get", "queues").stdout == run("queue", "list").stdout
+    assert run("get", "q", "research-batch").stdout.splitlines()[1].split()[0] == "research-batch"
+    assert run("get", "tenants", "-o", "json").returncode == 0
+    again = run("apply", "-f", str(EXAMPLES / "admin" / "federation.yaml"))
+    assert again.returncode == 0 and set(line.split()[-1] for line in again.stdout.splitlines()) == {"unchanged"}
+    status = json.loads(run("queue", "status", "research-batch", "-o", "json").stdout)
+    assert status["running"] == 0  # a zero is a value, printed as such
+
+    before = len(_jobs(live))
+    job = tmp_path / "job.yaml"
+    job.write_text(GOOD)
+    dry = run("submit", "-f", str(job), "--dry-run=server")
+    assert dry.returncode == 0 and "valid (dry run: server, nothing stored)" in dry.stdout
+    assert len(_jobs(live)) == before
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(GOOD.replace("replicas: 4", "replicas: -4"))
+    local = subprocess.run([str(REPO / ".venv" / "bin" / "fedctl"), "submit", "-f", str(broken), "--dry-run=client",
+                            "--server", "127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert local.returncode == 1 and f"{broken}:{line_of(GOOD, 'replicas: 4')}: spec.tasks[0].replicas" in \
+        local.stderr  # found without any server
+
+    submitted = run("submit", "-f", str(job))
+    job_id = submitted.stdout.split()[0].removeprefix("job/")
+    described = run("describe", "job", job_id).stdout
+    assert f"id: {job_id}" in described and "clusters:" in described.split("---", 1)[1]  # and why it waits
+    assert run("delete", "job", job_id).stdout.strip() == f"job/{job_id} cancelled"
+    assert "unknown kind 'pods'" in run("get", "pods").stderr
+
+    def commands(group: click.Command, path: str = "fedctl") -> list[tuple[str, str]]:
+        out = [(path, group.help or "")]
+        for name, sub in getattr(group, "commands", {}).items():
+            out += commands(sub, f"{path} {name}")
+        return out
+
+    assert [path for path, text in commands(cli) if not text.strip()] == []  # help text on every command
+    assert "complete" in run("completion", "bash").stdout

@@ -171,6 +171,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         paths = [f"specs[{i}]" for i in range(len(request.specs))]
         new = await self._prepare(request.specs, paths, request.allow_unknown_resources)
         reasons = await self._admissibility(new, paths, request.reject_inadmissible)
+        if request.dry_run:  # valid, and what the federation as it stands says of each: nothing stored
+            return jobs_pb2.SubmitJobsResponse(results=[jobs_pb2.SubmitJobResult(inadmissible=why) for why in reasons])
         results = await self.jobs.submit(new)
         self.on_change()
         return jobs_pb2.SubmitJobsResponse(results=[

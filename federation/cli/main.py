@@ -20,8 +20,10 @@ from federation.cli import convert, output
 from federation.cli.dev import dev
 from federation.cli.manifest import Converted, admin_from_document, apply_documents, job_from_document
 from federation.cli.yamldoc import Document, ManifestError, load_documents
+from federation.cliargs import hoist
 from federation.durations import parse_duration
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
+from federation.validation import Violations, check_job_spec, normalise_job_spec
 
 DEFAULT_SERVER = "localhost:50051"
 
@@ -143,8 +145,14 @@ def rpc_error_lines(err: grpc.RpcError, server: str) -> list[str]:
     return [f"{err.details()} ({code.name})"]  # type: ignore[attr-defined]
 
 
+GLOBAL_OPTIONS = ("--server", "--token", "--ca", "--cert", "--key")
+
+
 class FedctlGroup(click.Group):
     """Turns the errors users can cause into one clear line each, never a traceback."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist(args, GLOBAL_OPTIONS))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -228,45 +236,84 @@ def _read_manifests(files: tuple[Path, ...]) -> Iterator[Document]:
         yield from load_documents(text, str(path))
 
 
+_dry_run = click.option("--dry-run", type=click.Choice(["none", "client", "server"]), default="none",
+                        show_default=True, help="client: read and check the manifests here; server: validated and "
+                                                "judged against the federation as it stands; nothing is stored.")
+_filename = click.option("-f", "--filename", "named", multiple=True, type=click.Path(path_type=Path, allow_dash=True),
+                         help="Manifest file (repeatable; '-' reads standard input).")
+
+
 @cli.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path, allow_dash=True))
+@click.argument("files", nargs=-1, type=click.Path(path_type=Path, allow_dash=True))
+@_filename
 @click.option("--reject-inadmissible", is_flag=True,
               help="Refuse the jobs if one of them cannot run as the federation stands (no cluster could hold it, "
                    "or it is over its queue's or tenant's limit by itself), instead of accepting it to wait.")
 @click.option("--allow-unknown-resources", is_flag=True,
               help="Accept resource names no member cluster has reported yet (refused by default: a typo would "
                    "wait forever).")
+@_dry_run
 @_format_option
 @pass_client
-def submit(client: Client, files: tuple[Path, ...], reject_inadmissible: bool, allow_unknown_resources: bool,
-           fmt: str) -> None:
-    """Submit the Volcano Job manifests in FILES (several documents per file allowed).
+def submit(client: Client, files: tuple[Path, ...], named: tuple[Path, ...], reject_inadmissible: bool,
+           allow_unknown_resources: bool, dry_run: str, fmt: str) -> None:
+    """Submit the Volcano Job manifests in FILES or -f FILE (several documents per file allowed).
 
     All jobs are accepted together or none is. A job that cannot run as the federation stands is accepted
     with a warning (capacity may come), unless --reject-inadmissible.
     """
+    files = (*files, *named)
+    if not files:
+        raise click.UsageError("give the manifests: fedctl submit -f FILE (or FILE ...)")
     converted = [job_from_document(doc) for doc in _read_manifests(files)]
     if not converted:
         fail([f"{', '.join(map(str, files))}: no job manifests found"])
     for c in converted:
         for warning in c.warnings:
             click.echo(f"fedctl: warning: {warning}", err=True)
+    if dry_run == "client":
+        _check_here(converted)
+        for c in converted:
+            click.echo(f"job/{c.message.name} valid (dry run: client)")  # type: ignore[attr-defined]
+        return
     try:
         response = client.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(
             specs=[c.message for c in converted], reject_inadmissible=reject_inadmissible,
-            allow_unknown_resources=allow_unknown_resources))
+            allow_unknown_resources=allow_unknown_resources, dry_run=dry_run == "server"))
     except grpc.RpcError as err:
         fail(_located(err, converted, client.server))
     for c, result in zip(converted, response.results, strict=True):
         if result.inadmissible:
-            click.echo(f"fedctl: warning: {c.doc.file}:{c.doc.start_line}: job/{result.job_id} {result.inadmissible}; "
+            who = f"job/{result.job_id or c.message.name}"  # type: ignore[attr-defined]
+            click.echo(f"fedctl: warning: {c.doc.file}:{c.doc.start_line}: {who} {result.inadmissible}; "
                        "it waits until the federation can hold it", err=True)
     if fmt != "table":
         output.emit(fmt, [response], response)
         return
-    for result in response.results:
+    for c, result in zip(converted, response.results, strict=True):
+        if dry_run == "server":
+            click.echo(f"job/{c.message.name} valid (dry run: server, nothing stored)")  # type: ignore[attr-defined]
+            continue
         note = " (already submitted)" if result.duplicate else ""
         click.echo(f"job/{result.job_id} submitted{note}")
+
+
+def _check_here(converted: list[Converted]) -> None:
+    """What the server would refuse of the specs themselves, found without it (--dry-run=client)."""
+    v = Violations()
+    for i, c in enumerate(converted):
+        spec = common_pb2.JobSpec.FromString(c.message.SerializeToString())
+        normalise_job_spec(spec)
+        check_job_spec(v, f"specs[{i}]", spec)
+    if v:
+        lines = []
+        for item in v.items:
+            index, _, rest = item.field.removeprefix("specs[").partition("]")
+            c = converted[int(index)]
+            path = rest.removeprefix(".")
+            manifest_path = next((c.origin[p] for p in _prefixes(path) if p in c.origin), "")
+            lines.append(f"{c.doc.file}:{c.line_of(path)}: {manifest_path or path}: {item.description}")
+        fail(lines)
 
 
 def _located(err: grpc.RpcError, converted: list[Converted], server: str) -> list[str]:
@@ -298,40 +345,32 @@ def _prefixes(path: str) -> Iterator[str]:
         path = path[:cut] if cut > 0 else ""
 
 
-@cli.group()
-def get() -> None:
-    """Show one object."""
+# kubectl's grammar: a verb, then a kind as kubectl users write it (plural, singular or short), then names.
+KIND_NAMES = {"job": "job", "jobs": "job", "vcjob": "job", "vcjobs": "job",
+              "queue": "queue", "queues": "queue", "q": "queue",
+              "tenant": "tenant", "tenants": "tenant",
+              "priorityclass": "priority_class", "priorityclasses": "priority_class", "pc": "priority_class",
+              "flavor": "flavor", "flavors": "flavor", "resourceflavor": "flavor", "resourceflavors": "flavor",
+              "cluster": "cluster", "clusters": "cluster"}
+ADMIN_LIST = {"queue": "ListQueues", "tenant": "ListTenants", "priority_class": "ListPriorityClasses",
+              "flavor": "ListFlavors"}
+_kind_argument = click.argument("kind", metavar="KIND")
 
 
-@get.command("job")
-@click.argument("job_id")
-@_format_option
-@pass_client
-def get_job(client: Client, job_id: str, fmt: str) -> None:
-    """Show job JOB_ID with its status and pod placements."""
-    job = client.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id))
-    output.emit(fmt, [job])
-    if fmt == "table" and job.status.placements:
-        click.echo("\n" + output.render_table(("TASK", "INDEX", "NODE"),
-                                              [[p.task, p.index, p.node] for p in job.status.placements]))
+def _kind(text: str) -> str:
+    kind = KIND_NAMES.get(text.lower().split(".", 1)[0])
+    if kind is None:
+        raise click.UsageError(f"unknown kind {text!r}; kinds: jobs, queues, tenants, priorityclasses, flavors, "
+                               "clusters")
+    return kind
 
 
-@cli.group("list")
-def list_() -> None:
-    """List objects."""
+def _pascal(kind: str) -> str:
+    return "".join(part.capitalize() for part in kind.split("_"))
 
 
-@list_.command("jobs")
-@click.option("--tenant", default="")
-@click.option("--queue", default="")
-@click.option("--phase", "phases", multiple=True, help="Pending, Running, ... (repeatable).",
-              type=click.Choice([p.capitalize() for p in common_pb2.JobPhase.keys()[1:]], case_sensitive=False))
-@click.option("--limit", type=click.IntRange(min=1), help="At most this many jobs (default: all).")
-@_format_option
-@pass_client
-def list_jobs(client: Client, tenant: str, queue: str, phases: tuple[str, ...], limit: int | None,
-              fmt: str) -> None:
-    """List jobs in submission order."""
+def _all_jobs(client: Client, tenant: str = "", queue: str = "", phases: tuple[str, ...] = (),
+              limit: int | None = None) -> list[common_pb2.Job]:
     jobs: list[common_pb2.Job] = []
     token = ""
     while True:
@@ -342,8 +381,106 @@ def list_jobs(client: Client, tenant: str, queue: str, phases: tuple[str, ...], 
         token = page.next_page_token
         if not token or (limit and len(jobs) >= limit):
             break
-    jobs = jobs[:limit] if limit else jobs
+    return jobs[:limit] if limit else jobs
+
+
+def _one(client: Client, kind: str, name: str) -> Message:
+    if kind == "job":
+        return client.jobs.GetJob(jobs_pb2.GetJobRequest(id=name))
+    if kind == "cluster":
+        found = [c for c in client.admin.ListClusters(admin_pb2.ListClustersRequest()).clusters if c.name == name]
+        if not found:
+            fail([f"cluster {name!r} not found"])
+        return found[0]
+    return getattr(client.admin, f"Get{_pascal(kind)}")(getattr(admin_pb2, f"Get{_pascal(kind)}Request")(name=name))
+
+
+def _emit_all(client: Client, kind: str, fmt: str) -> None:
+    if kind == "job":
+        jobs = _all_jobs(client)
+        output.emit(fmt, jobs, jobs_pb2.ListJobsResponse(jobs=jobs))
+        return
+    rpc = "ListClusters" if kind == "cluster" else ADMIN_LIST[kind]
+    response = getattr(client.admin, rpc)(getattr(admin_pb2, f"{rpc}Request")())
+    output.emit(fmt, list(getattr(response, response.DESCRIPTOR.fields[0].name)), response)
+
+
+@cli.command()
+@_kind_argument
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@_format_option
+@pass_client
+def get(client: Client, kind: str, names: tuple[str, ...], fmt: str) -> None:
+    """Show objects of KIND (jobs, queues, tenants, priorityclasses, flavors, clusters): the ones NAMEd, or all.
+    A job is shown with its pods' placements."""
+    kind = _kind(kind)
+    if not names:
+        _emit_all(client, kind, fmt)
+        return
+    objects = [_one(client, kind, name) for name in names]
+    output.emit(fmt, objects, objects[0] if len(objects) == 1 else None)
+    for job in objects if kind == "job" and fmt == "table" else []:
+        if job.status.placements:  # type: ignore[attr-defined]
+            click.echo("\n" + output.render_table(("TASK", "INDEX", "NODE"), [
+                [p.task, p.index, p.node] for p in job.status.placements]))  # type: ignore[attr-defined]
+
+
+@cli.command("list")
+@_kind_argument
+@click.option("--tenant", default="", help="Jobs of this tenant only.")
+@click.option("--queue", default="", help="Jobs of this queue only.")
+@click.option("--phase", "phases", multiple=True, help="Jobs in this phase: Pending, Running, ... (repeatable).",
+              type=click.Choice([p.capitalize() for p in common_pb2.JobPhase.keys()[1:]], case_sensitive=False))
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many jobs (default: all).")
+@_format_option
+@pass_client
+def list_(client: Client, kind: str, tenant: str, queue: str, phases: tuple[str, ...], limit: int | None,
+          fmt: str) -> None:
+    """List objects of KIND (jobs in submission order, with filters; queues, tenants, ...), as `get KIND`."""
+    kind = _kind(kind)
+    if kind != "job":
+        if tenant or queue or phases or limit:
+            raise click.UsageError("--tenant, --queue, --phase and --limit filter jobs")
+        _emit_all(client, kind, fmt)
+        return
+    jobs = _all_jobs(client, tenant, queue, phases, limit)
     output.emit(fmt, jobs, jobs_pb2.ListJobsResponse(jobs=jobs))
+
+
+@cli.command()
+@_kind_argument
+@click.argument("name")
+@pass_client
+def describe(client: Client, kind: str, name: str) -> None:
+    """Everything about one object, as YAML: a job with why it waits per cluster (`explain`), a queue with its
+    usage and deserved share (`queue status`)."""
+    kind = _kind(kind)
+    output.emit("yaml", [_one(client, kind, name)])
+    if kind == "job":
+        click.echo("---")
+        response = client.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=name))
+        output.emit("yaml", [response], response)
+    elif kind == "queue":
+        click.echo("---")
+        output.emit("yaml", [client.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name=name))])
+
+
+@cli.command()
+@_kind_argument
+@click.argument("names", nargs=-1, required=True, metavar="NAME...")
+@pass_client
+def delete(client: Client, kind: str, names: tuple[str, ...]) -> None:
+    """Delete objects of KIND by name; deleting a job cancels it (its record and events stay)."""
+    kind = _kind(kind)
+    if kind == "cluster":
+        raise click.UsageError("a cluster leaves when its agent stops; `fedctl cordon NAME` stops new work for it")
+    for name in names:
+        if kind == "job":
+            job = client.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=name))
+            click.echo(f"job/{job.id} {output.phase_name(job.status.phase).lower()}")
+            continue
+        getattr(client.admin, f"Delete{_pascal(kind)}")(getattr(admin_pb2, f"Delete{_pascal(kind)}Request")(name=name))
+        click.echo(f"{kind.replace('_', '')}/{name} deleted")
 
 
 @cli.command()
@@ -390,6 +527,8 @@ def watch(client: Client, after: int | None, tenant: str, queue: str, job_id: st
     if after is not None:
         request.after_sequence = after
     try:
+        if fmt == "table":
+            click.echo(f"{'SEQ':>8}  {'TIME':<8}  {'JOB':<32} {'EVENT':<12} {'PHASE':<11} MESSAGE")
         for event in client.jobs.WatchJobs(request):
             if fmt == "json":
                 click.echo(json_format.MessageToJson(event, indent=None))
@@ -425,7 +564,7 @@ def _crud_group(group_name: str, message: type[Message], field: str, list_rpc: s
             fn = option(fn)
         return fn
 
-    @group.command("create")
+    @group.command("create", help=f"Create {group_name} NAME with the options given.")
     @click.argument("name")
     @with_options
     @_format_option
@@ -433,7 +572,7 @@ def _crud_group(group_name: str, message: type[Message], field: str, list_rpc: s
         obj = message(name=name, **{k: v for k, v in build(**values).items() if v is not None})
         output.emit(fmt, [call(f"Create{pascal}", request("Create", **{field: obj}))])
 
-    @group.command("update")
+    @group.command("update", help=f"Change the options given of {group_name} NAME; the rest stays.")
     @click.argument("name")
     @with_options
     @_format_option
@@ -445,20 +584,20 @@ def _crud_group(group_name: str, message: type[Message], field: str, list_rpc: s
         obj = message(name=name, **{k: v for k, v in fields.items() if v is not None})
         output.emit(fmt, [call(f"Update{pascal}", request("Update", **{field: obj, "update_mask": mask}))])
 
-    @group.command("get")
+    @group.command("get", help=f"Show {group_name} NAME (as `fedctl get {group_name} NAME`).")
     @click.argument("name")
     @_format_option
     def get_one(name: str, fmt: str) -> None:
         output.emit(fmt, [call(f"Get{pascal}", request("Get", name=name))])
 
-    @group.command("list")
+    @group.command("list", help=f"List every {group_name} (as `fedctl get {group_name}s`).")
     @_format_option
     def list_all(fmt: str) -> None:
         response = call(list_rpc, getattr(admin_pb2, f"{list_rpc}Request")())
         items = list(getattr(response, response.DESCRIPTOR.fields[0].name))
         output.emit(fmt, items, response)
 
-    @group.command("delete")
+    @group.command("delete", help=f"Delete {group_name} NAME.")
     @click.argument("obj_name", metavar="NAME")
     def delete(obj_name: str) -> None:
         call(f"Delete{pascal}", request("Delete", name=obj_name))
@@ -547,14 +686,23 @@ def _to_apply(doc: Document) -> list[tuple[str, Converted]]:
     return apply_documents(doc)
 
 
+def _same(existing: Message, wanted: Message, paths: list[str]) -> bool:
+    def value(message: Message, path: str) -> Any:
+        found = getattr(message, path)
+        return dict(found) if hasattr(found, "items") else list(found) if hasattr(found, "extend") else found
+    return all(value(existing, p) == value(wanted, p) for p in paths)
+
+
 @cli.command()
 @click.option("-f", "--filename", "files", multiple=True, required=True,
               type=click.Path(path_type=Path, allow_dash=True), help="Manifest file (repeatable).")
+@_dry_run
 @pass_client
-def apply(client: Client, files: tuple[Path, ...]) -> None:
+def apply(client: Client, files: tuple[Path, ...], dry_run: str) -> None:
     """Create or update the Tenant, Queue, PriorityClass and Flavor manifests in the files, in order; Volcano
     Queues too (scheduling.volcano.sh/v1beta1), in the tenant their federation.dev/tenant annotation names,
-    and Kueue ClusterQueues and Cohorts, mapped as `fedctl convert` shows."""
+    and Kueue ClusterQueues and Cohorts, mapped as `fedctl convert` shows. Says `unchanged` of an object
+    already as written."""
     converted = [made for doc in _read_manifests(files) for made in _to_apply(doc)]
     for _, c in converted:
         for warning in c.warnings:
@@ -562,16 +710,28 @@ def apply(client: Client, files: tuple[Path, ...]) -> None:
     for kind, c in converted:
         field = {"Tenant": "tenant", "Queue": "queue", "PriorityClass": "priority_class", "Flavor": "flavor"}[kind]
         name = c.message.name  # type: ignore[attr-defined]
+        if dry_run == "client":
+            click.echo(f"{kind.lower()}/{name} read (dry run: client)")
+            continue
+        paths = [p for p in c.origin if p not in ("name", "tenant")]
         try:
             try:
-                getattr(client.admin, f"Create{kind}")(getattr(admin_pb2, f"Create{kind}Request")(**{field: c.message}))
-                verb = "created"
+                existing = getattr(client.admin, f"Get{kind}")(getattr(admin_pb2, f"Get{kind}Request")(name=name))
             except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.ALREADY_EXISTS:  # type: ignore[attr-defined]
+                if err.code() != grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
                     raise
-                mask = field_mask_pb2.FieldMask(paths=[p for p in c.origin if p not in ("name", "tenant")])
-                getattr(client.admin, f"Update{kind}")(
-                    getattr(admin_pb2, f"Update{kind}Request")(**{field: c.message, "update_mask": mask}))
+                existing = None
+            if existing is None:
+                if dry_run == "none":
+                    getattr(client.admin, f"Create{kind}")(
+                        getattr(admin_pb2, f"Create{kind}Request")(**{field: c.message}))
+                verb = "created"
+            elif _same(existing, c.message, paths):
+                verb = "unchanged"
+            else:
+                if dry_run == "none":
+                    getattr(client.admin, f"Update{kind}")(getattr(admin_pb2, f"Update{kind}Request")(
+                        **{field: c.message, "update_mask": field_mask_pb2.FieldMask(paths=paths)}))
                 verb = "configured"
         except grpc.RpcError as err:
             violations = field_violations(err)
@@ -579,7 +739,7 @@ def apply(client: Client, files: tuple[Path, ...]) -> None:
                 fail([f"{c.doc.file}:{c.doc.start_line}: {kind.lower()}/{name}: {err.details()}"])  # type: ignore
             fail([f"{c.doc.file}:{c.line_of(v.field.partition('.')[2])}: {v.field}: {v.description}"
                   for v in violations])
-        click.echo(f"{kind.lower()}/{name} {verb}")
+        click.echo(f"{kind.lower()}/{name} {verb}" + (" (dry run: server)" if dry_run == "server" else ""))
 
 
 @cli.command("convert")
@@ -597,6 +757,17 @@ def convert_command(files: tuple[Path, ...]) -> None:
 
 
 cli.add_command(dev)
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print SHELL's completion script for fedctl: `source <(fedctl completion bash)`."""
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    assert completer is not None
+    click.echo(completer(cli, {}, "fedctl", "_FEDCTL_COMPLETE").source())
 
 
 # ---- clusters -------------------------------------------------------------------------------

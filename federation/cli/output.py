@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -88,8 +89,16 @@ def emit(fmt: str, items: Sequence[Message], whole: Message | None = None) -> No
         headers, row = TABLES[type(items[0])]
         click.echo(render_table(headers, [row(i) for i in items]))
         return
-    message = whole if whole is not None else items[0]
+    if whole is not None or len(items) == 1:
+        data: Any = as_dict(whole if whole is not None else items[0])
+    else:  # several objects named: a list of them, as kubectl prints one
+        data = {"items": [as_dict(i) for i in items]}
     if fmt == "json":
-        click.echo(json_format.MessageToJson(message))
+        click.echo(json.dumps(data, indent=2))
     else:
-        click.echo(yaml.safe_dump(json_format.MessageToDict(message), sort_keys=False).rstrip())
+        click.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
+
+
+def as_dict(message: Message) -> dict[str, Any]:
+    """Proto JSON with every field, zero values included (pod index 0, running 0 are values, not absences)."""
+    return json_format.MessageToDict(message, always_print_fields_with_no_presence=True)

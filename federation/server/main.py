@@ -16,6 +16,7 @@ import click
 from sqlalchemy.engine import URL
 
 from federation import metrics
+from federation.cliargs import hoist
 from federation.durations import parse_duration
 from federation.errors import FederationError
 from federation.leader import LEASE
@@ -57,7 +58,12 @@ def _database(database_url: str | None, data_dir: Path) -> Iterator[URL]:
         raise click.UsageError(str(err)) from err
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _ServerGroup(click.Group):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist(args, ("--log-level",)))  # `serve --log-level debug` too
+
+
+@click.group(cls=_ServerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", envvar="FEDERATION_LOG_LEVEL", default="info",
               type=click.Choice(["debug", "info", "warning", "error"]), show_default=True,
               help="Least severe log messages shown (debug, info, warning, error).")

@@ -8,14 +8,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("spec", "reject_inadmissible", "allow_unknown_resources")
+    __slots__ = ("spec", "reject_inadmissible", "allow_unknown_resources", "dry_run")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     REJECT_INADMISSIBLE_FIELD_NUMBER: _ClassVar[int]
     ALLOW_UNKNOWN_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     spec: _common_pb2.JobSpec
     reject_inadmissible: bool
     allow_unknown_resources: bool
-    def __init__(self, spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., reject_inadmissible: _Optional[bool] = ..., allow_unknown_resources: _Optional[bool] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., reject_inadmissible: _Optional[bool] = ..., allow_unknown_resources: _Optional[bool] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job", "duplicate", "inadmissible")
@@ -28,14 +30,16 @@ class SubmitJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_common_pb2.Job, _Mapping]] = ..., duplicate: _Optional[bool] = ..., inadmissible: _Optional[str] = ...) -> None: ...
 
 class SubmitJobsRequest(_message.Message):
-    __slots__ = ("specs", "reject_inadmissible", "allow_unknown_resources")
+    __slots__ = ("specs", "reject_inadmissible", "allow_unknown_resources", "dry_run")
     SPECS_FIELD_NUMBER: _ClassVar[int]
     REJECT_INADMISSIBLE_FIELD_NUMBER: _ClassVar[int]
     ALLOW_UNKNOWN_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     specs: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobSpec]
     reject_inadmissible: bool
     allow_unknown_resources: bool
-    def __init__(self, specs: _Optional[_Iterable[_Union[_common_pb2.JobSpec, _Mapping]]] = ..., reject_inadmissible: _Optional[bool] = ..., allow_unknown_resources: _Optional[bool] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, specs: _Optional[_Iterable[_Union[_common_pb2.JobSpec, _Mapping]]] = ..., reject_inadmissible: _Optional[bool] = ..., allow_unknown_resources: _Optional[bool] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class SubmitJobResult(_message.Message):
     __slots__ = ("job_id", "duplicate", "inadmissible")
