@@ -115,7 +115,8 @@ async def test_a_leader_stalled_inside_a_fenced_write_keeps_the_lease_no_longer_
 def test_metrics_endpoint(tmp_path: Path) -> None:
     from federation.cli.dev import ServerProcess
 
-    server = ServerProcess("--data-dir", str(tmp_path / "pg"), "--auto-migrate")
+    # --log-level after `serve`: global options go anywhere
+    server = ServerProcess("--data-dir", str(tmp_path / "pg"), "--auto-migrate", "--log-level", "warning")
     try:
         body = urllib.request.urlopen(f"http://{server.metrics}/metrics", timeout=10).read().decode()
     finally:
