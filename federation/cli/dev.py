@@ -81,11 +81,13 @@ class ServerProcess(_Child):
 
     def __init__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60,
                  listen: str = "127.0.0.1:0", secure: bool = False, metrics_listen: str = "127.0.0.1:0",
-                 log_file: Path | None = None) -> None:
+                 ui_listen: str = "", log_file: Path | None = None) -> None:
         super().__init__([str(BIN / "federation-server"), "serve", "--listen", listen,
-                          "--metrics-listen", metrics_listen, *([] if secure else ["--insecure-dev"]), *args],
+                          "--metrics-listen", metrics_listen, *(["--ui-listen", ui_listen] if ui_listen else []),
+                          *([] if secure else ["--insecure-dev"]), *args],
                          b"federation-server listening", env, timeout, log_file)
         lines = self.log.decode().splitlines()
+        self.dashboard = next((line.rsplit(" ", 1)[1] for line in lines if "dashboard on" in line), "")
         self.metrics = next((line.rsplit(" ", 1)[1] for line in lines if "metrics on" in line), "")
         self.agent_address = next((line.rsplit(" ", 1)[1] for line in lines if "agents (mTLS) on" in line), "")
         self.address = self.ready_line.rsplit(" ", 1)[1]
@@ -188,6 +190,7 @@ def _federation(data_dir: Path, examples: Path, listen: str, kube: Path | None =
 @dataclass(frozen=True)
 class DevPorts:
     metrics: str = "127.0.0.1:0"
+    ui: str = "127.0.0.1:0"
     agent_admin: tuple[str, ...] = ("127.0.0.1:0",) * 3  # one per example cluster, in DEMO_CLUSTERS' order
 
 
@@ -212,11 +215,11 @@ def _federation_on(data_dir: Path, examples: Path, listen: str, kube: Path | Non
         server = ServerProcess("--data-dir", str(data_dir), "--auto-migrate", "--agent-listen", "127.0.0.1:0",
                                "--tls-cert", str(tls / "server.crt"), "--tls-key", str(tls / "server.key"),
                                "--agent-ca", str(tls / "ca.crt"), listen=listen, metrics_listen=ports.metrics,
-                               log_file=logs / "federation-server.log")
+                               ui_listen=ports.ui, log_file=logs / "federation-server.log")
         children.append(server)
         click.echo(f"federation-server listening on {server.address} (--insecure-dev: no tokens), "
                    f"agents over mTLS on {server.agent_address} (certificates in {tls}), "
-                   f"metrics on http://{server.metrics}/metrics")
+                   f"metrics on http://{server.metrics}/metrics, dashboard on {server.dashboard}")
         for (name, file, label), admin in zip(DEMO_CLUSTERS, ports.agent_admin, strict=True):
             on_kube = kube is not None and name == KUBE_CLUSTER
             backend = ["--kubeconfig", str(kube), "--namespace", KUBE_NAMESPACE] if on_kube else [
@@ -391,12 +394,15 @@ def kube_testbed(directory: Path, cluster: Path) -> None:
               help="The server's Prometheus /metrics (port 0 picks one).")
 @click.option("--agent-admin-port", type=click.IntRange(0, 65533), default=7001, show_default=True,
               help="The agents' fault-injection ports: this one (h100) and the next two (gb300, cpu); 0 picks any.")
-def up(data_dir: Path, examples: Path, listen: str, metrics_listen: str, agent_admin_port: int) -> None:
+@click.option("--ui-listen", default="127.0.0.1:8080", show_default=True,
+              help="The web dashboard (port 0 picks one).")
+def up(data_dir: Path, examples: Path, listen: str, metrics_listen: str, agent_admin_port: int,
+       ui_listen: str) -> None:
     """The same federation as the demo, kept running for `fedctl` until Ctrl-C (or SIGTERM), on fixed ports."""
     admin = tuple(f"127.0.0.1:{agent_admin_port + i if agent_admin_port else 0}" for i in range(len(DEMO_CLUSTERS)))
     try:
-        with _federation(data_dir, examples, listen, ports=DevPorts(metrics_listen, admin)) as server:
-            click.secho(f"\nfederation ready at {server.address}", bold=True)
+        with _federation(data_dir, examples, listen, ports=DevPorts(metrics_listen, ui_listen, admin)) as server:
+            click.secho(f"\nfederation ready at {server.address}, dashboard at {server.dashboard}", bold=True)
             hint = "" if server.address == "127.0.0.1:50051" else f"--server {server.address} "
             click.echo(f"try:  fedctl {hint}submit {examples / 'jobs' / 'train-64gpu-hard.yaml'}\n"
                        f"      fedctl {hint}list jobs\n      fedctl {hint}clusters\nstop with Ctrl-C")

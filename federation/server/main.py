@@ -13,6 +13,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import click
+import grpc
+from cryptography import x509
 from sqlalchemy.engine import URL
 
 from federation import metrics
@@ -34,6 +36,7 @@ from federation.server.app import (
 )
 from federation.store import database
 from federation.store.tokens import TokenStore
+from federation.ui.server import Dashboard
 
 log = logging.getLogger("federation.server")
 
@@ -85,6 +88,9 @@ def cli(log_level: str) -> None:
               show_default=True, help="Upgrade an out-of-date database schema at startup instead of refusing.")
 @click.option("--metrics-listen", envvar="FEDERATION_METRICS_LISTEN", default="0.0.0.0:9464", show_default=True,
               help="Address of the Prometheus /metrics endpoint ('' turns it off; port 0 picks one).")
+@click.option("--ui-listen", envvar="FEDERATION_UI_LISTEN", default="", show_default=True,
+              help="Address of the read-only web dashboard (off when ''; port 0 picks one); it reads the API with "
+                   "each viewer's token.")
 @click.option("--heartbeat-timeout", envvar="FEDERATION_HEARTBEAT_TIMEOUT", type=click.FloatRange(min=1),
               default=HEARTBEAT_TIMEOUT, show_default=True,
               help="Seconds without a heartbeat after which a cluster is NotReady: it gets no new work and "
@@ -131,8 +137,8 @@ def cli(log_level: str) -> None:
 @click.option("--oidc-admin-value", envvar="FEDERATION_OIDC_ADMIN_VALUE", default="federation-admins",
               show_default=True, help="The value of --oidc-admin-claim that makes the caller an admin.")
 def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str,
-          heartbeat_timeout: float, lost_grace: float, leader_lease: float, insecure_dev: bool, submit_rate: float,
-          submit_burst: int, agent_listen: str, tls_cert: Path | None, tls_key: Path | None,
+          ui_listen: str, heartbeat_timeout: float, lost_grace: float, leader_lease: float, insecure_dev: bool,
+          submit_rate: float, submit_burst: int, agent_listen: str, tls_cert: Path | None, tls_key: Path | None,
           agent_ca: Path | None, client_ca: Path | None, oidc_issuer: str, oidc_audience: str, oidc_jwks: Path | None,
           oidc_tenant_claim: str, oidc_admin_claim: str, oidc_admin_value: str) -> None:
     """Serve JobService and AdminService (and AgentService on --agent-listen) until SIGINT or SIGTERM."""
@@ -163,7 +169,7 @@ def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: b
         except ValueError as err:
             raise click.ClickException(str(err)) from None
         try:
-            asyncio.run(_serve(server, metrics_listen))
+            asyncio.run(_serve(server, metrics_listen, ui_listen))
         except PortInUse as err:
             raise click.ClickException(str(err)) from None
 
@@ -175,9 +181,36 @@ def _current_schema(url: URL, auto_migrate: bool) -> None:
         raise click.ClickException(str(err)) from err
 
 
-async def _serve(server: FederationServer, metrics_listen: str) -> None:
+def _dashboard(server: FederationServer, port: int) -> Dashboard:
+    """The dashboard's client of this server's own API: over loopback, with TLS when the API has it."""
+    target = f"127.0.0.1:{port}"
+    if server.api_tls is None:
+        return Dashboard(target)
+    if server.api_tls.client_ca:
+        raise click.ClickException("--ui-listen cannot be used with --client-ca: the dashboard has no client "
+                                   "certificate to present")
+    cert = x509.load_pem_x509_certificate(server.api_tls.cert)
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        name = next(iter(names.get_values_for_type(x509.DNSName)), "localhost")
+    except x509.ExtensionNotFound:
+        name = "localhost"
+    return Dashboard(target, grpc.ssl_channel_credentials(root_certificates=server.api_tls.cert),
+                     (("grpc.ssl_target_name_override", name),))
+
+
+async def _serve(server: FederationServer, metrics_listen: str, ui_listen: str = "") -> None:
     listen = server.listen
     port = await server.start()
+    dashboard = None
+    if ui_listen:
+        dashboard = _dashboard(server, port)
+        try:
+            ui_port = await dashboard.start(ui_listen)
+        except OSError as err:
+            await server.stop(0)
+            raise PortInUse(f"cannot serve the dashboard on {ui_listen}: {err.strerror}") from None
+        print(f"federation-server dashboard on http://{ui_listen.rpartition(':')[0]}:{ui_port}", flush=True)
     if metrics_listen:
         try:
             metrics_port = metrics.serve(metrics_listen)
@@ -196,6 +229,8 @@ async def _serve(server: FederationServer, metrics_listen: str) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
+    if dashboard is not None:
+        await dashboard.stop()
     await server.stop()
 
 
