@@ -12,10 +12,12 @@ import asyncio
 import gc
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
+
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from federation import metrics
 from federation.jobcache import HoldingJob, JobCache, job_view
@@ -42,6 +44,9 @@ from federation.store.models import Flavor, PriorityClass, Queue, Tenant
 from federation.v1 import admin_pb2
 
 log = logging.getLogger(__name__)
+
+HISTORY_STEP = 30.0  # seconds between the samples of a queue's share the dashboard charts
+HISTORY_SAMPLES = 120  # an hour of them
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -151,6 +156,7 @@ class Scheduler:
         self.held: dict[str, tuple[dict[str, int], list[tuple[str, str]]]] = {}
         self._cycles = 0
         self._leading = False
+        self._history: dict[str, deque[tuple[float, float]]] = {}  # queue -> (unix time, dominant share)
         self._series = metrics.Series(metrics.QUEUE_PENDING, metrics.QUEUE_DOMINANT_SHARE, metrics.QUEUE_USAGE,
                                       metrics.QUEUE_DESERVED, metrics.CLUSTER_UTILISATION, metrics.CLUSTER_READY,
                                       metrics.CLUSTER_HEARTBEAT_AGE)
@@ -280,11 +286,25 @@ class Scheduler:
                 metrics.QUEUE_USAGE.labels(queue, resource).set(usage.get(resource, 0))
                 metrics.QUEUE_DESERVED.labels(queue, resource).set(deserved.get(resource, 0))
                 by_resource.add((queue, resource))
+        self._sample_history(decisions, time.time())
         # A deleted queue leaves the metrics with it.
         self._series.keep(metrics.QUEUE_PENDING, {(q,) for q in waiting})
         self._series.keep(metrics.QUEUE_DOMINANT_SHARE, {(q,) for q in decisions.usage})
         self._series.keep(metrics.QUEUE_USAGE, by_resource)
         self._series.keep(metrics.QUEUE_DESERVED, by_resource)
+
+    def _sample_history(self, decisions: Decisions, now: float) -> None:
+        """One dominant share per queue every HISTORY_STEP seconds, an hour of them (the dashboard's chart)."""
+        assert decisions.shares is not None
+        for queue in list(self._history):
+            if queue not in decisions.usage:
+                del self._history[queue]  # deleted: its history with it
+        for queue, usage in decisions.usage.items():
+            samples = self._history.setdefault(queue, deque(maxlen=HISTORY_SAMPLES))
+            if samples and now - samples[-1][0] < HISTORY_STEP:
+                continue
+            share = dominant_share(usage, decisions.shares.queues.get(queue, {}))
+            samples.append((now, share if share != float("inf") else -1.0))
 
     async def queue_status(self, queue: Mapping[str, Any]) -> admin_pb2.QueueStatus:
         """Usage, deserved share and counts of one queue (its row), computed now as a cycle would."""
@@ -297,6 +317,8 @@ class Scheduler:
             queue=name, tenant=queue["tenant"], usage=format_resources(usage.get(name, {})),
             deserved=format_resources({r: a for r, a in deserved.items() if a}),
             dominant_share=share if share != float("inf") else -1.0,
+            history=[admin_pb2.ShareSample(time=Timestamp(seconds=int(t), nanos=int(t % 1 * 1e9)), dominant_share=v)
+                     for t, v in self._history.get(name, ())],
             pending=sum(1 for j in snapshot.pending if j.queue == name),
             running=sum(1 for j in snapshot.running if j.queue == name))
 

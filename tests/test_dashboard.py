@@ -182,6 +182,7 @@ def test_the_dashboard_answers_why_a_job_waits_and_where_its_gang_landed(site: S
     queue = browser.find_element(By.CSS_SELECTOR, "tr[data-queue='alpha-q']")
     assert queue.find_element(By.CSS_SELECTOR, "td.running").text == "1"
     assert "cpu 16 / " in queue.find_element(By.CSS_SELECTOR, "div.bar[title='cpu']").text
+    assert queue.find_elements(By.CSS_SELECTOR, "div.history canvas")  # the share's last hour, drawn by uPlot
     _shot(browser, "queues")
 
     # Another tenant's job, asked for by name: refused, as through the API.

@@ -47,6 +47,8 @@ async def test_rpcs_clusters_and_deleted_queues_in_the_metrics(api: Api, h100: A
     assert (sample("federation_cluster_heartbeat_age_seconds", cluster="h100") or 0) >= 0
     await make_queue(api, "brief", "ml")
     await until("the new queue's series", lambda: sample("federation_queue_pending_jobs", queue="brief") == 0)
+    status = await api.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name="brief"))
+    assert [s.dominant_share for s in status.history][-1:] == [0.0]  # the dashboard's last hour of it
     await api.admin.DeleteQueue(admin_pb2.DeleteQueueRequest(name="brief"))
     api.server.scheduler.wake()
     await until("the deleted queue's series to go", lambda: sample("federation_queue_pending_jobs",

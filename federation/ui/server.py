@@ -147,7 +147,8 @@ class Dashboard:
         rows = []
         for queue, status in zip(queues, statuses, strict=True):
             rows.append({"queue": queue, "status": status, "shares": _share_of(status.usage, status.deserved),
-                         "share": status.dominant_share})
+                         "share": status.dominant_share,
+                         "history": [[s.time.seconds, s.dominant_share] for s in status.history]})
         by_tenant: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             by_tenant.setdefault(row["queue"].tenant, []).append(row)

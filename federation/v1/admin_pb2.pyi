@@ -221,7 +221,7 @@ class Cluster(_message.Message):
     def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[ClusterStatus, str]] = ..., cordoned: _Optional[bool] = ..., agent_version: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ..., used: _Optional[_Mapping[str, str]] = ..., topology: _Optional[_Iterable[_Union[TierSummary, _Mapping]]] = ..., nodes: _Optional[int] = ..., problem: _Optional[str] = ...) -> None: ...
 
 class QueueStatus(_message.Message):
-    __slots__ = ("queue", "tenant", "usage", "deserved", "dominant_share", "pending", "running")
+    __slots__ = ("queue", "tenant", "usage", "deserved", "dominant_share", "pending", "running", "history")
     class UsageEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +243,7 @@ class QueueStatus(_message.Message):
     DOMINANT_SHARE_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     tenant: str
     usage: _containers.ScalarMap[str, str]
@@ -250,7 +251,16 @@ class QueueStatus(_message.Message):
     dominant_share: float
     pending: int
     running: int
-    def __init__(self, queue: _Optional[str] = ..., tenant: _Optional[str] = ..., usage: _Optional[_Mapping[str, str]] = ..., deserved: _Optional[_Mapping[str, str]] = ..., dominant_share: _Optional[float] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ...) -> None: ...
+    history: _containers.RepeatedCompositeFieldContainer[ShareSample]
+    def __init__(self, queue: _Optional[str] = ..., tenant: _Optional[str] = ..., usage: _Optional[_Mapping[str, str]] = ..., deserved: _Optional[_Mapping[str, str]] = ..., dominant_share: _Optional[float] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ShareSample, _Mapping]]] = ...) -> None: ...
+
+class ShareSample(_message.Message):
+    __slots__ = ("time", "dominant_share")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    DOMINANT_SHARE_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    dominant_share: float
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dominant_share: _Optional[float] = ...) -> None: ...
 
 class CreateTenantRequest(_message.Message):
     __slots__ = ("tenant",)
