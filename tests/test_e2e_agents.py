@@ -183,14 +183,15 @@ def test_dev_up_serves_fedctl_until_interrupted_and_leaves_nothing_behind(tmp_pa
 
     data_dir = tmp_path / "pg"
     command = [str(BIN / "fedctl"), "dev", "up", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0",
-               "--metrics-listen", "127.0.0.1:0", "--agent-admin-port", "0", "--examples", str(REPO / "examples")]
+               "--metrics-listen", "127.0.0.1:0", "--agent-admin-port", "0", "--ui-listen", "127.0.0.1:0",
+               "--examples", str(REPO / "examples")]
     up = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         assert up.stdout is not None
         out = b""
         for line in up.stdout:
             out += line
-            if b"federation ready at" in line:
+            if b"dashboard at" in line:  # the last line before it serves
                 break
         address = out.decode().rsplit("federation ready at ", 1)[1].split()[0]
         started = psutil.Process(up.pid).children(recursive=True)
@@ -207,6 +208,8 @@ def test_dev_up_serves_fedctl_until_interrupted_and_leaves_nothing_behind(tmp_pa
         logs = text.split("logs: ", 1)[1].splitlines()[0].split(", ")
         assert len(logs) == 4 and all(Path(log).stat().st_size > 0 for log in logs)
         assert "fault injection on 127.0.0.1:" in text
+        dashboard = text.split("dashboard at ", 1)[1].split()[0]
+        assert b"research-batch" in urllib.request.urlopen(f"{dashboard}/queues", timeout=10).read()
         submitted = fedctl(address, "submit", str(REPO / "examples" / "jobs" / "cpu-batch.yaml"))
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.split("job/", 1)[1].split()[0]

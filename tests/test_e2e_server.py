@@ -151,7 +151,7 @@ def test_fedctl_job_lifecycle(live: str, tmp_path: Path) -> None:
     assert header.split()[:2] == ["ID", "NAMESPACE"] and row.split()[:2] == [spaced_id, "vision"]
     fedctl(live, "cancel", spaced_id)
     as_json = json.loads(fedctl(live, "get", "job", ids[0], "-o", "json").stdout)
-    assert as_json["status"]["phase"] == "PENDING" and as_json["spec"]["queue"] == "research-batch"
+    assert as_json["status"]["phase"] == "Pending" and as_json["spec"]["queue"] == "research-batch"  # as the table
     cancelled = fedctl(live, "cancel", ids[1], "--reason", "not needed")
     assert cancelled.stdout.strip() == f"job/{ids[1]} cancelled"
     pending = json.loads(fedctl(live, "list", "jobs", "--phase", "Cancelled", "-o", "json").stdout)["jobs"]

@@ -402,7 +402,8 @@ def up(data_dir: Path, examples: Path, listen: str, metrics_listen: str, agent_a
     admin = tuple(f"127.0.0.1:{agent_admin_port + i if agent_admin_port else 0}" for i in range(len(DEMO_CLUSTERS)))
     try:
         with _federation(data_dir, examples, listen, ports=DevPorts(metrics_listen, ui_listen, admin)) as server:
-            click.secho(f"\nfederation ready at {server.address}, dashboard at {server.dashboard}", bold=True)
+            click.secho(f"\nfederation ready at {server.address}", bold=True)
+            click.secho(f"dashboard at {server.dashboard}", bold=True)
             hint = "" if server.address == "127.0.0.1:50051" else f"--server {server.address} "
             click.echo(f"try:  fedctl {hint}submit {examples / 'jobs' / 'train-64gpu-hard.yaml'}\n"
                        f"      fedctl {hint}list jobs\n      fedctl {hint}clusters\nstop with Ctrl-C")

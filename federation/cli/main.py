@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -521,8 +522,6 @@ def cancel(client: Client, job_id: str, reason: str) -> None:
 @pass_client
 def watch(client: Client, after: int | None, tenant: str, queue: str, job_id: str, fmt: str) -> None:
     """Stream job events as they happen (Ctrl-C to stop)."""
-    from google.protobuf import json_format
-
     request = jobs_pb2.WatchJobsRequest(tenant=tenant, queue=queue, job_id=job_id)
     if after is not None:
         request.after_sequence = after
@@ -531,7 +530,7 @@ def watch(client: Client, after: int | None, tenant: str, queue: str, job_id: st
             click.echo(f"{'SEQ':>8}  {'TIME':<8}  {'JOB':<32} {'EVENT':<12} {'PHASE':<11} MESSAGE")
         for event in client.jobs.WatchJobs(request):
             if fmt == "json":
-                click.echo(json_format.MessageToJson(event, indent=None))
+                click.echo(json.dumps(output.as_dict(event)))
             else:
                 when = event.time.ToDatetime().strftime("%H:%M:%S")
                 click.echo(f"{event.sequence:>8}  {when}  {event.job_id:<32} {event.type:<12} "
