@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-kube up kube-up testbed test lint proto reference bench clean
+.PHONY: demo demo-kube up kube-up testbed test lint proto reference bench clean ui-vendor
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -61,3 +61,11 @@ bench-%: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .ruff_cache *.egg-info
+
+# The dashboard's charting library, from the npm registry, into federation/ui/static/vendor/ (committed, so the
+# dashboard serves it from loopback with no build step).
+UPLOT := 1.6.32
+ui-vendor:
+	d=$$(mktemp -d) && cd $$d && npm pack --silent uplot@$(UPLOT) >/dev/null && tar xzf uplot-$(UPLOT).tgz && \
+	cp package/dist/uPlot.iife.min.js package/dist/uPlot.min.css $(CURDIR)/federation/ui/static/vendor/ && \
+	cp package/LICENSE $(CURDIR)/federation/ui/static/vendor/uPlot.LICENSE && rm -rf $$d
