@@ -263,3 +263,11 @@ def test_fedctl_reads_like_kubectl(live: str, tmp_path: Path) -> None:
 
     assert [path for path, text in commands(cli) if not text.strip()] == []  # help text on every command
     assert "complete" in run("completion", "bash").stdout
+    watch = subprocess.Popen([str(REPO / ".venv" / "bin" / "fedctl"), "watch", "--after", "0", "--server", live],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert watch.stdout is not None
+        assert watch.stdout.readline().split()[:4] == ["SEQ", "TIME", "JOB", "EVENT"]  # a header, as tables have
+    finally:
+        watch.kill()
+        watch.wait()
