@@ -343,6 +343,7 @@ def check_queue(v: Violations, path: str, queue: admin_pb2.Queue) -> None:
 
 
 MAX_INVENTORY_RESOURCES = 64
+MAX_REPORTED_HYPERNODES = 1_000  # an agent reports each HyperNode's free resources up to this many
 
 
 def inventory_problem(inv: Any) -> str:
@@ -358,6 +359,12 @@ def inventory_problem(inv: Any) -> str:
             return f"topology[{i}].tier {tier.tier} is out of range (0-{MAX_TIER + 1})"
         amounts += [(f"topology[{i}].max_free", tier.max_free.amounts),
                     (f"topology[{i}].max_capacity", tier.max_capacity.amounts)]
+    if len(inv.hypernodes) > MAX_REPORTED_HYPERNODES:
+        return f"{len(inv.hypernodes)} HyperNodes reported, at most {MAX_REPORTED_HYPERNODES}"
+    for i, h in enumerate(inv.hypernodes):
+        if not 1 <= h.tier <= MAX_TIER or len(h.name) > 253 or len(h.parent) > 253:
+            return f"hypernodes[{i}] has a tier out of range or a name too long"
+        amounts += [(f"hypernodes[{i}].free", h.free.amounts), (f"hypernodes[{i}].allocatable", h.allocatable.amounts)]
     for where, values in amounts:
         if len(values) > MAX_INVENTORY_RESOURCES:
             return f"{where} lists {len(values)} resources, at most {MAX_INVENTORY_RESOURCES}"

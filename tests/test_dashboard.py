@@ -166,6 +166,10 @@ def test_the_dashboard_answers_why_a_job_waits_and_where_its_gang_landed(site: S
     assert marked == sorted(set(pods))
     selected = browser.find_element(By.CSS_SELECTOR, "section.cluster.selected")
     assert selected.get_attribute("data-cluster") == "cpu"
+    # The HyperNode tree as a heat map, the gang's HyperNode (and those above it) outlined.
+    landed = [e.get_attribute("data-name") for e in selected.find_elements(By.CSS_SELECTOR, "span.hypernode.landed")]
+    hypernode = browser.execute_script("return document.getElementById('highlight').innerText")
+    assert landed and landed[-1] in hypernode and len(selected.find_elements(By.CSS_SELECTOR, "span.hypernode")) > 1
     _shot(browser, "clusters")
 
     # Why a job waits: each cluster and the reason it does not fit there.

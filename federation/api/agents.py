@@ -37,6 +37,8 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
         "used": dict(inv.used.amounts), "healthy": inv.healthy, "nodes": inv.nodes, "ready_nodes": inv.ready_nodes,
         "topology": [{"tier": t.tier, "tier_name": t.tier_name, "max_free": dict(t.max_free.amounts),
                       "max_capacity": dict(t.max_capacity.amounts)} for t in inv.topology],
+        "hypernodes": [{"name": h.name, "tier": h.tier, "parent": h.parent, "free": dict(h.free.amounts),
+                        "allocatable": dict(h.allocatable.amounts)} for h in inv.hypernodes],
     }
 
 

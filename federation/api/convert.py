@@ -79,7 +79,11 @@ def cluster_to_proto(row: Mapping[str, Any]) -> admin_pb2.Cluster:
         topology=[admin_pb2.TierSummary(tier=t["tier"], tier_name=t.get("tier_name", ""),
                                         max_free=format_resources(t.get("max_free", {})),
                                         max_capacity=format_resources(t.get("max_capacity", {})))
-                  for t in inv.get("topology", [])])
+                  for t in inv.get("topology", [])],
+        hypernodes=[admin_pb2.HyperNodeStatus(name=h["name"], tier=h["tier"], parent=h["parent"],
+                                            free=format_resources(h["free"]),
+                                            allocatable=format_resources(h["allocatable"]))
+                    for h in inv.get("hypernodes", [])])
 
 
 def token_to_proto(row: Mapping[str, Any]) -> admin_pb2.Token:

@@ -23,7 +23,7 @@ from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from federation.resources import parse_amount
+from federation.resources import format_amount, parse_amount
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,10 @@ def _when(ts: Any) -> str:
 
 def _amounts(amounts: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(amounts.items())) or "-"
+
+
+def _show(resource: str, amount: int) -> str:
+    return format_amount(resource, amount)
 
 
 def _share_of(usage: Any, deserved: Any) -> dict[str, tuple[int, int]]:
@@ -204,12 +208,29 @@ class Dashboard:
             job = await api(api.jobs.GetJob, jobs_pb2.GetJobRequest(id=request.query["job"]))
         rows = []
         for c in clusters:
+            unit = GPU if GPU in c.allocatable else "cpu"  # what the heat is measured in: GPUs, where there are
             tiers = []
             for t in c.topology:
-                free = parse_amount(GPU, t.max_free.get(GPU, "0"))
-                cap = parse_amount(GPU, t.max_capacity.get(GPU, "0"))
-                tiers.append({"tier": t.tier, "name": t.tier_name, "free": free, "capacity": cap})
-            rows.append({"cluster": c, "shares": _share_of(c.used, c.allocatable), "tiers": tiers})
+                free = parse_amount(unit, t.max_free.get(unit, "0"))
+                cap = parse_amount(unit, t.max_capacity.get(unit, "0"))
+                tiers.append({"tier": t.tier, "name": t.tier_name, "free": _show(unit, free),
+                              "capacity": _show(unit, cap), "heat": free / cap if cap else 0})
+            children: dict[str, list[Any]] = {}
+            for h in c.hypernodes:
+                free = parse_amount(unit, h.free.get(unit, "0"))
+                total = parse_amount(unit, h.allocatable.get(unit, "0"))
+                children.setdefault(h.parent, []).append({
+                    "name": h.name, "tier": h.tier, "free": _show(unit, free), "allocatable": _show(unit, total),
+                    "heat": free / total if total else 0})
+            landed: set[str] = set()  # the HyperNode the job's gang is in, and those above it
+            if job is not None and job.status.cluster == c.name:
+                parent_of = {h.name: h.parent for h in c.hypernodes}
+                at = job.status.hypernode
+                while at:
+                    landed.add(at)
+                    at = parent_of.get(at, "")
+            rows.append({"cluster": c, "shares": _share_of(c.used, c.allocatable), "tiers": tiers,
+                         "children": children, "landed": landed, "unit": unit})
         nodes = {p.node for p in job.status.placements} if job is not None else set()
         return self._page("clusters.html", title="Clusters", rows=rows, job=job, nodes=sorted(nodes),
                           status=admin_pb2.ClusterStatus.Name)

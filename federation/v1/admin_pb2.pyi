@@ -164,8 +164,36 @@ class TierSummary(_message.Message):
     max_capacity: _containers.ScalarMap[str, str]
     def __init__(self, tier: _Optional[int] = ..., tier_name: _Optional[str] = ..., max_free: _Optional[_Mapping[str, str]] = ..., max_capacity: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
+class HyperNodeStatus(_message.Message):
+    __slots__ = ("name", "tier", "parent", "free", "allocatable")
+    class FreeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class AllocatableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    FREE_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tier: int
+    parent: str
+    free: _containers.ScalarMap[str, str]
+    allocatable: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., tier: _Optional[int] = ..., parent: _Optional[str] = ..., free: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class Cluster(_message.Message):
-    __slots__ = ("name", "labels", "status", "cordoned", "agent_version", "last_heartbeat", "capacity", "allocatable", "used", "topology", "nodes", "problem")
+    __slots__ = ("name", "labels", "status", "cordoned", "agent_version", "last_heartbeat", "capacity", "allocatable", "used", "topology", "nodes", "problem", "hypernodes")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -206,6 +234,7 @@ class Cluster(_message.Message):
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    HYPERNODES_FIELD_NUMBER: _ClassVar[int]
     name: str
     labels: _containers.ScalarMap[str, str]
     status: ClusterStatus
@@ -218,7 +247,8 @@ class Cluster(_message.Message):
     topology: _containers.RepeatedCompositeFieldContainer[TierSummary]
     nodes: int
     problem: str
-    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[ClusterStatus, str]] = ..., cordoned: _Optional[bool] = ..., agent_version: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ..., used: _Optional[_Mapping[str, str]] = ..., topology: _Optional[_Iterable[_Union[TierSummary, _Mapping]]] = ..., nodes: _Optional[int] = ..., problem: _Optional[str] = ...) -> None: ...
+    hypernodes: _containers.RepeatedCompositeFieldContainer[HyperNodeStatus]
+    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[ClusterStatus, str]] = ..., cordoned: _Optional[bool] = ..., agent_version: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ..., used: _Optional[_Mapping[str, str]] = ..., topology: _Optional[_Iterable[_Union[TierSummary, _Mapping]]] = ..., nodes: _Optional[int] = ..., problem: _Optional[str] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeStatus, _Mapping]]] = ...) -> None: ...
 
 class QueueStatus(_message.Message):
     __slots__ = ("queue", "tenant", "usage", "deserved", "dominant_share", "pending", "running", "history")

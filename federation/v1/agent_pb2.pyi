@@ -88,8 +88,22 @@ class TierFree(_message.Message):
     max_capacity: ResourceAmounts
     def __init__(self, tier: _Optional[int] = ..., tier_name: _Optional[str] = ..., max_free: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., max_capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ...) -> None: ...
 
+class HyperNodeFree(_message.Message):
+    __slots__ = ("name", "tier", "parent", "free", "allocatable")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    FREE_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tier: int
+    parent: str
+    free: ResourceAmounts
+    allocatable: ResourceAmounts
+    def __init__(self, name: _Optional[str] = ..., tier: _Optional[int] = ..., parent: _Optional[str] = ..., free: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ...) -> None: ...
+
 class Inventory(_message.Message):
-    __slots__ = ("capacity", "allocatable", "used", "healthy", "nodes", "ready_nodes", "topology")
+    __slots__ = ("capacity", "allocatable", "used", "healthy", "nodes", "ready_nodes", "topology", "hypernodes")
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -97,6 +111,7 @@ class Inventory(_message.Message):
     NODES_FIELD_NUMBER: _ClassVar[int]
     READY_NODES_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    HYPERNODES_FIELD_NUMBER: _ClassVar[int]
     capacity: ResourceAmounts
     allocatable: ResourceAmounts
     used: ResourceAmounts
@@ -104,7 +119,8 @@ class Inventory(_message.Message):
     nodes: int
     ready_nodes: int
     topology: _containers.RepeatedCompositeFieldContainer[TierFree]
-    def __init__(self, capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., used: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[int] = ..., ready_nodes: _Optional[int] = ..., topology: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ...) -> None: ...
+    hypernodes: _containers.RepeatedCompositeFieldContainer[HyperNodeFree]
+    def __init__(self, capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., used: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[int] = ..., ready_nodes: _Optional[int] = ..., topology: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeFree, _Mapping]]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("time",)

@@ -16,11 +16,13 @@ from typing import Any, Protocol
 
 from federation.resources import Resources, parse_resources
 from federation.v1 import agent_pb2, common_pb2
+from federation.validation import MAX_REPORTED_HYPERNODES
 from member_agent.gang import gang_request
 from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
 from member_agent.metrics import BIND_SECONDS, INVENTORY_AGE, PLACEMENTS, PODS_BOUND
 from member_agent.placement import PodPlacement, Rejection, place
 from member_agent.state import ClusterState
+from member_agent.topology import ROOT
 
 log = logging.getLogger(__name__)
 
@@ -172,11 +174,19 @@ class Agent:
                                        max_free=agent_pb2.ResourceAmounts(amounts=t.max_free),
                                        max_capacity=agent_pb2.ResourceAmounts(amounts=t.max_capacity))
                     for t in self.state.summary()]
+        domains = [d for d in self.state.topology.domains.values() if d.name != ROOT]
+        if len(domains) > MAX_REPORTED_HYPERNODES:  # too many to send every time: only the tiers' summary
+            domains = []
+        hypernodes = [agent_pb2.HyperNodeFree(
+            name=d.name, tier=d.tier, parent=d.parent if d.parent and d.parent != ROOT else "",
+            free=agent_pb2.ResourceAmounts(amounts=self.state.domain_free[d.name]),
+            allocatable=agent_pb2.ResourceAmounts(amounts=self.state.domain_allocatable[d.name]))
+            for d in sorted(domains, key=lambda d: (-d.tier, d.name))]
         return agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
             capacity=agent_pb2.ResourceAmounts(amounts=capacity),
             allocatable=agent_pb2.ResourceAmounts(amounts=allocatable),
             used=agent_pb2.ResourceAmounts(amounts=used), healthy=bool(self.state.ready),
-            nodes=len(self.state.free), ready_nodes=len(self.state.ready), topology=topology))
+            nodes=len(self.state.free), ready_nodes=len(self.state.ready), topology=topology, hypernodes=hypernodes))
 
     def drain_outbox(self) -> None:
         """A new connection starts from full state, so nothing queued for the old one matters."""
