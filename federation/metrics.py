@@ -81,12 +81,11 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
         labels = (kind, service, method)
 
         def done(context: grpc.aio.ServicerContext, started: float, failed: BaseException | None) -> None:
-            code = context.code()
+            code = context.code()  # set by an abort or set_code; else as the call ended
             if code is None:
-                code = grpc.StatusCode.UNKNOWN if failed is not None and not isinstance(
-                    failed, grpc.aio.AbortError | asyncio.CancelledError) else grpc.StatusCode.OK
-            if isinstance(failed, asyncio.CancelledError) and context.code() is None:
-                code = grpc.StatusCode.CANCELLED
+                code = grpc.StatusCode.OK if failed is None or isinstance(failed, grpc.aio.AbortError) \
+                    else grpc.StatusCode.CANCELLED if isinstance(failed, asyncio.CancelledError) \
+                    else grpc.StatusCode.UNKNOWN
             name = code.name if isinstance(code, grpc.StatusCode) else str(code)
             RPC_HANDLED.labels(*labels, name).inc()
             RPC_SECONDS.labels(*labels).observe(time.perf_counter() - started)

@@ -29,6 +29,7 @@ MAX_TIER = 16
 MAX_RETRY = 100
 DEFAULT_MAX_RETRY = 3  # restarts and losses a job may have when its spec does not say (Volcano's default)
 DEFAULT_QUEUE = "default"  # Volcano always has it; a job naming no queue goes there (migration 0008 makes it)
+DEFAULT_TENANT = "default"  # the default queue's, and where Volcano's tenant-less queues go
 MAX_WEIGHT = 1_000_000
 MAX_PRIORITY_VALUE = 1_000_000_000
 MAX_DESCRIPTION = 1024

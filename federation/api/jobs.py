@@ -95,13 +95,14 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                                            f"({', '.join(children)})")
             if spec.priority_class_name and spec.priority_class_name not in classes:
                 v.add(f"{path}.priority_class_name", f"priority class {spec.priority_class_name!r} not found")
+        clusters = await self.admin.list(Cluster)
         if not allow_unknown_resources:
-            await self._check_resource_names(v, normalised, paths)
+            _check_resource_names(v, normalised, paths, clusters)
         if v:
             raise InvalidArgument(v.items)
 
         tenants = {t["name"]: t for t in await self.admin.list(Tenant)}
-        ready = any(c["status"] == "READY" and not c["cordoned"] for c in await self.admin.list(Cluster))
+        ready = any(c["status"] == "READY" and not c["cordoned"] for c in clusters)
         reason = WAITING_REASON if ready else NO_CLUSTER_REASON
         out = []
         for spec, check in zip(normalised, checked, strict=True):
@@ -117,28 +118,6 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                 priority_class=pc["name"] if pc else "", priority=pc["value"] if pc else 0,
                 request=check.minimum, spec=convert.spec_to_json(spec), request_id=spec.request_id, reason=reason))
         return out
-
-    async def _check_resource_names(self, v: Violations, specs: Sequence[common_pb2.JobSpec],
-                                    paths: Sequence[str]) -> None:
-        """A resource no member cluster has ever reported is a typo more often than a device to come
-        (`nvidia.com/gpus` would wait forever): refused with the names that exist, unless the caller allows
-        it. Before any cluster has reported, nothing is known and nothing is refused."""
-        known: set[str] = set()
-        for cluster in await self.admin.list(Cluster):
-            inventory = cluster["inventory"] or {}
-            known.update(inventory.get("capacity", {}), inventory.get("allocatable", {}))
-        if not known:
-            return
-        known.update(("cpu", "memory", "pods", "ephemeral-storage"))
-        for spec, path in zip(specs, paths, strict=True):
-            for i, task in enumerate(spec.tasks):
-                for name in task.resources:
-                    if name in known or name.startswith("hugepages-"):
-                        continue
-                    close = difflib.get_close_matches(name, sorted(known), n=1)
-                    hint = f"did you mean {close[0]}?" if close else f"reported: {', '.join(sorted(known))}"
-                    v.add(f"{path}.tasks[{i}].resources[{name!r}]", f"no member cluster has reported {name!r}; "
-                          f"{hint} (submit with --allow-unknown-resources if a cluster will have it)")
 
     async def _admissibility(self, new: Sequence[NewJob], paths: Sequence[str], reject: bool) -> list[str]:
         """Why each job could not run as the federation stands ("" if it could). Such a job is accepted,
@@ -241,3 +220,26 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                 response.clusters.add(cluster=cluster, fits=why is None,
                                       reason=why or "fits now; waiting for its turn in the next cycle")
         return response
+
+
+def _check_resource_names(v: Violations, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str],
+                          clusters: Sequence[Any]) -> None:
+    """A resource no member cluster has ever reported is a typo more often than a device to come
+    (`nvidia.com/gpus` would wait forever): refused with the names that exist, unless the caller allows
+    it. Before any cluster has reported, nothing is known and nothing is refused."""
+    known: set[str] = set()
+    for cluster in clusters:
+        inventory = cluster["inventory"] or {}
+        known.update(inventory.get("capacity", {}), inventory.get("allocatable", {}))
+    if not known:
+        return
+    known.update(("cpu", "memory", "pods", "ephemeral-storage"))
+    for spec, path in zip(specs, paths, strict=True):
+        for i, task in enumerate(spec.tasks):
+            for name in task.resources:
+                if name in known or name.startswith("hugepages-"):
+                    continue
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hint = f"did you mean {close[0]}?" if close else f"reported: {', '.join(sorted(known))}"
+                v.add(f"{path}.tasks[{i}].resources[{name!r}]", f"no member cluster has reported {name!r}; "
+                      f"{hint} (submit with --allow-unknown-resources if a cluster will have it)")

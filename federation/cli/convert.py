@@ -16,13 +16,13 @@ from federation.cli.manifest import FEDERATION_API, VOLCANO_API, VOLCANO_QUEUE_A
 from federation.cli.yamldoc import Document, ManifestError
 from federation.resources import QuantityError, format_amount, parse_amount
 from federation.v1 import admin_pb2
+from federation.validation import DEFAULT_TENANT
 
 KUEUE_API = "kueue.x-k8s.io/"
 ARMADA_API = "armadaproject.io/"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 ARMADA_GANG_ID = "armadaproject.io/gangId"
 ARMADA_GANG_CARDINALITY = "armadaproject.io/gangCardinality"
-DEFAULT_TENANT = "default"
 
 
 @dataclass
@@ -77,18 +77,17 @@ class _Converter:
 
     # -- queues ------------------------------------------------------------------------------------
 
-    def _queue(self, name: str, **spec: Any) -> None:
+    def _queue(self, name: str, tenant: str = DEFAULT_TENANT, **spec: Any) -> None:
         body = {k: v for k, v in spec.items() if v not in (None, {}, [], "")}
         self.out.objects.append({"apiVersion": FEDERATION_API, "kind": "Queue", "metadata": {"name": name},
-                                 "spec": {"tenant": DEFAULT_TENANT, **body}})
+                                 "spec": {"tenant": tenant, **body}})
 
     def volcano_queue(self, doc: Document, data: dict[str, Any]) -> None:
         for _, converted in volcano_queue(doc):
             q: admin_pb2.Queue = converted.message  # type: ignore[assignment]
-            self._queue(q.name, weight=q.weight or None, priority=q.priority or None, guarantee=dict(q.guarantee),
-                        limit=dict(q.limit), reclaimable=q.reclaimable if q.HasField("reclaimable") else None,
-                        parent=q.parent)
-            self.out.objects[-1]["spec"]["tenant"] = q.tenant
+            self._queue(q.name, q.tenant, weight=q.weight or None, priority=q.priority or None,
+                        guarantee=dict(q.guarantee), limit=dict(q.limit),
+                        reclaimable=q.reclaimable if q.HasField("reclaimable") else None, parent=q.parent)
 
     def _quotas(self, doc: Document, groups: Any, path: str) -> tuple[dict[str, str], dict[str, str], list[str]]:
         """Kueue resource groups: nominal quota -> guarantee, nominal + borrowing limit -> limit (when every

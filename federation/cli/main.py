@@ -307,14 +307,18 @@ def _check_here(converted: list[Converted]) -> None:
         normalise_job_spec(spec)
         check_job_spec(v, f"specs[{i}]", spec)
     if v:
-        lines = []
-        for item in v.items:
-            index, _, rest = item.field.removeprefix("specs[").partition("]")
-            c = converted[int(index)]
-            path = rest.removeprefix(".")
-            manifest_path = next((c.origin[p] for p in _prefixes(path) if p in c.origin), "")
-            lines.append(f"{c.doc.file}:{c.line_of(path)}: {manifest_path or path}: {item.description}")
-        fail(lines)
+        fail([_at_line(converted, item.field, item.description) for item in v.items])
+
+
+def _at_line(converted: list[Converted], field: str, description: str) -> str:
+    """A violation of `specs[i].field` at the file and line of that field (the server's or ours)."""
+    index, _, rest = field.removeprefix("specs[").partition("]")
+    if not index.isdigit() or int(index) >= len(converted):
+        return f"{field}: {description}"
+    c = converted[int(index)]
+    path = rest.removeprefix(".")
+    manifest_path = next((c.origin[p] for p in _prefixes(path) if p in c.origin), "")
+    return f"{c.doc.file}:{c.line_of(path)}: {manifest_path or path}: {description}"
 
 
 def _located(err: grpc.RpcError, converted: list[Converted], server: str) -> list[str]:
@@ -326,17 +330,8 @@ def _located(err: grpc.RpcError, converted: list[Converted], server: str) -> lis
             c = converted[int(index)] if index.isdigit() and int(index) < len(converted) else None
             lines.append(f"{c.doc.file}:{c.doc.start_line}: {why}" if c else part)
         return lines
-    lines = []
-    for v in field_violations(err):
-        index, _, rest = v.field.removeprefix("specs[").partition("]")
-        if not index.isdigit() or int(index) >= len(converted):
-            lines.append(f"{v.field}: {v.description}")
-            continue
-        c = converted[int(index)]
-        path = rest.removeprefix(".")
-        manifest_path = next((c.origin[p] for p in _prefixes(path) if p in c.origin), "")
-        lines.append(f"{c.doc.file}:{c.line_of(path)}: {manifest_path or path}: {v.description}")
-    return lines or rpc_error_lines(err, server)
+    return [_at_line(converted, v.field, v.description) for v in field_violations(err)] or \
+        rpc_error_lines(err, server)
 
 
 def _prefixes(path: str) -> Iterator[str]:
@@ -366,8 +361,10 @@ def _kind(text: str) -> str:
     return kind
 
 
-def _pascal(kind: str) -> str:
-    return "".join(part.capitalize() for part in kind.split("_"))
+def _admin_call(client: Client, verb: str, kind: str, **fields: Any) -> Any:
+    """AdminService's `verb` for `kind` (Get, priority_class -> GetPriorityClass(GetPriorityClassRequest))."""
+    rpc = f"{verb}{output.pascal_case(kind)}"
+    return getattr(client.admin, rpc)(getattr(admin_pb2, f"{rpc}Request")(**fields))
 
 
 def _all_jobs(client: Client, tenant: str = "", queue: str = "", phases: tuple[str, ...] = (),
@@ -393,7 +390,7 @@ def _one(client: Client, kind: str, name: str) -> Message:
         if not found:
             fail([f"cluster {name!r} not found"])
         return found[0]
-    return getattr(client.admin, f"Get{_pascal(kind)}")(getattr(admin_pb2, f"Get{_pascal(kind)}Request")(name=name))
+    return _admin_call(client, "Get", kind, name=name)
 
 
 def _emit_all(client: Client, kind: str, fmt: str) -> None:
@@ -480,7 +477,7 @@ def delete(client: Client, kind: str, names: tuple[str, ...]) -> None:
             job = client.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=name))
             click.echo(f"job/{job.id} {output.phase_name(job.status.phase).lower()}")
             continue
-        getattr(client.admin, f"Delete{_pascal(kind)}")(getattr(admin_pb2, f"Delete{_pascal(kind)}Request")(name=name))
+        _admin_call(client, "Delete", kind, name=name)
         click.echo(f"{kind.replace('_', '')}/{name} deleted")
 
 
@@ -548,7 +545,7 @@ def _mask(provided: dict[str, Any]) -> field_mask_pb2.FieldMask:
 def _crud_group(group_name: str, message: type[Message], field: str, list_rpc: str,
                 options: list[Callable[..., Any]], build: Callable[..., dict[str, Any]]) -> click.Group:
     """create/update/get/list/delete for one admin kind, from its option list."""
-    pascal = "".join(part.capitalize() for part in field.split("_"))
+    pascal = output.pascal_case(field)
     group = click.Group(group_name, help=f"Manage {group_name} objects.")
 
     def call(rpc: str, request: Message) -> Any:

@@ -24,12 +24,12 @@ from federation.cli.yamldoc import Document
 from federation.durations import parse_duration
 from federation.resources import QuantityError, format_amount, parse_amount
 from federation.v1 import admin_pb2, common_pb2
+from federation.validation import DEFAULT_QUEUE, DEFAULT_TENANT
 
 VOLCANO_API = "batch.volcano.sh/v1alpha1"
 FEDERATION_API = "federation.dev/v1"
 CLUSTER_SELECTOR_ANNOTATION = "federation.dev/cluster-selector"
 REQUEST_ID_ANNOTATION = "federation.dev/request-id"
-DEFAULT_QUEUE = "default"  # as in Volcano
 
 VOLCANO_SCHEDULER = "volcano"  # the schedulerName Volcano's jobs carry: the federation stands in for it
 GENERATED_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' alphabet for generateName's 5 characters
@@ -375,7 +375,7 @@ def volcano_queue(doc: Document) -> list[tuple[str, Converted]]:
     r.fields(meta, volcano_fields.METADATA, "metadata", "a Volcano Queue's metadata")
     queue.name = r.str(meta.get("name", ""), "metadata.name")
     annotations = r.str_map(meta.get("annotations"), "metadata.annotations")
-    queue.tenant = annotations.get(TENANT_ANNOTATION, DEFAULT_QUEUE)
+    queue.tenant = annotations.get(TENANT_ANNOTATION, DEFAULT_TENANT)
     o = out.origin
     o["name"] = "metadata.name"
     o["tenant"] = f"metadata.annotations.{TENANT_ANNOTATION}"

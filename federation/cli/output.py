@@ -39,14 +39,14 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def enum_text(name: str) -> str:
-    """An enum value as every output prints it, tables, JSON and YAML alike: NOT_READY -> NotReady,
-    CANCELLED -> Cancelled (Kubernetes' and Volcano's way of writing phases and states)."""
+def pascal_case(name: str) -> str:
+    """NOT_READY -> NotReady, priority_class -> PriorityClass: enum values as every output prints them (tables,
+    JSON and YAML alike, as Kubernetes and Volcano write phases and states), and kinds as RPC names have them."""
     return "".join(part.capitalize() for part in name.split("_"))
 
 
 def phase_name(phase: int) -> str:
-    return enum_text(common_pb2.JobPhase.Name(phase))
+    return pascal_case(common_pb2.JobPhase.Name(phase))
 
 
 def _job_row(j: common_pb2.Job) -> list[Any]:
@@ -71,14 +71,14 @@ TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = 
     admin_pb2.Queue: (("NAME", "TENANT", "PARENT", "WEIGHT", "PRIORITY", "GUARANTEE", "LIMIT", "RECLAIMABLE",
                        "STATE", "FLAVORS"),
                       lambda q: [q.name, q.tenant, q.parent or "-", q.weight, q.priority, quantities(q.guarantee),
-                                 quantities(q.limit), q.reclaimable, enum_text(admin_pb2.QueueState.Name(q.state)),
+                                 quantities(q.limit), q.reclaimable, pascal_case(admin_pb2.QueueState.Name(q.state)),
                                  ",".join(q.flavors) or "any"]),
     admin_pb2.Flavor: (("NAME", "RESOURCE", "CLUSTER-SELECTOR", "AGE"), lambda f: [
         f.name, f.resource, ",".join(f"{k}={v}" for k, v in sorted(f.cluster_selector.items())), age(f.create_time)]),
     admin_pb2.PriorityClass: (("NAME", "VALUE", "PREEMPTIBLE", "DEFAULT", "DESCRIPTION"), lambda p: [
         p.name, p.value, p.preemptible, p.global_default, p.description or "-"]),
     admin_pb2.Cluster: (("NAME", "STATUS", "CORDONED", "NODES", "ALLOCATABLE", "USED", "HEARTBEAT"), lambda c: [
-        c.name, enum_text(admin_pb2.ClusterStatus.Name(c.status)), c.cordoned, c.nodes, quantities(c.allocatable),
+        c.name, pascal_case(admin_pb2.ClusterStatus.Name(c.status)), c.cordoned, c.nodes, quantities(c.allocatable),
         quantities(c.used), age(c.last_heartbeat)]),
     admin_pb2.Token: (("ID", "NAME", "FOR", "STATE", "EXPIRES", "AGE", "CREATED BY"), _token_row),
     admin_pb2.AuditEvent: (("ID", "AGE", "ACTOR", "ACTION", "KIND", "NAME"), lambda e: [
@@ -120,7 +120,7 @@ def _enums_as_text(message: Message, data: dict[str, Any]) -> None:
             continue
         repeated = field.is_repeated
         if field.enum_type is not None:
-            data[key] = [enum_text(v) for v in data[key]] if repeated else enum_text(data[key])
+            data[key] = [pascal_case(v) for v in data[key]] if repeated else pascal_case(data[key])
         elif field.message_type is not None and not field.message_type.GetOptions().map_entry:
             values = getattr(message, field.name)
             for sub, sub_data in zip(values, data[key], strict=True) if repeated else [(values, data[key])]:

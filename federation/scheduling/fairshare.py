@@ -91,16 +91,21 @@ def hierarchical(total: Mapping[str, int], tenants: Sequence[Claim], queues_of: 
     (a parent's own claim demand is ignored), so nobody is given what none of its children may take.
     """
     children_of = children_of or {}
+    settled: dict[str, Claim] = {}  # queue -> its claim with the demand of its children (each worked out once)
 
     def with_demand(claim: Claim, children: Sequence[Claim]) -> Claim:
         if not children:
             return claim
         demand: dict[str, int] = {}
-        for child in children:
-            child = with_demand(child, children_of.get(child.name, ()))
+        for child in map(queue_claim, children):
             for r in child.demand:
                 demand[r] = demand.get(r, 0) + round(_cap(child, r))
         return Claim(claim.name, claim.weight, claim.guarantee, claim.limit, demand)
+
+    def queue_claim(claim: Claim) -> Claim:
+        if claim.name not in settled:
+            settled[claim.name] = with_demand(claim, children_of.get(claim.name, ()))
+        return settled[claim.name]
 
     tenant_claims = [with_demand(t, queues_of.get(t.name, ())) for t in tenants]
     tenant_shares = deserved(total, tenant_claims)
@@ -109,7 +114,7 @@ def hierarchical(total: Mapping[str, int], tenants: Sequence[Claim], queues_of: 
     def share_out(have: Mapping[str, float], children: Sequence[Claim]) -> None:
         if not children:
             return
-        claims = [with_demand(c, children_of.get(c.name, ())) for c in children]
+        claims = [queue_claim(c) for c in children]
         shares = deserved({r: round(a) for r, a in have.items()}, claims)
         queue_shares.update(shares)
         for child in claims:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,6 @@ from google.protobuf.message import Message
 
 from federation.resources import format_amount, parse_amount
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
-
-log = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
 TOKEN_COOKIE = "fed_token"
@@ -57,10 +54,6 @@ def _when(ts: Any) -> str:
 
 def _amounts(amounts: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(amounts.items())) or "-"
-
-
-def _show(resource: str, amount: int) -> str:
-    return format_amount(resource, amount)
 
 
 def _share_of(usage: Any, deserved: Any) -> dict[str, tuple[int, int]]:
@@ -213,14 +206,15 @@ class Dashboard:
             for t in c.topology:
                 free = parse_amount(unit, t.max_free.get(unit, "0"))
                 cap = parse_amount(unit, t.max_capacity.get(unit, "0"))
-                tiers.append({"tier": t.tier, "name": t.tier_name, "free": _show(unit, free),
-                              "capacity": _show(unit, cap), "heat": free / cap if cap else 0})
+                tiers.append({"tier": t.tier, "name": t.tier_name, "free": format_amount(unit, free),
+                              "capacity": format_amount(unit, cap), "heat": free / cap if cap else 0})
             children: dict[str, list[Any]] = {}
             for h in c.hypernodes:
                 free = parse_amount(unit, h.free.get(unit, "0"))
                 total = parse_amount(unit, h.allocatable.get(unit, "0"))
                 children.setdefault(h.parent, []).append({
-                    "name": h.name, "tier": h.tier, "free": _show(unit, free), "allocatable": _show(unit, total),
+                    "name": h.name, "tier": h.tier, "free": format_amount(unit, free),
+                    "allocatable": format_amount(unit, total),
                     "heat": free / total if total else 0})
             landed: set[str] = set()  # the HyperNode the job's gang is in, and those above it
             if job is not None and job.status.cluster == c.name:
@@ -243,11 +237,11 @@ class Dashboard:
         watch = api.jobs.WatchJobs(jobs_pb2.WatchJobsRequest(job_id=request.query.get("job", "")),
                                    metadata=api.metadata)
         try:
-            async for event in _read(watch):
+            async for event in watch:
                 data = json.dumps(json_format.MessageToDict(event))
                 await response.write(f"event: job\ndata: {data}\n\n".encode())
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+        except ConnectionResetError:
+            pass  # the viewer went away
         except grpc.aio.AioRpcError as err:
             if err.code() != grpc.StatusCode.CANCELLED:  # cancelled: the server is stopping
                 await response.write(f"event: denied\ndata: {json.dumps(err.details())}\n\n".encode())
@@ -255,7 +249,3 @@ class Dashboard:
             watch.cancel()
         return response
 
-
-async def _read(stream: Any) -> AsyncIterator[common_pb2.JobEvent]:
-    async for event in stream:
-        yield event
