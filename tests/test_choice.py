@@ -46,6 +46,24 @@ def test_vectorised_choice_matches_the_rule(clusters: tuple[ClusterView, ...], g
         assert table.best(gang, {}) == table._best_slowly(gang, {})
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=8, unique=True).flatmap(
+    lambda ids: st.tuples(*[cluster(f"c{i}") for i in ids])), st.lists(job(), min_size=1, max_size=3),
+    st.lists(st.integers(0, 2), min_size=1, max_size=30))
+def test_the_per_shape_index_follows_every_reservation(clusters: tuple[ClusterView, ...], shapes: list[JobView],
+                                                       order: list[int]) -> None:
+    """Asked for shape after shape while gangs are reserved, the index (rescoring one cluster at a time
+    after a few changes, all at once after many) still picks what the rule picks."""
+    capacity = {GPU: 64 * len(clusters), CPU: 512 * len(clusters)}
+    table = ClusterTable(list(clusters), capacity)
+    for n in order:
+        gang = shapes[n % len(shapes)]
+        chosen = table.best(gang, {})
+        assert chosen == table._best_slowly(gang, {})
+        if chosen is not None:
+            table.reserve(gang, chosen)
+
+
 def test_a_shape_that_fits_nowhere_is_remembered_with_its_reasons() -> None:
     table = ClusterTable([ClusterView("c1", {}, {GPU: 8}, [TierFree(0, "node", {GPU: 8})])], {GPU: 8})
     big = JobView("big", {GPU: 16}, {GPU: 8})

@@ -13,13 +13,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from federation.scheduling.fit import ClusterView, JobView, TierFree, check
 
 NO_TIER = 1 << 20  # the "fit tier" of a cluster where no HyperNode covers the gang
+ROWS_ONE_BY_ONE = 4  # clusters changed since a shape was last scored, up to which they are rescored in Python
 UNBOUNDED = np.iinfo(np.int64).max // 4  # a missing tier-0 summary: no per-node limit is known
+
+
+@dataclass
+class _Scores:
+    scores: np.ndarray  # per cluster, as `ClusterTable._scores`
+    seen: int  # how many of the cycle's changes they include
 
 
 class ClusterTable:
@@ -49,11 +57,14 @@ class ClusterTable:
                     self.tiers[i, t.tier, self.resource[r]] = a
         self.capacity = np.array([capacity.get(r, 0) for r in resources], dtype=np.float64)
         self.per_capacity = np.divide(1.0, self.capacity, out=np.zeros_like(self.capacity), where=self.capacity > 0)
+        self._per_capacity: list[float] = self.per_capacity.tolist()
         self._selectors: dict[tuple[tuple[str, str], ...], np.ndarray] = {}
         # Shapes found to fit nowhere in this cycle: each cluster's reason, and the waiting reason.
         self._nowhere: dict[tuple[object, ...], list[str]] = {}
         self.nowhere: dict[tuple[object, ...], str] = {}
         self.held = np.zeros((n, k), dtype=np.int64)  # room reserved for waiting gangs, per cluster
+        self._by_shape: dict[tuple[object, ...], _Scores] = {}
+        self._changed: list[int] = []  # clusters in the order they took work this cycle (free only shrinks)
 
     def __contains__(self, name: object) -> bool:
         return name in self.index
@@ -98,36 +109,79 @@ class ClusterTable:
         return row
 
     def best(self, job: JobView, refused: Mapping[str, str]) -> str | None:
-        """The cluster the gang fits best now, or None."""
+        """The cluster the gang fits best now, or None.
+
+        Each gang shape keeps its score per cluster (lowest fitting tier, then least left over) from
+        one cycle-long computation; a later ask of the same shape rescores only the clusters that
+        took work since, so a cycle costs one pass per shape plus one row per placed gang, not one
+        pass over every cluster per job.
+        """
         if not refused and job.shape in self._nowhere:
             return None
         if not self.names or job.highest_tier_name:
             return self._best_slowly(job, refused)
+        if refused:
+            scores = self._scores(job, slice(None))
+            if scores is None:
+                return None
+            for name in refused:
+                if name in self.index:
+                    scores[self.index[name]] = np.inf
+        else:
+            entry = self._by_shape.get(job.shape)
+            if entry is None:
+                scores = self._scores(job, slice(None))
+                if scores is None:
+                    return None
+                entry = self._by_shape[job.shape] = _Scores(scores, len(self._changed))
+            elif entry.seen < len(self._changed):
+                changed = self._changed[entry.seen:]
+                if len(changed) <= ROWS_ONE_BY_ONE:
+                    for i in set(changed):
+                        entry.scores[i] = self._score(job, i)
+                else:
+                    rows = np.unique(changed) if len(changed) < len(self.names) // 4 else slice(None)
+                    entry.scores[rows] = self._scores(job, rows)
+                entry.seen = len(self._changed)
+            scores = entry.scores
+        i = int(scores.argmin())
+        return self.names[i] if scores[i] != np.inf else None
+
+    def _score(self, job: JobView, i: int) -> float:
+        """`_scores` for one cluster, in plain Python: for a row or two, numpy's per-call cost is most of it."""
+        if not self._selector(job.cluster_selector)[i]:
+            return np.inf
+        free, tiers = self.free[i].tolist(), self.tiers[i].tolist()
+        request = [(self.resource[r], a) for r, a in job.request.items() if a > 0]
+        if any(free[k] < a for k, a in request) or any(
+                tiers[0][self.resource[r]] < a for r, a in job.largest_pod.items() if a > 0):
+            return np.inf
+        fit_tier = next((t for t in range(1, self.top + 1) if all(tiers[t][k] >= a for k, a in request)), NO_TIER)
+        if job.mode == "hard" and fit_tier > job.highest_tier:
+            return np.inf
+        left = max(((free[k] - a) * self._per_capacity[k] for k, a in request), default=0.0)
+        return fit_tier * 2.0 + left
+
+    def _scores(self, job: JobView, rows: slice | np.ndarray) -> np.ndarray | None:
+        """Per cluster of `rows`, DESIGN §5's preference as one number (fitting tier, then the largest
+        share of a federation-wide resource left over); infinite where the gang does not fit. None when
+        it asks for a resource no cluster has."""
         request, largest = self.vector(job.request), self.vector(job.largest_pod)
         if request is None or largest is None:
             return None
-        mask = self._selector(job.cluster_selector) & (self.free >= request).all(1) & (
-            self.tiers[:, 0, :] >= largest).all(1)
-        for name in refused:
-            if name in self.index:
-                mask[self.index[name]] = False
-        if not mask.any():
-            return None
-        covers = (self.tiers[:, 1:, :] >= request).all(2)  # [c, t - 1]
+        free, tiers = self.free[rows], self.tiers[rows]
+        mask = self._selector(job.cluster_selector)[rows] & (free >= request).all(1) & (
+            tiers[:, 0, :] >= largest).all(1)
+        covers = (tiers[:, 1:, :] >= request).all(2)  # [c, t - 1]
         if job.mode == "hard":
             mask &= covers[:, :job.highest_tier].any(1)
-            if not mask.any():
-                return None
-        fit_tier = np.full(len(self.names), NO_TIER)
+        fit_tier = np.full(len(mask), NO_TIER, dtype=np.float64)
         if self.top:  # no cluster reports a HyperNode tier: none covers the gang (argmax needs a tier)
-            fit_tier = np.where(covers.any(1), covers.argmax(1) + 1, NO_TIER)
-        fit_tier = np.where(mask, fit_tier, NO_TIER + 1)
-        lowest = fit_tier == fit_tier.min()
-        asked = request > 0  # every cluster still in `mask` has some of each, so capacity > 0 there
-        left = ((self.free[:, asked] - request[asked]) * self.per_capacity[asked]).max(1) if asked.any() else \
-            np.zeros(len(self.names))
-        left = np.where(lowest, left, np.inf)
-        return self.names[int(left.argmin())]
+            fit_tier = np.where(covers.any(1), covers.argmax(1) + 1, NO_TIER).astype(np.float64)
+        asked = request > 0  # every fitting cluster has some of each, so capacity > 0 there
+        left = ((free[:, asked] - request[asked]) * self.per_capacity[asked]).max(1) if asked.any() else 0.0
+        # left is in [0, 1] where the gang fits: a tier outweighs any amount left over.
+        return np.where(mask, fit_tier * 2.0 + left, np.inf)
 
     def _best_slowly(self, job: JobView, refused: Mapping[str, str]) -> str | None:
         """The same choice, one cluster at a time, for what the arrays do not express (tiers by name)."""
@@ -187,6 +241,7 @@ class ClusterTable:
         i = self.index[name]
         request = self.vector(job.request)
         assert request is not None
+        self._changed.append(i)
         self.free[i] -= request
         asked = request > 0
         self.tiers[i][:, asked] = np.maximum(np.minimum(self.tiers[i][:, asked], self.free[i, asked]), 0)

@@ -132,6 +132,9 @@ class _Cycle:
         self.queue_usage: dict[str, dict[str, int]] = {q: {} for q in self.queues}
         self.tenant_usage: dict[str, dict[str, int]] = {t: {} for t in self.tenants}
         self.running_by_cluster: dict[str, list[RunningJob]] = {}
+        # tenant -> how often its (or its queues') usage changed: a queue's key, which reads only those,
+        # is unchanged while this is.
+        self.usage_version: dict[str, int] = {}
         self.pool = PreemptiblePool(self.clusters, sorted(self.queues))
         self.out = Decisions()
         self.remembered = snap.making_room.keys() | snap.refused.keys()  # jobs a past cycle's outcome follows
@@ -318,7 +321,9 @@ class _Cycle:
         """Count a gang starting (+1) or leaving (-1) against its queue and tenant."""
         for q in self.chain[queue]:
             _add(self.queue_usage[q], request, sign)
-        _add(self.tenant_usage[self.queues[queue].tenant], request, sign)
+        tenant = self.queues[queue].tenant
+        _add(self.tenant_usage[tenant], request, sign)
+        self.usage_version[tenant] = self.usage_version.get(tenant, 0) + 1
         if self.out.shares is not None and self.queues[queue].reclaimable:
             if dominant_share(self.queue_usage[queue], self.out.shares.queues.get(queue, {})) > 1:
                 self.over_share.add(queue)
@@ -364,11 +369,15 @@ class _Cycle:
         heads = {q: 0 for q in by_queue}
         tokens = {q: 0 for q in by_queue}  # an entry is current only while its token is the queue's latest
 
+        version = self.usage_version
+        tenant_of = {q: info.tenant for q, info in self.queues.items()}
+
         def push(queue: str) -> None:
             jobs = by_queue[queue]
             if heads[queue] < len(jobs):
                 tokens[queue] += 1
-                heapq.heappush(heap, (*self.key(queue, jobs[heads[queue]]), tokens[queue], queue))
+                heapq.heappush(heap, (*self.key(queue, jobs[heads[queue]]), version.get(tenant_of[queue], 0),
+                                      tokens[queue], queue))
 
         for queue in sorted(by_queue):
             q = self.queues.get(queue)
@@ -389,12 +398,12 @@ class _Cycle:
             else:
                 push(queue)
         while heap:
-            *popped, token, queue = heapq.heappop(heap)
+            *popped, seen, token, queue = heapq.heappop(heap)
             if token != tokens[queue]:
                 continue  # superseded by a later push
             jobs = by_queue[queue]
             job = jobs[heads[queue]]
-            if self.key(queue, job) > tuple(popped):
+            if version.get(tenant_of[queue], 0) != seen and self.key(queue, job) > tuple(popped):
                 # Its tenant's share grew since the queue was pushed (a sibling queue was served): take
                 # its turn again with the share as it is now, so every level stays in water-filling order.
                 push(queue)

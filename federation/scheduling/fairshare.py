@@ -129,13 +129,24 @@ def dominant_share(usage: Mapping[str, int], deserved_share: Mapping[str, float]
                    extra: Mapping[str, int] | None = None) -> float:
     """Largest over resources of (usage + extra) / deserved; using what one does not deserve is infinite."""
     share = 0.0
-    for resource in set(usage) | set(extra or {}):
-        used = usage.get(resource, 0) + (extra or {}).get(resource, 0)
+    for resource, used in _summed(usage, extra):
         if used <= 0:
             continue
         have = deserved_share.get(resource, 0.0)
-        share = max(share, used / have if have > EPSILON else float("inf"))
+        if have <= EPSILON:
+            return float("inf")
+        if used / have > share:
+            share = used / have
     return share
+
+
+def _summed(usage: Mapping[str, int], extra: Mapping[str, int] | None) -> list[tuple[str, int]]:
+    """(resource, usage + extra) over both; asked for millions of times a cycle, so without building sets."""
+    if not extra:
+        return list(usage.items())
+    out = [(r, a + usage.get(r, 0)) for r, a in extra.items()]
+    out += [(r, a) for r, a in usage.items() if r not in extra]
+    return out
 
 
 def excess(usage: Mapping[str, int], deserved_share: Mapping[str, float], level: Mapping[str, float],
@@ -144,8 +155,7 @@ def excess(usage: Mapping[str, int], deserved_share: Mapping[str, float], level:
     much of it they would hold past their share, so the smallest overshoot is served first (absolute, where
     a dominant share's ratio would let a member deserving little overshoot by more than a job)."""
     worst = float("-inf")
-    for resource in set(usage) | set(extra or {}):
-        used = usage.get(resource, 0) + (extra or {}).get(resource, 0)
+    for resource, used in _summed(usage, extra):
         if used <= 0:
             continue
         over = used - deserved_share.get(resource, 0.0)
