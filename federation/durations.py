@@ -12,3 +12,14 @@ def parse_duration(text: str) -> float:
     if not parts or "".join(n + u for n, u in parts) != text:
         raise ValueError(f"{text!r} is not a duration like 30s, 5m or 1h30m")
     return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def seconds_or_none(text: str | None) -> float | None:
+    """A duration annotation in seconds; None when absent or not a duration (one accepted before it was
+    checked at submission must not stop a scheduling cycle)."""
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError:
+        return None

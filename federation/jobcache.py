@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from federation.durations import seconds_or_none
 from federation.resources import parse_resources
 from federation.scheduling.cycle import PendingJob
 from federation.scheduling.fit import JobView
 from federation.store.jobs import ACTIVE_PHASES, WAITING_PHASES, JobStore
+from federation.validation import EXPECTED_DURATION
 
 SCAN_LIMIT = 200_000
 BATCH = 10_000
@@ -48,6 +51,17 @@ class HoldingJob:
     seq: int
     request: Mapping[str, int]
     phase: str
+    since: datetime | None = None  # started, else sent to its cluster
+    expected: str | None = None  # its expected-duration annotation, as written
+    checkpoint: str | None = None  # its checkpoint-interval annotation, as written
+
+    @property
+    def expected_seconds(self) -> float | None:
+        return seconds_or_none(self.expected)
+
+    @property
+    def checkpoint_seconds(self) -> float | None:
+        return seconds_or_none(self.checkpoint)
 
 
 class JobCache:
@@ -57,6 +71,7 @@ class JobCache:
         self.holding: dict[str, HoldingJob] = {}
         # The reason PostgreSQL holds for each waiting job; None when an event may have changed it.
         self.reasons: dict[str, str | None] = {}
+        self.expected: dict[str, float] = {}  # waiting job -> its expected-duration annotation, seconds
         self._cursor: int | None = None
         self._lock = asyncio.Lock()
 
@@ -76,7 +91,7 @@ class JobCache:
 
     async def _load(self) -> None:
         cursor = await self.jobs.last_event_seq()  # before the rows: later events are applied again
-        self.waiting, self.holding, self.reasons = {}, {}, {}
+        self.waiting, self.holding, self.reasons, self.expected = {}, {}, {}, {}
         await self._add_waiting(await self.jobs.pending(SCAN_LIMIT))
         self._add_holding(await self.jobs.holding())
         self._cursor = cursor
@@ -102,6 +117,7 @@ class JobCache:
             if phase not in WAITING_PHASES:
                 self.waiting.pop(job_id, None)
                 self.reasons.pop(job_id, None)
+                self.expected.pop(job_id, None)
             elif job_id not in self.waiting:
                 arrived.append(job_id)
             self.holding.pop(job_id, None)
@@ -128,6 +144,9 @@ class JobCache:
                 self.waiting[r["id"]] = PendingJob(job_view(specs[r["id"]]), r["queue"], r["priority"], r["seq"],
                                                    causes.get(r["id"], ""))
                 self.reasons[r["id"]] = r["reason"]
+                expected = seconds_or_none(specs[r["id"]]["spec"].get("annotations", {}).get(EXPECTED_DURATION))
+                if expected is not None:
+                    self.expected[r["id"]] = expected
 
     def _add_holding(self, rows: list[Any]) -> None:
         for r in rows:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -38,6 +38,7 @@ from federation.scheduling.cycle import (
 from federation.scheduling.fairshare import dominant_share
 from federation.scheduling.fit import ClusterState, ClusterView, JobView, TierFree, explain
 from federation.scheduling.flavors import FlavorInfo
+from federation.scheduling.forecast import Holding, Waiting, expected_starts
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Flavor, PriorityClass, Queue, Tenant
@@ -55,6 +56,10 @@ ROOM_MEMORY = 60.0  # seconds a job waits for the gangs preempted for it before 
 HEAP_SETTLE_CYCLES = 60  # the heap is settled after the first cycle (the cache's load), then every this many
 HEARTBEAT_TIMEOUT = 30.0  # seconds of silence after which an agent's cluster gets nothing new
 LOST_GRACE = 60.0  # seconds more after which the running jobs of a silent cluster are lost and retried elsewhere
+FORECAST_PERIOD = 15.0  # seconds between two runs of the start-time forecast (the leader's, after a cycle)
+FORECAST_JOBS = 2_000  # waiting jobs, in the order they would be served, that get an expected start time
+RUN_TIMES_PERIOD = 300.0  # seconds between two reads of what each queue's past jobs took
+DEFAULT_RUN_TIME = 3600.0  # seconds a job is assumed to run when neither it nor any past job says otherwise
 CYCLE_REST = 1.0  # after a cycle, wait this many times as long before the next: the API keeps half the loop
 
 
@@ -73,10 +78,13 @@ def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for job in active:
         if job.phase == "DISPATCHED":
-            totals = out.setdefault(job.cluster, {})
-            for r, a in job.request.items():
-                totals[r] = totals.get(r, 0) + a
+            _add_to(out.setdefault(job.cluster, {}), job.request)
     return out
+
+
+def _add_to(totals: dict[str, int], amounts: Mapping[str, int]) -> None:
+    for r, a in amounts.items():
+        totals[r] = totals.get(r, 0) + a
 
 
 def _tenant_info(t: Mapping[str, Any]) -> TenantInfo:
@@ -157,6 +165,11 @@ class Scheduler:
         self._cycles = 0
         self._leading = False
         self._history: dict[str, deque[tuple[float, float]]] = {}  # queue -> (unix time, dominant share)
+        self.forecast: dict[str, tuple[datetime, str]] = {}  # waiting job -> expected start, and cluster
+        self._forecast_at = float("-inf")
+        self._forecast_asked: set[str] = set()
+        self._run_times: dict[str, float] = {}  # queue -> mean run time of its recent jobs, seconds
+        self._run_times_at = float("-inf")
         self._series = metrics.Series(metrics.QUEUE_PENDING, metrics.QUEUE_DOMINANT_SHARE, metrics.QUEUE_USAGE,
                                       metrics.QUEUE_DESERVED, metrics.CLUSTER_UTILISATION, metrics.CLUSTER_READY,
                                       metrics.CLUSTER_HEARTBEAT_AGE)
@@ -264,9 +277,57 @@ class Scheduler:
         if self._cycles % HEAP_SETTLE_CYCLES == 1:
             _settle_heap()
             clock.step("heap")
+        order = [j for j in decisions.waiting if j not in decisions.cannot_run][:FORECAST_JOBS]
+        if time.monotonic() - self._forecast_at >= FORECAST_PERIOD or not self._forecast_asked.issuperset(order):
+            await self._forecast(snapshot, decisions, order)
+            clock.step("forecast")
         self.steps = clock.seconds
         self._record(snapshot, decisions, sum(clock.seconds.values()))
         return decisions
+
+    def run_time(self, queue: str, annotated: float | None) -> float:
+        """How long a job is expected to run: its annotation, else its queue's recent mean, else all queues'."""
+        if annotated is not None:
+            return annotated
+        if queue in self._run_times:
+            return self._run_times[queue]
+        return sum(self._run_times.values()) / len(self._run_times) if self._run_times else DEFAULT_RUN_TIME
+
+    async def _forecast(self, snapshot: Snapshot, decisions: Decisions, order: Sequence[str]) -> None:
+        """Expected start times for `order`: the first FORECAST_JOBS waiting jobs in the order this cycle served
+        them (those that could never run left out). Run every FORECAST_PERIOD, and as soon as a job joins them."""
+        if time.monotonic() - self._run_times_at >= RUN_TIMES_PERIOD:
+            self._run_times = await self.jobs.mean_run_times()
+            self._run_times_at = time.monotonic()
+        now = datetime.now(UTC)
+        pending = {job.id: job for job in snapshot.pending}
+        sent: dict[str, dict[str, int]] = {}
+        holding = []
+        for job_id, cluster in decisions.assign.items():
+            job = pending[job_id]
+            _add_to(sent.setdefault(cluster, {}), job.view.request)
+            runs_for = self.run_time(job.queue, self.cache.expected.get(job_id))
+            holding.append(Holding(cluster, job.view.request, runs_for))
+        for held in self.cache.holding.values():
+            if held.id in decisions.preempt:
+                continue
+            expected = self.run_time(held.queue, held.expected_seconds)
+            ran = (now - held.since).total_seconds() if held.since else 0.0
+            # Past its expected end, the longer it has run the longer it is likely to (run times are heavy-tailed).
+            holding.append(Holding(held.cluster, held.request, expected - ran if ran < expected else ran / 2))
+        clusters = [ClusterView(c.name, c.labels, {r: a - sent.get(c.name, {}).get(r, 0) for r, a in c.free.items()})
+                    for c in snapshot.clusters]
+        jobs = [pending[j] for j in order if j in pending]
+        waiting = [Waiting(job.id, job.view.request, self.run_time(job.queue, self.cache.expected.get(job.id)),
+                           job.view.cluster_selector) for job in jobs]
+        starts = await asyncio.to_thread(expected_starts, clusters, holding, waiting)
+        self.forecast = {j: (now + timedelta(seconds=s.seconds), s.cluster) for j, s in starts.items()}
+        self._forecast_at = time.monotonic()
+        self._forecast_asked = set(order)
+
+    def expected_start(self, job_id: str) -> tuple[datetime, str] | None:
+        """When and where a waiting job is expected to start, by the last forecast (the leader's)."""
+        return self.forecast.get(job_id)
 
     def _record(self, snapshot: Snapshot, decisions: Decisions, seconds: float) -> None:
         metrics.CYCLE_SECONDS.observe(seconds)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from federation import gangs
+from federation.durations import parse_duration
 from federation.resources import FLAVOR, MAX_AMOUNT, QuantityError, Resources, parse_resources
 from federation.v1 import admin_pb2, common_pb2
 
@@ -44,6 +45,13 @@ TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+# Annotations the scheduler reads, each a duration: how long the job is expected to run (its expected start
+# times and those of the jobs behind it), and how often it saves a checkpoint (what preempting it loses).
+EXPECTED_DURATION = "federation.dev/expected-duration"
+CHECKPOINT_INTERVAL = "federation.dev/checkpoint-interval"
+DURATION_ANNOTATIONS = (EXPECTED_DURATION, CHECKPOINT_INTERVAL)
 
 
 @dataclass(frozen=True)
@@ -275,6 +283,13 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
     else:
         for key in spec.annotations:
             _check_qualified_key(v, f"{path}.annotations[{key!r}]", key)
+        for key in DURATION_ANNOTATIONS:
+            if key in spec.annotations:
+                try:
+                    if parse_duration(spec.annotations[key]) <= 0:
+                        raise ValueError("must be more than zero")
+                except ValueError as err:
+                    v.add(f"{path}.annotations[{key!r}]", str(err))
     check_name(v, f"{path}.namespace", spec.namespace, required=False)
     for name, plugin in spec.plugins.items():
         if name not in JOB_PLUGINS:

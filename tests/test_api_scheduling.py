@@ -3,7 +3,7 @@
 import asyncio
 import contextlib
 import urllib.request
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -18,6 +18,7 @@ from federation.store.database import async_engine
 from federation.store.models import Cluster
 from federation.v1 import admin_pb2, agent_pb2, common_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
+from tests.processes import fedctl
 from tests.test_api_admin import rpc_error
 from tests.test_api_jobs import spec
 
@@ -319,3 +320,56 @@ async def test_a_cycle_sees_jobs_as_they_were_when_its_inventories_were_read(api
             break
     assert assigned == {light_next: "east"}
     assert heavy_next in scheduler.cache.waiting
+
+
+async def test_waiting_jobs_show_when_and_where_they_are_expected_to_start(api: Api) -> None:
+    """The leader's forecast: the running gang ends after its expected duration, the first waiting job
+    starts then, the one behind it once the first has run; each in GetJob, ListJobs and ExplainJob."""
+    from federation.store.jobs import JobStore
+
+    await make_queue(api)
+    store, admin = JobStore(api.server.engine), AdminStore(api.server.engine)
+    await admin.register_cluster("east", {}, "0.1.0")
+    async with api.server.engine.begin() as conn:
+        await conn.execute(update(Cluster).where(Cluster.name == "east").values(inventory={
+            "allocatable": {GPU: 32, "cpu": 64_000}, "used": {GPU: 32, "cpu": 16_000}, "topology": []}))
+
+    def annotated(duration: str, replicas: int) -> common_pb2.JobSpec:
+        return spec(replicas=replicas, annotations={"federation.dev/expected-duration": duration})
+
+    running = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=annotated("2h", 4)))).job.id
+    await store.dispatch({running: "east"})
+    await store.apply_update("east", agent_pb2.JobUpdate(job_id=running, attempt=1, type=agent_pb2.BOUND))
+    first = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=annotated("1h", 2)))).job.id
+    second = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=annotated("30m", 4)))).job.id
+    submitted = datetime.now(UTC)
+
+    async def expected(job_id: str) -> common_pb2.JobStatus:
+        for _ in range(100):
+            job = await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id))
+            if job.status.expected_start_time.seconds:
+                return job.status
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"no expected start for {job_id}: {job.status}")
+
+    def hours(status: common_pb2.JobStatus) -> float:
+        return (status.expected_start_time.ToDatetime(UTC) - submitted).total_seconds() / 3600
+
+    one, two = await expected(first), await expected(second)
+    assert one.expected_cluster == two.expected_cluster == "east"
+    assert 1.95 <= hours(one) <= 2.25  # when the running gang ends (the forecast's grid rounds up)
+    assert hours(two) >= 3.0 - 0.05  # the first holds half the cluster for its hour after that
+    listed = {j.id: j.status for j in (await api.jobs.ListJobs(jobs_pb2.ListJobsRequest(queue="train"))).jobs}
+    assert listed[first].expected_start_time == one.expected_start_time
+    assert not listed[running].HasField("expected_start_time")  # it runs: nothing to expect
+    explained = await api.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=second))
+    assert (explained.expected_start_time, explained.expected_cluster) == (two.expected_start_time, "east")
+    shown = await asyncio.to_thread(fedctl, api.address, "explain", first)
+    assert shown.returncode == 0 and "expected: starts in about 2h on east" in shown.stdout, shown
+    table = await asyncio.to_thread(fedctl, api.address, "list", "jobs")
+    assert "STARTS" in table.stdout and "~2h east" in table.stdout, table.stdout
+
+    bad = annotated("soon", 1)
+    err = await rpc_error(api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=bad)))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "annotations['federation.dev/expected-duration']" in err.details() and "soon" in err.details()

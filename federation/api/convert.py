@@ -105,7 +105,8 @@ def spec_to_json(spec: common_pb2.JobSpec) -> dict[str, Any]:
     return json_format.MessageToDict(spec, preserving_proto_field_name=True)
 
 
-def job_to_proto(row: Mapping[str, Any]) -> common_pb2.Job:
+def job_to_proto(row: Mapping[str, Any], expected: tuple[datetime, str] | None = None) -> common_pb2.Job:
+    """`expected`: when and where the job is expected to start, while it waits."""
     spec = json_format.ParseDict(row["spec"], common_pb2.JobSpec())
     status = common_pb2.JobStatus(
         phase=common_pb2.JobPhase.Value(row["phase"]), reason=row["reason"],
@@ -116,6 +117,9 @@ def job_to_proto(row: Mapping[str, Any]) -> common_pb2.Job:
                     for p in row["placements"]],
         create_time=_ts(row["created_at"]), dispatch_time=_ts(row["dispatched_at"]),
         start_time=_ts(row["started_at"]), finish_time=_ts(row["finished_at"]), update_time=_ts(row["updated_at"]))
+    if expected is not None:
+        status.expected_start_time.FromDatetime(expected[0])
+        status.expected_cluster = expected[1]
     return common_pb2.Job(id=row["id"], tenant=row["tenant"], spec=spec, status=status, priority=row["priority"])
 
 

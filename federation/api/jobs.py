@@ -9,7 +9,8 @@ from __future__ import annotations
 import base64
 import binascii
 import difflib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import grpc
@@ -159,7 +160,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             for r, why in zip(results, reasons, strict=True)])
 
     async def GetJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return convert.job_to_proto(await self._job(request.id))
+        row = await self._job(request.id)
+        return convert.job_to_proto(row, self._expected(row))
+
+    def _expected(self, row: Mapping[str, Any]) -> tuple[datetime, str] | None:
+        return self.scheduler.expected_start(row["id"]) if row["phase"] in WAITING_PHASES else None
 
     async def ListJobs(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         if request.page_size < 0:
@@ -179,7 +184,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         rows = await self.jobs.list(tenant=tenant, queue=request.queue, phases=phases, after_seq=after,
                                     limit=size + 1)
         token = _page_token(rows[size - 1]["id"]) if len(rows) > size else ""
-        return jobs_pb2.ListJobsResponse(jobs=[convert.job_to_proto(r) for r in rows[:size]], next_page_token=token)
+        return jobs_pb2.ListJobsResponse(jobs=[convert.job_to_proto(r, self._expected(r)) for r in rows[:size]],
+                                         next_page_token=token)
 
     async def CancelJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self._job(request.id)
@@ -215,6 +221,10 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         row = await self._job(request.id)
         response = jobs_pb2.ExplainJobResponse(job_id=row["id"], phase=common_pb2.JobPhase.Value(row["phase"]),
                                                reason=row["reason"], queue_position=row["queue_position"])
+        expected = self._expected(row)
+        if expected is not None:
+            response.expected_start_time.FromDatetime(expected[0])
+            response.expected_cluster = expected[1]
         if row["phase"] in WAITING_PHASES:
             for cluster, why in await self.scheduler.explain(row):
                 response.clusters.add(cluster=cluster, fits=why is None,

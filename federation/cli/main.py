@@ -486,7 +486,13 @@ def delete(client: Client, kind: str, names: tuple[str, ...]) -> None:
 @_format_option
 @pass_client
 def explain(client: Client, job_id: str, fmt: str) -> None:
-    """Why job JOB_ID waits: its reason, its place in its queue, and each cluster's verdict."""
+    """Why job JOB_ID waits: its reason, its place in its queue, when it is expected to start, and each
+    cluster's verdict.
+
+    The expected start comes from the scheduler's forecast: running jobs end after their
+    federation.dev/expected-duration annotation (else their queue's recent mean run time), and waiting
+    jobs start in the order they are served, each at the earliest time a cluster has room for it. It
+    looks at free totals, not HyperNodes, and moves as jobs arrive and shares change."""
     response = client.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=job_id))
     if fmt != "table":
         output.emit(fmt, [response], response)
@@ -494,6 +500,8 @@ def explain(client: Client, job_id: str, fmt: str) -> None:
     click.echo(f"job/{response.job_id}: {output.phase_name(response.phase)}")
     if response.queue_position:
         click.echo(f"position in its queue: {response.queue_position}")
+    if response.expected_start_time.seconds:
+        click.echo(f"expected: {output.expected_start(response)} (an estimate: see `fedctl explain --help`)")
     click.echo(f"reason: {response.reason or '-'}")
     if response.clusters:
         click.echo("\n" + output.render_table(("CLUSTER", "FITS", "WHY"), [

@@ -20,11 +20,25 @@ FORMATS = ("table", "json", "yaml")
 def age(ts: Any, now: datetime | None = None) -> str:
     if not ts.seconds:
         return "-"
-    seconds = int(((now or datetime.now(UTC)) - ts.ToDatetime(UTC)).total_seconds())
+    return _span(int(((now or datetime.now(UTC)) - ts.ToDatetime(UTC)).total_seconds()))
+
+
+def _span(seconds: int) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{max(seconds, 0)}s"
+
+
+def expected_start(status: common_pb2.JobStatus | Any, now: datetime | None = None, short: bool = False) -> str:
+    """"starts in about 2h on h100" (short: "~2h h100") for a waiting job with an estimate, else ""."""
+    if not status.expected_start_time.seconds:
+        return ""
+    seconds = int((status.expected_start_time.ToDatetime(UTC) - (now or datetime.now(UTC))).total_seconds())
+    when = f"in about {_span(seconds)}" if seconds >= 60 else "now"
+    if short:
+        return f"{'~' + _span(seconds) if seconds >= 60 else 'now'} {status.expected_cluster}"
+    return f"starts {when} on {status.expected_cluster}"
 
 
 def quantities(values: Any) -> str:
@@ -53,7 +67,8 @@ def _job_row(j: common_pb2.Job) -> list[Any]:
     s = j.status
     where = f"{s.hypernode}/t{s.tier}" if s.hypernode else "-"
     return [j.id, j.spec.namespace or "-", j.tenant, j.spec.queue, phase_name(s.phase), j.priority,
-            s.queue_position or "-", s.cluster or "-", where, age(s.create_time), s.reason or "-"]
+            s.queue_position or "-", expected_start(s, short=True) or "-", s.cluster or "-", where, age(s.create_time),
+            s.reason or "-"]
 
 
 def _token_row(t: admin_pb2.Token) -> list[Any]:
@@ -62,7 +77,8 @@ def _token_row(t: admin_pb2.Token) -> list[Any]:
             expires, age(t.create_time), t.created_by]
 
 
-JOB_HEADERS = ("ID", "NAMESPACE", "TENANT", "QUEUE", "PHASE", "PRIO", "POS", "CLUSTER", "HYPERNODE", "AGE", "REASON")
+JOB_HEADERS = ("ID", "NAMESPACE", "TENANT", "QUEUE", "PHASE", "PRIO", "POS", "STARTS", "CLUSTER", "HYPERNODE", "AGE",
+               "REASON")
 
 TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = {
     common_pb2.Job: (JOB_HEADERS, _job_row),

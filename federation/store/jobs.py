@@ -30,7 +30,7 @@ from federation.errors import FailedPrecondition, NotFound
 from federation.leader import Fence
 from federation.store.models import Cluster, EventCounter, Job, JobEvent, SubmitKey, TenantEventCounter
 from federation.v1 import agent_pb2, common_pb2
-from federation.validation import DEFAULT_MAX_RETRY
+from federation.validation import CHECKPOINT_INTERVAL, DEFAULT_MAX_RETRY, EXPECTED_DURATION
 
 TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
 ACTIVE_PHASES = ("DISPATCHED", "RUNNING", "RESTARTING")
@@ -350,13 +350,26 @@ class JobStore:
             rows = await conn.execute(select(Job.id, Job.request, Job.spec).where(Job.id == func.any(list(ids))))
             return {r.id: r for r in rows.mappings()}
 
+    async def mean_run_times(self, window: timedelta = timedelta(days=7)) -> dict[str, float]:
+        """Per queue, the mean run time in seconds of its jobs that succeeded within `window`: what a job
+        without an expected duration is assumed to take."""
+        ran = func.extract("epoch", Job.finished_at - Job.started_at)
+        query = select(Job.queue, func.avg(ran)).where(
+            Job.phase == "SUCCEEDED", Job.started_at.is_not(None), Job.finished_at > func.now() - window,
+        ).group_by(Job.queue)
+        async with self.engine.connect() as conn:
+            return {queue: float(seconds) for queue, seconds in (await conn.execute(query)).all()}
+
     async def holding(self, ids: Sequence[str] | None = None) -> list[Any]:
         """What the scheduler needs of the jobs that hold resources (Dispatched, Running, Restarting).
 
         `ids`: these jobs instead, whatever their phase now (the job cache knows their phase as of an event).
         """
+        annotations = Job.spec["annotations"]
         query = select(Job.id, Job.queue, Job.cluster, Job.priority, Job.priority_class, Job.seq, Job.request,
-                       Job.phase)
+                       Job.phase, func.coalesce(Job.started_at, Job.dispatched_at).label("since"),
+                       annotations[EXPECTED_DURATION].astext.label("expected"),
+                       annotations[CHECKPOINT_INTERVAL].astext.label("checkpoint"))
         query = query.where(Job.phase.in_(ACTIVE_PHASES) if ids is None else Job.id == func.any(list(ids)))
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())

@@ -189,7 +189,7 @@ class PodPlacement(_message.Message):
     def __init__(self, task: _Optional[str] = ..., index: _Optional[int] = ..., node: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("phase", "reason", "queue_position", "cluster", "hypernode", "tier", "attempt", "placements", "retries", "create_time", "dispatch_time", "start_time", "finish_time", "update_time")
+    __slots__ = ("phase", "reason", "queue_position", "cluster", "hypernode", "tier", "attempt", "placements", "retries", "create_time", "dispatch_time", "start_time", "finish_time", "update_time", "expected_start_time", "expected_cluster")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +204,8 @@ class JobStatus(_message.Message):
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_START_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_CLUSTER_FIELD_NUMBER: _ClassVar[int]
     phase: JobPhase
     reason: str
     queue_position: int
@@ -218,7 +220,9 @@ class JobStatus(_message.Message):
     start_time: _timestamp_pb2.Timestamp
     finish_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., cluster: _Optional[str] = ..., hypernode: _Optional[str] = ..., tier: _Optional[int] = ..., attempt: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[PodPlacement, _Mapping]]] = ..., retries: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    expected_start_time: _timestamp_pb2.Timestamp
+    expected_cluster: str
+    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., cluster: _Optional[str] = ..., hypernode: _Optional[str] = ..., tier: _Optional[int] = ..., attempt: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[PodPlacement, _Mapping]]] = ..., retries: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_cluster: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "tenant", "spec", "status", "priority")

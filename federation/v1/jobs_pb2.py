@@ -23,41 +23,42 @@ _sym_db = _symbol_database.Default()
 
 
 from federation.v1 import common_pb2 as federation_dot_v1_dot_common__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x66\x65\x64\x65ration/v1/jobs.proto\x12\rfederation.v1\x1a\x1a\x66\x65\x64\x65ration/v1/common.proto\"\x87\x01\n\x10SubmitJobRequest\x12$\n\x04spec\x18\x01 \x01(\x0b\x32\x16.federation.v1.JobSpec\x12\x1b\n\x13reject_inadmissible\x18\x02 \x01(\x08\x12\x1f\n\x17\x61llow_unknown_resources\x18\x03 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"]\n\x11SubmitJobResponse\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x12.federation.v1.Job\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x14\n\x0cinadmissible\x18\x03 \x01(\t\"\x89\x01\n\x11SubmitJobsRequest\x12%\n\x05specs\x18\x01 \x03(\x0b\x32\x16.federation.v1.JobSpec\x12\x1b\n\x13reject_inadmissible\x18\x02 \x01(\x08\x12\x1f\n\x17\x61llow_unknown_resources\x18\x03 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"J\n\x0fSubmitJobResult\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x14\n\x0cinadmissible\x18\x03 \x01(\t\"E\n\x12SubmitJobsResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.federation.v1.SubmitJobResult\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x80\x01\n\x0fListJobsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\'\n\x06phases\x18\x03 \x03(\x0e\x32\x17.federation.v1.JobPhase\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"M\n\x10ListJobsResponse\x12 \n\x04jobs\x18\x01 \x03(\x0b\x32\x12.federation.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\".\n\x10\x43\x61ncelJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"q\n\x10WatchJobsRequest\x12\x1b\n\x0e\x61\x66ter_sequence\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0e\n\x06job_id\x18\x04 \x01(\tB\x11\n\x0f_after_sequence\"\x1f\n\x11\x45xplainJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\";\n\nClusterFit\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x0c\n\x04\x66its\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xa1\x01\n\x12\x45xplainJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12&\n\x05phase\x18\x02 \x01(\x0e\x32\x17.federation.v1.JobPhase\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0equeue_position\x18\x04 \x01(\x05\x12+\n\x08\x63lusters\x18\x05 \x03(\x0b\x32\x19.federation.v1.ClusterFit2\x96\x04\n\nJobService\x12N\n\tSubmitJob\x12\x1f.federation.v1.SubmitJobRequest\x1a .federation.v1.SubmitJobResponse\x12Q\n\nSubmitJobs\x12 .federation.v1.SubmitJobsRequest\x1a!.federation.v1.SubmitJobsResponse\x12:\n\x06GetJob\x12\x1c.federation.v1.GetJobRequest\x1a\x12.federation.v1.Job\x12K\n\x08ListJobs\x12\x1e.federation.v1.ListJobsRequest\x1a\x1f.federation.v1.ListJobsResponse\x12@\n\tCancelJob\x12\x1f.federation.v1.CancelJobRequest\x1a\x12.federation.v1.Job\x12G\n\tWatchJobs\x12\x1f.federation.v1.WatchJobsRequest\x1a\x17.federation.v1.JobEvent0\x01\x12Q\n\nExplainJob\x12 .federation.v1.ExplainJobRequest\x1a!.federation.v1.ExplainJobResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x66\x65\x64\x65ration/v1/jobs.proto\x12\rfederation.v1\x1a\x1a\x66\x65\x64\x65ration/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x01\n\x10SubmitJobRequest\x12$\n\x04spec\x18\x01 \x01(\x0b\x32\x16.federation.v1.JobSpec\x12\x1b\n\x13reject_inadmissible\x18\x02 \x01(\x08\x12\x1f\n\x17\x61llow_unknown_resources\x18\x03 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"]\n\x11SubmitJobResponse\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x12.federation.v1.Job\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x14\n\x0cinadmissible\x18\x03 \x01(\t\"\x89\x01\n\x11SubmitJobsRequest\x12%\n\x05specs\x18\x01 \x03(\x0b\x32\x16.federation.v1.JobSpec\x12\x1b\n\x13reject_inadmissible\x18\x02 \x01(\x08\x12\x1f\n\x17\x61llow_unknown_resources\x18\x03 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"J\n\x0fSubmitJobResult\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x14\n\x0cinadmissible\x18\x03 \x01(\t\"E\n\x12SubmitJobsResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.federation.v1.SubmitJobResult\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x80\x01\n\x0fListJobsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\'\n\x06phases\x18\x03 \x03(\x0e\x32\x17.federation.v1.JobPhase\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"M\n\x10ListJobsResponse\x12 \n\x04jobs\x18\x01 \x03(\x0b\x32\x12.federation.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\".\n\x10\x43\x61ncelJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"q\n\x10WatchJobsRequest\x12\x1b\n\x0e\x61\x66ter_sequence\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0e\n\x06job_id\x18\x04 \x01(\tB\x11\n\x0f_after_sequence\"\x1f\n\x11\x45xplainJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\";\n\nClusterFit\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x0c\n\x04\x66its\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xf4\x01\n\x12\x45xplainJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12&\n\x05phase\x18\x02 \x01(\x0e\x32\x17.federation.v1.JobPhase\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0equeue_position\x18\x04 \x01(\x05\x12+\n\x08\x63lusters\x18\x05 \x03(\x0b\x32\x19.federation.v1.ClusterFit\x12\x37\n\x13\x65xpected_start_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x65xpected_cluster\x18\x07 \x01(\t2\x96\x04\n\nJobService\x12N\n\tSubmitJob\x12\x1f.federation.v1.SubmitJobRequest\x1a .federation.v1.SubmitJobResponse\x12Q\n\nSubmitJobs\x12 .federation.v1.SubmitJobsRequest\x1a!.federation.v1.SubmitJobsResponse\x12:\n\x06GetJob\x12\x1c.federation.v1.GetJobRequest\x1a\x12.federation.v1.Job\x12K\n\x08ListJobs\x12\x1e.federation.v1.ListJobsRequest\x1a\x1f.federation.v1.ListJobsResponse\x12@\n\tCancelJob\x12\x1f.federation.v1.CancelJobRequest\x1a\x12.federation.v1.Job\x12G\n\tWatchJobs\x12\x1f.federation.v1.WatchJobsRequest\x1a\x17.federation.v1.JobEvent0\x01\x12Q\n\nExplainJob\x12 .federation.v1.ExplainJobRequest\x1a!.federation.v1.ExplainJobResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'federation.v1.jobs_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SUBMITJOBREQUEST']._serialized_start=72
-  _globals['_SUBMITJOBREQUEST']._serialized_end=207
-  _globals['_SUBMITJOBRESPONSE']._serialized_start=209
-  _globals['_SUBMITJOBRESPONSE']._serialized_end=302
-  _globals['_SUBMITJOBSREQUEST']._serialized_start=305
-  _globals['_SUBMITJOBSREQUEST']._serialized_end=442
-  _globals['_SUBMITJOBRESULT']._serialized_start=444
-  _globals['_SUBMITJOBRESULT']._serialized_end=518
-  _globals['_SUBMITJOBSRESPONSE']._serialized_start=520
-  _globals['_SUBMITJOBSRESPONSE']._serialized_end=589
-  _globals['_GETJOBREQUEST']._serialized_start=591
-  _globals['_GETJOBREQUEST']._serialized_end=618
-  _globals['_LISTJOBSREQUEST']._serialized_start=621
-  _globals['_LISTJOBSREQUEST']._serialized_end=749
-  _globals['_LISTJOBSRESPONSE']._serialized_start=751
-  _globals['_LISTJOBSRESPONSE']._serialized_end=828
-  _globals['_CANCELJOBREQUEST']._serialized_start=830
-  _globals['_CANCELJOBREQUEST']._serialized_end=876
-  _globals['_WATCHJOBSREQUEST']._serialized_start=878
-  _globals['_WATCHJOBSREQUEST']._serialized_end=991
-  _globals['_EXPLAINJOBREQUEST']._serialized_start=993
-  _globals['_EXPLAINJOBREQUEST']._serialized_end=1024
-  _globals['_CLUSTERFIT']._serialized_start=1026
-  _globals['_CLUSTERFIT']._serialized_end=1085
-  _globals['_EXPLAINJOBRESPONSE']._serialized_start=1088
-  _globals['_EXPLAINJOBRESPONSE']._serialized_end=1249
-  _globals['_JOBSERVICE']._serialized_start=1252
-  _globals['_JOBSERVICE']._serialized_end=1786
+  _globals['_SUBMITJOBREQUEST']._serialized_start=105
+  _globals['_SUBMITJOBREQUEST']._serialized_end=240
+  _globals['_SUBMITJOBRESPONSE']._serialized_start=242
+  _globals['_SUBMITJOBRESPONSE']._serialized_end=335
+  _globals['_SUBMITJOBSREQUEST']._serialized_start=338
+  _globals['_SUBMITJOBSREQUEST']._serialized_end=475
+  _globals['_SUBMITJOBRESULT']._serialized_start=477
+  _globals['_SUBMITJOBRESULT']._serialized_end=551
+  _globals['_SUBMITJOBSRESPONSE']._serialized_start=553
+  _globals['_SUBMITJOBSRESPONSE']._serialized_end=622
+  _globals['_GETJOBREQUEST']._serialized_start=624
+  _globals['_GETJOBREQUEST']._serialized_end=651
+  _globals['_LISTJOBSREQUEST']._serialized_start=654
+  _globals['_LISTJOBSREQUEST']._serialized_end=782
+  _globals['_LISTJOBSRESPONSE']._serialized_start=784
+  _globals['_LISTJOBSRESPONSE']._serialized_end=861
+  _globals['_CANCELJOBREQUEST']._serialized_start=863
+  _globals['_CANCELJOBREQUEST']._serialized_end=909
+  _globals['_WATCHJOBSREQUEST']._serialized_start=911
+  _globals['_WATCHJOBSREQUEST']._serialized_end=1024
+  _globals['_EXPLAINJOBREQUEST']._serialized_start=1026
+  _globals['_EXPLAINJOBREQUEST']._serialized_end=1057
+  _globals['_CLUSTERFIT']._serialized_start=1059
+  _globals['_CLUSTERFIT']._serialized_end=1118
+  _globals['_EXPLAINJOBRESPONSE']._serialized_start=1121
+  _globals['_EXPLAINJOBRESPONSE']._serialized_end=1365
+  _globals['_JOBSERVICE']._serialized_start=1368
+  _globals['_JOBSERVICE']._serialized_end=1902
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,7 @@
+import datetime
+
 from federation.v1 import common_pb2 as _common_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -122,15 +125,19 @@ class ClusterFit(_message.Message):
     def __init__(self, cluster: _Optional[str] = ..., fits: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ExplainJobResponse(_message.Message):
-    __slots__ = ("job_id", "phase", "reason", "queue_position", "clusters")
+    __slots__ = ("job_id", "phase", "reason", "queue_position", "clusters", "expected_start_time", "expected_cluster")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
     CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_START_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_CLUSTER_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase: _common_pb2.JobPhase
     reason: str
     queue_position: int
     clusters: _containers.RepeatedCompositeFieldContainer[ClusterFit]
-    def __init__(self, job_id: _Optional[str] = ..., phase: _Optional[_Union[_common_pb2.JobPhase, str]] = ..., reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., clusters: _Optional[_Iterable[_Union[ClusterFit, _Mapping]]] = ...) -> None: ...
+    expected_start_time: _timestamp_pb2.Timestamp
+    expected_cluster: str
+    def __init__(self, job_id: _Optional[str] = ..., phase: _Optional[_Union[_common_pb2.JobPhase, str]] = ..., reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., clusters: _Optional[_Iterable[_Union[ClusterFit, _Mapping]]] = ..., expected_start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_cluster: _Optional[str] = ...) -> None: ...
