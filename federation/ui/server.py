@@ -22,6 +22,7 @@ from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from federation.cli import output
 from federation.resources import format_amount, parse_amount
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 
@@ -72,7 +73,7 @@ class Dashboard:
         self.channel: grpc.aio.Channel | None = None
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                             autoescape=jinja2.select_autoescape(["html"]))
-        self.templates.filters.update(phase=_phase, when=_when, amounts=_amounts)
+        self.templates.filters.update(phase=_phase, when=_when, amounts=_amounts, expected=output.expected_start)
         self.runner: web.AppRunner | None = None
         self.port = 0
 
