@@ -18,6 +18,8 @@ CYCLE_STEP_SECONDS = Histogram("federation_scheduler_cycle_step_seconds",
                                ["step"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 JOBS_SCHEDULED = Counter("federation_jobs_scheduled_total", "Jobs dispatched to a member cluster.")
 JOBS_PREEMPTED = Counter("federation_jobs_preempted_total", "Running jobs preempted or reclaimed.")
+PREEMPTION_LOST_GPU_HOURS = Counter("federation_preemption_lost_gpu_hours_total",
+                                    "GPU-hours of work preempted jobs did since their last checkpoint.", ["queue"])
 QUEUE_PENDING = Gauge("federation_queue_pending_jobs", "Jobs waiting in a queue.", ["queue"])
 QUEUE_DOMINANT_SHARE = Gauge("federation_queue_dominant_share",
                              "Largest share of its deserved resources a queue uses.", ["queue"])

@@ -211,6 +211,9 @@ class Scheduler:
         await self.cache.refresh(upto)  # and those up to the moment of the inventories, no further
         pending, active = list(self.cache.waiting.values()), list(self.cache.holding.values())
         classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
+        if time.monotonic() - self._run_times_at >= RUN_TIMES_PERIOD:
+            self._run_times = await self.jobs.mean_run_times()
+            self._run_times_at = time.monotonic()
         inflight = _inflight(active)
         clusters = [c for c in rows if c["live"] and not c["cordoned"] and not c["problem"]]
         capacity: dict[str, int] = {}
@@ -233,8 +236,7 @@ class Scheduler:
             tenants=[_tenant_info(t) for t in await self.admin.list(Tenant)],
             queues=[_queue_info(q) for q in await self.admin.list(Queue)],
             pending=pending,
-            running=[RunningJob(j.id, j.queue, j.cluster, j.priority, j.seq, j.request,
-                                bool(classes.get(j.priority_class, {}).get("preemptible", True))) for j in active],
+            running=[self._running(j, classes.get(j.priority_class, {}), now) for j in active],
             clusters=[cluster_view(c, inflight.get(c["name"], {})) for c in clusters],
             capacity=capacity,
             refused=self._recent_refusals(),
@@ -285,6 +287,16 @@ class Scheduler:
         self._record(snapshot, decisions, sum(clock.seconds.values()))
         return decisions
 
+    def _running(self, job: HoldingJob, priority_class: Mapping[str, Any], now: datetime) -> RunningJob:
+        """A gang holding resources, with what evicting it would cost as of `now`."""
+        ran = max((now - job.since).total_seconds(), 0.0) if job.since else 0.0
+        expected = job.expected_seconds
+        if expected is None:
+            expected = self._run_times.get(job.queue)
+        return RunningJob(job.id, job.queue, job.cluster, job.priority, job.seq, job.request,
+                          bool(priority_class.get("preemptible", True)), ran, job.checkpoint_seconds, expected,
+                          max(priority_class.get("protected_run_seconds", 0) - ran, 0.0))
+
     def run_time(self, queue: str, annotated: float | None) -> float:
         """How long a job is expected to run: its annotation, else its queue's recent mean, else all queues'."""
         if annotated is not None:
@@ -296,9 +308,6 @@ class Scheduler:
     async def _forecast(self, snapshot: Snapshot, decisions: Decisions, order: Sequence[str]) -> None:
         """Expected start times for `order`: the first FORECAST_JOBS waiting jobs in the order this cycle served
         them (those that could never run left out). Run every FORECAST_PERIOD, and as soon as a job joins them."""
-        if time.monotonic() - self._run_times_at >= RUN_TIMES_PERIOD:
-            self._run_times = await self.jobs.mean_run_times()
-            self._run_times_at = time.monotonic()
         now = datetime.now(UTC)
         pending = {job.id: job for job in snapshot.pending}
         sent: dict[str, dict[str, int]] = {}
@@ -333,6 +342,9 @@ class Scheduler:
         metrics.CYCLE_SECONDS.observe(seconds)
         metrics.JOBS_SCHEDULED.inc(len(decisions.assign))
         metrics.JOBS_PREEMPTED.inc(len(decisions.preempt))
+        queue_of = {job.id: job.queue for job in snapshot.running}
+        for job_id, lost in decisions.lost.items():
+            metrics.PREEMPTION_LOST_GPU_HOURS.labels(queue_of[job_id]).inc(lost / 3600)
         waiting = Counter({q.name: 0 for q in snapshot.queues})
         waiting.update(job.queue for job in snapshot.pending if job.id not in decisions.assign)
         for queue, count in waiting.items():

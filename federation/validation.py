@@ -49,6 +49,7 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 
 # Annotations the scheduler reads, each a duration: how long the job is expected to run (its expected start
 # times and those of the jobs behind it), and how often it saves a checkpoint (what preempting it loses).
+MAX_PROTECTED_RUN_SECONDS = 7 * 86_400
 EXPECTED_DURATION = "federation.dev/expected-duration"
 CHECKPOINT_INTERVAL = "federation.dev/checkpoint-interval"
 DURATION_ANNOTATIONS = (EXPECTED_DURATION, CHECKPOINT_INTERVAL)
@@ -411,5 +412,7 @@ def check_priority_class(v: Violations, path: str, pc: admin_pb2.PriorityClass) 
     check_name(v, f"{path}.name", pc.name)
     if abs(pc.value) > MAX_PRIORITY_VALUE:
         v.add(f"{path}.value", f"must be between -{MAX_PRIORITY_VALUE} and {MAX_PRIORITY_VALUE}")
+    if not 0 <= pc.protected_run_seconds <= MAX_PROTECTED_RUN_SECONDS:
+        v.add(f"{path}.protected_run_seconds", f"must be between 0 and {MAX_PROTECTED_RUN_SECONDS} (a week)")
     if len(pc.description) > MAX_DESCRIPTION:
         v.add(f"{path}.description", f"must be at most {MAX_DESCRIPTION} characters")

@@ -107,6 +107,47 @@ def test_reclaim_takes_whole_gangs_from_over_share_queues_youngest_first() -> No
     assert d.waiting["need"] == "waiting for preempted job(s) to exit in cluster c1"
 
 
+HOUR = 3600.0
+
+
+def _borrowing(running: list[RunningJob]) -> Snapshot:
+    """An owner due 16 GPUs, with nothing free; a borrower running `running` in queue `lent`."""
+    tenants = [TenantInfo("owner", guarantee={GPU: 16}), TenantInfo("borrower")]
+    queues = [QueueInfo("mine", "owner", guarantee={GPU: 16}), QueueInfo("lent", "borrower")]
+    return snap(tenants, queues, [job("need", "mine", 8, 200)], [cluster("c1", 0)], running, capacity=64)
+
+
+def test_reclaim_takes_the_gang_losing_least_work_since_its_checkpoint_and_reports_it() -> None:
+    running = [RunningJob(f"b{i}", "lent", "c1", 0, i, {GPU: 8}, preemptible=True) for i in range(8)]
+    running[0] = RunningJob("saved", "lent", "c1", 0, 0, {GPU: 8}, True, ran_for=10 * HOUR + 60, checkpoint=HOUR)
+    running[7] = RunningJob("young", "lent", "c1", 0, 7, {GPU: 8}, True, ran_for=600)
+    running[1:7] = [RunningJob(f"b{i}", "lent", "c1", 0, i, {GPU: 8}, True, ran_for=5 * HOUR) for i in range(1, 7)]
+    d = schedule(_borrowing(running))
+    assert set(d.preempt) == {"saved"}  # a minute since its last checkpoint: less lost than the 10-minute-old one
+    assert d.lost == {"saved": 60 * 8}
+    running[0] = RunningJob("saved", "lent", "c1", 0, 0, {GPU: 8}, True, ran_for=10 * HOUR + 60)  # no checkpoints
+    d = schedule(_borrowing(running))
+    assert set(d.preempt) == {"young"} and d.lost == {"young": 600 * 8}
+
+
+def test_a_gang_in_its_protected_run_time_or_near_its_end_is_not_reclaimed() -> None:
+    protected = [RunningJob(f"p{i}", "lent", "c1", 0, i, {GPU: 8}, True, ran_for=60, protected_for=540)
+                 for i in range(8)]
+    d = schedule(_borrowing(protected))
+    assert not d.preempt and "protected run time" in d.waiting["need"]
+    # 9 h into an expected 10 h: losing 9 h of work to save a 1 h wait does not pay; 1 h into 10 h does
+    ending = [RunningJob(f"e{i}", "lent", "c1", 0, i, {GPU: 8}, True, ran_for=9 * HOUR, expected=10 * HOUR)
+              for i in range(8)]
+    d = schedule(_borrowing(ending))
+    assert not d.preempt and "would lose more work" in d.waiting["need"]
+    ending[3] = RunningJob("early", "lent", "c1", 0, 3, {GPU: 8}, True, ran_for=HOUR, expected=10 * HOUR)
+    assert set(schedule(_borrowing(ending)).preempt) == {"early"}
+    # past its expected end it is expected to run half as long again as it has: 30 h in, not worth 30 h lost
+    overdue = [RunningJob(f"o{i}", "lent", "c1", 0, i, {GPU: 8}, True, ran_for=30 * HOUR, expected=10 * HOUR,
+                          checkpoint=4 * HOUR) for i in range(8)]
+    assert set(schedule(_borrowing(overdue)).preempt) == {"o7"}  # 2 h since its checkpoint < 15 h to go
+
+
 def test_reclaim_never_leaves_the_lender_below_the_reclaimer() -> None:
     """Kueue's LessThanOrEqualToFinalShare: found by the ITP trace replay, where equal tenants took the same
     GPUs from each other back and forth (490,000 evictions for 69,000 jobs) without this rule."""

@@ -50,6 +50,10 @@ def test_only_clusters_the_selector_admits_and_room_that_never_comes_gives_no_es
     assert "huge" not in starts and "unknown" not in starts
 
 
+def test_no_ready_cluster_gives_no_estimate() -> None:
+    assert expected_starts([], [Holding("gone", {GPU: 8}, HOUR)], [Waiting("j", {GPU: 8}, HOUR)]) == {}
+
+
 def test_a_start_past_the_horizon_is_reported_as_the_horizon() -> None:
     starts = expected_starts([ClusterView("a", {}, {GPU: 0})], [Holding("a", {GPU: 8}, 2 * HORIZON)],
                              [Waiting("j", {GPU: 8}, HOUR)])

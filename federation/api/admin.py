@@ -53,7 +53,7 @@ FLAVOR = _Kind(Flavor, "flavor", admin_pb2.Flavor, check_flavor, convert.flavor_
                ("resource", "cluster_selector"))
 PRIORITY_CLASS = _Kind(PriorityClass, "priority_class", admin_pb2.PriorityClass, check_priority_class,
                        convert.priority_class_to_proto, convert.priority_class_values,
-                       ("value", "preemptible", "global_default", "description"))
+                       ("value", "preemptible", "global_default", "description", "protected_run_seconds"))
 
 
 def _checked(kind: _Kind, obj: Message) -> dict[str, Any]:

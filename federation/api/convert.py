@@ -61,12 +61,14 @@ def flavor_values(f: admin_pb2.Flavor) -> dict[str, Any]:
 def priority_class_to_proto(row: Mapping[str, Any]) -> admin_pb2.PriorityClass:
     return admin_pb2.PriorityClass(
         name=row["name"], value=row["value"], preemptible=row["preemptible"],
-        global_default=row["global_default"], description=row["description"], create_time=_ts(row["created_at"]))
+        global_default=row["global_default"], description=row["description"], create_time=_ts(row["created_at"]),
+        protected_run_seconds=row["protected_run_seconds"])
 
 
 def priority_class_values(pc: admin_pb2.PriorityClass) -> dict[str, Any]:
     return {"name": pc.name, "value": pc.value, "preemptible": pc.preemptible,
-            "global_default": pc.global_default, "description": pc.description}
+            "global_default": pc.global_default, "description": pc.description,
+            "protected_run_seconds": pc.protected_run_seconds}
 
 
 def cluster_to_proto(row: Mapping[str, Any]) -> admin_pb2.Cluster:

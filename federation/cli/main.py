@@ -669,9 +669,12 @@ def queue_status(client: Client, name: str, fmt: str) -> None:
 cli.add_command(_crud_group(
     "priorityclass", admin_pb2.PriorityClass, "priority_class", "ListPriorityClasses",
     [click.option("--value", type=int), click.option("--preemptible/--not-preemptible", default=None),
-     click.option("--global-default/--no-global-default", default=None), click.option("--description")],
-    lambda value, preemptible, global_default, description: {
-        "value": value, "preemptible": preemptible, "global_default": global_default, "description": description}))
+     click.option("--global-default/--no-global-default", default=None), click.option("--description"),
+     click.option("--protected-run-seconds", type=int,
+                  help="seconds a job of this class runs before another queue may reclaim it")],
+    lambda value, preemptible, global_default, description, protected_run_seconds: {
+        "value": value, "preemptible": preemptible, "global_default": global_default, "description": description,
+        "protected_run_seconds": protected_run_seconds}))
 
 
 def _to_apply(doc: Document) -> list[tuple[str, Converted]]:

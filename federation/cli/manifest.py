@@ -353,7 +353,8 @@ ADMIN_KINDS: dict[str, tuple[type[Message], dict[str, tuple[str, Callable[..., A
         "resource": ("resource", _Reader.str), "clusterSelector": ("cluster_selector", _Reader.str_map)}),
     "PriorityClass": (admin_pb2.PriorityClass, {
         "value": ("value", _Reader.int), "preemptible": ("preemptible", _Reader.bool),
-        "globalDefault": ("global_default", _Reader.bool), "description": ("description", _Reader.str)}),
+        "globalDefault": ("global_default", _Reader.bool), "description": ("description", _Reader.str),
+        "protectedRunSeconds": ("protected_run_seconds", _Reader.int)}),
 }
 
 

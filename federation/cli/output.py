@@ -91,8 +91,9 @@ TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = 
                                  ",".join(q.flavors) or "any"]),
     admin_pb2.Flavor: (("NAME", "RESOURCE", "CLUSTER-SELECTOR", "AGE"), lambda f: [
         f.name, f.resource, ",".join(f"{k}={v}" for k, v in sorted(f.cluster_selector.items())), age(f.create_time)]),
-    admin_pb2.PriorityClass: (("NAME", "VALUE", "PREEMPTIBLE", "DEFAULT", "DESCRIPTION"), lambda p: [
-        p.name, p.value, p.preemptible, p.global_default, p.description or "-"]),
+    admin_pb2.PriorityClass: (("NAME", "VALUE", "PREEMPTIBLE", "PROTECTED", "DEFAULT", "DESCRIPTION"), lambda p: [
+        p.name, p.value, p.preemptible, f"{p.protected_run_seconds}s" if p.protected_run_seconds else "-",
+        p.global_default, p.description or "-"]),
     admin_pb2.Cluster: (("NAME", "STATUS", "CORDONED", "NODES", "ALLOCATABLE", "USED", "HEARTBEAT"), lambda c: [
         c.name, pascal_case(admin_pb2.ClusterStatus.Name(c.status)), c.cordoned, c.nodes, quantities(c.allocatable),
         quantities(c.used), age(c.last_heartbeat)]),

@@ -74,6 +74,27 @@ class RunningJob:
     seq: int
     request: Mapping[str, int]
     preemptible: bool
+    # What evicting it costs, as of the snapshot (the edge reads the clock, the core does not):
+    ran_for: float = 0.0  # seconds since it started
+    checkpoint: float | None = None  # seconds between its checkpoints (its annotation); None: it keeps none
+    expected: float | None = None  # expected whole run in seconds (annotation, or its queue's past jobs); None: unknown
+    protected_for: float = 0.0  # seconds until another queue may reclaim it (its priority class's protected run time)
+
+    @property
+    def at_risk(self) -> float:
+        """GPU-seconds of work lost if it is evicted now: what it did since its last checkpoint."""
+        since = self.ran_for % self.checkpoint if self.checkpoint else self.ran_for
+        return since * self.request.get(RESOURCE_FOR_FEWEST, 0)
+
+    def pays_to_reclaim(self) -> bool:
+        """Whether evicting it gains its queue's rival more than it costs: the work lost since its last checkpoint
+        against the time the rival would otherwise wait for it to end (its expected remaining run; past that, as
+        long again as half what it ran: run times are heavy-tailed). Unknown run times do not hold reclaim back."""
+        if self.expected is None:
+            return True
+        since = self.ran_for % self.checkpoint if self.checkpoint else self.ran_for
+        remaining = self.expected - self.ran_for if self.ran_for < self.expected else self.ran_for / 2
+        return since < remaining
 
 
 @dataclass(frozen=True)
@@ -97,6 +118,7 @@ class Decisions:
     assign: dict[str, str] = field(default_factory=dict)  # job -> cluster
     preempt: dict[str, str] = field(default_factory=dict)  # running job -> reason
     making_room: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster preempted for it
+    lost: dict[str, float] = field(default_factory=dict)  # preempted job -> GPU-seconds of work lost by it
     waiting: dict[str, str] = field(default_factory=dict)  # pending job -> why it waits
     reserved: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster whose room is held for it
     cannot_run: set[str] = field(default_factory=set)  # waiting jobs no cluster or quota could run as things stand
@@ -155,7 +177,9 @@ class _Cycle:
                 if job.preemptible:
                     self.pool.add(job.cluster, job.queue, job.request)
             self.running_by_cluster.setdefault(job.cluster, []).append(job)
-        self.preemptible = {c: sorted((v for v in jobs if v.preemptible), key=lambda v: (v.priority, -v.seq, v.id))
+        # Victims in order: lowest priority, then least work lost, then youngest.
+        self.preemptible = {c: sorted((v for v in jobs if v.preemptible),
+                                      key=lambda v: (v.priority, v.at_risk, -v.seq, v.id))
                             for c, jobs in self.running_by_cluster.items()}
         self.preemptible_in: dict[tuple[str, str], list[RunningJob]] = {}  # (cluster, queue) -> same order
         for c, gangs in self.preemptible.items():
@@ -246,8 +270,9 @@ class _Cycle:
         tenant = self.queues[job.queue].tenant
         over = {q for q in self.over_share if q != job.queue and queue_within
                 and (self.queues[q].tenant == tenant or tenant_within)}
-        best: tuple[int, int, str, list[RunningJob]] | None = None
+        best: tuple[float, int, int, str, list[RunningJob]] | None = None
         kept_share = False  # a victim was passed over because its queue or tenant would drop below its share
+        kept_work = False  # one was passed over because evicting it would cost more than it gains
         candidates = self.pool.could_make_room(job.view.request, [job.queue, *over])
         for cluster in candidates:
             labels = self.clusters.labels[self.clusters.index[cluster]]
@@ -267,6 +292,9 @@ class _Cycle:
                 if victim.id in self.out.preempt or not (
                         victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
                     continue
+                if victim.queue != job.queue and (victim.protected_for > 0 or not victim.pays_to_reclaim()):
+                    kept_work = True
+                    continue
                 if victim.queue != job.queue and not self._may_reclaim(victim, job.queue, tenant, borrowed, deserved):
                     kept_share = True
                     continue
@@ -276,11 +304,11 @@ class _Cycle:
                     break
             if chosen and covers(freed, job.view.request):
                 evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
-                key = (evicted, len(chosen), cluster, chosen)
-                if best is None or key[:3] < best[:3]:
+                key = (sum(v.at_risk for v in chosen), evicted, len(chosen), cluster, chosen)
+                if best is None or key[:4] < best[:4]:
                     best = key
         if best is not None:
-            return best[2], best[3]
+            return best[3], best[4]
         if not queue_within:
             return f"not reclaimed: queue {job.queue} would be over its deserved share"
         if not over and not any(self.queue_usage[q] for q in self.over_share if q != job.queue):
@@ -289,6 +317,9 @@ class _Cycle:
             return f"not reclaimed: tenant {tenant} would be over its deserved share"
         if kept_share:
             return "not reclaimed: the queues over their share would drop below it"
+        if kept_work:
+            return "not reclaimed: the gangs that would make room are in their protected run time, or would lose " \
+                   "more work since their last checkpoint than waiting for them to end costs"
         if not candidates:
             return "not reclaimed: the queues over their share run no preemptible gangs that would make room"
         return "not reclaimed: evicting what the queues over their share borrowed would still not make room"
@@ -549,6 +580,7 @@ class _Cycle:
         tenant = self.queues[queue].tenant
         for victim in gangs:
             why = "reclaimed" if victim.queue != queue else "preempted"
+            self.out.lost[victim.id] = victim.at_risk
             if self.queues[victim.queue].tenant == tenant:
                 self.out.preempt[victim.id] = f"{why} for {job.id} (priority {job.priority}) in queue {queue}"
             else:  # a tenant reads only its own tenant's names

@@ -59,6 +59,8 @@ def expected_starts(clusters: Sequence[ClusterView], holding: Sequence[Holding],
     the order they would be served.
     """
     names = sorted(c.name for c in clusters)
+    if not names:
+        return {}
     index = {n: i for i, n in enumerate(names)}
     resources = sorted({r for c in clusters for r in c.free} | {r for h in holding for r in h.request}
                        | {r for w in waiting for r in w.request})

@@ -77,6 +77,7 @@ class PriorityClass(Base):
     global_default: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     description: Mapped[str] = mapped_column(Text, nullable=False, default="")
     created_at: Mapped[datetime] = _created()
+    protected_run_seconds: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
 
 
 class Cluster(Base):

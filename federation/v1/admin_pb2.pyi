@@ -123,20 +123,22 @@ class Flavor(_message.Message):
     def __init__(self, name: _Optional[str] = ..., resource: _Optional[str] = ..., cluster_selector: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class PriorityClass(_message.Message):
-    __slots__ = ("name", "value", "preemptible", "global_default", "description", "create_time")
+    __slots__ = ("name", "value", "preemptible", "global_default", "description", "create_time", "protected_run_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_DEFAULT_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    PROTECTED_RUN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     value: int
     preemptible: bool
     global_default: bool
     description: str
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., value: _Optional[int] = ..., preemptible: _Optional[bool] = ..., global_default: _Optional[bool] = ..., description: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    protected_run_seconds: int
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[int] = ..., preemptible: _Optional[bool] = ..., global_default: _Optional[bool] = ..., description: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., protected_run_seconds: _Optional[int] = ...) -> None: ...
 
 class TierSummary(_message.Message):
     __slots__ = ("tier", "tier_name", "max_free", "max_capacity")
