@@ -40,6 +40,9 @@ def summarise(result: Result, window: float) -> dict[str, Any]:
     waits = [(r.first_start - r.job.submit) / HOURS for r in records if r.first_start >= 0]
     jcts = [(r.finish - r.job.submit) / HOURS for r in records if r.finish >= 0]
     gangs = [r for r in records if r.job.gpus > GPUS_PER_NODE and r.leaves]
+    asked = [r for r in records if r.forecast >= 0 and r.first_start >= 0]
+    forecast_error = [abs(r.forecast - r.first_start) / HOURS for r in asked]
+    naive_error = [abs(r.naive - r.first_start) / HOURS for r in asked]
     in_window = result.utilisation[:max(1, int(window // HOURS))]
     days = window / DAY
     return {
@@ -58,6 +61,13 @@ def summarise(result: Result, window: float) -> dict[str, Any]:
         "cycles": result.cycles,
         "scheduler_cpu_s_per_day": (result.scheduler_cpu + result.placement_cpu) / days if days else 0.0,
         "placement_cpu_s_per_day": result.placement_cpu / days if days else 0.0,
+        # jobs that waited a cycle: |expected - actual start|, hours (the forecast, and the naive position x mean)
+        "start_estimates": len(asked),
+        "start_error_median_h": statistics.median(forecast_error) if asked else 0.0,
+        "start_error_naive_median_h": statistics.median(naive_error) if asked else 0.0,
+        "start_error_mean_h": statistics.fmean(forecast_error) if asked else 0.0,
+        "start_error_naive_mean_h": statistics.fmean(naive_error) if asked else 0.0,
+        "forecast_cpu_s_per_day": result.forecast_cpu / days if days else 0.0,
     }
 
 
@@ -84,7 +94,9 @@ def run(days: float | None, loads: list[float], interval: float) -> dict[str, An
             q = figures["queueing_delay_h"]
             tqdm.write(f"load {load:.1f} {policy:<12} wait mean {q['mean']:7.2f} h  median {q['median']:6.2f} h  "
                        f"p99 {q['p99']:7.1f} h  share error {figures['share_error_mean']:.3f}  "
-                       f"one leaf {figures['gangs_within_one_leaf']:.2f}  util {figures['utilisation_mean']:.2f}")
+                       f"one leaf {figures['gangs_within_one_leaf']:.2f}  util {figures['utilisation_mean']:.2f}  "
+                       f"preempt {figures['preemptions']} lost {figures['lost_gpu_hours']:.0f} GPU-h  start error "
+                       f"{figures['start_error_median_h']:.2f} h (naive {figures['start_error_naive_median_h']:.2f} h)")
     return out
 
 

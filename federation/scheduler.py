@@ -38,7 +38,7 @@ from federation.scheduling.cycle import (
 from federation.scheduling.fairshare import dominant_share
 from federation.scheduling.fit import ClusterState, ClusterView, JobView, TierFree, explain
 from federation.scheduling.flavors import FlavorInfo
-from federation.scheduling.forecast import Holding, Waiting, expected_starts
+from federation.scheduling.forecast import Holding, Waiting, expected_starts, remaining
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Flavor, PriorityClass, Queue, Tenant
@@ -320,10 +320,9 @@ class Scheduler:
         for held in self.cache.holding.values():
             if held.id in decisions.preempt:
                 continue
-            expected = self.run_time(held.queue, held.expected_seconds)
             ran = (now - held.since).total_seconds() if held.since else 0.0
-            # Past its expected end, the longer it has run the longer it is likely to (run times are heavy-tailed).
-            holding.append(Holding(held.cluster, held.request, expected - ran if ran < expected else ran / 2))
+            holding.append(Holding(held.cluster, held.request,
+                                   remaining(self.run_time(held.queue, held.expected_seconds), ran)))
         clusters = [ClusterView(c.name, c.labels, {r: a - sent.get(c.name, {}).get(r, 0) for r, a in c.free.items()})
                     for c in snapshot.clusters]
         jobs = [pending[j] for j in order if j in pending]

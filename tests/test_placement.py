@@ -283,3 +283,33 @@ def test_a_pod_goes_where_it_leaves_no_gpus_without_the_cpu_to_use_them() -> Non
     # Where no node is left unbalanced by it, fullness still decides.
     small = GangRequest((TaskRequest("worker", 1, {GPU: 1, "cpu": 16_000}),))
     assert nodes_of(placed(place(state, small))) == ["gpu-a"]
+
+
+def test_a_pod_goes_where_it_leaves_free_gpus_the_usual_pods_can_use() -> None:
+    """FGD: best fit would leave one GPU on a node where the cluster's usual 2-GPU pods cannot use it; once
+    the agent has seen those pods, the 1-GPU pod goes where it leaves two free instead."""
+    state = cluster([1, 2])
+    state.allocate("n0-0", {GPU: 6})  # 2 free
+    state.allocate("n0-1", {GPU: 5})  # 3 free
+    one = gang(1, gpus=1)
+    assert nodes_of(placed(place(state, one))) == ["n0-0"]  # nothing learnt yet: the fullest node
+    for _ in range(16):
+        state.fragmentation.mix.add({GPU: 2, "cpu": 1})
+    assert nodes_of(placed(place(state, one))) == ["n0-1"]
+    state.allocate("n0-1", {GPU: 1})  # the node changed: what was remembered of it is not used again
+    assert nodes_of(placed(place(state, one))) == ["n0-0"]  # 2 free either side (not 3, as remembered): by name
+
+
+def test_fragmentation_counts_the_free_gpus_each_usual_shape_could_not_use() -> None:
+    from member_agent.fragmentation import PodMix, fragmented
+
+    mix = PodMix()
+    for _ in range(12):
+        mix.add({GPU: 1, "cpu": 4})
+    for _ in range(4):
+        mix.add({GPU: 4, "cpu": 4})
+    mix.add({"cpu": 4})  # no device: not part of the mix
+    assert mix.total == 16 and dict(mix.weights) == {((GPU, 1), ("cpu", 4)): 0.75, ((GPU, 4), ("cpu", 4)): 0.25}
+    assert fragmented({GPU: 2, "cpu": 64}, mix.weights) == 2 * 0.25  # the 4-GPU pods cannot use 2
+    assert fragmented({GPU: 2, "cpu": 2}, mix.weights) == 2 * 1.0  # no cpu beside them: nobody can
+    assert fragmented({GPU: 4, "cpu": 64}, mix.weights) == 0.0

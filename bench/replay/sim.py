@@ -20,21 +20,26 @@ checkpoints would; the GPU time it lost is counted.
 from __future__ import annotations
 
 import heapq
+import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench.replay.capacity import GPU, GPUS_PER_NODE, Shape, build, cluster_names, leaf_of
 from bench.replay.trace import TraceJob
-from federation.scheduling.cycle import PendingJob, QueueInfo, RunningJob, Snapshot, TenantInfo, schedule
+from federation.scheduling.cycle import Decisions, PendingJob, QueueInfo, RunningJob, Snapshot, TenantInfo, schedule
 from federation.scheduling.fairshare import water_fill
 from federation.scheduling.fit import ClusterView, JobView
+from federation.scheduling.forecast import Holding, Waiting, expected_starts, remaining
 from member_agent.placement import GangRequest, PodPlacement, Rejection, TaskRequest, place
 from member_agent.state import ClusterState
 from member_agent.topology import ROOT
 
 POLICIES = ("fair", "topology-off", "fifo")
 HOUR = 3600.0
+# The replay's priority class: a gang runs this long before another tenant may reclaim it (the trace's jobs keep
+# no checkpoints, so an eviction loses all they did).
+PROTECTED_RUN_TIME = 0.0
 
 
 @dataclass(slots=True)
@@ -49,6 +54,10 @@ class Record:
     leaves: int = 0  # tier-1 HyperNodes its pods spanned
     preemptions: int = 0
     lost_gpu_seconds: float = 0.0
+    # When the forecast expected it to start, asked in the first cycle it waited through; and the naive
+    # estimate (its place in its queue times its queue's mean run time). -1: it never waited a cycle.
+    forecast: float = -1.0
+    naive: float = -1.0
 
 
 @dataclass
@@ -63,11 +72,12 @@ class Result:
     cycles: int = 0
     scheduler_cpu: float = 0.0  # seconds in the scheduling core
     placement_cpu: float = 0.0  # seconds in the placement core
+    forecast_cpu: float = 0.0  # seconds in the start-time forecast
 
 
 class Replay:
     def __init__(self, jobs: Sequence[TraceJob], shape: Shape, policy: str, interval: float = 60.0,
-                 progress: Callable[[float], None] | None = None) -> None:
+                 progress: Callable[[float], None] | None = None, protected: float = PROTECTED_RUN_TIME) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
         self.jobs, self.shape, self.policy, self.interval = jobs, shape, policy, interval
@@ -91,7 +101,10 @@ class Replay:
         self.tenant_days = {t: [0.0] * days for t in self.tenants}
         self.deserved_days = {t: [0.0] * days for t in self.tenants}
         self.share_error: list[float] = []
+        self.protected = protected
+        self.ran: dict[str, list[float]] = {t: [0.0, 0] for t in self.tenants}  # completed runs: seconds, count
         self.seq = 0
+        self.forecast_cpu = 0.0
         self.cycles = 0
         self.scheduler_cpu = 0.0
         self.placement_cpu = 0.0
@@ -222,11 +235,16 @@ class Replay:
         """One cycle of the real cores; whether another should follow at once (room was made by
         preemption, or an agent refused a gang that another cluster may take)."""
         tenants, queues = self.static
-        snapshot = Snapshot(tenants, queues, list(self.pending.values()), [r for r, _, _ in self.running.values()],
-                            self._cluster_views(), {GPU: self.capacity}, self.refused, self.making_room)
+        running = [replace(r, ran_for=now - start, expected=self._mean_run(r.queue),
+                           protected_for=max(self.protected - (now - start), 0.0))
+                   for r, _, start in self.running.values()]
+        views = self._cluster_views()
+        snapshot = Snapshot(tenants, queues, list(self.pending.values()), running, views, {GPU: self.capacity},
+                            self.refused, self.making_room)
         began = time.process_time()
         decisions = schedule(snapshot)
         self.scheduler_cpu += time.process_time() - began
+        self._forecast(now, decisions, views, running)
         again = bool(decisions.preempt)
         for victim in sorted(decisions.preempt):
             self._preempt(victim, now)
@@ -241,6 +259,50 @@ class Replay:
                 continue
             self._start(job_id, cluster, placement.pods, now)
         return again
+
+    def _mean_run(self, tenant: str) -> float | None:
+        """What the tenant's completed jobs took on average, as the server learns it from its past jobs."""
+        seconds, count = self.ran[tenant]
+        return seconds / count if count else None
+
+    def _forecast(self, now: float, decisions: Decisions, views: Sequence[ClusterView],
+                  running: Sequence[RunningJob]) -> None:
+        """For jobs waiting through their first cycle, when the server's forecast expects them to start (run
+        times as the server knows them: its queue's mean so far), and the naive estimate beside it."""
+        new = [j for j in decisions.waiting if self.records[j].forecast < 0 and j not in decisions.cannot_run]
+        if not new:
+            return
+        began = time.process_time()
+        order = [j for j in decisions.waiting if j not in decisions.cannot_run]
+        order = order[:max(order.index(j) for j in new) + 1]
+        fallback = statistics.fmean(r for r in map(self._mean_run, self.tenants) if r is not None) \
+            if any(self._mean_run(t) is not None for t in self.tenants) else HOUR
+
+        def run_time(tenant: str) -> float:
+            mean = self._mean_run(tenant)
+            return fallback if mean is None else mean
+
+        sent: dict[str, int] = {}
+        holding = []
+        for job_id, cluster in decisions.assign.items():
+            gpus = self.records[job_id].job.gpus
+            sent[cluster] = sent.get(cluster, 0) + gpus
+            holding.append(Holding(cluster, {GPU: gpus}, run_time(self.records[job_id].job.tenant)))
+        for r in running:
+            if r.id not in decisions.preempt:
+                holding.append(Holding(r.cluster, r.request, remaining(run_time(r.queue), r.ran_for)))
+        clusters = [ClusterView(v.name, v.labels, {GPU: v.free.get(GPU, 0) - sent.get(v.name, 0)}) for v in views]
+        waiting = [Waiting(j, {GPU: self.records[j].job.gpus}, run_time(self.records[j].job.tenant)) for j in order]
+        starts = expected_starts(clusters, holding, waiting)
+        position: dict[str, int] = {}
+        for j in order:
+            tenant = self.records[j].job.tenant
+            position[tenant] = position.get(tenant, 0) + 1
+            record = self.records[j]
+            if record.forecast < 0 and j in starts:
+                record.forecast = now + starts[j].seconds
+                record.naive = now + position[tenant] * run_time(tenant)
+        self.forecast_cpu += time.process_time() - began
 
     def _first_fit(self, state: ClusterState, job: TraceJob) -> list[PodPlacement] | None:
         pods, per = self._pods(job)
@@ -304,8 +366,12 @@ class Replay:
                 if self.live_end.get(job_id) != seq:
                     continue
                 del self.live_end[job_id]
-                self.records[job_id].finish = now
+                record = self.records[job_id]
+                record.finish = now
                 self._stop(job_id, now)
+                ran = self.ran[record.job.tenant]
+                ran[0] += record.job.duration
+                ran[1] += 1
                 changed = True
             if changed and self.pending and now >= last_cycle + self.interval:
                 changed = cycle(now)
@@ -317,4 +383,4 @@ class Replay:
         return Result(self.policy, self.shape, list(self.records.values()),
                       [b / (self.capacity * HOUR) for b in self.busy_hours],
                       self.tenant_days, self.deserved_days, self.share_error, self.cycles, self.scheduler_cpu,
-                      self.placement_cpu)
+                      self.placement_cpu, self.forecast_cpu)

@@ -22,6 +22,7 @@ from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
 from federation.scheduling.fairshare import EPSILON, Claim, Tree, dominant_share, excess, hierarchical
 from federation.scheduling.fit import ClusterView, JobView, cannot_run, covers
 from federation.scheduling.flavors import FlavorInfo, Flavors
+from federation.scheduling.forecast import remaining
 
 RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # victims are chosen to evict the fewest of these
 
@@ -88,13 +89,12 @@ class RunningJob:
 
     def pays_to_reclaim(self) -> bool:
         """Whether evicting it gains its queue's rival more than it costs: the work lost since its last checkpoint
-        against the time the rival would otherwise wait for it to end (its expected remaining run; past that, as
-        long again as half what it ran: run times are heavy-tailed). Unknown run times do not hold reclaim back."""
+        against the time the rival would otherwise wait for it to end (its expected remaining run). Unknown run
+        times do not hold reclaim back."""
         if self.expected is None:
             return True
         since = self.ran_for % self.checkpoint if self.checkpoint else self.ran_for
-        remaining = self.expected - self.ran_for if self.ran_for < self.expected else self.ran_for / 2
-        return since < remaining
+        return since < remaining(self.expected, self.ran_for)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,12 @@ HORIZON = 30 * 86_400.0  # seconds: a start beyond this is reported as beyond it
 GRID = np.concatenate(([0.0], np.geomspace(30.0, HORIZON, 240)))  # segment starts, seconds from now
 
 
+def remaining(expected: float, ran_for: float) -> float:
+    """Seconds a run expected to take `expected` still has after `ran_for`; past its expected end, half as long
+    again as it has run (run times are heavy-tailed: the longer a job has run, the longer it is likely to)."""
+    return expected - ran_for if ran_for < expected else ran_for / 2
+
+
 @dataclass(frozen=True, slots=True)
 class Holding:
     """Resources held in a cluster until `ends_in` seconds from now (a running gang, or one just sent)."""

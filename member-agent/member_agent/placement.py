@@ -182,6 +182,21 @@ class _Trial:
             self.put(node, task, range(count), sign=-1)
             del self.pods[-count:]
 
+    def fragmenting(self, node: str, request: Mapping[str, int]) -> float:
+        """How much taking `request` on `node` adds to the cluster's fragmentation for its pod mix."""
+        fragmentation = self.state.fragmentation
+        if node in self._touched:
+            free = {r: self.free(node, r) for r in self.state.free[node]}
+            return fragmentation.increase(node, free, request)
+        return fragmentation.increase(node, self.state.free[node], request, tuple(sorted(request.items())))
+
+    def least_fragmenting(self, domain: str, task: TaskRequest) -> float:
+        """The least one pod of `task` adds to the fragmentation on any node under `domain` that takes it."""
+        d = self.topology.domains[domain]
+        values = [self.fragmenting(n, task.request) for n in d.nodes if self.fit(n, task) > 0]
+        values += [self.least_fragmenting(c, task) for c in d.children if self.capacity(c, task) > 0]
+        return min(values, default=0.0)
+
     def _amounts(self, name: str, is_node: bool, resource: str) -> tuple[int, int]:
         """Free and total of `resource` in the node or domain `name`, as this trial leaves it."""
         if is_node:
@@ -288,12 +303,20 @@ class _Placer:
     # -- descent ---------------------------------------------------------------------------
 
     def _choose(self, trial: _Trial, options: list[tuple[str, bool, int]], wanted: int, per_unit: Mapping[str, int],
-                resource: str | None) -> tuple[str, bool, int]:
-        """The fullest option that takes all `wanted` units, else the one that takes the most (then fullest)."""
+                resource: str | None, task: TaskRequest | None = None) -> tuple[str, bool, int]:
+        """Of the options that take all `wanted` units, the one that fragments the cluster least for its pod mix
+        (a single pod of `task` looks into domains for the node it would take), then the fullest; else the one
+        that takes the most (then fullest)."""
         whole = [o for o in options if o[2] >= wanted]
         if whole:
             request = {r: a * wanted for r, a in per_unit.items()}
-            return min(whole, key=lambda o: (self.spares(o[0], o[1], per_unit),
+
+            def fragmenting(name: str, is_node: bool) -> float:
+                if is_node:
+                    return trial.fragmenting(name, request)
+                return trial.least_fragmenting(name, task) if task is not None and wanted == 1 else 0.0
+
+            return min(whole, key=lambda o: (self.spares(o[0], o[1], per_unit), fragmenting(o[0], o[1]),
                                              trial.stranding(o[0], o[1], request, resource),
                                              trial.leftover(o[0], o[1], request, resource), o[0]))
         return min(options, key=lambda o: (-o[2], self.spares(o[0], o[1], per_unit),
@@ -310,7 +333,7 @@ class _Placer:
         while remaining:
             if not options:
                 return False
-            choice = self._choose(trial, options, len(remaining), task.request, resource)
+            choice = self._choose(trial, options, len(remaining), task.request, resource, task)
             options.remove(choice)
             name, is_node, capacity = choice
             take, remaining = remaining[:capacity], remaining[capacity:]

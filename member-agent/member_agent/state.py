@@ -11,6 +11,7 @@ from typing import Any
 
 from federation.resources import Resources
 from federation.scheduling.fit import TierFree
+from member_agent.fragmentation import Fragmentation
 from member_agent.topology import ROOT, Node, Topology
 
 # (request, node selector, tolerations): what decides how many pods of a task fit on a node
@@ -56,6 +57,7 @@ class ClusterState:
         self.used: Resources = {}
         self.ready_allocatable: Resources = {}
         self.counts = PodCounts()
+        self.fragmentation = Fragmentation()  # learns the pod mix from what is allocated
         self._node_max: dict[str, Resources] = {}  # per parent domain: most free on one of its ready nodes
         self._stale_node_max: set[str] = set(topology.domains)
         self._node_capacity: Resources | None = None  # the most one node has of each resource
@@ -66,6 +68,7 @@ class ClusterState:
 
     def _changed(self, node: str) -> None:
         self.counts.forget([node, *self.topology.ancestors(node)])
+        self.fragmentation.forget(node)
         self._stale_node_max.add(self.topology.node_parent[node])
 
     def _add_up(self, node: str, amounts: Mapping[str, int], table: dict[str, Resources], sign: int = 1) -> None:
@@ -81,6 +84,8 @@ class ClusterState:
         for resource, amount in request.items():
             free[resource] = free.get(resource, 0) - sign * amount
         _add(self.used, request, sign)
+        if sign > 0:
+            self.fragmentation.mix.add(request)
         if node in self.ready:
             self._add_up(node, request, self.domain_free, -sign)
         self._changed(node)
