@@ -309,7 +309,7 @@ def test_fragmentation_counts_the_free_gpus_each_usual_shape_could_not_use() -> 
     for _ in range(4):
         mix.add({GPU: 4, "cpu": 4})
     mix.add({"cpu": 4})  # no device: not part of the mix
-    assert mix.total == 16 and dict(mix.weights) == {((GPU, 1), ("cpu", 4)): 0.75, ((GPU, 4), ("cpu", 4)): 0.25}
+    assert mix.total == 16 and dict(mix.weights) == {(("cpu", 4), (GPU, 1)): 0.75, (("cpu", 4), (GPU, 4)): 0.25}
     assert fragmented({GPU: 2, "cpu": 64}, mix.weights) == 2 * 0.25  # the 4-GPU pods cannot use 2
     assert fragmented({GPU: 2, "cpu": 2}, mix.weights) == 2 * 1.0  # no cpu beside them: nobody can
     assert fragmented({GPU: 4, "cpu": 64}, mix.weights) == 0.0
