@@ -54,6 +54,7 @@ class HoldingJob:
     since: datetime | None = None  # started, else sent to its cluster
     expected: str | None = None  # its expected-duration annotation, as written
     checkpoint: str | None = None  # its checkpoint-interval annotation, as written
+    hypernode: str = ""  # the lowest HyperNode holding its pods, once placed
 
     @property
     def expected_seconds(self) -> float | None:

@@ -36,7 +36,7 @@ from federation.scheduling.cycle import (
     shares,
 )
 from federation.scheduling.fairshare import dominant_share
-from federation.scheduling.fit import ClusterState, ClusterView, JobView, TierFree, explain
+from federation.scheduling.fit import ClusterState, ClusterView, DomainFree, JobView, TierFree, explain
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import Holding, Waiting, expected_starts, remaining
 from federation.store.admin import AdminStore
@@ -70,7 +70,8 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
     free = {r: a - used.get(r, 0) - inflight.get(r, 0) for r, a in allocatable.items()}
     tiers = [TierFree(t["tier"], t.get("tier_name", ""), t.get("max_free", {}), t.get("max_capacity", {}))
              for t in inv.get("topology", [])]
-    return ClusterView(row["name"], row["labels"], free, tiers, capacity=allocatable)
+    domains = [DomainFree(h["name"], h["tier"], h["parent"], h["free"]) for h in inv.get("hypernodes", [])]
+    return ClusterView(row["name"], row["labels"], free, tiers, capacity=allocatable, domains=domains)
 
 
 def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:
@@ -295,7 +296,7 @@ class Scheduler:
             expected = self._run_times.get(job.queue)
         return RunningJob(job.id, job.queue, job.cluster, job.priority, job.seq, job.request,
                           bool(priority_class.get("preemptible", True)), ran, job.checkpoint_seconds, expected,
-                          max(priority_class.get("protected_run_seconds", 0) - ran, 0.0))
+                          max(priority_class.get("protected_run_seconds", 0) - ran, 0.0), job.hypernode)
 
     def run_time(self, queue: str, annotated: float | None) -> float:
         """How long a job is expected to run: its annotation, else its queue's recent mean, else all queues'."""

@@ -1,7 +1,7 @@
 """The pure scheduling cycle: order, fairness, quotas, cluster choice, reservation, reclaim, preemption."""
 
 from federation.scheduling.cycle import PendingJob, QueueInfo, RunningJob, Snapshot, TenantInfo, schedule
-from federation.scheduling.fit import ClusterView, JobView, TierFree
+from federation.scheduling.fit import ClusterView, DomainFree, JobView, TierFree
 
 GPU = "nvidia.com/gpu"
 
@@ -280,6 +280,29 @@ def test_a_queue_below_its_share_reclaims_from_an_over_share_sibling_of_its_tena
     assert all(r.startswith("reclaimed for need") for r in d.preempt.values())
 
 
+def test_a_gang_with_a_hard_tier_limit_frees_the_one_hypernode_that_costs_least() -> None:
+    """Topology-aware preemption: leaf l1 has 8 GPUs free and one borrowed gang; leaf l0 two. The 16-GPU gang
+    limited to tier 1 evicts the one gang in l1, not anything in l0 and not by whole-cluster totals."""
+    tenants = [TenantInfo("owner", guarantee={GPU: 16}), TenantInfo("borrower")]
+    queues = [QueueInfo("mine", "owner", guarantee={GPU: 16}), QueueInfo("lent", "borrower")]
+    domains = [DomainFree("s", 2, "", {GPU: 8}), DomainFree("l0", 1, "s", {GPU: 0}),
+               DomainFree("l1", 1, "s", {GPU: 8})]
+    c1 = ClusterView("c1", {}, {GPU: 8}, [TierFree(0, "node", {GPU: 8}), TierFree(1, "leaf", {GPU: 8}),
+                                          TierFree(2, "spine", {GPU: 8})], domains=domains)
+    running = [RunningJob("young", "lent", "c1", 0, 3, {GPU: 8}, True, ran_for=HOUR / 2, hypernode="l0"),
+               RunningJob("younger", "lent", "c1", 0, 4, {GPU: 8}, True, ran_for=HOUR / 4, hypernode="l0"),
+               RunningJob("old", "lent", "c1", 0, 1, {GPU: 8}, True, ran_for=HOUR, hypernode="l1")]
+    hard = job("need", "mine", 16, 9, mode="hard", highest_tier=1)
+    d = schedule(snap(tenants, queues, [hard], [c1], running, capacity=32))
+    assert set(d.preempt) == {"old"} and d.making_room == {"need": "c1"}
+    assert d.lost == {"old": HOUR * 8}
+    # The gang in l1 protected, l0 freed only by taking the borrower below its share: nothing is evicted.
+    running[2] = RunningJob("old", "lent", "c1", 0, 1, {GPU: 8}, True, ran_for=HOUR, protected_for=60,
+                            hypernode="l1")
+    d = schedule(snap(tenants, queues, [hard], [c1], running, capacity=32))
+    assert d.preempt == {} and d.waiting["need"].endswith("the queues over their share would drop below it")
+
+
 def test_a_queue_that_does_not_reclaim_says_which_rule_stopped_it() -> None:
     tenants = [TenantInfo("owner", guarantee={GPU: 16}), TenantInfo("borrower")]
     queues = [QueueInfo("mine", "owner", guarantee={GPU: 16}), QueueInfo("lent", "borrower")]
@@ -291,7 +314,8 @@ def test_a_queue_that_does_not_reclaim_says_which_rule_stopped_it() -> None:
     hard = job("need", "mine", 16, 9, mode="hard", highest_tier=1)
     loose = [RunningJob(f"b{i}", "lent", "c1", 0, i, {GPU: 8}, preemptible=True) for i in range(8)]
     d = schedule(snap(tenants, queues, [hard], [cluster("c1", 0)], loose, capacity=64))
-    assert d.preempt == {} and "not reclaimed: a gang with a hard tier limit does not evict" in d.waiting["need"]
+    assert d.preempt == {} and "not reclaimed: a gang with a hard tier limit evicts only inside a HyperNode, and " \
+        "no cluster that could hold it reports its HyperNodes" in d.waiting["need"]
     locked = [QueueInfo("mine", "owner", guarantee={GPU: 16}), QueueInfo("lent", "borrower", reclaimable=False)]
     d = schedule(snap(tenants, locked, [job("need", "mine", 16, 9)], [cluster("c1", 0)], loose, capacity=64))
     assert d.preempt == {}

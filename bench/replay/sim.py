@@ -29,7 +29,7 @@ from bench.replay.capacity import GPU, GPUS_PER_NODE, Shape, build, cluster_name
 from bench.replay.trace import TraceJob
 from federation.scheduling.cycle import Decisions, PendingJob, QueueInfo, RunningJob, Snapshot, TenantInfo, schedule
 from federation.scheduling.fairshare import water_fill
-from federation.scheduling.fit import ClusterView, JobView
+from federation.scheduling.fit import ClusterView, DomainFree, JobView
 from federation.scheduling.forecast import Holding, Waiting, expected_starts, remaining
 from member_agent.placement import GangRequest, PodPlacement, Rejection, TaskRequest, place
 from member_agent.state import ClusterState
@@ -183,8 +183,9 @@ class Replay:
         if record.first_start < 0:
             record.first_start = now
         record.leaves = len({leaf_of(p.node) for p in pods})
-        self.running[job_id] = (RunningJob(job_id, job.tenant, cluster, 0, pending.seq, {GPU: job.gpus}, True),
-                                list(pods), now)
+        hypernode = state.topology.lowest_common_domain(p.node for p in pods)
+        self.running[job_id] = (RunningJob(job_id, job.tenant, cluster, 0, pending.seq, {GPU: job.gpus}, True,
+                                           hypernode=hypernode if hypernode != ROOT else ""), list(pods), now)
         heapq.heappush(self.ends, (now + job.duration, self.seq, job_id))
         self.live_end[job_id] = self.seq
         self.seq += 1
@@ -228,7 +229,10 @@ class Replay:
             state = self.states[name]
             _, allocatable, used = state.totals()
             free = {r: a - used.get(r, 0) for r, a in allocatable.items()}
-            out.append(ClusterView(name, {}, free, state.summary()))
+            domains = [DomainFree(d.name, d.tier, "" if d.parent in (None, ROOT) else d.parent,
+                                  dict(state.domain_free[d.name]))
+                       for d in state.topology.domains.values() if d.name != ROOT]
+            out.append(ClusterView(name, {}, free, state.summary(), domains=domains))
         return out
 
     def _cycle_fair(self, now: float) -> bool:

@@ -80,6 +80,7 @@ class RunningJob:
     checkpoint: float | None = None  # seconds between its checkpoints (its annotation); None: it keeps none
     expected: float | None = None  # expected whole run in seconds (annotation, or its queue's past jobs); None: unknown
     protected_for: float = 0.0  # seconds until another queue may reclaim it (its priority class's protected run time)
+    hypernode: str = ""  # the lowest HyperNode holding all its pods ("" unknown)
 
     @property
     def at_risk(self) -> float:
@@ -254,25 +255,56 @@ class _Cycle:
 
     # -- reclaim and preemption --------------------------------------------------------------
 
+    def _reclaimable(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> set[str]:
+        """Queues other than the job's own that it may take back from: reclaimable ones over their share, of its
+        tenant, or of others when its tenant is within its share too; none unless its queue is within its own."""
+        tenant = self.queues[job.queue].tenant
+        return {q for q in self.over_share if q != job.queue and queue_within
+                and (self.queues[q].tenant == tenant or tenant_within)}
+
+    def _take(self, job: PendingJob, gangs: Sequence[RunningJob], over: set[str], freed: dict[str, int],
+              kept: set[str]) -> list[RunningJob]:
+        """Gangs of `gangs` (in victim order) to evict until `freed` covers the job, adding theirs to `freed`.
+        `kept` collects why eligible-looking gangs were passed over ("share": their queue or tenant would drop
+        below its share; "work": protected, or evicting would lose more than waiting costs)."""
+        assert self.out.shares is not None
+        tenant = self.queues[job.queue].tenant
+        chosen: list[RunningJob] = []
+        borrowed: dict[str, dict[str, int]] = {}  # queue or tenant -> its usage once the victims are gone
+        for victim in gangs:
+            if not over and victim.priority >= job.priority:
+                break  # without reclaim only the job's own queue yields, below its priority: sorted, so done
+            if victim.id in self.out.preempt or not (
+                    victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
+                continue
+            if victim.queue != job.queue and (victim.protected_for > 0 or not victim.pays_to_reclaim()):
+                kept.add("work")
+                continue
+            if victim.queue != job.queue and not self._may_reclaim(victim, job.queue, tenant, borrowed,
+                                                                   self.out.shares.queues):
+                kept.add("share")
+                continue
+            chosen.append(victim)
+            _add(freed, victim.request)
+            if covers(freed, job.view.request):
+                break
+        return chosen
+
     def victims(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> tuple[str, list[RunningJob]] | str:
-        """Whole gangs to evict in one cluster so that `job` then fits, evicting the fewest GPUs; else why none.
+        """Whole gangs to evict in one cluster so that `job` then fits, losing the least work; else why none.
 
         Inside its own queue, a job may preempt lower-priority preemptible jobs. A queue within its deserved
         share may also take back what other queues borrowed: running gangs of reclaimable queues over their
         deserved share, of preemptible classes, as long as those queues keep their deserved share and at
         least the share the job's queue will have with it. From a sibling queue (the same tenant) that is
         all; from another tenant's queue, the job's tenant must be within its share too, and the victim's
-        tenant keeps its own. "Fits" is judged on whole-gang totals; the agent's placement decides the
-        topology.
+        tenant keeps its own. Reclaim spares gangs in their protected run time and gangs whose work since
+        their last checkpoint is more than the wait their eviction saves. "Fits" is judged on whole-gang
+        totals; the agent's placement decides the topology.
         """
-        assert self.out.shares is not None
-        deserved = self.out.shares.queues
-        tenant = self.queues[job.queue].tenant
-        over = {q for q in self.over_share if q != job.queue and queue_within
-                and (self.queues[q].tenant == tenant or tenant_within)}
+        over = self._reclaimable(job, queue_within, tenant_within)
         best: tuple[float, int, int, str, list[RunningJob]] | None = None
-        kept_share = False  # a victim was passed over because its queue or tenant would drop below its share
-        kept_work = False  # one was passed over because evicting it would cost more than it gains
+        kept: set[str] = set()
         candidates = self.pool.could_make_room(job.view.request, [job.queue, *over])
         for cluster in candidates:
             labels = self.clusters.labels[self.clusters.index[cluster]]
@@ -281,27 +313,8 @@ class _Cycle:
             freed = self.clusters.free_dict(cluster)
             if covers(freed, job.view.request):
                 continue  # its totals fit already (the topology does not): evicting is judged on totals
-            chosen: list[RunningJob] = []
-            borrowed: dict[str, dict[str, int]] = {}  # queue or tenant -> its usage once the victims are gone
-            # Lowest priority, then youngest. Without reclaim only the job's own queue can yield,
-            # and only below the job's priority: its own list, up to there.
             gangs = self.preemptible[cluster] if over else self.preemptible_in.get((cluster, job.queue), ())
-            for victim in gangs:
-                if not over and victim.priority >= job.priority:
-                    break
-                if victim.id in self.out.preempt or not (
-                        victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
-                    continue
-                if victim.queue != job.queue and (victim.protected_for > 0 or not victim.pays_to_reclaim()):
-                    kept_work = True
-                    continue
-                if victim.queue != job.queue and not self._may_reclaim(victim, job.queue, tenant, borrowed, deserved):
-                    kept_share = True
-                    continue
-                chosen.append(victim)
-                _add(freed, victim.request)
-                if covers(freed, job.view.request):
-                    break
+            chosen = self._take(job, gangs, over, freed, kept)
             if chosen and covers(freed, job.view.request):
                 evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
                 key = (sum(v.at_risk for v in chosen), evicted, len(chosen), cluster, chosen)
@@ -309,20 +322,73 @@ class _Cycle:
                     best = key
         if best is not None:
             return best[3], best[4]
+        return self._not_reclaimed(job, queue_within, over, kept, bool(candidates))
+
+    def victims_in_hypernode(self, job: PendingJob, queue_within: bool,
+                             tenant_within: bool) -> tuple[str, list[RunningJob]] | str:
+        """For a gang with a hard tier limit: whole gangs to evict inside one HyperNode at or under the limit so
+        that the gang fits in it (topology-aware preemption), by the same rules as `victims`; else why none.
+
+        Evicting by whole-cluster totals cannot promise such a gang a HyperNode: it could evict and still not
+        fit, then evict again. A HyperNode's own free resources and the gangs running inside it can: the one
+        whose freeing loses the least work, then the lowest tier, then the fewest GPUs evicted.
+        """
+        over = self._reclaimable(job, queue_within, tenant_within)
+        request = job.view.request
+        best: tuple[float, int, int, str, str, list[RunningJob]] | None = None
+        kept: set[str] = set()
+        reported = False
+        for view in self.snap.clusters:
+            if not view.domains or any(view.labels.get(k) != v for k, v in job.view.cluster_selector.items()):
+                continue
+            reported = True
+            cluster_free = self.clusters.free_dict(view.name)  # a HyperNode has no more than its cluster left
+            parent = {d.name: d.parent for d in view.domains}
+            inside: dict[str, list[RunningJob]] = {}  # HyperNode -> gangs running under it, in victim order
+            gangs = self.preemptible.get(view.name, ()) if over else self.preemptible_in.get((view.name, job.queue), ())
+            for victim in gangs:
+                domain, seen = victim.hypernode, set()
+                while domain and domain not in seen:
+                    seen.add(domain)
+                    inside.setdefault(domain, []).append(victim)
+                    domain = parent.get(domain, "")
+            for domain in view.domains:
+                if not 1 <= domain.tier <= job.view.highest_tier or domain.name not in inside:
+                    continue
+                freed = {r: max(min(a, cluster_free.get(r, 0)), 0) for r, a in domain.free.items()}
+                if covers(freed, request):
+                    continue  # it fits there already: no eviction needed, the agent's placement decides
+                chosen = self._take(job, inside[domain.name], over, freed, kept)
+                if chosen and covers(freed, request):
+                    evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
+                    key = (sum(v.at_risk for v in chosen), domain.tier, evicted, view.name, domain.name, chosen)
+                    if best is None or key[:5] < best[:5]:
+                        best = key
+        if best is not None:
+            return best[3], best[5]
+        if not reported:
+            return "not reclaimed: a gang with a hard tier limit evicts only inside a HyperNode, and no cluster " \
+                   "that could hold it reports its HyperNodes"
+        return self._not_reclaimed(job, queue_within, over, kept, True, " inside a HyperNode within its tier limit")
+
+    def _not_reclaimed(self, job: PendingJob, queue_within: bool, over: set[str], kept: set[str],
+                       any_candidates: bool, where: str = "") -> str:
+        """Why reclaim or preemption found nothing to evict for the job."""
+        tenant = self.queues[job.queue].tenant
         if not queue_within:
             return f"not reclaimed: queue {job.queue} would be over its deserved share"
         if not over and not any(self.queue_usage[q] for q in self.over_share if q != job.queue):
             return "not reclaimed: no reclaimable queue holds more than its deserved share"
         if not over:
             return f"not reclaimed: tenant {tenant} would be over its deserved share"
-        if kept_share:
+        if "share" in kept:
             return "not reclaimed: the queues over their share would drop below it"
-        if kept_work:
+        if "work" in kept:
             return "not reclaimed: the gangs that would make room are in their protected run time, or would lose " \
                    "more work since their last checkpoint than waiting for them to end costs"
-        if not candidates:
+        if not any_candidates:
             return "not reclaimed: the queues over their share run no preemptible gangs that would make room"
-        return "not reclaimed: evicting what the queues over their share borrowed would still not make room"
+        return f"not reclaimed: evicting what the queues over their share borrowed would still not make room{where}"
 
     def _may_reclaim(self, victim: RunningJob, job_queue: str, tenant: str, borrowed: dict[str, dict[str, int]],
                      deserved: Mapping[str, Mapping[str, float]]) -> bool:
@@ -553,19 +619,16 @@ class _Cycle:
         queue_within, tenant_within = queue_share <= 1.0 + 1e-9, tenant_share <= 1.0 + 1e-9
         why_not = ""
         if head:
-            # Eviction is judged on totals, which cannot promise a HyperNode: a gang with a hard tier limit
-            # and several pods could evict work and still not fit, then evict again (the ITP trace replay
-            # showed it). It holds a reservation instead and takes domains as they empty.
-            if job.view.mode == "hard" and job.view.request != job.view.largest_pod:
-                why_not = "not reclaimed: a gang with a hard tier limit does not evict (eviction is judged on " \
-                          "whole-cluster totals, which cannot promise it a HyperNode)"
+            # Whole-cluster totals cannot promise a HyperNode: a gang with a hard tier limit and several pods
+            # evicts only inside one HyperNode within its limit (the ITP trace replay showed it evicting,
+            # still not fitting, and evicting again when judged on totals).
+            hard = job.view.mode == "hard" and job.view.request != job.view.largest_pod
+            found = (self.victims_in_hypernode if hard else self.victims)(job, queue_within, tenant_within)
+            if isinstance(found, str):
+                why_not = found
             else:
-                found = self.victims(job, queue_within, tenant_within)
-                if isinstance(found, str):
-                    why_not = found
-                else:
-                    self.evict(job, queue, *found)
-                    return
+                self.evict(job, queue, *found)
+                return
         if head and queue_within and tenant_within:
             best = self._reservation_cluster(job.view)
             if best is not None:

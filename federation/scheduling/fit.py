@@ -24,12 +24,23 @@ class TierFree:
 
 
 @dataclass(frozen=True)
+class DomainFree:
+    """One HyperNode and what is free under it: where topology-aware preemption can make room for a gang."""
+
+    name: str
+    tier: int
+    parent: str  # "" at the top
+    free: Resources
+
+
+@dataclass(frozen=True)
 class ClusterView:
     name: str
     labels: Mapping[str, str]
     free: Resources  # whole cluster, after work already sent to it
     tiers: Sequence[TierFree] = ()  # lowest first: tier 0 is one node, the last is the whole cluster
     capacity: Resources = field(default_factory=dict)  # allocatable of its ready nodes, free or not
+    domains: Sequence[DomainFree] = ()  # its HyperNodes, when its agent reports them (at most 1,000)
 
 
 @dataclass(frozen=True, slots=True)

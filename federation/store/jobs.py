@@ -367,7 +367,7 @@ class JobStore:
         """
         annotations = Job.spec["annotations"]
         query = select(Job.id, Job.queue, Job.cluster, Job.priority, Job.priority_class, Job.seq, Job.request,
-                       Job.phase, func.coalesce(Job.started_at, Job.dispatched_at).label("since"),
+                       Job.phase, Job.hypernode, func.coalesce(Job.started_at, Job.dispatched_at).label("since"),
                        annotations[EXPECTED_DURATION].astext.label("expected"),
                        annotations[CHECKPOINT_INTERVAL].astext.label("checkpoint"))
         query = query.where(Job.phase.in_(ACTIVE_PHASES) if ids is None else Job.id == func.any(list(ids)))
