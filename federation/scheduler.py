@@ -395,12 +395,12 @@ class Scheduler:
             pending=sum(1 for j in snapshot.pending if j.queue == name),
             running=sum(1 for j in snapshot.running if j.queue == name))
 
-    async def inadmissible(self, jobs: Sequence[tuple[JobView, str, Mapping[str, Any]]],
-                           queues: Sequence[Mapping[str, Any]]) -> list[str]:
+    @staticmethod
+    def inadmissible(jobs: Sequence[tuple[JobView, str, Mapping[str, Any]]], queues: Sequence[Mapping[str, Any]],
+                     rows: Sequence[Mapping[str, Any]]) -> list[str]:
         """For each (job, its queue, tenant row), why it could not run as the federation stands ("" if it
         could): what SubmitJob tells the submitter, and refuses when asked to. `queues`: every queue's row
-        (a parent's limit counts too)."""
-        rows, _ = await self.admin.clusters(self.heartbeat_timeout)
+        (a parent's limit counts too); `rows`: every cluster's, with `live` (`AdminStore.clusters`)."""
         views = [cluster_view(c, {}) for c in rows if c["live"] and not c["cordoned"] and not c["problem"]]
         infos = {q["name"]: _queue_info(q) for q in queues}
         chains = queue_chains(list(infos.values()))

@@ -22,9 +22,8 @@ from federation.errors import FailedPrecondition, InvalidArgument
 from federation.events import EventHub
 from federation.jobcache import job_view
 from federation.scheduler import Scheduler
-from federation.store.admin import AdminStore
+from federation.store.admin import AdminStore, SubmissionView
 from federation.store.jobs import WAITING_PHASES, JobStore, NewJob
-from federation.store.models import Cluster, PriorityClass, Queue, Tenant
 from federation.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import Violation, Violations, check_job_spec, normalise_job_spec
 
@@ -71,9 +70,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         require_sees(row["tenant"], f"job {job_id!r}")
         return row
 
-    async def _prepare(self, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str],
+    async def _prepare(self, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str], view: SubmissionView,
                        allow_unknown_resources: bool = False) -> list[NewJob]:
-        """Validate a batch in full and resolve its references; raise before anything is stored."""
+        """Validate a batch in full and resolve its references (`view`); raise before anything is stored."""
         v = Violations()
         checked = []
         normalised = []
@@ -83,8 +82,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             normalised.append(spec)
             checked.append(check_job_spec(v, path, spec))
         caller = current()
-        queues = {q["name"]: q for q in await self.admin.list(Queue) if caller.sees(q["tenant"])}
-        classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
+        queues = {q["name"]: q for q in view.queues if caller.sees(q["tenant"])}
+        classes = {c["name"]: c for c in view.classes}
         default_class = next((c for c in classes.values() if c["global_default"]), None)
         for spec, path in zip(normalised, paths, strict=True):
             if spec.queue and spec.queue not in queues:
@@ -96,14 +95,13 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                                            f"({', '.join(children)})")
             if spec.priority_class_name and spec.priority_class_name not in classes:
                 v.add(f"{path}.priority_class_name", f"priority class {spec.priority_class_name!r} not found")
-        clusters = await self.admin.list(Cluster)
         if not allow_unknown_resources:
-            _check_resource_names(v, normalised, paths, clusters)
+            _check_resource_names(v, normalised, paths, view.clusters)
         if v:
             raise InvalidArgument(v.items)
 
-        tenants = {t["name"]: t for t in await self.admin.list(Tenant)}
-        ready = any(c["status"] == "READY" and not c["cordoned"] for c in clusters)
+        tenants = {t["name"]: t for t in view.tenants}
+        ready = any(c["status"] == "READY" and not c["cordoned"] for c in view.clusters)
         reason = WAITING_REASON if ready else NO_CLUSTER_REASON
         out = []
         for spec, check in zip(normalised, checked, strict=True):
@@ -120,14 +118,14 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                 request=check.minimum, spec=convert.spec_to_json(spec), request_id=spec.request_id, reason=reason))
         return out
 
-    async def _admissibility(self, new: Sequence[NewJob], paths: Sequence[str], reject: bool) -> list[str]:
+    def _admissibility(self, new: Sequence[NewJob], paths: Sequence[str], reject: bool,
+                       view: SubmissionView) -> list[str]:
         """Why each job could not run as the federation stands ("" if it could). Such a job is accepted,
         since capacity may come, unless the caller asked to refuse it: then nothing is stored."""
-        queues = await self.admin.list(Queue)
-        tenants = {t["name"]: t for t in await self.admin.list(Tenant)}
-        reasons = await self.scheduler.inadmissible([
+        tenants = {t["name"]: t for t in view.tenants}
+        reasons = self.scheduler.inadmissible([
             (job_view({"id": n.name, "request": n.request, "spec": n.spec}), n.queue, tenants[n.tenant])
-            for n in new], queues)
+            for n in new], view.queues, view.clusters)
         refused = [(path, why) for path, why in zip(paths, reasons, strict=True) if why]
         if reject and refused:
             raise FailedPrecondition("; ".join(f"{path}: {why}" for path, why in refused))
@@ -135,8 +133,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def SubmitJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.limiter.take(current(), 1)
-        (new,) = await self._prepare([request.spec], ["spec"], request.allow_unknown_resources)
-        (why,) = await self._admissibility([new], ["spec"], request.reject_inadmissible)
+        view = await self.admin.for_submission(self.scheduler.heartbeat_timeout)
+        (new,) = await self._prepare([request.spec], ["spec"], view, request.allow_unknown_resources)
+        (why,) = self._admissibility([new], ["spec"], request.reject_inadmissible, view)
         (result,) = await self.jobs.submit([new])
         self.on_change()
         job = convert.job_to_proto(await self.jobs.get(result.job_id))
@@ -149,8 +148,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             raise InvalidArgument([Violation("specs", f"at most {MAX_BATCH} jobs per batch, got {len(request.specs)}")])
         self.limiter.take(current(), len(request.specs))
         paths = [f"specs[{i}]" for i in range(len(request.specs))]
-        new = await self._prepare(request.specs, paths, request.allow_unknown_resources)
-        reasons = await self._admissibility(new, paths, request.reject_inadmissible)
+        view = await self.admin.for_submission(self.scheduler.heartbeat_timeout)
+        new = await self._prepare(request.specs, paths, view, request.allow_unknown_resources)
+        reasons = self._admissibility(new, paths, request.reject_inadmissible, view)
         if request.dry_run:  # valid, and what the federation as it stands says of each: nothing stored
             return jobs_pb2.SubmitJobsResponse(results=[jobs_pb2.SubmitJobResult(inadmissible=why) for why in reasons])
         results = await self.jobs.submit(new)

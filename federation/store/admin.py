@@ -6,6 +6,7 @@ between them (which references must exist, what blocks a delete) is stated next 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -32,6 +33,16 @@ def _kind(model: type[Base]) -> str:
 
 def _audit_kind(model: type[Base]) -> str:
     return KIND_NAMES[model].replace(" ", "_")
+
+
+@dataclass(frozen=True)
+class SubmissionView:
+    """Rows of every queue, priority class and tenant, and every cluster with `live` (as `clusters`)."""
+
+    queues: list[Any]
+    classes: list[Any]
+    tenants: list[Any]
+    clusters: list[Any]
 
 
 class AdminStore:
@@ -174,6 +185,19 @@ class AdminStore:
                 index_elements=[Cluster.name],
                 set_={k: v for k, v in values.items() if k != "name"}))
             return await self._get(conn, Cluster, name)
+
+    async def for_submission(self, heartbeat_timeout: float) -> SubmissionView:
+        """Everything a submission is checked against, read on one connection in one snapshot: a batch of jobs
+        costs one round of reads however many tables it is checked against."""
+        live = and_(Cluster.status == "READY",
+                    Cluster.last_heartbeat > func.now() - timedelta(seconds=heartbeat_timeout)).label("live")
+        async with self.engine.connect() as conn:
+            await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                tables = [select(Queue).order_by(Queue.name), select(PriorityClass).order_by(PriorityClass.name),
+                          select(Tenant).order_by(Tenant.name), select(Cluster.__table__, live).order_by(Cluster.name)]
+                queues, classes, tenants, clusters = [list((await conn.execute(q)).mappings().all()) for q in tables]
+        return SubmissionView(queues, classes, tenants, clusters)
 
     async def clusters(self, heartbeat_timeout: float) -> tuple[list[Any], int]:
         """Every cluster, with `live`: Ready and heard from within the timeout, on whichever replica;
