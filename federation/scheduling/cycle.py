@@ -24,8 +24,7 @@ from federation.scheduling.fit import ClusterView, JobView, cannot_run, covers
 from federation.scheduling.flavors import FlavorInfo, Flavors
 from federation.scheduling.forecast import remaining
 
-RESOURCE_FOR_FEWEST = "nvidia.com/gpu"
-RECLAIM_TRIES = 3  # jobs of one queue that may look for victims in one cycle (one eviction at most)  # victims are chosen to evict the fewest of these
+RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # victims are chosen to evict the fewest of these
 
 
 @dataclass(frozen=True)
@@ -165,8 +164,7 @@ class _Cycle:
         self.preempted = [job for job in snap.pending if job.cause]
         self.over_share: set[str] = set()  # reclaimable queues holding more than they deserve (once shares are known)
         self.lowered: set[str] = set()  # queues whose tenant's usage a preemption lowered since the last turn
-        self.heads_reserving: set[str] = set()  # queues whose head has had its turn at reservation
-        self.reclaim_tries: dict[str, int] = {}  # queue -> its jobs that have tried reclaim this cycle
+        self.heads_reserving: set[str] = set()  # queues whose head has had its turn at reclaim and reservation
         self._cannot_run: dict[tuple[object, ...], str | None] = {}  # per gang shape, as the clusters stand
         self.holders: dict[str, list[tuple[str, str]]] = {}  # cluster -> (job, its tenant) whose room is held there
         self.flavors = Flavors(snap.flavors, {**snap.labels, **{c.name: c.labels for c in snap.clusters}})
@@ -615,27 +613,21 @@ class _Cycle:
         if room in self.clusters:
             self.hold(job, room, f"waiting for preempted job(s) to exit in cluster {room}")
             return
-        head = queue not in self.heads_reserving  # one reservation per queue and cycle, by its head
+        head = queue not in self.heads_reserving  # one reservation and one reclaim per queue and cycle
         self.heads_reserving.add(queue)
-        # Reclaim: the head first; when it finds nothing to evict (a gang with a hard tier limit that no
-        # HyperNode can be freed for), the next few jobs try in turn, until one evicts.
-        tries = self.reclaim_tries.get(queue, 0)
-        reclaim = tries < RECLAIM_TRIES
-        self.reclaim_tries[queue] = tries + 1
         tenant_share, queue_share = self.share_after(queue, self.wanted(job))
         queue_within, tenant_within = queue_share <= 1.0 + 1e-9, tenant_share <= 1.0 + 1e-9
         why_not = ""
-        if reclaim:
+        if head:
             # Whole-cluster totals cannot promise a HyperNode: a gang with a hard tier limit and several pods
             # evicts only inside one HyperNode within its limit (the ITP trace replay showed it evicting,
             # still not fitting, and evicting again when judged on totals).
             hard = job.view.mode == "hard" and job.view.request != job.view.largest_pod
             found = (self.victims_in_hypernode if hard else self.victims)(job, queue_within, tenant_within)
             if isinstance(found, str):
-                why_not = found if head else ""  # said once per queue, by its head
+                why_not = found
             else:
                 self.evict(job, queue, *found)
-                self.reclaim_tries[queue] = RECLAIM_TRIES
                 return
         if head and queue_within and tenant_within:
             best = self._reservation_cluster(job.view)
