@@ -162,9 +162,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     widest = max(data["scheduler"], key=lambda p: (p["clusters"], p["seconds"]))
     biggest = max(data["agent"], key=lambda p: p["nodes"])
     corners = [largest] if widest == largest else [largest, widest]
+    def verdict(value: float, target: float) -> str:
+        return "" if args.quick else f" (target < {target:g}: {'met' if value < target else 'not met'})"
+
     headline = [(f"one cycle, {p['pending']:,} pending x {p['clusters']:,} clusters",
-                 f"{p['seconds']:.2f} s CPU, {p['memory_mb']:,.0f} MB") for p in corners]
-    headline.append((f"gang placement on {biggest['nodes']:,} nodes, median", f"{biggest['median_ms']} ms"))
+                 f"{p['seconds']:.2f} s CPU{verdict(p['seconds'], 1)}, {p['memory_mb']:,.0f} MB") for p in corners]
+    headline.append((f"gang placement on {biggest['nodes']:,} nodes, median",
+                     f"{biggest['median_ms']} ms{verdict(biggest['median_ms'], 50)}"))
     write(out, "scale", data, report(data, image), headline)
 
 
