@@ -158,6 +158,9 @@ class _Cycle:
         # tenant -> how often its (or its queues') usage changed: a queue's key, which reads only those,
         # is unchanged while this is.
         self.usage_version: dict[str, int] = {}
+        self.queue_version: dict[str, int] = {}  # queue -> how often its usage changed
+        # queue -> (its chain's versions, its head, the key's queue levels, their shares after): see `key`
+        self._queue_levels: dict[str, tuple[tuple[int, ...], PendingJob, tuple[float, ...], tuple[float, ...]]] = {}
         self.pool = PreemptiblePool(self.clusters, sorted(self.queues))
         self.out = Decisions()
         self.remembered = snap.making_room.keys() | snap.refused.keys()  # jobs a past cycle's outcome follows
@@ -418,6 +421,7 @@ class _Cycle:
         """Count a gang starting (+1) or leaving (-1) against its queue and tenant."""
         for q in self.chain[queue]:
             _add(self.queue_usage[q], request, sign)
+            self.queue_version[q] = self.queue_version.get(q, 0) + 1
         tenant = self.queues[queue].tenant
         _add(self.tenant_usage[tenant], request, sign)
         self.usage_version[tenant] = self.usage_version.get(tenant, 0) + 1
@@ -441,19 +445,30 @@ class _Cycle:
         wanted = self.wanted(job)
         half = {r: a // 2 for r, a in wanted.items()}
         tenant = self.queues[queue].tenant
-        level = self.capacity
-        out: list[float] = [-self.queues[queue].priority]
-        afters = []
-        for usage, share in [(self.tenant_usage[tenant], self.out.shares.tenants.get(tenant, {})),
-                             *((self.queue_usage[q], self.out.shares.queues.get(q, {}))
-                               for q in reversed(self.chain[queue]))]:
-            after = dominant_share(usage, share, wanted)
-            over = after > 1 + EPSILON
-            out += (over, excess(usage, share, level, wanted) if over else dominant_share(usage, share, half))
-            afters.append(after)
+        usage, share = self.tenant_usage[tenant], self.out.shares.tenants.get(tenant, {})
+        after = dominant_share(usage, share, wanted)
+        over = after > 1 + EPSILON
+        measure = excess(usage, share, self.capacity, wanted) if over else dominant_share(usage, share, half)
+        # The queue levels change only when a queue of the chain is used: a sibling served since the queue was
+        # pushed changes the tenant level alone, so they are kept per queue for its head and their versions.
+        chain = self.chain[queue]
+        versions = tuple(self.queue_version.get(q, 0) for q in chain)
+        kept = self._queue_levels.get(queue)
+        if kept is None or kept[0] != versions or kept[1] is not job:
+            levels: list[float] = []
+            afters = []
             level = share
-        out += (False, 0.0) * (self.depth - len(afters))  # leaves of different depths compare level by level
-        return (*out, *afters)
+            for q in reversed(chain):
+                q_usage, q_share = self.queue_usage[q], self.out.shares.queues.get(q, {})
+                q_after = dominant_share(q_usage, q_share, wanted)
+                q_over = q_after > 1 + EPSILON
+                levels += (q_over, excess(q_usage, q_share, level, wanted) if q_over else
+                           dominant_share(q_usage, q_share, half))
+                afters.append(q_after)
+                level = q_share
+            levels += (False, 0.0) * (self.depth - 1 - len(afters))  # leaves of different depths: level by level
+            kept = self._queue_levels[queue] = (versions, job, tuple(levels), tuple(afters))
+        return (-self.queues[queue].priority, over, measure, *kept[2], after, *kept[3])
 
     def run(self) -> Decisions:
         self.compute_shares()
