@@ -46,6 +46,11 @@ class EventHub:
         self._loop.wake()
 
     async def _deliver_new(self) -> None:
+        if not self._subscribers:  # nobody to give them to: a watcher joining later reads its backlog itself
+            current = await self._current()
+            if not self._subscribers:  # (one that joined meanwhile counts on the hub from last_seq on)
+                self.last_seq = max(self.last_seq, current)
+                return
         while True:
             events = await self._load(self.last_seq, None)
             if not events:

@@ -8,6 +8,7 @@ whole (half a GPU or half a byte is a typo, not a request).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 
@@ -38,8 +39,10 @@ MAX_QUANTITY_CHARS = 40
 MAX_AMOUNT = 2**53  # canonical units; larger sums would lose precision in JSON and overflow the scheduler's arrays
 
 
+@functools.lru_cache(maxsize=65_536, typed=True)
 def parse_amount(resource: str, quantity: str | int | float) -> int:
-    """Parse one quantity into the canonical integer for `resource`, in time bounded by its length."""
+    """Parse one quantity into the canonical integer for `resource`, in time bounded by its length. Remembered:
+    a batch of jobs, and every job the scheduler reads, repeats the same few quantities."""
     resource = base(resource)
     text = str(quantity)
     if isinstance(quantity, bool) or len(text) > MAX_QUANTITY_CHARS or not _QUANTITY.match(text):

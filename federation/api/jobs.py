@@ -22,6 +22,7 @@ from federation.errors import FailedPrecondition, InvalidArgument
 from federation.events import EventHub
 from federation.jobcache import job_view
 from federation.scheduler import Scheduler
+from federation.scheduling.cycle import NO_READY_CLUSTER
 from federation.store.admin import AdminStore, SubmissionView
 from federation.store.jobs import WAITING_PHASES, JobStore, NewJob
 from federation.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
@@ -31,7 +32,6 @@ MAX_BATCH = 1000
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 
-NO_CLUSTER_REASON = "no member cluster is ready"
 WAITING_REASON = "waiting for the scheduler"
 
 
@@ -102,7 +102,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
         tenants = {t["name"]: t for t in view.tenants}
         ready = any(c["status"] == "READY" and not c["cordoned"] for c in view.clusters)
-        reason = WAITING_REASON if ready else NO_CLUSTER_REASON
+        reason = WAITING_REASON if ready else NO_READY_CLUSTER
         out = []
         for spec, check in zip(normalised, checked, strict=True):
             queue = queues[spec.queue]

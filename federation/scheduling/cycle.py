@@ -24,7 +24,8 @@ from federation.scheduling.fit import ClusterView, JobView, cannot_run, covers
 from federation.scheduling.flavors import FlavorInfo, Flavors
 from federation.scheduling.forecast import remaining
 
-RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # victims are chosen to evict the fewest of these
+RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # a victim's work lost is counted in these
+NO_READY_CLUSTER = "no member cluster is ready"
 
 
 @dataclass(frozen=True)
@@ -563,8 +564,8 @@ class _Cycle:
     def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int:
         """Give a reason to each job from `start` on that certainly must wait; return where that stops.
 
-        Certain: it cannot run at all, it is over a limit, or it is of a shape already found to fit nowhere
-        in this cycle. A job with a refusal or room being made for it is never certain.
+        Certain: it cannot run at all, it is over a limit, it is of a shape already found to fit nowhere
+        in this cycle, or no cluster is ready. A job with a refusal or room being made for it is never certain.
         """
         q = self.queues[queue]
         limited = bool(self.tenants[q.tenant].limit or any(self.queues[n].limit for n in self.chain[queue]))
@@ -579,7 +580,8 @@ class _Cycle:
             if impossible:
                 self.out.cannot_run.add(job.id)
             why = impossible or (limited and self.over_limit(job, queue)) or (
-                job.view.shape in nowhere and (self.behind(job) or nowhere[job.view.shape]))
+                job.view.shape in nowhere and (self.behind(job) or nowhere[job.view.shape])) or (
+                not self.clusters and NO_READY_CLUSTER)
             if not why:
                 break
             waiting[job.id] = why
@@ -622,7 +624,7 @@ class _Cycle:
             self.use(queue, self.flavors.held(cluster, job.view.request) if self.flavors else job.view.request)
             return
         if not self.clusters:
-            self.out.waiting[job.id] = "no member cluster is ready"
+            self.out.waiting[job.id] = NO_READY_CLUSTER
             return
         room = self.snap.making_room.get(job.id)
         if room in self.clusters:
