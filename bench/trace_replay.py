@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -196,14 +196,18 @@ def _loads(text: str) -> list[float]:
     return loads
 
 
+def _high_loads(data: dict[str, Any]) -> Iterator[tuple[float, dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """(load, fair, FIFO, topology-off) at each load of 0.8 and above, where the policies differ."""
+    for load in sorted({r["load"] for r in data["runs"]}):
+        if load >= 0.8:
+            by = {r["policy"]: r for r in data["runs"] if r["load"] == load}
+            yield load, by["fair"], by["fifo"], by["topology-off"]
+
+
 def targets(data: dict[str, Any], trace_gpu_hours: float) -> list[tuple[str, float, str, str, bool]]:
     """Each of issue 20's replay targets at loads 0.8 and 1.0: (target, load, ours, its baseline, met)."""
     out = []
-    for load in sorted({r["load"] for r in data["runs"]}):
-        if load < 0.8:
-            continue
-        by = {r["policy"]: r for r in data["runs"] if r["load"] == load}
-        fair, fifo, flat = by["fair"], by["fifo"], by["topology-off"]
+    for load, fair, fifo, flat in _high_loads(data):
         # compared as reported, to three places: differences below them are noise
         share, lost = round(fair["share_error_mean"], 3), fair["lost_gpu_hours"] / trace_gpu_hours
         out += [
@@ -227,11 +231,7 @@ def targets(data: dict[str, Any], trace_gpu_hours: float) -> list[tuple[str, flo
 def headline(data: dict[str, Any]) -> list[tuple[str, str]]:
     """Ours against both baselines at each load of 0.8 and above, where the policies differ."""
     out = []
-    for load in sorted({r["load"] for r in data["runs"]}):
-        if load < 0.8:
-            continue
-        by = {r["policy"]: r for r in data["runs"] if r["load"] == load}
-        fair, fifo, flat = by["fair"], by["fifo"], by["topology-off"]
+    for load, fair, fifo, flat in _high_loads(data):
         out += [(f"load {load:.1f}: mean wait, fair / FIFO / topology-off",
                  " / ".join(f"{r['queueing_delay_h']['mean']:.2f} h" for r in (fair, fifo, flat))),
                 (f"load {load:.1f}: share error, fair / FIFO / topology-off",
