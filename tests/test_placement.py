@@ -4,6 +4,8 @@ import re
 from collections.abc import Mapping
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from member_agent import clusters
 from member_agent.placement import GangRequest, Placement, PodPlacement, Rejection, TaskRequest, place
@@ -313,3 +315,39 @@ def test_fragmentation_counts_the_free_gpus_each_usual_shape_could_not_use() -> 
     assert fragmented({GPU: 2, "cpu": 64}, mix.weights) == 2 * 0.25  # the 4-GPU pods cannot use 2
     assert fragmented({GPU: 2, "cpu": 2}, mix.weights) == 2 * 1.0  # no cpu beside them: nobody can
     assert fragmented({GPU: 4, "cpu": 64}, mix.weights) == 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_counting_every_node_at_once_matches_counting_node_by_node(data: st.DataObject) -> None:
+    """A shape a state has not counted yet is counted on all nodes in one pass (`count_everywhere`); the
+    numbers under every domain are those the node-by-node rule gives, whatever is busy, not ready, tainted
+    or labelled otherwise."""
+    from dataclasses import replace as replaced
+
+    from member_agent.placement import _Trial
+    from member_agent.topology import Taint, Toleration
+
+    state = cluster([2, 2, 3])
+    for name in sorted(state.free):
+        state.allocate(name, {GPU: data.draw(st.integers(0, 8), label=f"busy {name}")})
+        taints = (Taint("gpu", "x", "NoSchedule"),) if data.draw(st.booleans(), label=f"taint {name}") else ()
+        zone = data.draw(st.sampled_from(["a", "b"]), label=f"zone {name}")
+        state.replace_node(replaced(state.topology.nodes[name], labels={"zone": zone}, taints=taints))
+        if data.draw(st.integers(0, 5), label=f"down {name}") == 0:
+            state.set_ready(name, False)
+    request = {GPU: data.draw(st.integers(1, 8), label="gpus")}
+    if data.draw(st.booleans(), label="cpu"):
+        request["cpu"] = data.draw(st.integers(1, 64_000), label="millicores")
+    tolerations = (Toleration("gpu", "Exists"),) if data.draw(st.booleans(), label="tolerates") else ()
+    selector = data.draw(st.sampled_from([{}, {"zone": "a"}]), label="selector")
+    task = TaskRequest("w", 1, request, selector, tolerations)
+
+    by_node = _Trial(state)
+    state.counts.remember(task.shape)  # counted: the node-by-node rule answers
+    expected = {d: by_node.capacity(d, task) for d in state.topology.domains}
+    state.counts.cap.clear()
+    state.counts.fit.clear()
+    state.counts.shapes.clear()
+    counted = {d: _Trial(state).capacity(d, task) for d in state.topology.domains}
+    assert counted == expected

@@ -33,10 +33,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from federation.resources import Resources, format_resources
-from member_agent.state import ClusterState, Shape
+from member_agent.state import UNLIMITED, ClusterState, Shape
 from member_agent.topology import ROOT, Toleration, tolerates
 
-UNLIMITED = 1 << 30  # pods that request nothing fit anywhere
 GENERAL = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})  # every other resource is a device
 
 
@@ -150,6 +149,9 @@ class _Trial:
         key = (domain, task.shape)
         memo = self._memo(domain, "cap")
         count = memo.get(key)
+        if count is None and memo is self.state.counts.cap and task.shape not in self.state.counts.shapes:
+            self.state.count_everywhere(task.shape, task.request, task.node_selector, task.tolerations)
+            count = memo.get(key)
         if count is None:
             d = self.topology.domains[domain]
             count = sum(self.fit(n, task) for n in d.nodes) + sum(self.capacity(c, task) for c in d.children)
