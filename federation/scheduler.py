@@ -57,6 +57,7 @@ HEAP_SETTLE_CYCLES = 60  # the heap is settled after the first cycle (the cache'
 HEARTBEAT_TIMEOUT = 30.0  # seconds of silence after which an agent's cluster gets nothing new
 LOST_GRACE = 60.0  # seconds more after which the running jobs of a silent cluster are lost and retried elsewhere
 FORECAST_PERIOD = 15.0  # seconds between two runs of the start-time forecast (the leader's, after a cycle)
+FORECAST_SPACING = 10.0  # the forecast runs again only once this many times its last run has passed
 FORECAST_JOBS = 2_000  # waiting jobs, in the order they would be served, that get an expected start time
 RUN_TIMES_PERIOD = 300.0  # seconds between two reads of what each queue's past jobs took
 DEFAULT_RUN_TIME = 3600.0  # seconds a job is assumed to run when neither it nor any past job says otherwise
@@ -169,6 +170,7 @@ class Scheduler:
         self.forecast: dict[str, tuple[datetime, str]] = {}  # waiting job -> expected start, and cluster
         self._forecast_at = float("-inf")
         self._forecast_asked: set[str] = set()
+        self._forecast_seconds = 0.0  # how long the last forecast took
         self._run_times: dict[str, float] = {}  # queue -> mean run time of its recent jobs, seconds
         self._run_times_at = float("-inf")
         self._series = metrics.Series(metrics.QUEUE_PENDING, metrics.QUEUE_DOMINANT_SHARE, metrics.QUEUE_USAGE,
@@ -281,8 +283,12 @@ class Scheduler:
             _settle_heap()
             clock.step("heap")
         order = [j for j in decisions.waiting if j not in decisions.cannot_run][:FORECAST_JOBS]
-        if time.monotonic() - self._forecast_at >= FORECAST_PERIOD or not self._forecast_asked.issuperset(order):
+        # Every FORECAST_PERIOD, and at once for a job new to it, but never more than a tenth of the time.
+        since, spacing = time.monotonic() - self._forecast_at, FORECAST_SPACING * self._forecast_seconds
+        if since >= max(FORECAST_PERIOD, spacing) or (not self._forecast_asked.issuperset(order) and since >= spacing):
+            started = time.monotonic()
             await self._forecast(snapshot, decisions, order)
+            self._forecast_seconds = time.monotonic() - started
             clock.step("forecast")
         self.steps = clock.seconds
         self._record(snapshot, decisions, sum(clock.seconds.values()))
