@@ -15,6 +15,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from typing import Any, Generic, TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -23,7 +24,7 @@ from federation import metrics
 from federation.jobcache import HoldingJob, JobCache, job_view
 from federation.leader import Fence, NotLeader
 from federation.loop import WakeLoop
-from federation.resources import format_resources
+from federation.resources import add, format_resources
 from federation.scheduling.cycle import (
     Decisions,
     QueueInfo,
@@ -80,13 +81,8 @@ def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for job in active:
         if job.phase == "DISPATCHED":
-            _add_to(out.setdefault(job.cluster, {}), job.request)
+            out[job.cluster] = add(out.get(job.cluster, {}), job.request)
     return out
-
-
-def _add_to(totals: dict[str, int], amounts: Mapping[str, int]) -> None:
-    for r, a in amounts.items():
-        totals[r] = totals.get(r, 0) + a
 
 
 def _tenant_info(t: Mapping[str, Any]) -> TenantInfo:
@@ -282,7 +278,7 @@ class Scheduler:
         if self._cycles % HEAP_SETTLE_CYCLES == 1:
             _settle_heap()
             clock.step("heap")
-        order = [j for j in decisions.waiting if j not in decisions.cannot_run][:FORECAST_JOBS]
+        order = list(islice((j for j in decisions.waiting if j not in decisions.cannot_run), FORECAST_JOBS))
         # Every FORECAST_PERIOD, and at once for a job new to it, but never more than a tenth of the time.
         since, spacing = time.monotonic() - self._forecast_at, FORECAST_SPACING * self._forecast_seconds
         if since >= max(FORECAST_PERIOD, spacing) or (not self._forecast_asked.issuperset(order) and since >= spacing):
@@ -321,7 +317,7 @@ class Scheduler:
         holding = []
         for job_id, cluster in decisions.assign.items():
             job = pending[job_id]
-            _add_to(sent.setdefault(cluster, {}), job.view.request)
+            sent[cluster] = add(sent.get(cluster, {}), job.view.request)
             runs_for = self.run_time(job.queue, self.cache.expected.get(job_id))
             holding.append(Holding(cluster, job.view.request, runs_for))
         for held in self.cache.holding.values():

@@ -84,19 +84,20 @@ class RunningJob:
     hypernode: str = ""  # the lowest HyperNode holding all its pods ("" unknown)
 
     @property
+    def since_checkpoint(self) -> float:
+        """Seconds of its work that evicting it now would lose (all it did, without checkpoints)."""
+        return self.ran_for % self.checkpoint if self.checkpoint else self.ran_for
+
+    @property
     def at_risk(self) -> float:
-        """GPU-seconds of work lost if it is evicted now: what it did since its last checkpoint."""
-        since = self.ran_for % self.checkpoint if self.checkpoint else self.ran_for
-        return since * self.request.get(RESOURCE_FOR_FEWEST, 0)
+        """GPU-seconds of work lost if it is evicted now."""
+        return self.since_checkpoint * self.request.get(RESOURCE_FOR_FEWEST, 0)
 
     def pays_to_reclaim(self) -> bool:
         """Whether evicting it gains its queue's rival more than it costs: the work lost since its last checkpoint
         against the time the rival would otherwise wait for it to end (its expected remaining run). Unknown run
         times do not hold reclaim back."""
-        if self.expected is None:
-            return True
-        since = self.ran_for % self.checkpoint if self.checkpoint else self.ran_for
-        return since < remaining(self.expected, self.ran_for)
+        return self.expected is None or self.since_checkpoint < remaining(self.expected, self.ran_for)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,15 @@ def _over(usage: Mapping[str, int], extra: Mapping[str, int], limit: Mapping[str
     if not limit:
         return {}
     return {r: cap for r, cap in limit.items() if FLAVOR not in r and usage.get(r, 0) + extra.get(r, 0) > cap}
+
+
+def _level(usage: Mapping[str, int], share: Mapping[str, float], level: Mapping[str, float],
+           wanted: Mapping[str, int], half: Mapping[str, int]) -> tuple[bool, float, float]:
+    """One level of a queue's key (see `_Cycle.key`): over its share with the whole job, how far (its overshoot of
+    what the level shares out if over, else its share with half the job), and its share with the whole job."""
+    after = dominant_share(usage, share, wanted)
+    over = after > 1 + EPSILON
+    return over, excess(usage, share, level, wanted) if over else dominant_share(usage, share, half), after
 
 
 def _fmt(amounts: Mapping[str, int]) -> str:
@@ -446,10 +456,8 @@ class _Cycle:
         wanted = self.wanted(job)
         half = {r: a // 2 for r, a in wanted.items()}
         tenant = self.queues[queue].tenant
-        usage, share = self.tenant_usage[tenant], self.out.shares.tenants.get(tenant, {})
-        after = dominant_share(usage, share, wanted)
-        over = after > 1 + EPSILON
-        measure = excess(usage, share, self.capacity, wanted) if over else dominant_share(usage, share, half)
+        share = self.out.shares.tenants.get(tenant, {})
+        over, measure, after = _level(self.tenant_usage[tenant], share, self.capacity, wanted, half)
         # The queue levels change only when a queue of the chain is used: a sibling served since the queue was
         # pushed changes the tenant level alone, so they are kept per queue for its head and their versions.
         chain = self.chain[queue]
@@ -460,11 +468,9 @@ class _Cycle:
             afters = []
             level = share
             for q in reversed(chain):
-                q_usage, q_share = self.queue_usage[q], self.out.shares.queues.get(q, {})
-                q_after = dominant_share(q_usage, q_share, wanted)
-                q_over = q_after > 1 + EPSILON
-                levels += (q_over, excess(q_usage, q_share, level, wanted) if q_over else
-                           dominant_share(q_usage, q_share, half))
+                q_share = self.out.shares.queues.get(q, {})
+                q_over, q_measure, q_after = _level(self.queue_usage[q], q_share, level, wanted, half)
+                levels += (q_over, q_measure)
                 afters.append(q_after)
                 level = q_share
             levels += (False, 0.0) * (self.depth - 1 - len(afters))  # leaves of different depths: level by level
