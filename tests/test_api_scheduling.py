@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from federation.leader import Leadership
 from federation.store.admin import AdminStore
 from federation.store.database import async_engine
+from federation.store.jobs import EventRecord, append_events
 from federation.store.models import Cluster
 from federation.v1 import admin_pb2, agent_pb2, common_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
@@ -110,6 +111,29 @@ async def test_a_leader_stalled_inside_a_fenced_write_keeps_the_lease_no_longer_
             await conn.close()
         await second.stop()
         await first.stop()
+        await engine.dispose()
+
+
+async def test_a_replica_stalled_inside_any_write_holds_the_event_counter_no_longer_than_it_allows(
+        db_url: URL) -> None:
+    """Every write appends events under the one event counter's row lock; a replica frozen between that and its
+    commit (an agent's report is not fenced) must not stop every other replica's writes for good."""
+    stalled_engine = async_engine(db_url, stalled_after=0.5)
+    engine = async_engine(db_url)
+    event = EventRecord(job_id="j-1", tenant="t", queue="q", type="Submitted", phase="PENDING")
+    conn = await stalled_engine.connect()
+    try:
+        stalled = await conn.begin()
+        first = await append_events(conn, [event])  # and then nothing more from this client
+        async with engine.begin() as other:  # waits for the counter until PostgreSQL ends the stalled write
+            second = await append_events(other, [event])
+        assert second == first  # the stalled write's number was never used: it did not commit
+        with pytest.raises(DBAPIError):
+            await stalled.commit()
+    finally:
+        with contextlib.suppress(DBAPIError):
+            await conn.close()
+        await stalled_engine.dispose()
         await engine.dispose()
 
 

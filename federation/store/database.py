@@ -25,6 +25,11 @@ from sqlalchemy.pool import NullPool
 
 log = logging.getLogger(__name__)
 
+# A session idle inside its transaction this long belongs to a process that froze or lost its network: PostgreSQL
+# ends the transaction, so the row locks it held (the event counter's, which every writer takes) do not stop
+# every other replica's writes until the kernel notices, which for a stopped process is never.
+STALLED_TRANSACTION_SECONDS = 15.0
+
 MIGRATIONS_DIR = Path(os.environ.get("FEDERATION_MIGRATIONS_DIR", Path(__file__).resolve().parents[2] / "migrations"))
 
 
@@ -103,8 +108,10 @@ def schema_revisions(url: URL) -> tuple[str | None, str | None]:
     return current, head
 
 
-def async_engine(url: URL, pool_size: int = 10) -> AsyncEngine:
+def async_engine(url: URL, pool_size: int = 10, stalled_after: float = STALLED_TRANSACTION_SECONDS) -> AsyncEngine:
     """The server's pool; its sessions name the process (`pg_stat_activity.application_name`), so an operator
-    can tell replicas apart."""
+    can tell replicas apart, and give up a transaction their process stopped driving (`stalled_after`)."""
+    options = f"-c idle_in_transaction_session_timeout={int(stalled_after * 1000)}"
     return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
-                               connect_args={"application_name": f"federation-server-{os.getpid()}"})
+                               connect_args={"application_name": f"federation-server-{os.getpid()}",
+                                             "options": options})
