@@ -9,7 +9,7 @@ replicas join when they fit, and what a running job holds is what is bound.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from federation.resources import Resources, parse_resources
@@ -29,30 +29,37 @@ def minimum_pods(spec: common_pb2.JobSpec) -> dict[str, int]:
         else:
             need[task.name] = min(task.min_available if task.HasField("min_available") else 0, task.replicas)
             units[task.name] = 1
-    total = sum(t.replicas for t in spec.tasks)
-    wanted = spec.min_available or total
-    for task in spec.tasks:  # top up, task by task, to the job's minimum
-        while sum(need.values()) < wanted and need[task.name] < task.replicas:
-            need[task.name] = min(need[task.name] + units[task.name], task.replicas)
+    wanted = spec.min_available or sum(t.replicas for t in spec.tasks)
+    have = sum(need.values())
+    for task in spec.tasks:  # top up, task by task and a unit at a time, to the job's minimum
+        room = task.replicas - need[task.name]
+        if have >= wanted or room <= 0:
+            continue
+        unit = units[task.name]
+        added = min(-(-(wanted - have) // unit) * unit, room)
+        need[task.name] += added
+        have += added
     return need
 
 
-def _total(spec: common_pb2.JobSpec, pods: Mapping[str, int]) -> Resources:
+def _total(spec: common_pb2.JobSpec, pods: Mapping[str, int], requests: Sequence[Resources] | None) -> Resources:
     out: Resources = {}
-    for task in spec.tasks:
-        for resource, amount in parse_resources(task.resources).items():
-            out[resource] = out.get(resource, 0) + amount * pods.get(task.name, 0)
+    for i, task in enumerate(spec.tasks):
+        count = pods.get(task.name, 0)
+        for resource, amount in (parse_resources(task.resources) if requests is None else requests[i]).items():
+            out[resource] = out.get(resource, 0) + amount * count
     return {r: a for r, a in out.items() if a}
 
 
-def minimum(spec: common_pb2.JobSpec) -> Resources:
-    """What the gang needs to start: its minimum pods' requests."""
-    return _total(spec, minimum_pods(spec))
+def minimum(spec: common_pb2.JobSpec, requests: Sequence[Resources] | None = None) -> Resources:
+    """What the gang needs to start: its minimum pods' requests (`requests`: each task's pod's, when already
+    parsed)."""
+    return _total(spec, minimum_pods(spec), requests)
 
 
-def whole(spec: common_pb2.JobSpec) -> Resources:
+def whole(spec: common_pb2.JobSpec, requests: Sequence[Resources] | None = None) -> Resources:
     """Every replica's requests."""
-    return _total(spec, {t.name: t.replicas for t in spec.tasks})
+    return _total(spec, {t.name: t.replicas for t in spec.tasks}, requests)
 
 
 def bound(spec: common_pb2.JobSpec, placements: Iterable[Mapping[str, Any]]) -> Resources:
@@ -60,4 +67,4 @@ def bound(spec: common_pb2.JobSpec, placements: Iterable[Mapping[str, Any]]) -> 
     pods: dict[str, int] = {}
     for p in placements:
         pods[p["task"]] = pods.get(p["task"], 0) + 1
-    return _total(spec, pods)
+    return _total(spec, pods, None)

@@ -16,7 +16,7 @@ from typing import Any
 
 from federation import gangs
 from federation.durations import parse_duration
-from federation.resources import FLAVOR, MAX_AMOUNT, QuantityError, Resources, parse_resources
+from federation.resources import FLAVOR, MAX_AMOUNT, QuantityError, Resources, parse_amount
 from federation.v1 import admin_pb2, common_pb2
 
 MAX_TASKS = 64
@@ -126,7 +126,8 @@ def check_resources(v: Violations, path: str, quantities: Mapping[str, str], fla
             continue
         _check_qualified_key(v, f"{path}[{name!r}]", resource)
         try:
-            out.update(parse_resources({name: quantity}))
+            if amount := parse_amount(name, quantity):
+                out[name] = amount
         except QuantityError as err:
             v.add(f"{path}[{name!r}]", str(err))
     return out
@@ -174,7 +175,8 @@ def _check_policies(v: Violations, path: str, policies: list[common_pb2.Lifecycl
             v.add(f"{p}.timeout", "must not be negative")
 
 
-def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> None:
+def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> Resources:
+    """Check a task; what each of its pods asks for."""
     check_name(v, f"{path}.name", task.name)
     if task.replicas < 1:
         v.add(f"{path}.replicas", f"must be at least 1, got {task.replicas}")
@@ -197,7 +199,7 @@ def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> None:
         if not 0 <= pp.min_partitions <= max(pp.total_partitions, 0):
             v.add(f"{pp_path}.min_partitions", f"must be between 0 and total_partitions ({pp.total_partitions})")
         _check_topology(v, f"{pp_path}.network_topology", pp.network_topology)
-    check_resources(v, f"{path}.resources", task.resources)
+    requests = check_resources(v, f"{path}.resources", task.resources)
     check_labels(v, f"{path}.node_selector", task.node_selector)
     for i, tol in enumerate(task.tolerations):
         if tol.operator not in TOLERATION_OPERATORS:
@@ -214,6 +216,7 @@ def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> None:
                 v.add(f"{path}.pod_template_json", f"is not valid JSON: {str(err)[:120]}")
             except RecursionError:
                 v.add(f"{path}.pod_template_json", "is nested too deeply to be a pod template")
+    return requests
 
 
 # Volcano's job plugins the member agent carries out, with the flags each takes (Volcano's own; a
@@ -260,8 +263,9 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
     elif len(spec.tasks) > MAX_TASKS:
         v.add(f"{path}.tasks", f"has {len(spec.tasks)} tasks, at most {MAX_TASKS} are allowed")
     seen: set[str] = set()
+    requests = []
     for i, task in enumerate(spec.tasks[:MAX_TASKS]):
-        _check_task(v, f"{path}.tasks[{i}]", task)
+        requests.append(_check_task(v, f"{path}.tasks[{i}]", task))
         if task.name in seen:
             v.add(f"{path}.tasks[{i}].name", f"task name {task.name!r} is used twice")
         seen.add(task.name)
@@ -305,7 +309,7 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
         v.add(f"{path}.request_id", f"must be printable and at most {MAX_REQUEST_ID} characters")
     if len(v.items) > before:
         return None
-    return CheckedJob(minimum=gangs.minimum(spec), whole=gangs.whole(spec), replicas=replicas)
+    return CheckedJob(minimum=gangs.minimum(spec, requests), whole=gangs.whole(spec, requests), replicas=replicas)
 
 
 def normalise_job_spec(spec: common_pb2.JobSpec) -> None:
