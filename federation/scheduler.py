@@ -39,7 +39,7 @@ from federation.scheduling.cycle import (
 from federation.scheduling.fairshare import dominant_share
 from federation.scheduling.fit import ClusterState, ClusterView, DomainFree, JobView, TierFree, explain
 from federation.scheduling.flavors import FlavorInfo
-from federation.scheduling.forecast import Holding, Waiting, expected_starts, remaining
+from federation.scheduling.forecast import Holding, Waiting, after_cycle, remaining
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Flavor, PriorityClass, Queue, Tenant
@@ -313,25 +313,16 @@ class Scheduler:
         them (those that could never run left out). Run every FORECAST_PERIOD, and as soon as a job joins them."""
         now = datetime.now(UTC)
         pending = {job.id: job for job in snapshot.pending}
-        sent: dict[str, dict[str, int]] = {}
-        holding = []
-        for job_id, cluster in decisions.assign.items():
-            job = pending[job_id]
-            sent[cluster] = add(sent.get(cluster, {}), job.view.request)
-            runs_for = self.run_time(job.queue, self.cache.expected.get(job_id))
-            holding.append(Holding(cluster, job.view.request, runs_for))
-        for held in self.cache.holding.values():
-            if held.id in decisions.preempt:
-                continue
-            ran = (now - held.since).total_seconds() if held.since else 0.0
-            holding.append(Holding(held.cluster, held.request,
-                                   remaining(self.run_time(held.queue, held.expected_seconds), ran)))
-        clusters = [ClusterView(c.name, c.labels, {r: a - sent.get(c.name, {}).get(r, 0) for r, a in c.free.items()})
-                    for c in snapshot.clusters]
+        sent = [Holding(cluster, pending[job_id].view.request,
+                        self.run_time(pending[job_id].queue, self.cache.expected.get(job_id)))
+                for job_id, cluster in decisions.assign.items()]
+        held = [Holding(h.cluster, h.request, remaining(self.run_time(h.queue, h.expected_seconds),
+                                                        (now - h.since).total_seconds() if h.since else 0.0))
+                for h in self.cache.holding.values() if h.id not in decisions.preempt]
         jobs = [pending[j] for j in order if j in pending]
         waiting = [Waiting(job.id, job.view.request, self.run_time(job.queue, self.cache.expected.get(job.id)),
                            job.view.cluster_selector) for job in jobs]
-        starts = await asyncio.to_thread(expected_starts, clusters, holding, waiting)
+        starts = await asyncio.to_thread(after_cycle, snapshot.clusters, sent, held, waiting)
         self.forecast = {j: (now + timedelta(seconds=s.seconds), s.cluster) for j, s in starts.items()}
         self._forecast_at = time.monotonic()
         self._forecast_asked = set(order)

@@ -3,7 +3,7 @@
 import pytest
 
 from federation.scheduling.fit import ClusterView
-from federation.scheduling.forecast import GRID, HORIZON, Holding, Waiting, expected_starts
+from federation.scheduling.forecast import GRID, HORIZON, Holding, Start, Waiting, after_cycle, expected_starts
 
 GPU = "nvidia.com/gpu"
 HOUR = 3600.0
@@ -26,6 +26,15 @@ def test_a_job_starts_when_the_gang_holding_its_room_is_expected_to_end() -> Non
     assert starts["j"].cluster == "a"
     assert starts["j"].seconds == _grid_after(2 * HOUR)
     assert 2 * HOUR <= starts["j"].seconds < 2.2 * HOUR
+
+
+def test_what_a_cycle_sent_is_off_its_cluster_until_it_is_expected_to_end() -> None:
+    """The cycle read `a` with 8 GPUs free and sent a 2-hour job there: the next 8-GPU job waits for it, on `a`,
+    rather than starting at once on room already taken (or on `b`, which frees only later)."""
+    clusters = [ClusterView("a", {}, {GPU: 8}), ClusterView("b", {}, {GPU: 0})]
+    starts = after_cycle(clusters, [Holding("a", {GPU: 8}, 2 * HOUR)], [Holding("b", {GPU: 8}, 3 * HOUR)],
+                         [Waiting("j", {GPU: 8}, HOUR)])
+    assert starts["j"] == Start(_grid_after(2 * HOUR), "a")
 
 
 def test_jobs_queue_behind_each_other_and_a_short_one_backfills_without_delaying_them() -> None:

@@ -30,7 +30,7 @@ from bench.replay.trace import TraceJob
 from federation.scheduling.cycle import Decisions, PendingJob, QueueInfo, RunningJob, Snapshot, TenantInfo, schedule
 from federation.scheduling.fairshare import water_fill
 from federation.scheduling.fit import ClusterView, DomainFree, JobView
-from federation.scheduling.forecast import Holding, Waiting, expected_starts, remaining
+from federation.scheduling.forecast import Holding, Waiting, after_cycle, remaining
 from member_agent.placement import GangRequest, PodPlacement, Rejection, TaskRequest, place
 from member_agent.state import ClusterState
 from member_agent.topology import ROOT
@@ -286,18 +286,13 @@ class Replay:
             mean = self._mean_run(tenant)
             return fallback if mean is None else mean
 
-        sent: dict[str, int] = {}
-        holding = []
-        for job_id, cluster in decisions.assign.items():
-            gpus = self.records[job_id].job.gpus
-            sent[cluster] = sent.get(cluster, 0) + gpus
-            holding.append(Holding(cluster, {GPU: gpus}, run_time(self.records[job_id].job.tenant)))
-        for r in running:
-            if r.id not in decisions.preempt:
-                holding.append(Holding(r.cluster, r.request, remaining(run_time(r.queue), r.ran_for)))
-        clusters = [ClusterView(v.name, v.labels, {GPU: v.free.get(GPU, 0) - sent.get(v.name, 0)}) for v in views]
+        sent = [Holding(cluster, {GPU: self.records[j].job.gpus}, run_time(self.records[j].job.tenant))
+                for j, cluster in decisions.assign.items()]
+        held = [Holding(r.cluster, r.request, remaining(run_time(r.queue), r.ran_for))
+                for r in running if r.id not in decisions.preempt]
+        clusters = [ClusterView(v.name, v.labels, {GPU: v.free.get(GPU, 0)}) for v in views]  # trace jobs ask GPUs
         waiting = [Waiting(j, {GPU: self.records[j].job.gpus}, run_time(self.records[j].job.tenant)) for j in order]
-        starts = expected_starts(clusters, holding, waiting)
+        starts = after_cycle(clusters, sent, held, waiting)
         position: dict[str, int] = {}
         for j in order:
             tenant = self.records[j].job.tenant

@@ -116,3 +116,17 @@ def expected_starts(clusters: Sequence[ClusterView], holding: Sequence[Holding],
         free[c, t:end[t], :] -= q
         out[job.id] = Start(float(GRID[t]) if t < len(GRID) - 1 else HORIZON, names[c])
     return out
+
+
+def after_cycle(clusters: Sequence[ClusterView], sent: Sequence[Holding], held: Sequence[Holding],
+                waiting: Sequence[Waiting]) -> dict[str, Start]:
+    """`expected_starts` once a cycle's dispatches are carried out: `clusters` as the cycle read them, `sent`
+    what it dispatched (off its cluster's free resources from now until it ends), `held` what ran before."""
+    gone: dict[str, dict[str, int]] = {}
+    for h in sent:
+        into = gone.setdefault(h.cluster, {})
+        for r, a in h.request.items():
+            into[r] = into.get(r, 0) + a
+    free = [ClusterView(c.name, c.labels, {r: a - gone.get(c.name, {}).get(r, 0) for r, a in c.free.items()})
+            for c in clusters]
+    return expected_starts(free, [*sent, *held], waiting)
