@@ -64,6 +64,33 @@ def test_the_per_shape_index_follows_every_reservation(clusters: tuple[ClusterVi
             table.reserve(gang, chosen)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=8, unique=True).flatmap(
+    lambda ids: st.tuples(*[cluster(f"c{i}") for i in ids])), st.lists(job(), min_size=1, max_size=3),
+    st.lists(st.tuples(st.integers(0, 2), st.booleans()), min_size=1, max_size=30))
+def test_where_a_gang_would_fit_but_for_reservations_follows_every_reservation(
+        clusters: tuple[ClusterView, ...], shapes: list[JobView], steps: list[tuple[int, bool]]) -> None:
+    """Remembered per shape between reservations, the answer is still what the free and held room say now."""
+    capacity = {GPU: 64 * len(clusters), CPU: 512 * len(clusters)}
+    table = ClusterTable(list(clusters), capacity)
+    labels = {c.name: c.labels for c in clusters}
+    held: dict[str, dict[str, int]] = {c.name: {} for c in clusters}
+    for n, holds in steps:
+        for other in shapes:
+            expected = next((name for name in table.names if held[name] and all(
+                labels[name].get(k) == v for k, v in other.cluster_selector.items()) and all(
+                table.free_of(name, r) + held[name].get(r, 0) >= a for r, a in other.request.items())), None)
+            assert table.fits_without_reservations(other) == expected
+        gang = shapes[n % len(shapes)]
+        chosen = table.best(gang, {})
+        if chosen is not None and holds:
+            table.hold(gang, chosen)
+            for r, a in gang.request.items():
+                held[chosen][r] = held[chosen].get(r, 0) + a
+        elif chosen is not None:
+            table.reserve(gang, chosen)
+
+
 def test_a_shape_that_fits_nowhere_is_remembered_with_its_reasons() -> None:
     table = ClusterTable([ClusterView("c1", {}, {GPU: 8}, [TierFree(0, "node", {GPU: 8})])], {GPU: 8})
     big = JobView("big", {GPU: 16}, {GPU: 8})

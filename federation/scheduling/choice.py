@@ -65,6 +65,7 @@ class ClusterTable:
         self.held = np.zeros((n, k), dtype=np.int64)  # room reserved for waiting gangs, per cluster
         self._by_shape: dict[tuple[object, ...], _Scores] = {}
         self._changed: list[int] = []  # clusters in the order they took work this cycle (free only shrinks)
+        self._unreserved: dict[tuple[object, ...], tuple[int, str | None]] = {}  # see fits_without_reservations
 
     def __contains__(self, name: object) -> bool:
         return name in self.index
@@ -223,13 +224,19 @@ class ClusterTable:
 
     def fits_without_reservations(self, job: JobView) -> str | None:
         """A cluster whose free totals would cover the gang if nothing were held there for others."""
+        # Free plus held changes only when a gang is sent (`reserve` without `hold`), which `_changed` counts.
+        known = self._unreserved.get(job.shape)
+        if known is not None and known[0] == len(self._changed):
+            return known[1]
         request = self.vector(job.request)
-        if request is None or not self.held.any():
-            return None
-        mask = self._selector(job.cluster_selector) & self.held.any(1) & (
-            (self.free + self.held) >= request).all(1)
-        hits = np.flatnonzero(mask)
-        return self.names[int(hits[0])] if len(hits) else None
+        found = None
+        if request is not None and self.held.any():
+            mask = self._selector(job.cluster_selector) & self.held.any(1) & (
+                (self.free + self.held) >= request).all(1)
+            hits = np.flatnonzero(mask)
+            found = self.names[int(hits[0])] if len(hits) else None
+        self._unreserved[job.shape] = (len(self._changed), found)
+        return found
 
     def reserve(self, job: JobView, name: str) -> None:
         """Take the gang's resources out of the cluster for the rest of the cycle.

@@ -179,7 +179,9 @@ class _Cycle:
         self.over_share: set[str] = set()  # reclaimable queues holding more than they deserve (once shares are known)
         self.lowered: set[str] = set()  # queues whose tenant's usage a preemption lowered since the last turn
         self.heads_reserving: set[str] = set()  # queues whose head has had its turn at reclaim and reservation
-        self._cannot_run: dict[tuple[object, ...], str | None] = {}  # per gang shape, as the clusters stand
+        # Per gang shape, as the clusters stand; and per shape and queue, with the queue's and tenant's limits.
+        self._cannot_run_anywhere: dict[tuple[object, ...], str | None] = {}
+        self._cannot_run: dict[tuple[tuple[object, ...], str], str | None] = {}
         self.holders: dict[str, list[tuple[str, str]]] = {}  # cluster -> (job, its tenant) whose room is held there
         self.flavors = Flavors(snap.flavors, {**snap.labels, **{c.name: c.labels for c in snap.clusters}})
         self.holds: dict[str, Resources] = {}  # running job -> what it counts against (flavors included)
@@ -560,12 +562,14 @@ class _Cycle:
         running (its minimum gang against the clusters' capacity, its largest pod against the largest
         node, a hard tier limit against the largest HyperNode of that tier, its queue's and tenant's
         limits); None when something could. Such a job holds no reservation and keeps nothing waiting."""
-        shape = job.view.shape
-        if shape not in self._cannot_run:
-            self._cannot_run[shape] = cannot_run(job.view, self.snap.clusters)
-        q = self.queues[queue]
-        return self._cannot_run[shape] or over_own_limit(
-            job.view, [self.queues[name] for name in self.chain[queue]], self.tenants[q.tenant])
+        key = (job.view.shape, queue)
+        if key not in self._cannot_run:
+            shape = job.view.shape
+            if shape not in self._cannot_run_anywhere:
+                self._cannot_run_anywhere[shape] = cannot_run(job.view, self.snap.clusters)
+            self._cannot_run[key] = self._cannot_run_anywhere[shape] or over_own_limit(
+                job.view, [self.queues[name] for name in self.chain[queue]], self.tenants[self.queues[queue].tenant])
+        return self._cannot_run[key]
 
     def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int:
         """Give a reason to each job from `start` on that certainly must wait; return where that stops.
