@@ -493,11 +493,11 @@ class _Cycle:
         version = self.usage_version
         tenant_of = {q: info.tenant for q, info in self.queues.items()}
 
-        def push(queue: str) -> None:
+        def push(queue: str, key: tuple[float, ...] | None = None) -> None:
             jobs = by_queue[queue]
             if heads[queue] < len(jobs):
                 tokens[queue] += 1
-                heapq.heappush(heap, (*self.key(queue, jobs[heads[queue]]), version.get(tenant_of[queue], 0),
+                heapq.heappush(heap, (*(key or self.key(queue, jobs[heads[queue]])), version.get(tenant_of[queue], 0),
                                       tokens[queue], queue))
 
         for queue in sorted(by_queue):
@@ -524,10 +524,10 @@ class _Cycle:
                 continue  # superseded by a later push
             jobs = by_queue[queue]
             job = jobs[heads[queue]]
-            if version.get(tenant_of[queue], 0) != seen and self.key(queue, job) > tuple(popped):
+            if version.get(tenant_of[queue], 0) != seen and (now := self.key(queue, job)) > tuple(popped):
                 # Its tenant's share grew since the queue was pushed (a sibling queue was served): take
                 # its turn again with the share as it is now, so every level stays in water-filling order.
-                push(queue)
+                push(queue, now)
                 continue
             heads[queue] += 1
             self.consider(job, queue)
