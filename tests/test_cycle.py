@@ -1,5 +1,7 @@
 """The pure scheduling cycle: order, fairness, quotas, cluster choice, reservation, reclaim, preemption."""
 
+from dataclasses import replace
+
 from federation.scheduling.cycle import PendingJob, QueueInfo, RunningJob, Snapshot, TenantInfo, schedule
 from federation.scheduling.fit import ClusterView, DomainFree, JobView, TierFree
 
@@ -301,6 +303,35 @@ def test_a_gang_with_a_hard_tier_limit_frees_the_one_hypernode_that_costs_least(
                             hypernode="l1")
     d = schedule(snap(tenants, queues, [hard], [c1], running, capacity=32))
     assert d.preempt == {} and d.waiting["need"].endswith("the queues over their share would drop below it")
+
+
+def test_a_hard_tier_gang_its_cluster_could_hold_moves_small_young_gangs_out_of_one_hypernode() -> None:
+    """16 GPUs free in c1, 8 in each leaf: the 16-GPU gang limited to tier 1 fits no leaf, and nobody is over
+    their share to reclaim from. The young 8-GPU gang in l0 is moved (it restarts on the room outside l0); the
+    one in l1, hours into its run, is not: moving it would lose more than the budget allows."""
+    tenants = [TenantInfo("owner"), TenantInfo("other")]
+    queues = [QueueInfo("mine", "owner"), QueueInfo("theirs", "other")]
+    domains = [DomainFree("s", 2, "", {GPU: 16}), DomainFree("l0", 1, "s", {GPU: 8}),
+               DomainFree("l1", 1, "s", {GPU: 8})]
+    c1 = ClusterView("c1", {}, {GPU: 16}, [TierFree(0, "node", {GPU: 8}), TierFree(1, "leaf", {GPU: 8}),
+                                           TierFree(2, "spine", {GPU: 16})], domains=domains)
+    young = RunningJob("young", "theirs", "c1", 0, 2, {GPU: 8}, True, ran_for=60, hypernode="l0")
+    old = RunningJob("old", "theirs", "c1", 0, 1, {GPU: 8}, True, ran_for=3 * HOUR, hypernode="l1")
+    hard = job("need", "mine", 16, 9, mode="hard", highest_tier=1)
+    d = schedule(snap(tenants, queues, [hard], [c1], [young, old], capacity=32))
+    assert set(d.preempt) == {"young"} and d.making_room == {"need": "c1"} and d.lost == {"young": 60 * 8}
+    assert d.preempt["young"] == "moved to restart elsewhere in its cluster, making one HyperNode whole for a job " \
+                                 "of another tenant"
+    for blocked in (replace(young, ran_for=3 * HOUR),  # loses too much
+                    replace(young, request={GPU: 16}),  # larger than one of the gang's pods
+                    replace(young, priority=5),  # above the gang's priority
+                    replace(young, preemptible=False)):
+        d = schedule(snap(tenants, queues, [hard], [c1], [blocked, old]))  # `other` holds no more than its share
+        assert d.preempt == {} and d.waiting["need"].startswith("waiting for resources in cluster c1"), blocked
+    short = replace(c1, free={GPU: 8}, domains=[DomainFree("s", 2, "", {GPU: 8}), DomainFree("l0", 1, "s", {GPU: 8}),
+                                                 DomainFree("l1", 1, "s", {GPU: 0})])
+    d = schedule(snap(tenants, queues, [hard], [short], [young, old], capacity=24))
+    assert d.preempt == {}  # short of room in the cluster, not of room in one place: not moving's business
 
 
 def test_a_queue_that_does_not_reclaim_says_which_rule_stopped_it() -> None:
