@@ -361,15 +361,8 @@ class _Cycle:
                 continue
             reported = True
             cluster_free = self.clusters.free_dict(view.name)  # a HyperNode has no more than its cluster left
-            parent = {d.name: d.parent for d in view.domains}
-            inside: dict[str, list[RunningJob]] = {}  # HyperNode -> gangs running under it, in victim order
             gangs = self.preemptible.get(view.name, ()) if over else self.preemptible_in.get((view.name, job.queue), ())
-            for victim in gangs:
-                domain, seen = victim.hypernode, set()
-                while domain and domain not in seen:
-                    seen.add(domain)
-                    inside.setdefault(domain, []).append(victim)
-                    domain = parent.get(domain, "")
+            inside = _under_each_hypernode(view, gangs)
             for domain in view.domains:
                 if not 1 <= domain.tier <= job.view.highest_tier or domain.name not in inside:
                     continue
@@ -408,17 +401,9 @@ class _Cycle:
             cluster_free = self.clusters.free_dict(view.name)
             if not covers(cluster_free, request):
                 continue  # short of room, not of room in one place: reclaim's business, not moving's
-            parent = {d.name: d.parent for d in view.domains}
-            inside: dict[str, list[RunningJob]] = {}
-            for victim in self.preemptible.get(view.name, ()):
-                if victim.id in self.out.preempt or victim.priority > job.priority or victim.protected_for > 0 \
-                        or not victim.pays_to_reclaim() or not covers(pod, victim.request):
-                    continue
-                domain, seen = victim.hypernode, set()
-                while domain and domain not in seen:
-                    seen.add(domain)
-                    inside.setdefault(domain, []).append(victim)
-                    domain = parent.get(domain, "")
+            inside = _under_each_hypernode(view, [
+                v for v in self.preemptible.get(view.name, ()) if v.id not in self.out.preempt and v.priority <=
+                job.priority and v.protected_for <= 0 and v.pays_to_reclaim() and covers(pod, v.request)])
             for domain in view.domains:
                 if not 1 <= domain.tier <= job.view.highest_tier or domain.name not in inside:
                     continue
@@ -755,6 +740,19 @@ class _Cycle:
             options.append((-min((self.clusters.free_of(name, r) / a for r, a in job.request.items() if a),
                                  default=0), name))
         return min(options)[1] if options else None
+
+
+def _under_each_hypernode(view: ClusterView, gangs: Sequence[RunningJob]) -> dict[str, list[RunningJob]]:
+    """HyperNode -> the gangs running under it (each under its own HyperNode and every one above), in order."""
+    parent = {d.name: d.parent for d in view.domains}
+    inside: dict[str, list[RunningJob]] = {}
+    for gang in gangs:
+        domain, seen = gang.hypernode, set()
+        while domain and domain not in seen:
+            seen.add(domain)
+            inside.setdefault(domain, []).append(gang)
+            domain = parent.get(domain, "")
+    return inside
 
 
 def over_own_limit(job: JobView, queues: Sequence[QueueInfo], tenant: TenantInfo) -> str | None:
