@@ -13,14 +13,14 @@ job priority, then earlier submission.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
 from federation.resources import FLAVOR, Resources, base, format_resources
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
 from federation.scheduling.fairshare import EPSILON, Claim, Tree, dominant_share, excess, hierarchical
-from federation.scheduling.fit import ClusterView, JobView, cannot_run, covers
+from federation.scheduling.fit import ClusterView, DomainFree, JobView, cannot_run, covers
 from federation.scheduling.flavors import FlavorInfo, Flavors
 from federation.scheduling.forecast import remaining
 
@@ -363,12 +363,7 @@ class _Cycle:
             cluster_free = self.clusters.free_dict(view.name)  # a HyperNode has no more than its cluster left
             gangs = self.preemptible.get(view.name, ()) if over else self.preemptible_in.get((view.name, job.queue), ())
             inside = _under_each_hypernode(view, gangs)
-            for domain in view.domains:
-                if not 1 <= domain.tier <= job.view.highest_tier or domain.name not in inside:
-                    continue
-                freed = {r: max(min(a, cluster_free.get(r, 0)), 0) for r, a in domain.free.items()}
-                if covers(freed, request):
-                    continue  # it fits there already: no eviction needed, the agent's placement decides
+            for domain, freed in _hypernodes_short_of(job.view, view, cluster_free, inside):
                 chosen = self._take(job, inside[domain.name], over, freed, kept)
                 if chosen and covers(freed, request):
                     evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
@@ -404,12 +399,7 @@ class _Cycle:
             inside = _under_each_hypernode(view, [
                 v for v in self.preemptible.get(view.name, ()) if v.id not in self.out.preempt and v.priority <=
                 job.priority and v.protected_for <= 0 and v.pays_to_reclaim() and covers(pod, v.request)])
-            for domain in view.domains:
-                if not 1 <= domain.tier <= job.view.highest_tier or domain.name not in inside:
-                    continue
-                freed = {r: max(min(a, cluster_free.get(r, 0)), 0) for r, a in domain.free.items()}
-                if covers(freed, request):
-                    continue
+            for domain, freed in _hypernodes_short_of(job.view, view, cluster_free, inside):
                 chosen = []
                 for victim in inside[domain.name]:
                     chosen.append(victim)
@@ -753,6 +743,19 @@ def _under_each_hypernode(view: ClusterView, gangs: Sequence[RunningJob]) -> dic
             inside.setdefault(domain, []).append(gang)
             domain = parent.get(domain, "")
     return inside
+
+
+def _hypernodes_short_of(job: JobView, view: ClusterView, cluster_free: Mapping[str, int],
+                         inside: Mapping[str, list[RunningJob]]) -> Iterator[tuple[DomainFree, dict[str, int]]]:
+    """HyperNodes of `view` within the gang's tier limit, holding gangs of `inside`, that cannot hold it now, each
+    with what is free in it (no more than its cluster has left). Where it fits already nothing is evicted: the
+    agent's placement decides."""
+    for domain in view.domains:
+        if not 1 <= domain.tier <= job.highest_tier or domain.name not in inside:
+            continue
+        freed = {r: max(min(a, cluster_free.get(r, 0)), 0) for r, a in domain.free.items()}
+        if not covers(freed, job.request):
+            yield domain, freed
 
 
 def over_own_limit(job: JobView, queues: Sequence[QueueInfo], tenant: TenantInfo) -> str | None:
