@@ -73,6 +73,7 @@ class JobCache:
         # The reason PostgreSQL holds for each waiting job; None when an event may have changed it.
         self.reasons: dict[str, str | None] = {}
         self.expected: dict[str, float] = {}  # waiting job -> its expected-duration annotation, seconds
+        self.refusals: dict[str, dict[str, str]] = {}  # waiting job -> clusters that refused it for good, and why
         self._cursor: int | None = None
         self._lock = asyncio.Lock()
 
@@ -92,7 +93,7 @@ class JobCache:
 
     async def _load(self) -> None:
         cursor = await self.jobs.last_event_seq()  # before the rows: later events are applied again
-        self.waiting, self.holding, self.reasons, self.expected = {}, {}, {}, {}
+        self.waiting, self.holding, self.reasons, self.expected, self.refusals = {}, {}, {}, {}, {}
         await self._add_waiting(await self.jobs.pending(SCAN_LIMIT))
         self._add_holding(await self.jobs.holding())
         self._cursor = cursor
@@ -119,6 +120,7 @@ class JobCache:
                 self.waiting.pop(job_id, None)
                 self.reasons.pop(job_id, None)
                 self.expected.pop(job_id, None)
+                self.refusals.pop(job_id, None)
             elif job_id not in self.waiting:
                 arrived.append(job_id)
             self.holding.pop(job_id, None)
@@ -145,6 +147,8 @@ class JobCache:
                 self.waiting[r["id"]] = PendingJob(job_view(specs[r["id"]]), r["queue"], r["priority"], r["seq"],
                                                    causes.get(r["id"], ""))
                 self.reasons[r["id"]] = r["reason"]
+                if r["refusals"]:
+                    self.refusals[r["id"]] = dict(r["refusals"])
                 expected = seconds_or_none(specs[r["id"]]["spec"].get("annotations", {}).get(EXPECTED_DURATION))
                 if expected is not None:
                     self.expected[r["id"]] = expected

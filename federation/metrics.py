@@ -41,6 +41,14 @@ CLUSTER_READY = Gauge("federation_cluster_ready", "1 while a member cluster is s
                       "the heartbeat timeout, not cordoned, its report usable), else 0.", ["cluster"])
 CLUSTER_HEARTBEAT_AGE = Gauge("federation_cluster_heartbeat_age_seconds",
                               "Seconds since a member cluster's agent was last heard from.", ["cluster"])
+ORPHAN_PODS_DELETED = Counter("federation_orphan_pods_deleted_total",
+                              "Pods of attempts the federation no longer runs in a cluster, found there by its agent's "
+                              "reconciliation and deleted.", ["cluster"])
+AGENTS_REFUSED = Counter("federation_agents_refused_total",
+                         "Agents refused because another agent process holds the cluster's live stream.", ["cluster"])
+CLUSTER_DRIFT = Gauge("federation_cluster_drift", "What a cluster's agent reports in use minus what the federation "
+                      "believes runs there, by resource, once the difference outlasted a reconcile (else 0).",
+                      ["cluster", "resource"])
 
 # Per-RPC metrics under go-grpc-prometheus' names, which Grafana dashboards for gRPC services already query.
 # Written here because no maintained instrumentation fits: OpenTelemetry's gRPC instrumentation makes only

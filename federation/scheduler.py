@@ -56,7 +56,7 @@ REJECTION_MEMORY = 30.0  # seconds a cluster's rejection keeps a job away from i
 ROOM_MEMORY = 60.0  # seconds a job waits for the gangs preempted for it before it may preempt again
 HEAP_SETTLE_CYCLES = 60  # the heap is settled after the first cycle (the cache's load), then every this many
 HEARTBEAT_TIMEOUT = 30.0  # seconds of silence after which an agent's cluster gets nothing new
-LOST_GRACE = 60.0  # seconds more after which the running jobs of a silent cluster are lost and retried elsewhere
+LOST_GRACE = 300.0  # seconds more after which the running jobs of a silent cluster are lost and retried elsewhere
 FORECAST_PERIOD = 15.0  # seconds between two runs of the start-time forecast (the leader's, after a cycle)
 FORECAST_SPACING = 10.0  # the forecast runs again only once this many times its last run has passed
 FORECAST_JOBS = 2_000  # waiting jobs, in the order they would be served, that get an expected start time
@@ -178,11 +178,14 @@ class Scheduler:
         self._refused.put((job_id, cluster), f"rejected it recently: {reason}")
         self.wake()
 
-    def _recent_refusals(self) -> dict[str, dict[str, str]]:
-        """Per job, the clusters that refused it recently and why."""
+    def _refusals(self) -> dict[str, dict[str, str]]:
+        """Per job, the clusters that refused it recently (a transient refusal) or for good, and why."""
         out: dict[str, dict[str, str]] = {}
         for (job_id, cluster), why in self._refused.live().items():
             out.setdefault(job_id, {})[cluster] = why
+        for job_id, refusals in self.cache.refusals.items():
+            for cluster, why in refusals.items():
+                out.setdefault(job_id, {})[cluster] = f"refused it for good: {why}"
         return out
 
     async def tick(self) -> None:
@@ -238,7 +241,7 @@ class Scheduler:
             running=[self._running(j, classes.get(j.priority_class, {}), now) for j in active],
             clusters=[cluster_view(c, inflight.get(c["name"], {})) for c in clusters],
             capacity=capacity,
-            refused=self._recent_refusals(),
+            refused=self._refusals(),
             making_room=self._making_room.live(),
             flavors=[FlavorInfo(f["name"], f["resource"], f["cluster_selector"])
                      for f in await self.admin.list(Flavor)],
@@ -414,4 +417,4 @@ class Scheduler:
                 holder, tenant = others[0]
                 named = holder if tenant == row["tenant"] else "a job of another tenant"
                 held[cluster] = ({r: a - own.get(r, 0) for r, a in room.items()}, named)
-        return explain(job_view(row), states, self._recent_refusals().get(row["id"], {}), held)
+        return explain(job_view(row), states, self._refusals().get(row["id"], {}), held)

@@ -53,6 +53,11 @@ MAX_PROTECTED_RUN_SECONDS = 7 * 86_400
 EXPECTED_DURATION = "federation.dev/expected-duration"
 CHECKPOINT_INTERVAL = "federation.dev/checkpoint-interval"
 DURATION_ANNOTATIONS = (EXPECTED_DURATION, CHECKPOINT_INTERVAL)
+# What becomes of a running job whose cluster goes silent past the lost grace: "requeue" (the default) runs
+# it elsewhere; "wait" keeps it assigned to that cluster until its agent is back (MultiKueue-style patience
+# for jobs that must never run twice, even while an agent is dead).
+ON_CLUSTER_LOST = "federation.dev/on-cluster-lost"
+ON_CLUSTER_LOST_VALUES = ("requeue", "wait")
 
 
 @dataclass(frozen=True)
@@ -295,6 +300,9 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
                         raise ValueError("must be more than zero")
                 except ValueError as err:
                     v.add(f"{path}.annotations[{key!r}]", str(err))
+        lost = spec.annotations.get(ON_CLUSTER_LOST)
+        if lost is not None and lost not in ON_CLUSTER_LOST_VALUES:
+            v.add(f"{path}.annotations[{ON_CLUSTER_LOST!r}]", f"must be one of {', '.join(ON_CLUSTER_LOST_VALUES)}")
     check_name(v, f"{path}.namespace", spec.namespace, required=False)
     for name, plugin in spec.plugins.items():
         if name not in JOB_PLUGINS:

@@ -1,9 +1,12 @@
 """AgentService: the stream each member agent keeps open to the server.
 
-The agent opens with Register (its cluster and its last word on every job it knows), then
-sends Inventory, Heartbeat and JobUpdate; the server sends Assign, Cancel and Preempt through
-the cluster's connection. On every (re)connect, jobs dispatched to the cluster that the agent
-does not report are assigned again, so an order lost with a dropped stream is never lost for good.
+The agent opens with Register (its cluster, its process, its last word on every job it knows and
+every attempt its cluster holds pods of), then sends Inventory, Heartbeat, JobUpdate and, periodically,
+Reconcile; the server sends Assign, Cancel and Preempt through the cluster's connection. Reconciliation
+is level-triggered, as MultiKueue's garbage collection and Armada's executor leases are: whatever the
+agent reports, the server answers with the attempts that are live there, and the agent deletes the rest;
+jobs dispatched to the cluster that the agent does not report are assigned again. So an order lost with
+a dropped stream, or a gang left running while its agent was away, is never lost or kept for good.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from typing import Any
 import grpc
 from sqlalchemy import func, update
 
+from federation import metrics
 from federation.api.convert import job_to_proto
 from federation.api.status import check_request, servicer
 from federation.connections import Connection, Connections
-from federation.errors import InvalidArgument, PermissionDenied
+from federation.errors import AlreadyExists, InvalidArgument, PermissionDenied
 from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
@@ -53,17 +57,30 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self.scheduler = scheduler
         self.on_change = on_change  # wakes the scheduler and the watchers
 
-    async def _set(self, cluster: str, **values: Any) -> None:
+    async def _set(self, cluster: str, instance: str | None = None, **values: Any) -> None:
+        """Update the cluster's row; with `instance`, only while that agent process still holds it."""
+        query = update(Cluster).where(Cluster.name == cluster)
+        if instance is not None:
+            query = query.where(Cluster.instance == instance)
         async with self.admin.engine.begin() as conn:
-            await conn.execute(update(Cluster).where(Cluster.name == cluster).values(**values))
+            await conn.execute(query.values(**values))
+
+    async def _live(self, cluster: str, running: Any, round_: int = 0) -> agent_pb2.Reconciled:
+        """Of the attempts an agent reports its cluster holds, those the federation runs there now."""
+        live = await self.jobs.live_attempts(cluster, sorted({a.job_id for a in running}))
+        return agent_pb2.Reconciled(round=round_, live=[a for a in running if live.get(a.job_id) == a.attempt])
 
     async def _apply(self, conn: Connection, u: agent_pb2.JobUpdate) -> None:
         applied = await self.jobs.apply_update(conn.cluster, u)
         if applied.stop:
             self.connections.send(conn, agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
                 job_id=u.job_id, attempt=u.attempt, reason=applied.stop)))
-        if applied.rejected:
+        if applied.rejected and not u.permanent:  # a permanent refusal is in the job's row for good
             self.scheduler.rejected(u.job_id, conn.cluster, u.reason)
+        if u.type == agent_pb2.ORPHANS_DELETED:
+            metrics.ORPHAN_PODS_DELETED.labels(conn.cluster).inc(u.pods)
+            log.warning("cluster %s: its agent deleted %d pod(s) of job %s attempt %d, which no longer runs there",
+                        conn.cluster, u.pods, u.job_id, u.attempt)
         self.on_change()
 
     async def _resend_unreported(self, conn: Connection, reported: dict[str, int]) -> None:
@@ -91,8 +108,13 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 self.on_change()
             elif kind == "heartbeat":
                 await self._set(cluster, last_heartbeat=func.now(), status="READY")
+                # Recorded: the agent may count the federation as hearing it up to when it sent this.
+                self.connections.send(conn, agent_pb2.ControlMessage(heartbeat_ack=agent_pb2.HeartbeatAck()))
             elif kind == "job_update":
                 await self._apply(conn, message.job_update)
+            elif kind == "reconcile":
+                self.connections.send(conn, agent_pb2.ControlMessage(reconciled=await self._live(
+                    cluster, message.reconcile.running, message.reconcile.round)))
 
     async def Connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         first = await anext(aiter(request_iterator), None)
@@ -106,6 +128,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         check_labels(v, "register.labels", reg.labels)
         if len(reg.agent_version) > 64 or not reg.agent_version.isprintable():
             v.add("register.agent_version", "must be printable and at most 64 characters")
+        if len(reg.instance) > 64 or not reg.instance.isprintable():
+            v.add("register.instance", "must be printable and at most 64 characters")
         if v:
             raise InvalidArgument(v.items)
         if self.require_identity:
@@ -113,14 +137,25 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             if reg.cluster not in names:
                 raise PermissionDenied(f"the client certificate is for {', '.join(names) or 'no name'}, "
                                        f"not for cluster {reg.cluster!r}")
-        await self.admin.register_cluster(reg.cluster, dict(reg.labels), reg.agent_version)
+        try:
+            await self.admin.register_cluster(reg.cluster, dict(reg.labels), reg.agent_version, reg.instance,
+                                              self.scheduler.heartbeat_timeout)
+        except AlreadyExists as err:
+            metrics.AGENTS_REFUSED.labels(reg.cluster).inc()
+            log.warning("refused an agent (instance %s) for cluster %s: %s", reg.instance or "unnamed", reg.cluster,
+                        err)
+            raise
         # Orders logged from here on are relayed; what came before is resent from the jobs' state.
         conn = self.connections.open(reg.cluster, cursor=await self.jobs.last_event_seq())
-        conn.queue.put_nowait(agent_pb2.ControlMessage(registered=agent_pb2.Registered(cluster=reg.cluster)))
         tasks: list[asyncio.Task[Any]] = []
         try:
             for u in reg.jobs:
                 await self._apply(conn, u)
+            # After its reports: a job the agent stopped while cut off is not live any more.
+            conn.queue.put_nowait(agent_pb2.ControlMessage(registered=agent_pb2.Registered(
+                cluster=reg.cluster, reconciled=await self._live(reg.cluster, reg.running),
+                fence_seconds=self.scheduler.lost_grace)))
+            await self.jobs.cluster_back(reg.cluster)
             await self._resend_unreported(conn, {u.job_id: u.attempt for u in reg.jobs})
             reader = asyncio.create_task(self._read(conn, request_iterator))
             closed = asyncio.create_task(conn.closed.wait())
@@ -141,5 +176,5 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             if self.connections.close(conn):
-                await self._set(reg.cluster, status="NOT_READY")
+                await self._set(reg.cluster, reg.instance, status="NOT_READY")
             self.on_change()

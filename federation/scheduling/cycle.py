@@ -324,9 +324,10 @@ class _Cycle:
         best: tuple[float, int, int, str, list[RunningJob]] | None = None
         kept: set[str] = set()
         candidates = self.pool.could_make_room(job.view.request, [job.queue, *over])
+        refused = self.snap.refused.get(job.id, {})  # a cluster that refused the job gets no evictions for it
         for cluster in candidates:
             labels = self.clusters.labels[self.clusters.index[cluster]]
-            if any(labels.get(k) != v for k, v in job.view.cluster_selector.items()):
+            if cluster in refused or any(labels.get(k) != v for k, v in job.view.cluster_selector.items()):
                 continue
             freed = self.clusters.free_dict(cluster)
             if covers(freed, job.view.request):
@@ -356,8 +357,10 @@ class _Cycle:
         best: tuple[float, int, int, str, str, list[RunningJob]] | None = None
         kept: set[str] = set()
         reported = False
+        refused = self.snap.refused.get(job.id, {})
         for view in self.snap.clusters:
-            if not view.domains or any(view.labels.get(k) != v for k, v in job.view.cluster_selector.items()):
+            selector = job.view.cluster_selector
+            if view.name in refused or not view.domains or any(view.labels.get(k) != v for k, v in selector.items()):
                 continue
             reported = True
             cluster_free = self.clusters.free_dict(view.name)  # a HyperNode has no more than its cluster left
@@ -390,8 +393,10 @@ class _Cycle:
         request, pod = job.view.request, job.view.largest_pod
         budget = request.get(RESOURCE_FOR_FEWEST, 0) * MOVE_BUDGET_SECONDS
         best: tuple[float, int, int, str, str, list[RunningJob]] | None = None
+        refused = self.snap.refused.get(job.id, {})
         for view in self.snap.clusters:
-            if not view.domains or any(view.labels.get(k) != v for k, v in job.view.cluster_selector.items()):
+            selector = job.view.cluster_selector
+            if view.name in refused or not view.domains or any(view.labels.get(k) != v for k, v in selector.items()):
                 continue
             cluster_free = self.clusters.free_dict(view.name)
             if not covers(cluster_free, request):
@@ -689,7 +694,7 @@ class _Cycle:
                 self.evict(job, queue, *found)
                 return
         if head and queue_within and tenant_within:
-            best = self._reservation_cluster(job.view)
+            best = self._reservation_cluster(job.view, self.snap.refused.get(job.id, {}))
             if best is not None:
                 self.hold(job, best, f"waiting for resources in cluster {best}, reserved so smaller jobs do not "
                                      f"starve it; {summary(reasons)}" + (f"; {why_not}" if why_not else ""))
@@ -719,12 +724,12 @@ class _Cycle:
         self.out.making_room[job.id] = cluster
         self.hold(job, cluster, f"waiting for preempted job(s) to exit in cluster {cluster}")
 
-    def _reservation_cluster(self, job: JobView) -> str | None:
-        """Where the job fits best once what runs there ends: among clusters that could hold it at all, the
-        one with most of its request free now."""
+    def _reservation_cluster(self, job: JobView, refused: Mapping[str, str]) -> str | None:
+        """Where the job fits best once what runs there ends: among clusters that could hold it at all and
+        have not refused it, the one with most of its request free now."""
         options = []
         for view in self.snap.clusters:
-            if cannot_run(job, [view]) is not None:
+            if view.name in refused or cannot_run(job, [view]) is not None:
                 continue
             name = view.name
             options.append((-min((self.clusters.free_of(name, r) / a for r, a in job.request.items() if a),

@@ -176,11 +176,28 @@ class AdminStore:
                         {"cordoned": before["cordoned"]}, {"cordoned": row["cordoned"]})
             return row
 
-    async def register_cluster(self, name: str, labels: dict[str, str], agent_version: str) -> Any:
-        """Record a connecting agent's cluster; a returning cluster keeps its cordon."""
+    async def register_cluster(self, name: str, labels: dict[str, str], agent_version: str, instance: str = "",
+                               heartbeat_timeout: float | None = None) -> Any:
+        """Record a connecting agent's cluster; a returning cluster keeps its cordon.
+
+        With `heartbeat_timeout`, one agent process holds a cluster at a time: another `instance` is
+        refused while the cluster is Ready (the holder's stream is open, on whichever replica) and heard
+        from within the timeout; two agents with one name would otherwise replace each other's stream.
+        """
         values = {"name": name, "labels": labels, "agent_version": agent_version, "status": "READY",
-                  "last_heartbeat": func.now()}
+                  "last_heartbeat": func.now(), "instance": instance}
         async with self.engine.begin() as conn:
+            if heartbeat_timeout is not None:
+                holder = (await conn.execute(
+                    select(Cluster.instance, func.extract("epoch", func.now() - Cluster.last_heartbeat).label("age"))
+                    .where(Cluster.name == name, Cluster.status == "READY", Cluster.instance != instance,
+                           Cluster.last_heartbeat > func.now() - timedelta(seconds=heartbeat_timeout))
+                    .with_for_update())).first()
+                if holder is not None:
+                    raise AlreadyExists(
+                        f"cluster {name!r} already has a live agent (instance {holder.instance or 'unnamed'}, "
+                        f"heard from {float(holder.age):.1f} s ago); a second agent with this name is refused until "
+                        f"that one disconnects or is silent for {heartbeat_timeout:g} s")
             await conn.execute(insert(Cluster).values(**values).on_conflict_do_update(
                 index_elements=[Cluster.name],
                 set_={k: v for k, v in values.items() if k != "name"}))

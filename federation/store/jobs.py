@@ -31,7 +31,7 @@ from federation.errors import FailedPrecondition, NotFound
 from federation.leader import Fence
 from federation.store.models import Cluster, EventCounter, Job, JobEvent, SubmitKey, TenantEventCounter
 from federation.v1 import agent_pb2, common_pb2
-from federation.validation import CHECKPOINT_INTERVAL, DEFAULT_MAX_RETRY, EXPECTED_DURATION
+from federation.validation import CHECKPOINT_INTERVAL, DEFAULT_MAX_RETRY, EXPECTED_DURATION, ON_CLUSTER_LOST
 
 TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
 ACTIVE_PHASES = ("DISPATCHED", "RUNNING", "RESTARTING")
@@ -70,6 +70,7 @@ class Applied:
 
     stop: str = ""  # the agent runs what it must not (cancelled, preempted or moved meanwhile): why it must stop
     rejected: bool = False  # the agent refused the job, which is Pending again
+    requeued: bool = False  # the agent stopped the job itself (fenced), which is back in its queue
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,18 @@ def _minimum(stored: dict[str, Any]) -> dict[str, int]:
     """A job's `request` while it waits or is being placed: what its gang needs to start. Once bound, it
     is what its placed pods hold (`gangs.bound`), so usage counts what runs."""
     return gangs.minimum(_spec(stored))
+
+
+def _lost(row: Any, why: str) -> dict[str, Any]:
+    """A running job's new state once its cluster no longer runs it through no fault of its own: a retry
+    counted, back to its queue while `max_retry` allows, else failed."""
+    allowed = row["spec"].get("max_retry", DEFAULT_MAX_RETRY)
+    values: dict[str, Any] = {"cluster": "", "hypernode": "", "tier": 0, "placements": [],
+                              "request": _minimum(row["spec"]), "updated_at": func.now()}
+    if row["retries"] < allowed:
+        return values | {"phase": "PENDING", "retries": row["retries"] + 1,
+                         "reason": f"{why}; requeued (retry {row['retries'] + 1} of {allowed})"}
+    return values | {"phase": "FAILED", "finished_at": func.now(), "reason": f"{why}; maxRetry {allowed} exhausted"}
 
 
 def _silent_clusters(seconds: float) -> Any:
@@ -354,7 +367,7 @@ class JobStore:
         each (`specs`) across cycles rather than decoding a hundred thousand of them every second.
         `ids`: only those of these jobs that are waiting.
         """
-        query = (select(Job.id, Job.queue, Job.priority, Job.seq, Job.reason, Job.phase)
+        query = (select(Job.id, Job.queue, Job.priority, Job.seq, Job.reason, Job.phase, Job.refusals)
                  .where(Job.phase.in_(WAITING_PHASES)).order_by(Job.priority.desc(), Job.seq).limit(limit))
         if ids is not None:
             query = query.where(Job.id == func.any(list(ids)))
@@ -400,6 +413,25 @@ class JobStore:
         query = query.where(Job.phase.in_(ACTIVE_PHASES) if ids is None else Job.id == func.any(list(ids)))
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
+
+    async def live_attempts(self, cluster: str, ids: Sequence[str]) -> dict[str, int]:
+        """Of these jobs, those the federation runs in `cluster` now (Dispatched, Running or Restarting there),
+        with their attempt: what an agent's reconciliation keeps."""
+        if not ids:
+            return {}
+        query = select(Job.id, Job.attempt).where(Job.id == func.any(list(ids)), Job.cluster == cluster,
+                                                 Job.phase.in_(ACTIVE_PHASES))
+        async with self.engine.connect() as conn:
+            return {r.id: r.attempt for r in (await conn.execute(query)).all()}
+
+    async def cluster_back(self, cluster: str) -> None:
+        """A cluster's agent is back: its jobs that waited for it (on-cluster-lost: wait) say they run again."""
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(Job).where(Job.cluster == cluster, Job.phase == "RUNNING",
+                                  Job.reason.like(f"lost with cluster {cluster},%"))
+                .values(reason=func.concat(f"running in cluster {cluster} under ", Job.hypernode, " (tier ",
+                                           Job.tier, ")")))
 
     async def active(self, cluster: str = "", phases: Sequence[str] = ACTIVE_PHASES) -> list[Any]:
         query = select(Job).where(Job.phase.in_(phases))
@@ -489,38 +521,45 @@ class JobStore:
             await conn.execute(update(Cluster).where(Cluster.name.in_(silent), Cluster.status == "READY")
                                .values(status="NOT_READY"))
             rows = (await conn.execute(
-                select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster, Job.phase, Job.retries, Job.spec)
+                select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster, Job.phase, Job.retries, Job.spec,
+                       Job.reason)
                 .where(or_(and_(Job.phase == "DISPATCHED", Job.cluster.in_(silent)),
                            and_(Job.phase.in_(("RUNNING", "RESTARTING")), Job.cluster.in_(gone))))
                 .order_by(Job.id).with_for_update())).mappings().all()
-            events = []
+            events, moved = [], []
             for r in rows:
-                values: dict[str, Any] = {"cluster": "", "hypernode": "", "tier": 0, "placements": [],
-                                          "request": _minimum(r["spec"]), "updated_at": func.now()}
                 if r["phase"] == "DISPATCHED":
-                    values |= {"phase": "PENDING",
-                               "reason": f"requeued: cluster {r['cluster']} went silent before placing it"}
+                    values: dict[str, Any] = {
+                        "cluster": "", "hypernode": "", "tier": 0, "placements": [], "request": _minimum(r["spec"]),
+                        "updated_at": func.now(), "phase": "PENDING",
+                        "reason": f"requeued: cluster {r['cluster']} went silent before placing it"}
                     kind = "Requeued"
                 else:
-                    allowed = r["spec"].get("max_retry", DEFAULT_MAX_RETRY)
                     lost = f"lost with cluster {r['cluster']}, silent for over {heartbeat_timeout + grace:g} s"
-                    if r["retries"] < allowed:
-                        values |= {"phase": "PENDING", "retries": r["retries"] + 1,
-                                   "reason": f"{lost}; requeued (retry {r['retries'] + 1} of {allowed})"}
-                    else:
-                        values |= {"phase": "FAILED", "finished_at": func.now(),
-                                   "reason": f"{lost}; maxRetry {allowed} exhausted"}
-                    kind = "Lost"
+                    if (r["spec"].get("annotations") or {}).get(ON_CLUSTER_LOST) == "wait":
+                        waiting = f"{lost}; waiting for it ({ON_CLUSTER_LOST}: wait)"
+                        if r["reason"] != waiting:  # said once, without an event: nothing changed hands
+                            await conn.execute(update(Job).where(Job.id == r["id"]).values(reason=waiting))
+                        continue
+                    values, kind = _lost(r, lost), "Lost"
                 await conn.execute(update(Job).where(Job.id == r["id"]).values(**values))
                 events.append(EventRecord(r["id"], r["tenant"], r["queue"], kind, values["phase"], values["reason"],
                                           r["attempt"], r["cluster"]))
+                moved.append(r)
             await append_events(conn, events)
-        return list(rows)
+        return moved
 
     async def apply_update(self, cluster: str, u: agent_pb2.JobUpdate) -> Applied:
         """Apply an agent's JobUpdate, fenced by cluster and attempt; a repeat or a stale one changes nothing."""
         async with self.engine.begin() as conn:
             row = (await conn.execute(select(Job).where(Job.id == u.job_id).with_for_update())).mappings().first()
+            if u.type == agent_pb2.ORPHANS_DELETED:  # about an attempt no longer live there: said on the job
+                if row is not None:
+                    await append_events(conn, [EventRecord(
+                        row["id"], row["tenant"], row["queue"], "OrphansDeleted", row["phase"],
+                        f"cluster {cluster} deleted {u.pods} pod(s) of attempt {u.attempt}, which no longer runs "
+                        f"there: {u.reason}", u.attempt, cluster)])
+                return Applied()
             alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED, agent_pb2.PODS_ADDED)
             if row is None or row["cluster"] != cluster or row["attempt"] != u.attempt:
                 # Stale: another attempt, or another cluster, owns the job now (it was preempted or
@@ -534,7 +573,13 @@ class JobStore:
             if kind == agent_pb2.REJECTED and phase == "DISPATCHED":
                 values = {"phase": "PENDING", "cluster": "", "reason": f"cluster {cluster} rejected it: {u.reason}",
                           "request": _minimum(row["spec"])}
+                if u.permanent:  # never offered to that cluster again (the scheduler reads `refusals`)
+                    values |= {"refusals": {**row["refusals"], cluster: u.reason},
+                               "reason": f"cluster {cluster} refused it for good: {u.reason}"}
                 event = "Rejected"
+            elif kind == agent_pb2.FENCED and phase in ACTIVE_PHASES:
+                values = _lost(row, f"stopped by the agent of cluster {cluster}: {u.reason}")
+                event = "Lost"
             elif kind == agent_pb2.BOUND and phase == "DISPATCHED":
                 values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "started_at": func.now(),
                           "placements": _placements(u), "request": _held(row, u),
@@ -569,4 +614,4 @@ class JobStore:
             await conn.execute(update(Job).where(Job.id == row["id"]).values(updated_at=func.now(), **values))
             await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], event, values["phase"],
                                                    message or values["reason"], row["attempt"], cluster)])
-        return Applied(rejected=event == "Rejected")
+        return Applied(rejected=event == "Rejected", requeued=event == "Lost")

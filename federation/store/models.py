@@ -91,6 +91,8 @@ class Cluster(Base):
     last_heartbeat: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     inventory: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
     problem: Mapped[str] = mapped_column(Text, nullable=False, default="")  # why its agent's report is not used
+    # The agent process holding the cluster's stream (Register.instance): another is refused while it lives.
+    instance: Mapped[str] = mapped_column(String(64), nullable=False, default="", server_default="")
     created_at: Mapped[datetime] = _created()
 
 
@@ -125,6 +127,8 @@ class Job(Base):
     # pods hold once it runs (federation.store.jobs._minimum, federation.gangs.bound).
     request: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
     placements: Mapped[list[Any]] = mapped_column(nullable=False, default=list)
+    # cluster -> what it said when it refused the job for good: the job is never sent there again.
+    refusals: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict, server_default="{}")
     spec: Mapped[dict[str, Any]] = mapped_column(nullable=False)  # JobSpec as protobuf JSON
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()

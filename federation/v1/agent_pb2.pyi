@@ -22,6 +22,8 @@ class JobUpdateType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_SUCCEEDED: _ClassVar[JobUpdateType]
     JOB_FAILED: _ClassVar[JobUpdateType]
     PODS_ADDED: _ClassVar[JobUpdateType]
+    ORPHANS_DELETED: _ClassVar[JobUpdateType]
+    FENCED: _ClassVar[JobUpdateType]
 JOB_UPDATE_TYPE_UNSPECIFIED: JobUpdateType
 ACCEPTED: JobUpdateType
 REJECTED: JobUpdateType
@@ -31,21 +33,25 @@ POD_RESTARTED: JobUpdateType
 JOB_SUCCEEDED: JobUpdateType
 JOB_FAILED: JobUpdateType
 PODS_ADDED: JobUpdateType
+ORPHANS_DELETED: JobUpdateType
+FENCED: JobUpdateType
 
 class AgentMessage(_message.Message):
-    __slots__ = ("register", "inventory", "heartbeat", "job_update")
+    __slots__ = ("register", "inventory", "heartbeat", "job_update", "reconcile")
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     INVENTORY_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     JOB_UPDATE_FIELD_NUMBER: _ClassVar[int]
+    RECONCILE_FIELD_NUMBER: _ClassVar[int]
     register: Register
     inventory: Inventory
     heartbeat: Heartbeat
     job_update: JobUpdate
-    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_update: _Optional[_Union[JobUpdate, _Mapping]] = ...) -> None: ...
+    reconcile: Reconcile
+    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_update: _Optional[_Union[JobUpdate, _Mapping]] = ..., reconcile: _Optional[_Union[Reconcile, _Mapping]] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("cluster", "labels", "agent_version", "jobs")
+    __slots__ = ("cluster", "labels", "agent_version", "jobs", "instance", "running")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -57,11 +63,33 @@ class Register(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     labels: _containers.ScalarMap[str, str]
     agent_version: str
     jobs: _containers.RepeatedCompositeFieldContainer[JobUpdate]
-    def __init__(self, cluster: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., agent_version: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[JobUpdate, _Mapping]]] = ...) -> None: ...
+    instance: str
+    running: _containers.RepeatedCompositeFieldContainer[Attempt]
+    def __init__(self, cluster: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., agent_version: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[JobUpdate, _Mapping]]] = ..., instance: _Optional[str] = ..., running: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
+
+class Attempt(_message.Message):
+    __slots__ = ("job_id", "attempt", "pods")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PODS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    attempt: int
+    pods: int
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., pods: _Optional[int] = ...) -> None: ...
+
+class Reconcile(_message.Message):
+    __slots__ = ("round", "running")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    running: _containers.RepeatedCompositeFieldContainer[Attempt]
+    def __init__(self, round: _Optional[int] = ..., running: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
 
 class ResourceAmounts(_message.Message):
     __slots__ = ("amounts",)
@@ -129,7 +157,7 @@ class Heartbeat(_message.Message):
     def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobUpdate(_message.Message):
-    __slots__ = ("job_id", "attempt", "type", "reason", "hypernode", "tier", "placements", "retries")
+    __slots__ = ("job_id", "attempt", "type", "reason", "hypernode", "tier", "placements", "retries", "permanent", "pods")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -138,6 +166,8 @@ class JobUpdate(_message.Message):
     TIER_FIELD_NUMBER: _ClassVar[int]
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     RETRIES_FIELD_NUMBER: _ClassVar[int]
+    PERMANENT_FIELD_NUMBER: _ClassVar[int]
+    PODS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     attempt: int
     type: JobUpdateType
@@ -146,7 +176,9 @@ class JobUpdate(_message.Message):
     tier: int
     placements: _containers.RepeatedCompositeFieldContainer[_common_pb2.PodPlacement]
     retries: int
-    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., type: _Optional[_Union[JobUpdateType, str]] = ..., reason: _Optional[str] = ..., hypernode: _Optional[str] = ..., tier: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.PodPlacement, _Mapping]]] = ..., retries: _Optional[int] = ...) -> None: ...
+    permanent: bool
+    pods: int
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., type: _Optional[_Union[JobUpdateType, str]] = ..., reason: _Optional[str] = ..., hypernode: _Optional[str] = ..., tier: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.PodPlacement, _Mapping]]] = ..., retries: _Optional[int] = ..., permanent: _Optional[bool] = ..., pods: _Optional[int] = ...) -> None: ...
 
 class Assign(_message.Message):
     __slots__ = ("job", "attempt")
@@ -177,19 +209,39 @@ class Preempt(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Registered(_message.Message):
-    __slots__ = ("cluster",)
+    __slots__ = ("cluster", "reconciled", "fence_seconds")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    RECONCILED_FIELD_NUMBER: _ClassVar[int]
+    FENCE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     cluster: str
-    def __init__(self, cluster: _Optional[str] = ...) -> None: ...
+    reconciled: Reconciled
+    fence_seconds: float
+    def __init__(self, cluster: _Optional[str] = ..., reconciled: _Optional[_Union[Reconciled, _Mapping]] = ..., fence_seconds: _Optional[float] = ...) -> None: ...
+
+class Reconciled(_message.Message):
+    __slots__ = ("round", "live")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    live: _containers.RepeatedCompositeFieldContainer[Attempt]
+    def __init__(self, round: _Optional[int] = ..., live: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
+
+class HeartbeatAck(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("assign", "cancel", "preempt", "registered")
+    __slots__ = ("assign", "cancel", "preempt", "registered", "reconciled", "heartbeat_ack")
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     PREEMPT_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    RECONCILED_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     assign: Assign
     cancel: Cancel
     preempt: Preempt
     registered: Registered
-    def __init__(self, assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., preempt: _Optional[_Union[Preempt, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ...) -> None: ...
+    reconciled: Reconciled
+    heartbeat_ack: HeartbeatAck
+    def __init__(self, assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., preempt: _Optional[_Union[Preempt, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., reconciled: _Optional[_Union[Reconciled, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ...) -> None: ...

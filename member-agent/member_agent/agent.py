@@ -10,29 +10,52 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
+from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
 from federation.resources import Resources, parse_resources
 from federation.v1 import agent_pb2, common_pb2
 from federation.validation import MAX_REPORTED_HYPERNODES
 from member_agent.gang import gang_request
 from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
-from member_agent.metrics import BIND_SECONDS, INVENTORY_AGE, PLACEMENTS, PODS_BOUND
+from member_agent.metrics import (
+    BIND_SECONDS,
+    FENCED_GANGS,
+    INVENTORY_AGE,
+    ORPHAN_PODS_DELETED,
+    PLACEMENTS,
+    PODS_BOUND,
+    TRANSIENT_RETRIES,
+)
 from member_agent.placement import PodPlacement, Rejection, place
 from member_agent.state import ClusterState
 from member_agent.topology import ROOT
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 OUTBOX_LIMIT = 10_000
 INVENTORY_DELAY = 0.2  # seconds a burst of cluster changes is gathered into one inventory
 MAX_IN_FLIGHT = 32  # orders carried out at once (each gang's binds are themselves many calls at once)
+# Seconds cut off from the federation after which the agent stops its gangs, until a server says otherwise
+# at registration: the server's default --lost-grace (federation.scheduler.LOST_GRACE; a test keeps them equal).
+DEFAULT_FENCE = 300.0
 
 
 class BindError(Exception):
-    """The backend could not bind every pod; it has removed whatever it created."""
+    """The backend could not bind every pod; it has removed whatever it created. The message names the step
+    that failed and what the cluster said. `permanent`: the cluster refused for good (forbidden, invalid, not
+    found, denied by an admission webhook or a quota), so trying again cannot help; else it may pass (429,
+    5xx, a timeout) and is tried again."""
+
+    def __init__(self, message: str, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 @dataclass
@@ -73,6 +96,13 @@ class Backend(Protocol):
     async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
         """Live pods of this attempt that an earlier run of the agent created, if pods outlive it here."""
 
+    def managed(self) -> dict[tuple[str, int], int]:
+        """(job id, attempt) -> pods of it the cluster holds that this agent manages, where pods outlive it."""
+
+    async def delete_attempt(self, job_id: str, attempt: int, anchor: bool) -> int:
+        """Delete the pods of an attempt no job of the agent holds (and with `anchor`, what the job's plugins
+        made); how many pods were deleted."""
+
     def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
                      on_node: Callable[[str, bool], object], on_change: Callable[[], object]) -> None:
         """Where to report a pod's phase (job id, attempt, task, index, phase, reason), a node's readiness,
@@ -89,7 +119,7 @@ class Agent:
     reports: dict[str, agent_pb2.JobUpdate] = field(default_factory=dict)
     outbox: asyncio.Queue[agent_pb2.AgentMessage] = field(default_factory=lambda: asyncio.Queue(OUTBOX_LIMIT))
     overflowed: bool = False  # the outbox dropped a message: the next connection must resync
-    _acting: set[asyncio.Task[None]] = field(default_factory=set)  # lifecycle actions under way
+    _acting: set[asyncio.Task[Any]] = field(default_factory=set)  # lifecycle actions under way
     _action_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Gangs being bound: the phases their pods reported meanwhile, (task, index, phase, reason).
     _binding: dict[str, list[tuple[str, int, str, str]]] = field(default_factory=dict)
@@ -98,6 +128,15 @@ class Agent:
 
     _inventory_due: asyncio.TimerHandle | None = None
     _inventory_sent: float = field(default_factory=time.monotonic)
+    # This process, for the server's one-agent-per-cluster rule: a reconnect of ours replaces our own stream.
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex)
+    fence_after: float | None = None  # seconds cut off before stopping the gangs; None: as the server says
+    server_fence: float | None = None  # what the last server said at registration
+    last_contact: float = field(default_factory=time.monotonic)  # when a heartbeat the server recorded was sent
+    fenced: bool = False  # the gangs were stopped for being cut off; contact again ends it
+    _beats: deque[float] = field(default_factory=deque)  # heartbeats sent on this stream and not acknowledged
+    _round: int = 0
+    _rounds: dict[int, list[agent_pb2.Attempt]] = field(default_factory=dict)  # reconcile round -> what it reported
 
     def __post_init__(self) -> None:
         self.backend.set_listener(self.pod_phase, self.node_ready, self.capacity_changed)
@@ -120,9 +159,107 @@ class Agent:
         self._send(agent_pb2.AgentMessage(job_update=update))
 
     def register(self) -> agent_pb2.AgentMessage:
-        """The first message of every connection: who we are and the last word on every job."""
+        """The first message of every connection: who we are, the last word on every job, and every attempt
+        the cluster holds pods of (reconcile round 0, answered in Registered)."""
+        self._rounds = {0: self.running()}
         return agent_pb2.AgentMessage(register=agent_pb2.Register(
-            cluster=self.cluster, labels=self.labels, agent_version=self.version, jobs=list(self.reports.values())))
+            cluster=self.cluster, labels=self.labels, agent_version=self.version, jobs=list(self.reports.values()),
+            instance=self.instance, running=self._rounds[0]))
+
+    # -- reconciliation ----------------------------------------------------------------------
+
+    def running(self) -> list[agent_pb2.Attempt]:
+        """Every attempt the cluster holds pods of that this agent manages, whether a job of this run holds it
+        or not; gangs being bound are left out until they are (their outcome is reported then)."""
+        found = dict(self.backend.managed())
+        for job in self.jobs.values():
+            found.setdefault((job.job.id, job.attempt), len(job.pods))
+        return [agent_pb2.Attempt(job_id=job_id, attempt=attempt, pods=pods)
+                for (job_id, attempt), pods in sorted(found.items()) if job_id not in self._binding]
+
+    def reconcile_request(self) -> agent_pb2.AgentMessage:
+        """A periodic account of what runs here, for the server to answer with what is live."""
+        self._round += 1
+        self._rounds[self._round] = running = self.running()
+        for old in [r for r in self._rounds if r < self._round - 8]:  # answers lost with a stream never come
+            del self._rounds[old]
+        return agent_pb2.AgentMessage(reconcile=agent_pb2.Reconcile(round=self._round, running=running))
+
+    async def reconcile(self, answer: agent_pb2.Reconciled) -> int:
+        """Desired state (the attempts the federation runs here) against actual (what this agent reported the
+        cluster holds in that round): delete every reported attempt that is not live, the whole gang, each
+        in its job's turn with its orders. Returns when done, with how many pods were deleted."""
+        reported = self._rounds.pop(answer.round, [])
+        live = {(a.job_id, a.attempt) for a in answer.live}
+        live_jobs = {a.job_id for a in answer.live}
+        stale = [a for a in reported if (a.job_id, a.attempt) not in live]
+        deleted = await asyncio.gather(*(self._serially(a.job_id, self._delete_stale(a, a.job_id not in live_jobs))
+                                         for a in stale))
+        return sum(deleted)
+
+    def spawn_reconcile(self, answer: agent_pb2.Reconciled) -> None:
+        self._spawn(self.reconcile(answer))
+
+    async def _delete_stale(self, stale: agent_pb2.Attempt, last: bool) -> int:
+        job = self.jobs.get(stale.job_id)
+        if job is not None and job.attempt == stale.attempt:  # this run still held it: the federation does not
+            pods = len(job.pods)
+            await self._release(job)
+            self._send_inventory()
+        else:
+            pods = await self.backend.delete_attempt(stale.job_id, stale.attempt, anchor=last and job is None)
+        report = self.reports.get(stale.job_id)
+        if report is not None and report.attempt <= stale.attempt:
+            del self.reports[stale.job_id]  # settled: not worth resending on every connection
+        if pods:
+            ORPHAN_PODS_DELETED.inc(pods)
+            log.warning("deleted %d pod(s) of job %s attempt %d: the federation no longer runs it here", pods,
+                        stale.job_id, stale.attempt)
+            self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
+                job_id=stale.job_id, attempt=stale.attempt, type=agent_pb2.ORPHANS_DELETED, pods=pods,
+                reason="the federation no longer runs this attempt here (found by reconciliation)")))
+        return pods
+
+    # -- fencing ------------------------------------------------------------------------------
+
+    def fence_seconds(self) -> float:
+        return self.fence_after if self.fence_after is not None else self.server_fence or DEFAULT_FENCE
+
+    def heartbeat_sent(self) -> None:
+        self._beats.append(time.monotonic())
+
+    def heartbeat_acknowledged(self) -> None:
+        """The server recorded our oldest unacknowledged heartbeat: the federation heard us when it was sent."""
+        if self._beats:
+            self.last_contact = max(self.last_contact, self._beats.popleft())
+            self.fenced = False
+
+    async def check_fence(self) -> int:
+        """Stop every gang once cut off from every server for the fence time: the server runs them elsewhere
+        a heartbeat timeout later, and a job must never run twice while its agent lives. Each stopped job is
+        reported FENCED on the next connection. How many gangs were stopped."""
+        if self.fenced or time.monotonic() - self.last_contact <= self.fence_seconds():
+            return 0
+        self.fenced = True
+        attempts = self.running()
+        if not attempts:
+            return 0
+        log.error("cut off from the federation for over %.0f s: stopping the %d gang(s) this cluster runs",
+                  self.fence_seconds(), len(attempts))
+        await asyncio.gather(*(self._serially(a.job_id, self._fence(a)) for a in attempts))
+        FENCED_GANGS.inc(len(attempts))
+        return len(attempts)
+
+    async def _fence(self, attempt: agent_pb2.Attempt) -> None:
+        job = self.jobs.get(attempt.job_id)
+        why = f"cut off from the federation for over {self.fence_seconds():g} s, the agent stopped the gang"
+        if job is not None and job.attempt == attempt.attempt:
+            await self._release(job)
+            self._send_inventory()
+        else:
+            await self.backend.delete_attempt(attempt.job_id, attempt.attempt, anchor=job is None)
+        self._report(agent_pb2.JobUpdate(job_id=attempt.job_id, attempt=attempt.attempt, type=agent_pb2.FENCED,
+                                         reason=why))
 
     def capacity_changed(self) -> None:
         """The cluster changed under us: send a fresh inventory soon, once for a burst of changes; and see
@@ -193,6 +330,7 @@ class Agent:
         while not self.outbox.empty():
             self.outbox.get_nowait()
         self.overflowed = False
+        self._beats.clear()  # acknowledgements of the old stream's heartbeats never come
 
     # -- control in ----------------------------------------------------------------------
 
@@ -202,13 +340,17 @@ class Agent:
         still one gang at a time: it never awaits, and books what it chose before binding starts."""
         order = getattr(message, message.WhichOneof("msg") or "assign", None)
         job_id = order.job.id if isinstance(order, agent_pb2.Assign) else getattr(order, "job_id", "")
+        self._serially(job_id, self.handle(message))
+
+    def _serially(self, job_id: str, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run `work` after whatever is under way or waiting for the same job (at most MAX_IN_FLIGHT at once)."""
         lock, pending = self._orders.get(job_id, (asyncio.Lock(), 0))
         self._orders[job_id] = (lock, pending + 1)
 
-        async def carry_out() -> None:
+        async def carry_out() -> T:
             try:
                 async with lock, self._in_flight:
-                    await self.handle(message)
+                    return await work
             finally:
                 lock_now, left = self._orders[job_id]
                 if left == 1:
@@ -216,7 +358,7 @@ class Agent:
                 else:
                     self._orders[job_id] = (lock_now, left - 1)
 
-        self._spawn(carry_out())
+        return self._spawn(carry_out())
 
     async def handle(self, message: agent_pb2.ControlMessage) -> None:
         kind = message.WhichOneof("msg")
@@ -255,13 +397,18 @@ class Agent:
             self.state.allocate(pod.node, requests[pod.task])
         self._binding[job.id] = early = []
         try:
-            await self.backend.bind(bound, bound.pods)
+            async for trying in AsyncRetrying(retry=retry_if_exception(_transient), wait=BIND_BACKOFF,
+                                              stop=stop_after_attempt(BIND_TRIES), reraise=True,
+                                              before_sleep=_retrying(job.id)):
+                with trying:
+                    await self.backend.bind(bound, bound.pods)
         except BindError as err:
             for pod in bound.pods:
                 self.state.release(pod.node, requests[pod.task])
             PLACEMENTS.labels("rejected").inc()
+            tries = "" if err.permanent else f" (after {BIND_TRIES} tries)"
             self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
-                                             reason=f"binding failed: {err}"))
+                                             reason=f"{err}{tries}", permanent=err.permanent))
             return
         finally:
             del self._binding[job.id]
@@ -427,10 +574,11 @@ class Agent:
     def _start_acting(self, job: AgentJob, key: tuple[str, int]) -> None:
         self._spawn(self._act(job, key))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         task = asyncio.get_running_loop().create_task(work)
         self._acting.add(task)
         task.add_done_callback(self._acting.discard)
+        return task
 
     async def _act(self, job: AgentJob, key: tuple[str, int]) -> None:
         """One action at a time, decided when it is taken: a node's loss fails several pods at once,
@@ -509,6 +657,20 @@ class Agent:
 
 
 PHASE_EVENTS = {"Failed": "PodFailed", "Evicted": "PodEvicted", "Unknown": "Unknown"}
+BIND_TRIES = 4  # a transient refusal is tried again this many times in all, within the same assignment
+BIND_BACKOFF = wait_exponential(multiplier=0.5, max=4)  # 0.5 s, 1 s, 2 s between them
+
+
+def _transient(err: BaseException) -> bool:
+    return isinstance(err, BindError) and not err.permanent
+
+
+def _retrying(job_id: str) -> Callable[[RetryCallState], None]:
+    def note(state: RetryCallState) -> None:
+        TRANSIENT_RETRIES.inc()
+        log.info("job %s: the cluster refused for now (%s); trying again", job_id,
+                 state.outcome.exception() if state.outcome else "")
+    return note
 
 
 def _short(job: AgentJob) -> bool:

@@ -18,18 +18,30 @@ class ResyncNeeded(Exception):
     """The outbox overflowed while connected; reconnect and send full state."""
 
 
-async def _writer(call: grpc.aio.StreamStreamCall, agent: Agent, heartbeat: float) -> None:
+async def _writer(call: grpc.aio.StreamStreamCall, agent: Agent, heartbeat: float, reconcile_every: float) -> None:
+    """Everything the agent queues, a heartbeat whenever one is due (however busy the stream: the server
+    judges the cluster alive by them, and the agent judges itself heard by their acknowledgements), and a
+    reconciliation request every `reconcile_every` seconds."""
     loop = asyncio.get_running_loop()
     next_beat = loop.time() + heartbeat
+    next_reconcile = loop.time() + reconcile_every
     while True:
         if agent.overflowed:
             raise ResyncNeeded
-        try:
-            message = await asyncio.wait_for(agent.outbox.get(), max(next_beat - loop.time(), 0.01))
-        except TimeoutError:
+        now = loop.time()
+        if now >= next_beat:
             message = agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat())
             message.heartbeat.time.GetCurrentTime()
-            next_beat = loop.time() + heartbeat
+            next_beat = now + heartbeat
+            agent.heartbeat_sent()
+        elif now >= next_reconcile:
+            message = agent.reconcile_request()
+            next_reconcile = now + reconcile_every
+        else:
+            try:
+                message = await asyncio.wait_for(agent.outbox.get(), min(next_beat, next_reconcile) - now)
+            except TimeoutError:
+                continue
         await call.write(message)
 
 
@@ -40,13 +52,13 @@ def _channel(server: str, credentials: grpc.ChannelCredentials | None) -> grpc.a
 
 
 async def _connection(server: str, agent: Agent, heartbeat: float, connected: asyncio.Event,
-                      credentials: grpc.ChannelCredentials | None) -> None:
+                      credentials: grpc.ChannelCredentials | None, reconcile_every: float) -> None:
     async with _channel(server, credentials) as channel:
         call = agent_pb2_grpc.AgentServiceStub(channel).Connect()
         agent.drain_outbox()
         await call.write(agent.register())
         await call.write(agent.inventory())
-        writer = asyncio.create_task(_writer(call, agent, heartbeat))
+        writer = asyncio.create_task(_writer(call, agent, heartbeat, reconcile_every))
         try:
             while True:
                 read = asyncio.ensure_future(call.read())
@@ -57,11 +69,19 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
                 message = read.result()
                 if message is grpc.aio.EOF:
                     return
-                if message.HasField("registered"):  # the server has recorded us: now we are connected
+                kind = message.WhichOneof("msg")
+                if kind == "heartbeat_ack":
+                    agent.heartbeat_acknowledged()
+                elif kind == "registered":  # recorded: once what no longer runs here is gone, we are Ready
+                    agent.server_fence = message.registered.fence_seconds or None
+                    deleted = await agent.reconcile(message.registered.reconciled)
                     connected.set()
-                    log.info("connected to %s as cluster %s", server, agent.cluster)
-                    continue
-                agent.dispatch(message)
+                    log.info("connected to %s as cluster %s%s", server, agent.cluster,
+                             f"; deleted {deleted} pod(s) the federation no longer runs here" if deleted else "")
+                elif kind == "reconciled":
+                    agent.spawn_reconcile(message.reconciled)
+                else:
+                    agent.dispatch(message)
         finally:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -69,8 +89,19 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
             call.cancel()
 
 
+async def _fence_watch(agent: Agent) -> None:
+    """Stop the gangs once cut off for the fence time, whether or not a stream looks open."""
+    while True:
+        await asyncio.sleep(min(1.0, agent.fence_seconds() / 10))
+        try:
+            await agent.check_fence()
+        except Exception:
+            log.exception("stopping the gangs after losing the federation failed; trying again")
+            agent.fenced = False
+
+
 async def run(server: str, agent: Agent, heartbeat: float = 2.0, connected: asyncio.Event | None = None,
-              credentials: grpc.ChannelCredentials | None = None) -> None:
+              credentials: grpc.ChannelCredentials | None = None, reconcile_every: float = 30.0) -> None:
     """Stay connected forever, backing off (0.5 s doubling to 10 s) while the server is away.
 
     Whatever ends a connection, the next is tried: a cluster whose agent stopped trying would look
@@ -80,10 +111,19 @@ async def run(server: str, agent: Agent, heartbeat: float = 2.0, connected: asyn
 
     With `credentials` (mTLS: the CA, and this cluster's certificate and key) to the server's agent listener."""
     connected = connected or asyncio.Event()
+    fence = asyncio.create_task(_fence_watch(agent))
+    try:
+        await _stay_connected(server, agent, heartbeat, connected, credentials, reconcile_every)
+    finally:
+        fence.cancel()
+
+
+async def _stay_connected(server: str, agent: Agent, heartbeat: float, connected: asyncio.Event,
+                          credentials: grpc.ChannelCredentials | None, reconcile_every: float) -> None:
     backoff = 0.5
     while True:
         try:
-            await _connection(server, agent, heartbeat, connected, credentials)
+            await _connection(server, agent, heartbeat, connected, credentials, reconcile_every)
         except grpc.aio.AioRpcError as err:
             log.warning("stream to %s ended (%s); reconnecting in %.1fs", server, err.details(), backoff)
         except ResyncNeeded:

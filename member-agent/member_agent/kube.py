@@ -463,12 +463,16 @@ class KubernetesBackend:
         namespace = self._namespace(job)
         first = job.job.id not in self._anchors
         try:
-            owner = await self._anchor(job, namespace) if job.job.spec.plugins else None
+            try:
+                owner = await self._anchor(job, namespace) if job.job.spec.plugins else None
+            except KubeError as err:
+                raise BindError(f"creating the job's objects in namespace {namespace}: {_explain(err)}",
+                                _permanent(err)) from None
             await self._bind(job, pods, namespace, owner)
-        except (KubeError, BindError) as err:
+        except BindError:
             if first and job.job.spec.plugins:  # nothing of the job stays: its anchor takes the objects with it
                 await self._delete_anchor(job.job.id, namespace)
-            raise BindError(_explain(err) if isinstance(err, KubeError) else str(err)) from None
+            raise
 
     async def _bind(self, job: AgentJob, pods: Sequence[PodPlacement], namespace: str, owner: Obj | None) -> None:
         manifests = [pod_manifest(job, p.task, p.index, namespace, self.scheduler, self.cluster, owner) for p in pods]
@@ -478,19 +482,24 @@ class KubernetesBackend:
             phases.setdefault(f"{namespace}/{m['metadata']['name']}", "Pending")
         path = f"/api/v1/namespaces/{namespace}/pods"
         created = await _all((self.kube.create(path, m) for m in manifests), self.limit)
-        errors = [e for e in created if e is not None]
-        if not errors:
-            bindings = ({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": m["metadata"]["name"]},
+        failed = [(f"creating pod {namespace}/{m['metadata']['name']}", e)
+                  for m, e in zip(manifests, created, strict=True) if e is not None]
+        if not failed:
+            bindings = [{"apiVersion": "v1", "kind": "Binding", "metadata": {"name": m["metadata"]["name"]},
                          "target": {"apiVersion": "v1", "kind": "Node", "name": p.node}}
-                        for m, p in zip(manifests, pods, strict=True))
-            errors = [e for e in await _all((self.kube.create(f"{path}/{b['metadata']['name']}/binding", b)
-                                             for b in bindings), self.limit) if e is not None]
-        if errors:
+                        for m, p in zip(manifests, pods, strict=True)]
+            bound = await _all((self.kube.create(f"{path}/{b['metadata']['name']}/binding", b) for b in bindings),
+                               self.limit)
+            failed = [(f"binding pod {namespace}/{b['metadata']['name']} to node {b['target']['name']}", e)
+                      for b, e in zip(bindings, bound, strict=True) if e is not None]
+        if failed:
             made = [m["metadata"]["name"] for m, e in zip(manifests, created, strict=True) if e is None]
             await self._delete_pods(namespace, made)
             for m in manifests:
                 phases.pop(f"{namespace}/{m['metadata']['name']}", None)
-            raise BindError(_explain(errors[0])) from None
+            # A permanent refusal first: one forbidden pod makes the whole gang impossible here.
+            step, err = min(failed, key=lambda f: not _permanent(f[1]))
+            raise BindError(f"{step}: {_explain(err)}", _permanent(err)) from None
 
     async def _delete_pods(self, namespace: str, names: Sequence[str]) -> None:
         base = f"/api/v1/namespaces/{namespace}/pods"
@@ -526,6 +535,39 @@ class KubernetesBackend:
             if err.status != 404:
                 log.warning("could not delete the anchor of job %s: %s", job_id, err)
 
+    def managed(self) -> dict[tuple[str, int], int]:
+        """Every attempt of which the cluster holds pods this agent manages (by their labels), with how many,
+        from the cache: what reconciliation asks the federation about. Pods already going are left out."""
+        out: dict[tuple[str, int], int] = {}
+        for bucket in self.pods.indexed.values():
+            for pod in bucket.values():
+                meta = pod["metadata"]
+                job_id, attempt = (meta.get("annotations") or {}).get(JOB_ID), meta["labels"].get(ATTEMPT, "")
+                if job_id and attempt.isdigit() and not meta.get("deletionTimestamp"):
+                    out[(job_id, int(attempt))] = out.get((job_id, int(attempt)), 0) + 1
+        return out
+
+    async def delete_attempt(self, job_id: str, attempt: int, anchor: bool) -> int:
+        """Delete every pod of this attempt, each with the grace period it asks for (an orphan may be a
+        training job that checkpoints on SIGTERM); with `anchor`, the job's anchor too (no attempt of the
+        job is live here). How many pods were deleted."""
+        found = [p for p in self._job_pods(job_id, attempt) if not p["metadata"].get("deletionTimestamp")]
+        phases = self._phases.get(job_id, {})
+        for pod in found:  # gone by our hand: their deletion is not an eviction
+            phases.pop(key(pod), None)
+        calls = [self.kube.delete(f"/api/v1/namespaces/{p['metadata']['namespace']}/pods/{p['metadata']['name']}")
+                 for p in found]
+        deleted = 0
+        for pod, err in zip(found, await _all(calls, self.limit), strict=True):
+            if err is None or (isinstance(err, KubeError) and err.status == 404):
+                deleted += 1
+            else:
+                log.warning("could not delete orphan pod %s: %s", key(pod), err)
+        if anchor:
+            for namespace in sorted({p["metadata"]["namespace"] for p in found} | {self.namespace}):
+                await self._delete_anchor(job_id, namespace)
+        return deleted
+
     async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
         """Live pods of this attempt that an earlier run of the agent made, from the cache."""
         found, phases = [], {}
@@ -556,6 +598,14 @@ def _why_failed(status: Mapping[str, Any]) -> str:
             return f"container {c.get('name')} exited with {terminated['exitCode']}" + (
                 f" ({terminated['reason']})" if terminated.get("reason") else "")
     return status.get("message") or "pod failed"
+
+
+PERMANENT = (400, 403, 404, 422)  # forbidden (RBAC, a quota, an admission webhook), invalid, not found
+
+
+def _permanent(err: Exception) -> bool:
+    """Whether the API server refused for good; 409, 429, 5xx and failed connections may pass."""
+    return isinstance(err, KubeError) and err.status in PERMANENT
 
 
 def _explain(err: Exception) -> str:

@@ -96,6 +96,13 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="A label of this cluster, for jobs' cluster selectors.")
 @click.option("--heartbeat", type=float, default=2.0, show_default=True, help="Seconds between heartbeats.")
+@click.option("--reconcile-period", envvar="MEMBER_RECONCILE_PERIOD", type=click.FloatRange(min=0.1), default=30.0,
+              show_default=True, help="Seconds between two reconciliations with the server (every pod the agent "
+              "manages against the attempts the federation runs here; the rest is deleted). Also on every connect.")
+@click.option("--fence-after", envvar="MEMBER_FENCE_AFTER", type=click.FloatRange(min=1), default=None,
+              help="Seconds cut off from every federation server after which the agent stops the gangs it runs, so "
+                   "that none runs twice once the server runs them elsewhere. Default: the server's --lost-grace, "
+                   "as it says at registration (300 before any).")
 @click.option("--admin-listen", default="", metavar="HOST:PORT",
               help="Serve fault injection over HTTP here (simulated clusters).")
 @click.option("--health-listen", envvar="MEMBER_HEALTH_LISTEN", default="", metavar="HOST:PORT",
@@ -113,7 +120,8 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 @click.pass_context
 def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path | None, kubeconfig: Path | None,
         in_cluster: bool, namespace: str, scheduler_name: str, topology_labels: tuple[str, ...],
-        labels: tuple[str, ...], heartbeat: float, admin_listen: str, health_listen: str, tls_ca: Path | None,
+        labels: tuple[str, ...], heartbeat: float, reconcile_period: float, fence_after: float | None,
+        admin_listen: str, health_listen: str, tls_ca: Path | None,
         tls_cert: Path | None,
         tls_key: Path | None, log_level: str) -> None:
     """Member agent: places gangs topology-aware in one cluster and reports to the federation."""
@@ -139,9 +147,9 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
 
     async def agent_of() -> Agent:
         backend = simulated or await _kubernetes(cluster, kubeconfig, namespace, scheduler_name, topology_labels)
-        return Agent(cluster, cluster_labels, backend)
+        return Agent(cluster, cluster_labels, backend, fence_after=fence_after)
 
-    asyncio.run(_run(agent_of, server, heartbeat, admin_listen, health_listen, credentials))
+    asyncio.run(_run(agent_of, server, heartbeat, reconcile_period, admin_listen, health_listen, credentials))
 
 
 async def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, scheduler: str,
@@ -170,8 +178,8 @@ async def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, sch
     return backend
 
 
-async def _run(agent_of: Any, server: str, heartbeat: float, admin_listen: str, health_listen: str,
-               credentials: grpc.ChannelCredentials | None) -> None:
+async def _run(agent_of: Any, server: str, heartbeat: float, reconcile_period: float, admin_listen: str,
+               health_listen: str, credentials: grpc.ChannelCredentials | None) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -189,7 +197,8 @@ async def _run(agent_of: Any, server: str, heartbeat: float, admin_listen: str, 
     topology = agent.state.topology
     print(f"member-agent {agent.cluster}: {len(topology.nodes)} nodes, tiers {topology.tiers()}, "
           f"server {server}{' (mTLS)' if credentials else ''}", flush=True)
-    task = asyncio.create_task(client.run(server, agent, heartbeat, connected, credentials))
+    task = asyncio.create_task(client.run(server, agent, heartbeat, connected, credentials,
+                                                reconcile_period))
     await stop.wait()
     task.cancel()
     backend_stop = getattr(agent.backend, "stop", None)

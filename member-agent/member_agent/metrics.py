@@ -16,3 +16,9 @@ WATCH_RESTARTS = Counter("member_agent_watch_restarts_total", "Watches of the AP
 INVENTORY_AGE = Gauge("member_agent_inventory_age_seconds", "Seconds since the agent last sent the server "
                       "its inventory (free resources and topology).")
 CACHED = Gauge("member_agent_cached_objects", "Objects in the agent's watch caches, by resource.", ["resource"])
+ORPHAN_PODS_DELETED = Counter("member_agent_orphan_pods_deleted_total", "Pods of attempts the federation no longer "
+                              "runs in this cluster, found by reconciliation and deleted.")
+FENCED_GANGS = Counter("member_agent_fenced_gangs_total", "Gangs the agent stopped because it was cut off from "
+                       "every federation server for its fence time.")
+TRANSIENT_RETRIES = Counter("member_agent_transient_retries_total", "Binds tried again after a transient refusal "
+                            "of the API server (429, 5xx, a timeout).")

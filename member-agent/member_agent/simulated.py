@@ -163,6 +163,12 @@ class SimulatedBackend:
     async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
         return []  # simulated pods live in the agent's memory: none outlive it
 
+    def managed(self) -> dict[tuple[str, int], int]:
+        return {}  # every simulated pod belongs to a job the agent holds, and it reports those itself
+
+    async def delete_attempt(self, job_id: str, attempt: int, anchor: bool) -> int:
+        return 0
+
     @staticmethod
     def _cancel(handle: asyncio.Handle | None) -> None:
         if handle is not None:

@@ -1,0 +1,24 @@
+"""reconciliation: the agent process holding each cluster, and the clusters that refused a job for good
+
+Revision ID: 0010
+Revises: 0009
+Create Date: 2026-11-25
+"""
+from alembic import op
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+revision = '0010'
+down_revision = '0009'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column('clusters', sa.Column('instance', sa.String(64), nullable=False, server_default=''))
+    op.add_column('jobs', sa.Column('refusals', postgresql.JSONB(), nullable=False, server_default='{}'))
+
+
+def downgrade() -> None:
+    op.drop_column('jobs', 'refusals')
+    op.drop_column('clusters', 'instance')
