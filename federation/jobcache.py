@@ -103,6 +103,7 @@ class JobCache:
         if upto is None:
             upto = await self.jobs.last_event_seq()
         latest: dict[str, Any] = {}  # job -> its latest event
+        refused: set[str] = set()  # jobs a cluster refused: their row says which clusters refused them for good
         cursor = self._cursor
         while cursor < upto:
             events = await self.jobs.phases_after(cursor, upto, limit=BATCH)
@@ -110,6 +111,8 @@ class JobCache:
                 break
             for event in events:
                 latest[event["job_id"]] = event
+                if event["type"] == "Rejected":
+                    refused.add(event["job_id"])
             cursor = events[-1]["seq"]
         arrived: list[str] = []
         held: dict[str, Any] = {}
@@ -121,7 +124,7 @@ class JobCache:
                 self.reasons.pop(job_id, None)
                 self.expected.pop(job_id, None)
                 self.refusals.pop(job_id, None)
-            elif job_id not in self.waiting:
+            elif job_id not in self.waiting or job_id in refused:
                 arrived.append(job_id)
             self.holding.pop(job_id, None)
             if phase in ACTIVE_PHASES:

@@ -337,8 +337,8 @@ class JobStore:
             return list((await conn.execute(query)).mappings().all())
 
     async def phases_after(self, after_seq: int, upto: int, limit: int) -> list[Any]:
-        """Sequence number, job, phase and cluster of the events after `after_seq` up to `upto`, in order."""
-        query = (select(JobEvent.seq, JobEvent.job_id, JobEvent.phase, JobEvent.cluster)
+        """Sequence number, job, type, phase and cluster of the events after `after_seq` up to `upto`, in order."""
+        query = (select(JobEvent.seq, JobEvent.job_id, JobEvent.type, JobEvent.phase, JobEvent.cluster)
                  .where(JobEvent.seq > after_seq, JobEvent.seq <= upto).order_by(JobEvent.seq).limit(limit))
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
