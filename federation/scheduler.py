@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from federation import metrics
+from federation.drift import DriftWatch, difference, signed
 from federation.jobcache import HoldingJob, JobCache, job_view
 from federation.leader import Fence, NotLeader
 from federation.loop import WakeLoop
@@ -55,6 +56,7 @@ V = TypeVar("V")
 REJECTION_MEMORY = 30.0  # seconds a cluster's rejection keeps a job away from it
 ROOM_MEMORY = 60.0  # seconds a job waits for the gangs preempted for it before it may preempt again
 HEAP_SETTLE_CYCLES = 60  # the heap is settled after the first cycle (the cache's load), then every this many
+DRIFT_AFTER = 60.0  # seconds a difference between an agent's report and the federation's belief lasts to be drift
 HEARTBEAT_TIMEOUT = 30.0  # seconds of silence after which an agent's cluster gets nothing new
 LOST_GRACE = 300.0  # seconds more after which the running jobs of a silent cluster are lost and retried elsewhere
 FORECAST_PERIOD = 15.0  # seconds between two runs of the start-time forecast (the leader's, after a cycle)
@@ -145,7 +147,7 @@ class Scheduler:
     def __init__(self, jobs: JobStore, admin: AdminStore, is_leader: Callable[[], bool],
                  on_change: Callable[[], None], period: float = 1.0,
                  heartbeat_timeout: float = HEARTBEAT_TIMEOUT, lost_grace: float = LOST_GRACE,
-                 fence: Callable[[], Fence | None] = lambda: None) -> None:
+                 fence: Callable[[], Fence | None] = lambda: None, drift_after: float = DRIFT_AFTER) -> None:
         self.jobs, self.admin = jobs, admin
         self.is_leader = is_leader
         self.fence = fence  # the lease every write of a cycle is made under
@@ -171,7 +173,8 @@ class Scheduler:
         self._run_times_at = float("-inf")
         self._series = metrics.Series(metrics.QUEUE_PENDING, metrics.QUEUE_DOMINANT_SHARE, metrics.QUEUE_USAGE,
                                       metrics.QUEUE_DESERVED, metrics.CLUSTER_UTILISATION, metrics.CLUSTER_READY,
-                                      metrics.CLUSTER_HEARTBEAT_AGE)
+                                      metrics.CLUSTER_HEARTBEAT_AGE, metrics.CLUSTER_DRIFT)
+        self.drift = DriftWatch(drift_after)
 
     def rejected(self, job_id: str, cluster: str, reason: str) -> None:
         """An agent refused the job: do not offer it to that cluster again for a while."""
@@ -234,6 +237,7 @@ class Scheduler:
                 metrics.CLUSTER_HEARTBEAT_AGE.labels(c["name"]).set((now - c["last_heartbeat"]).total_seconds())
         self._series.keep(metrics.CLUSTER_READY, {(c["name"],) for c in rows})
         self._series.keep(metrics.CLUSTER_HEARTBEAT_AGE, {(c["name"],) for c in rows if c["last_heartbeat"]})
+        await self._watch_drift(rows, active)
         return Snapshot(
             tenants=[_tenant_info(t) for t in await self.admin.list(Tenant)],
             queues=[_queue_info(q) for q in await self.admin.list(Queue)],
@@ -247,6 +251,33 @@ class Scheduler:
                      for f in await self.admin.list(Flavor)],
             labels={c["name"]: c["labels"] for c in rows},
         )
+
+    async def _watch_drift(self, rows: Sequence[Mapping[str, Any]], active: Sequence[HoldingJob]) -> None:
+        """Compare what each live agent says its gangs hold with what the federation believes runs there (its
+        Running jobs, as of the same moment as the inventories); record a difference that lasts."""
+        believed: dict[str, dict[str, int]] = {}
+        for job in active:
+            if job.phase in ("RUNNING", "RESTARTING"):
+                believed[job.cluster] = add(believed.get(job.cluster, {}), job.request)
+        now, changed, series = time.monotonic(), {}, set()
+        for c in rows:
+            inv = c["inventory"] or {}
+            if c["live"] and "managed" in inv:
+                drift = self.drift.observe(c["name"], difference(inv["managed"], believed.get(c["name"], {})), now)
+            else:  # nothing to compare: not heard from, or an agent too old to say
+                self.drift.forget(c["name"])
+                drift = {}
+            for resource, amount in drift.items():
+                metrics.CLUSTER_DRIFT.labels(c["name"], resource).set(amount)
+                series.add((c["name"], resource))
+            if drift != (c["drift"] or {}):
+                changed[c["name"]] = drift
+                if drift:
+                    log.warning("cluster %s drifts from the federation's view: its agent reports %s against what "
+                                "the federation believes runs there", c["name"], signed(drift))
+        self._series.keep(metrics.CLUSTER_DRIFT, series)
+        if changed:
+            await self.admin.set_drift(changed)
 
     async def cycle(self) -> Decisions:
         clock = _Steps()

@@ -380,7 +380,7 @@ def inventory_problem(inv: Any) -> str:
     amount no cluster could report. A cluster whose agent reports such a thing is left out of scheduling
     with that reason, and every other cluster goes on."""
     amounts = [("capacity", inv.capacity.amounts), ("allocatable", inv.allocatable.amounts),
-               ("used", inv.used.amounts)]
+               ("used", inv.used.amounts), ("managed", inv.managed.amounts)]
     if len(inv.topology) > MAX_TIER + 2:
         return f"{len(inv.topology)} topology tiers reported, at most {MAX_TIER + 2} are possible"
     for i, tier in enumerate(inv.topology):

@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
     return {
         "capacity": dict(inv.capacity.amounts), "allocatable": dict(inv.allocatable.amounts),
-        "used": dict(inv.used.amounts), "healthy": inv.healthy, "nodes": inv.nodes, "ready_nodes": inv.ready_nodes,
+        "used": dict(inv.used.amounts), "managed": dict(inv.managed.amounts), "healthy": inv.healthy,
+        "nodes": inv.nodes, "ready_nodes": inv.ready_nodes,
         "topology": [{"tier": t.tier, "tier_name": t.tier_name, "max_free": dict(t.max_free.amounts),
                       "max_capacity": dict(t.max_capacity.amounts)} for t in inv.topology],
         "hypernodes": [{"name": h.name, "tier": h.tier, "parent": h.parent, "free": dict(h.free.amounts),

@@ -9,6 +9,7 @@ from typing import Any
 
 from google.protobuf import json_format, timestamp_pb2
 
+from federation.drift import signed
 from federation.resources import format_resources, parse_resources
 from federation.v1 import admin_pb2, common_pb2
 
@@ -85,7 +86,8 @@ def cluster_to_proto(row: Mapping[str, Any]) -> admin_pb2.Cluster:
         hypernodes=[admin_pb2.HyperNodeStatus(name=h["name"], tier=h["tier"], parent=h["parent"],
                                             free=format_resources(h["free"]),
                                             allocatable=format_resources(h["allocatable"]))
-                    for h in inv.get("hypernodes", [])])
+                    for h in inv.get("hypernodes", [])],
+        drift=signed(row.get("drift") or {}))
 
 
 def token_to_proto(row: Mapping[str, Any]) -> admin_pb2.Token:

@@ -24,7 +24,7 @@ from federation.events import EventHub
 from federation.leader import LEASE, Leadership, announce
 from federation.oidc import OidcConfig, OidcVerifier
 from federation.orders import OrderRelay
-from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE, Scheduler
+from federation.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE, Scheduler
 from federation.store import database
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
@@ -94,13 +94,15 @@ class FederationServer:
     def __init__(self, url: URL, listen: str, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
                  lost_grace: float = LOST_GRACE, *, insecure_dev: bool = False, submit_rate: float = SUBMIT_RATE,
                  submit_burst: int = SUBMIT_BURST, agent_listen: str = "", agent_tls: AgentTls | None = None,
-                 oidc: OidcConfig | None = None, api_tls: ApiTls | None = None, leader_lease: float = LEASE) -> None:
+                 oidc: OidcConfig | None = None, api_tls: ApiTls | None = None, leader_lease: float = LEASE,
+                 drift_after: float = DRIFT_AFTER) -> None:
         if bool(agent_listen) != (agent_tls is not None):
             raise ValueError("an agent listener needs its TLS files, and TLS files need an agent listener")
         self.url = url
         self.listen = listen
         self.heartbeat_timeout = heartbeat_timeout
         self.lost_grace = lost_grace
+        self.drift_after = drift_after
         self.insecure_dev = insecure_dev
         self.limiter = RateLimiter(submit_rate, submit_burst)
         self.agent_listen = agent_listen
@@ -141,7 +143,7 @@ class FederationServer:
 
         self.scheduler = Scheduler(jobs, admin, lambda: self.leadership.is_leader, changed,
                                    heartbeat_timeout=self.heartbeat_timeout, lost_grace=self.lost_grace,
-                                   fence=lambda: self.leadership.fence)
+                                   fence=lambda: self.leadership.fence, drift_after=self.drift_after)
         job_servicer = JobServicer(jobs, admin, self.hub, self.scheduler, changed, self.limiter)
         register(jobs_pb2_grpc.add_JobServiceServicer_to_server, job_servicer, self.server)
         register(admin_pb2_grpc.add_AdminServiceServicer_to_server,

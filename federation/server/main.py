@@ -23,7 +23,7 @@ from federation.durations import parse_duration
 from federation.errors import FederationError
 from federation.leader import LEASE
 from federation.oidc import OidcConfig
-from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
+from federation.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.server.app import (
     SUBMIT_BURST,
     SUBMIT_RATE,
@@ -98,6 +98,10 @@ def cli(log_level: str) -> None:
 @click.option("--lost-grace", envvar="FEDERATION_LOST_GRACE", type=click.FloatRange(min=0), default=LOST_GRACE,
               show_default=True, help="Seconds more after which a silent cluster's running jobs are lost and "
                                       "retried elsewhere while their maxRetry allows.")
+@click.option("--drift-after", envvar="FEDERATION_DRIFT_AFTER", type=click.FloatRange(min=0), default=DRIFT_AFTER,
+              show_default=True, help="Seconds a difference between what a cluster's agent reports its gangs hold "
+                                      "and what the federation believes runs there must last to be reported as "
+                                      "drift (metric, `fedctl get clusters`, dashboard).")
 @click.option("--leader-lease", envvar="FEDERATION_LEADER_LEASE", type=click.FloatRange(min=0.2, max=120),
               default=LEASE, show_default=True,
               help="Seconds the scheduling leader's lease lasts: a leader that cannot renew it (frozen, cut off "
@@ -137,7 +141,8 @@ def cli(log_level: str) -> None:
 @click.option("--oidc-admin-value", envvar="FEDERATION_OIDC_ADMIN_VALUE", default="federation-admins",
               show_default=True, help="The value of --oidc-admin-claim that makes the caller an admin.")
 def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str,
-          ui_listen: str, heartbeat_timeout: float, lost_grace: float, leader_lease: float, insecure_dev: bool,
+          ui_listen: str, heartbeat_timeout: float, lost_grace: float, drift_after: float, leader_lease: float,
+          insecure_dev: bool,
           submit_rate: float, submit_burst: int, agent_listen: str, tls_cert: Path | None, tls_key: Path | None,
           agent_ca: Path | None, client_ca: Path | None, oidc_issuer: str, oidc_audience: str, oidc_jwks: Path | None,
           oidc_tenant_claim: str, oidc_admin_claim: str, oidc_admin_value: str) -> None:
@@ -165,7 +170,8 @@ def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: b
         try:
             server = FederationServer(url, listen, heartbeat_timeout, lost_grace, insecure_dev=insecure_dev,
                                       submit_rate=submit_rate, submit_burst=submit_burst, agent_listen=agent_listen,
-                                      agent_tls=tls, oidc=oidc, api_tls=api_tls, leader_lease=leader_lease)
+                                      agent_tls=tls, oidc=oidc, api_tls=api_tls, leader_lease=leader_lease,
+                                      drift_after=drift_after)
         except ValueError as err:
             raise click.ClickException(str(err)) from None
         try:

@@ -203,6 +203,12 @@ class AdminStore:
                 set_={k: v for k, v in values.items() if k != "name"}))
             return await self._get(conn, Cluster, name)
 
+    async def set_drift(self, drift: dict[str, dict[str, int]]) -> None:
+        """Record each of these clusters' drift (the scheduling leader's drift alarm; {} when it ended)."""
+        async with self.engine.begin() as conn:
+            for name, amounts in sorted(drift.items()):
+                await conn.execute(update(Cluster).where(Cluster.name == name).values(drift=amounts))
+
     async def for_submission(self, heartbeat_timeout: float) -> SubmissionView:
         """Everything a submission is checked against, read on one connection in one snapshot: a batch of jobs
         costs one round of reads however many tables it is checked against."""

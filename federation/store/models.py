@@ -93,6 +93,8 @@ class Cluster(Base):
     problem: Mapped[str] = mapped_column(Text, nullable=False, default="")  # why its agent's report is not used
     # The agent process holding the cluster's stream (Register.instance): another is refused while it lives.
     instance: Mapped[str] = mapped_column(String(64), nullable=False, default="", server_default="")
+    # What its agent reports its gangs hold minus what the federation believes runs there, once lasting.
+    drift: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict, server_default="{}")
     created_at: Mapped[datetime] = _created()
 
 

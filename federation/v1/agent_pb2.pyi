@@ -131,7 +131,7 @@ class HyperNodeFree(_message.Message):
     def __init__(self, name: _Optional[str] = ..., tier: _Optional[int] = ..., parent: _Optional[str] = ..., free: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ...) -> None: ...
 
 class Inventory(_message.Message):
-    __slots__ = ("capacity", "allocatable", "used", "healthy", "nodes", "ready_nodes", "topology", "hypernodes")
+    __slots__ = ("capacity", "allocatable", "used", "healthy", "nodes", "ready_nodes", "topology", "hypernodes", "managed")
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +140,7 @@ class Inventory(_message.Message):
     READY_NODES_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     HYPERNODES_FIELD_NUMBER: _ClassVar[int]
+    MANAGED_FIELD_NUMBER: _ClassVar[int]
     capacity: ResourceAmounts
     allocatable: ResourceAmounts
     used: ResourceAmounts
@@ -148,7 +149,8 @@ class Inventory(_message.Message):
     ready_nodes: int
     topology: _containers.RepeatedCompositeFieldContainer[TierFree]
     hypernodes: _containers.RepeatedCompositeFieldContainer[HyperNodeFree]
-    def __init__(self, capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., used: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[int] = ..., ready_nodes: _Optional[int] = ..., topology: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeFree, _Mapping]]] = ...) -> None: ...
+    managed: ResourceAmounts
+    def __init__(self, capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., used: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[int] = ..., ready_nodes: _Optional[int] = ..., topology: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeFree, _Mapping]]] = ..., managed: _Optional[_Union[ResourceAmounts, _Mapping]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("time",)

@@ -11,14 +11,14 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
-from federation.resources import Resources, parse_resources
+from federation.resources import Resources, add, parse_resources
 from federation.v1 import agent_pb2, common_pb2
 from federation.validation import MAX_REPORTED_HYPERNODES
 from member_agent.gang import gang_request
@@ -102,6 +102,9 @@ class Backend(Protocol):
     async def delete_attempt(self, job_id: str, attempt: int, anchor: bool) -> int:
         """Delete the pods of an attempt no job of the agent holds (and with `anchor`, what the job's plugins
         made); how many pods were deleted."""
+
+    def unadopted(self) -> Resources:
+        """What the pods this agent manages that no job of it holds (yet) hold."""
 
     def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
                      on_node: Callable[[str, bool], object], on_change: Callable[[], object]) -> None:
@@ -319,7 +322,12 @@ class Agent:
             free=agent_pb2.ResourceAmounts(amounts=self.state.domain_free[d.name]),
             allocatable=agent_pb2.ResourceAmounts(amounts=self.state.domain_allocatable[d.name]))
             for d in sorted(domains, key=lambda d: (-d.tier, d.name))]
+        managed = self.backend.unadopted()
+        for job in self.jobs.values():
+            for task, pods in Counter(p.task for p in job.pods).items():
+                managed = add(managed, job.requests[task], pods)
         return agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
+            managed=agent_pb2.ResourceAmounts(amounts=managed),
             capacity=agent_pb2.ResourceAmounts(amounts=capacity),
             allocatable=agent_pb2.ResourceAmounts(amounts=allocatable),
             used=agent_pb2.ResourceAmounts(amounts=used), healthy=bool(self.state.ready),

@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from federation.durations import parse_duration
-from federation.resources import Resources, format_resources
+from federation.resources import Resources, add, format_resources
 from member_agent import plugins
 from member_agent.agent import AgentJob, BindError
 from member_agent.informer import Informer, key
@@ -545,6 +545,17 @@ class KubernetesBackend:
                 job_id, attempt = (meta.get("annotations") or {}).get(JOB_ID), meta["labels"].get(ATTEMPT, "")
                 if job_id and attempt.isdigit() and not meta.get("deletionTimestamp"):
                     out[(job_id, int(attempt))] = out.get((job_id, int(attempt)), 0) + 1
+        return out
+
+    def unadopted(self) -> Resources:
+        """What our pods that no job of this run holds (yet) hold: made by an earlier run, not yet adopted or
+        deleted by reconciliation."""
+        out: Resources = {}
+        for bucket in self.pods.indexed.values():
+            for k in bucket:
+                counted = self._counted.get(k)
+                if counted is not None:
+                    out = add(out, counted[1])
         return out
 
     async def delete_attempt(self, job_id: str, attempt: int, anchor: bool) -> int:

@@ -169,6 +169,9 @@ class SimulatedBackend:
     async def delete_attempt(self, job_id: str, attempt: int, anchor: bool) -> int:
         return 0
 
+    def unadopted(self) -> Resources:
+        return {}
+
     @staticmethod
     def _cancel(handle: asyncio.Handle | None) -> None:
         if handle is not None:

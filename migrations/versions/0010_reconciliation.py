@@ -1,4 +1,4 @@
-"""reconciliation: the agent process holding each cluster, and the clusters that refused a job for good
+"""reconciliation: the agent process holding each cluster, its drift, and the clusters that refused a job for good
 
 Revision ID: 0010
 Revises: 0009
@@ -16,9 +16,11 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column('clusters', sa.Column('instance', sa.String(64), nullable=False, server_default=''))
+    op.add_column('clusters', sa.Column('drift', postgresql.JSONB(), nullable=False, server_default='{}'))
     op.add_column('jobs', sa.Column('refusals', postgresql.JSONB(), nullable=False, server_default='{}'))
 
 
 def downgrade() -> None:
     op.drop_column('jobs', 'refusals')
+    op.drop_column('clusters', 'drift')
     op.drop_column('clusters', 'instance')
