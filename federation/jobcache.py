@@ -55,6 +55,7 @@ class HoldingJob:
     expected: str | None = None  # its expected-duration annotation, as written
     checkpoint: str | None = None  # its checkpoint-interval annotation, as written
     hypernode: str = ""  # the lowest HyperNode holding its pods, once placed
+    preemptions: int = 0  # times it was preempted or reclaimed before
 
     @property
     def expected_seconds(self) -> float | None:

@@ -332,7 +332,8 @@ class Scheduler:
             expected = self._run_times.get(job.queue)
         return RunningJob(job.id, job.queue, job.cluster, job.priority, job.seq, job.request,
                           bool(priority_class.get("preemptible", True)), ran, job.checkpoint_seconds, expected,
-                          max(priority_class.get("protected_run_seconds", 0) - ran, 0.0), job.hypernode)
+                          max(priority_class.get("protected_run_seconds", 0) - ran, 0.0), job.hypernode,
+                          preempted_before=job.preemptions > 0)
 
     def run_time(self, queue: str, annotated: float | None) -> float:
         """How long a job is expected to run: its annotation, else its queue's recent mean, else all queues'."""

@@ -27,6 +27,9 @@ from federation.scheduling.forecast import remaining
 RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # a victim's work lost is counted in these
 # A move for a gang may lose at most this long of the gang's own GPUs in others' work.
 MOVE_BUDGET_SECONDS = 300.0
+# Seconds a gang back from a preemption is spared by reclaim (RunningJob.protected): the hysteresis that stops
+# queue priority and reclaim handing one gang back and forth.
+REPREEMPT_GRACE = 120.0
 NO_READY_CLUSTER = "no member cluster is ready"
 
 
@@ -83,7 +86,16 @@ class RunningJob:
     checkpoint: float | None = None  # seconds between its checkpoints (its annotation); None: it keeps none
     expected: float | None = None  # expected whole run in seconds (annotation, or its queue's past jobs); None: unknown
     protected_for: float = 0.0  # seconds until another queue may reclaim it (its priority class's protected run time)
+    preempted_before: bool = False  # it was preempted or reclaimed before this run: see `protected`
     hypernode: str = ""  # the lowest HyperNode holding all its pods ("" unknown)
+
+    @property
+    def protected(self) -> bool:
+        """Spared by reclaim: in its priority class's protected run time, or back from a preemption less than
+        REPREEMPT_GRACE ago. The second is hysteresis: a gang reclaimed for one queue and placed again by its
+        own queue's priority is not reclaimed again at once for the same shortfall (the two rules would
+        otherwise hand it back and forth every cycle while capacity frees up)."""
+        return self.protected_for > 0 or (self.preempted_before and self.ran_for < REPREEMPT_GRACE)
 
     @property
     def since_checkpoint(self) -> float:
@@ -196,14 +208,24 @@ class _Cycle:
                 if job.preemptible:
                     self.pool.add(job.cluster, job.queue, job.request)
             self.running_by_cluster.setdefault(job.cluster, []).append(job)
-        # Victims in order: lowest priority, then least work lost, then youngest.
+        # Victims in order: of the lowest-priority queue (as Volcano reclaims since v1.10), then lowest priority,
+        # then least work lost, then youngest.
         self.preemptible = {c: sorted((v for v in jobs if v.preemptible),
-                                      key=lambda v: (v.priority, v.at_risk, -v.seq, v.id))
+                                      key=lambda v: (self.queue_priority(v.queue), v.priority, v.at_risk, -v.seq, v.id))
                             for c, jobs in self.running_by_cluster.items()}
         self.preemptible_in: dict[tuple[str, str], list[RunningJob]] = {}  # (cluster, queue) -> same order
         for c, gangs in self.preemptible.items():
             for victim in gangs:
                 self.preemptible_in.setdefault((c, victim.queue), []).append(victim)
+
+    def queue_priority(self, queue: str) -> int:
+        info = self.queues.get(queue)
+        return info.priority if info is not None else 0
+
+    def _highest_queue(self, gangs: Sequence[RunningJob]) -> int:
+        """The priority of the highest-priority queue these victims come from: room is taken from lower-priority
+        queues wherever they can give it."""
+        return max(self.queue_priority(v.queue) for v in gangs)
 
     # -- shares ----------------------------------------------------------------------------
 
@@ -295,7 +317,7 @@ class _Cycle:
             if victim.id in self.out.preempt or not (
                     victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
                 continue
-            if victim.queue != job.queue and (victim.protected_for > 0 or not victim.pays_to_reclaim()):
+            if victim.queue != job.queue and (victim.protected or not victim.pays_to_reclaim()):
                 kept.add("work")
                 continue
             if victim.queue != job.queue and not self._may_reclaim(victim, job.queue, tenant, borrowed,
@@ -321,7 +343,7 @@ class _Cycle:
         totals; the agent's placement decides the topology.
         """
         over = self._reclaimable(job, queue_within, tenant_within)
-        best: tuple[float, int, int, str, list[RunningJob]] | None = None
+        best: tuple[int, float, int, int, str, list[RunningJob]] | None = None
         kept: set[str] = set()
         candidates = self.pool.could_make_room(job.view.request, [job.queue, *over])
         refused = self.snap.refused.get(job.id, {})  # a cluster that refused the job gets no evictions for it
@@ -336,11 +358,12 @@ class _Cycle:
             chosen = self._take(job, gangs, over, freed, kept)
             if chosen and covers(freed, job.view.request):
                 evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
-                key = (sum(v.at_risk for v in chosen), evicted, len(chosen), cluster, chosen)
-                if best is None or key[:4] < best[:4]:
+                key = (self._highest_queue(chosen), sum(v.at_risk for v in chosen), evicted, len(chosen), cluster,
+                       chosen)
+                if best is None or key[:5] < best[:5]:
                     best = key
         if best is not None:
-            return best[3], best[4]
+            return best[4], best[5]
         return self._not_reclaimed(job, queue_within, over, kept, bool(candidates))
 
     def victims_in_hypernode(self, job: PendingJob, queue_within: bool,
@@ -354,7 +377,7 @@ class _Cycle:
         """
         over = self._reclaimable(job, queue_within, tenant_within)
         request = job.view.request
-        best: tuple[float, int, int, str, str, list[RunningJob]] | None = None
+        best: tuple[int, float, int, int, str, str, list[RunningJob]] | None = None
         kept: set[str] = set()
         reported = False
         refused = self.snap.refused.get(job.id, {})
@@ -370,11 +393,12 @@ class _Cycle:
                 chosen = self._take(job, inside[domain.name], over, freed, kept)
                 if chosen and covers(freed, request):
                     evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
-                    key = (sum(v.at_risk for v in chosen), domain.tier, evicted, view.name, domain.name, chosen)
-                    if best is None or key[:5] < best[:5]:
+                    key = (self._highest_queue(chosen), sum(v.at_risk for v in chosen), domain.tier, evicted,
+                           view.name, domain.name, chosen)
+                    if best is None or key[:6] < best[:6]:
                         best = key
         if best is not None:
-            return best[3], best[5]
+            return best[4], best[6]
         if not reported:
             return "not reclaimed: a gang with a hard tier limit evicts only inside a HyperNode, and no cluster " \
                    "that could hold it reports its HyperNodes"
@@ -403,7 +427,7 @@ class _Cycle:
                 continue  # short of room, not of room in one place: reclaim's business, not moving's
             inside = _under_each_hypernode(view, [
                 v for v in self.preemptible.get(view.name, ()) if v.id not in self.out.preempt and v.priority <=
-                job.priority and v.protected_for <= 0 and v.pays_to_reclaim() and covers(pod, v.request)])
+                job.priority and not v.protected and v.pays_to_reclaim() and covers(pod, v.request)])
             for domain, freed in _hypernodes_short_of(job.view, view, cluster_free, inside):
                 chosen = []
                 for victim in inside[domain.name]:
@@ -511,6 +535,20 @@ class _Cycle:
             kept = self._queue_levels[queue] = (versions, job, tuple(levels), tuple(afters))
         return (-self.queues[queue].priority, over, measure, *kept[2], after, *kept[3])
 
+    def _closed(self, queue: str) -> str | None:
+        """Why no job of the queue can run whatever the resources (gone, a parent, closed, its tenant disabled)."""
+        q = self.queues.get(queue)
+        if q is None:
+            return f"queue {queue!r} no longer exists"
+        if queue in self.parents:
+            return f"queue {queue} is a parent queue: jobs go to its leaf queues"
+        shut = next((n for n in self.chain[queue] if self.queues[n].state == "CLOSED"), None)
+        if shut is not None:
+            return f"queue {shut} is closed" if shut == queue else f"parent queue {shut} is closed"
+        if self.tenants.get(q.tenant) is None or self.tenants[q.tenant].disabled:
+            return f"tenant {q.tenant} is disabled"
+        return None
+
     def run(self) -> Decisions:
         self.compute_shares()
         by_queue: dict[str, list[PendingJob]] = {}
@@ -532,18 +570,16 @@ class _Cycle:
                 heapq.heappush(heap, (*(key or self.key(queue, jobs[heads[queue]])), version.get(tenant_of[queue], 0),
                                       tokens[queue], queue))
 
+        closed = {queue: why for queue in by_queue if (why := self._closed(queue))}
+        # Jobs room was made for come first, whatever their queue's turn: the gangs evicted for them must not
+        # take their room back by their own queue's priority (issue 26: reclaimed 6 times in 18 s).
+        owed = sorted((j for j in self.snap.pending if j.id in self.snap.making_room and j.queue not in closed),
+                      key=lambda j: (-self.queue_priority(j.queue), j.rank))
+        for job in owed:
+            by_queue[job.queue].remove(job)
+            self.consider(job, job.queue)
         for queue in sorted(by_queue):
-            q = self.queues.get(queue)
-            reason = None
-            if q is None:
-                reason = f"queue {queue!r} no longer exists"
-            elif queue in self.parents:
-                reason = f"queue {queue} is a parent queue: jobs go to its leaf queues"
-            elif any(self.queues[n].state == "CLOSED" for n in self.chain[queue]):
-                closed = next(n for n in self.chain[queue] if self.queues[n].state == "CLOSED")
-                reason = f"queue {closed} is closed" if closed == queue else f"parent queue {closed} is closed"
-            elif self.tenants.get(q.tenant) is None or self.tenants[q.tenant].disabled:
-                reason = f"tenant {q.tenant} is disabled"
+            reason = closed.get(queue)
             if reason:
                 for job in by_queue[queue]:
                     self.out.waiting[job.id] = reason

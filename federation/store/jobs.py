@@ -407,7 +407,8 @@ class JobStore:
         """
         annotations = Job.spec["annotations"]
         query = select(Job.id, Job.queue, Job.cluster, Job.priority, Job.priority_class, Job.seq, Job.request,
-                       Job.phase, Job.hypernode, func.coalesce(Job.started_at, Job.dispatched_at).label("since"),
+                       Job.phase, Job.hypernode, Job.preemptions,
+                       func.coalesce(Job.started_at, Job.dispatched_at).label("since"),
                        annotations[EXPECTED_DURATION].astext.label("expected"),
                        annotations[CHECKPOINT_INTERVAL].astext.label("checkpoint"))
         query = query.where(Job.phase.in_(ACTIVE_PHASES) if ids is None else Job.id == func.any(list(ids)))
@@ -480,7 +481,8 @@ class JobStore:
                 .with_for_update())).mappings().all()
             await conn.execute(text(
                 "UPDATE jobs SET phase = 'PREEMPTED', cluster = '', hypernode = '', tier = 0, "
-                "placements = '[]'::jsonb, reason = v.reason, request = v.request, updated_at = now() "
+                "placements = '[]'::jsonb, reason = v.reason, request = v.request, updated_at = now(), "
+                "preemptions = preemptions + 1 "
                 "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[]), CAST(:requests AS jsonb[])) "
                 "AS v(id, reason, request) WHERE jobs.id = v.id"),
                 {"ids": [r["id"] for r in rows], "reasons": [reasons[r["id"]] for r in rows],

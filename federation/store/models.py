@@ -125,6 +125,7 @@ class Job(Base):
     tier: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     retries: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     # What the job needs or holds, canonical: its gang's minimum while it waits or is placed, what its bound
     # pods hold once it runs (federation.store.jobs._minimum, federation.gangs.bound).
     request: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
