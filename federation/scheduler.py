@@ -26,6 +26,7 @@ from federation.jobcache import HoldingJob, JobCache, job_view
 from federation.leader import Fence, NotLeader
 from federation.loop import WakeLoop
 from federation.resources import add, format_resources
+from federation.scheduling import outlook
 from federation.scheduling.cycle import (
     Decisions,
     QueueInfo,
@@ -40,7 +41,7 @@ from federation.scheduling.cycle import (
 from federation.scheduling.fairshare import dominant_share
 from federation.scheduling.fit import ClusterState, ClusterView, DomainFree, JobView, TierFree, explain
 from federation.scheduling.flavors import FlavorInfo
-from federation.scheduling.forecast import Holding, Waiting, after_cycle, remaining
+from federation.scheduling.forecast import Holding, after_cycle, remaining
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Flavor, PriorityClass, Queue, Tenant
@@ -162,6 +163,7 @@ class Scheduler:
         self.steps: dict[str, float] = {}  # of the last cycle: seconds per step
         # cluster -> room reserved there by the last cycle, and for which (job, tenant)
         self.held: dict[str, tuple[dict[str, int], list[tuple[str, str]]]] = {}
+        self.holds: dict[str, str] = {}  # waiting job -> what holds it whatever is free, by the last cycle
         self._cycles = 0
         self._leading = False
         self._history: dict[str, deque[tuple[float, float]]] = {}  # queue -> (unix time, dominant share)
@@ -285,6 +287,7 @@ class Scheduler:
         clock.step("snapshot")
         decisions = schedule(snapshot)
         clock.step("decide")
+        self.holds = outlook.holds(decisions)
         self.held = {}
         tenant_of = {q.name: q.tenant for q in snapshot.queues}
         for job_id, cluster in decisions.reserved.items():
@@ -349,14 +352,13 @@ class Scheduler:
         now = datetime.now(UTC)
         pending = {job.id: job for job in snapshot.pending}
         sent = [Holding(cluster, pending[job_id].view.request,
-                        self.run_time(pending[job_id].queue, self.cache.expected.get(job_id)))
+                        self.run_time(pending[job_id].queue, self.cache.expected.get(job_id)), pending[job_id].queue)
                 for job_id, cluster in decisions.assign.items()]
         held = [Holding(h.cluster, h.request, remaining(self.run_time(h.queue, h.expected_seconds),
-                                                        (now - h.since).total_seconds() if h.since else 0.0))
+                                                        (now - h.since).total_seconds() if h.since else 0.0), h.queue)
                 for h in self.cache.holding.values() if h.id not in decisions.preempt]
-        jobs = [pending[j] for j in order if j in pending]
-        waiting = [Waiting(job.id, job.view.request, self.run_time(job.queue, self.cache.expected.get(job.id)),
-                           job.view.cluster_selector) for job in jobs]
+        waiting = outlook.waiting(snapshot, decisions, order,
+                                  lambda job: self.run_time(job.queue, self.cache.expected.get(job.id)), [*sent, *held])
         starts = await asyncio.to_thread(after_cycle, snapshot.clusters, sent, held, waiting)
         self.forecast = {j: (now + timedelta(seconds=s.seconds), s.cluster) for j, s in starts.items()}
         self._forecast_at = time.monotonic()
@@ -449,4 +451,4 @@ class Scheduler:
                 holder, tenant = others[0]
                 named = holder if tenant == row["tenant"] else "a job of another tenant"
                 held[cluster] = ({r: a - own.get(r, 0) for r, a in room.items()}, named)
-        return explain(job_view(row), states, self._refusals().get(row["id"], {}), held)
+        return explain(job_view(row), states, self._refusals().get(row["id"], {}), held, self.holds.get(row["id"]))

@@ -86,8 +86,8 @@ class RunningJob:
     checkpoint: float | None = None  # seconds between its checkpoints (its annotation); None: it keeps none
     expected: float | None = None  # expected whole run in seconds (annotation, or its queue's past jobs); None: unknown
     protected_for: float = 0.0  # seconds until another queue may reclaim it (its priority class's protected run time)
-    preempted_before: bool = False  # it was preempted or reclaimed before this run: see `protected`
     hypernode: str = ""  # the lowest HyperNode holding all its pods ("" unknown)
+    preempted_before: bool = False  # it was preempted or reclaimed before this run: see `protected`
 
     @property
     def protected(self) -> bool:
@@ -139,6 +139,9 @@ class Decisions:
     waiting: dict[str, str] = field(default_factory=dict)  # pending job -> why it waits
     reserved: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster whose room is held for it
     cannot_run: set[str] = field(default_factory=set)  # waiting jobs no cluster or quota could run as things stand
+    # waiting job -> the limit holding it: (its owner, "queue NAME" or "tenant NAME"; how much of each resource
+    # that owner must free before the job fits under it; the reason): the forecast and ExplainJob read it
+    limited: dict[str, tuple[str, Resources, str]] = field(default_factory=dict)
     shares: Tree | None = None
     usage: dict[str, Resources] = field(default_factory=dict)  # queue -> in use after this cycle
 
@@ -615,15 +618,24 @@ class _Cycle:
         return self.out
 
     def over_limit(self, job: PendingJob, queue: str) -> str | None:
+        """Why a limit holds the job now (its queue's, a parent's or its tenant's), recorded in `limited`."""
         q = self.queues[queue]
         for name in self.chain[queue]:
             over = _over(self.queue_usage[name], job.view.request, self.queues[name].limit)
             if over:
-                return f"queue at limit {_fmt(over)}" if name == queue else f"parent queue {name} at limit {_fmt(over)}"
+                why = f"queue at limit {_fmt(over)}" if name == queue else f"parent queue {name} at limit {_fmt(over)}"
+                return self._held_by(job, f"queue {name}", self.queue_usage[name], over, why)
         over = _over(self.tenant_usage[q.tenant], job.view.request, self.tenants[q.tenant].limit)
         if over:
-            return f"tenant {q.tenant} at limit {_fmt(over)}"
+            return self._held_by(job, f"tenant {q.tenant}", self.tenant_usage[q.tenant], over,
+                                 f"tenant {q.tenant} at limit {_fmt(over)}")
         return None
+
+    def _held_by(self, job: PendingJob, owner: str, usage: Mapping[str, int], over: Mapping[str, int],
+                 why: str) -> str:
+        needed = {r: usage.get(r, 0) + job.view.request.get(r, 0) - cap for r, cap in over.items()}
+        self.out.limited[job.id] = (owner, needed, why)
+        return why
 
     def cannot_run(self, job: PendingJob, queue: str) -> str | None:
         """Why no cluster or quota could run the job as the federation stands, even with nothing else

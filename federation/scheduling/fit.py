@@ -105,6 +105,12 @@ def tier_limit(job: JobView, cluster: ClusterView) -> int | None:
     return job.highest_tier
 
 
+def could_hold(job: JobView, cluster: ClusterView) -> bool:
+    """Whether the cluster could hold the gang once everything there has ended (its labels, capacity, largest
+    node and HyperNodes of the gang's tier limit)."""
+    return _lacks(job, cluster)[0] == 4
+
+
 def _lacks(job: JobView, cluster: ClusterView) -> tuple[int, str, Resources, Resources]:
     """How far the gang gets in `cluster` once everything there has ended: (stage passed, what it needs
     at the stage it fails, the amounts needed, the amounts offered); stage 4 when it fits."""
@@ -157,10 +163,12 @@ class ClusterState:
 
 
 def explain(job: JobView, clusters: Sequence[ClusterState], refused: Mapping[str, str] | None = None,
-            held: Mapping[str, tuple[Resources, str]] | None = None) -> list[tuple[str, str | None]]:
+            held: Mapping[str, tuple[Resources, str]] | None = None,
+            held_by: str | None = None) -> list[tuple[str, str | None]]:
     """For each cluster, by name: None when the job fits there now, else why not. `held`: per cluster, the
     room the last cycle reserved there for other waiting jobs, and the first of them; a job that fits only
-    in that room does not fit now."""
+    in that room does not fit now. `held_by`: what holds the job whatever is free, if anything (a limit, or
+    why it cannot run at all): then it fits nowhere now (the reason, these rows and the forecast agree)."""
     out = []
     for c in sorted(clusters, key=lambda c: c.view.name):
         if not c.ready:
@@ -176,5 +184,7 @@ def explain(job: JobView, clusters: Sequence[ClusterState], refused: Mapping[str
                 left = {r: a - room.get(r, 0) for r, a in c.view.free.items()}
                 if not covers(left, job.request):
                     why = f"the room it needs is reserved for {holder}"
+            if why is None and held_by:
+                why = f"room enough, but {held_by}"
         out.append((c.view.name, why))
     return out

@@ -40,6 +40,7 @@ class Holding:
     cluster: str
     request: Mapping[str, int]
     ends_in: float
+    queue: str = ""  # whose: what ends frees room under its queue's, parents' and tenant's limits too
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,9 @@ class Waiting:
     request: Mapping[str, int]
     runs_for: float  # expected run time, seconds
     cluster_selector: Mapping[str, str] = field(default_factory=dict)
+    clusters: frozenset[str] | None = None  # the only clusters it may ever start in (None: any its selector allows)
+    now: frozenset[str] | None = None  # where it fits now, judged as ExplainJob judges it (None: wherever totals fit)
+    not_before: float = 0.0  # seconds before it may start wherever there is room (a limit frees up only then)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +92,7 @@ def expected_starts(clusters: Sequence[ClusterView], holding: Sequence[Holding],
     ends: dict[float, np.ndarray] = {}
     out: dict[str, Start] = {}
     for job in waiting:
-        if any(r not in column for r, a in job.request.items() if a > 0):
+        if job.not_before >= HORIZON or any(r not in column for r, a in job.request.items() if a > 0):
             continue
         q = np.zeros(len(resources), dtype=np.int64)
         for r, a in job.request.items():
@@ -99,6 +103,8 @@ def expected_starts(clusters: Sequence[ClusterView], holding: Sequence[Holding],
         if allowed is None:
             allowed = selectors[key] = np.array(
                 [all(by_name[n].labels.get(k) == v for k, v in key) for n in names], dtype=bool)
+        if job.clusters is not None:
+            allowed = allowed & np.array([n in job.clusters for n in names], dtype=bool)
         # A job is booked from the start of a segment to the first segment starting after it ends.
         runs_for = max(job.runs_for, 1.0)  # a run of no length would fit anywhere
         end = ends.get(runs_for)
@@ -108,6 +114,10 @@ def expected_starts(clusters: Sequence[ClusterView], holding: Sequence[Holding],
         bad[~allowed] = True
         before = np.concatenate((np.zeros((len(names), 1), dtype=np.int64), np.cumsum(bad, axis=1)), axis=1)
         fits = (before[:, end] - before[:, :-1]) == 0  # [c, t]: the whole run fits from segment t
+        if job.now is not None:  # "now" only where the job's own explanation says it fits now
+            fits[:, 0] &= np.array([n in job.now for n in names], dtype=bool)
+        if job.not_before > 0:
+            fits[:, :int(np.searchsorted(GRID, job.not_before, side="left"))] = False
         first = np.where(fits.any(1), fits.argmax(1), len(GRID))
         c = int(first.argmin())  # earliest; ties to the first name
         if first[c] == len(GRID):
@@ -130,3 +140,15 @@ def after_cycle(clusters: Sequence[ClusterView], sent: Sequence[Holding], held: 
     free = [ClusterView(c.name, c.labels, {r: a - gone.get(c.name, {}).get(r, 0) for r, a in c.free.items()})
             for c in clusters]
     return expected_starts(free, [*sent, *held], waiting)
+
+
+def limit_clears(needed: Mapping[str, int], holding: Sequence[Holding]) -> float:
+    """Seconds until gangs of `holding` (those counted under one limit) have ended enough to free `needed`: when a
+    job held by that limit may start at the earliest; HORIZON when they never free that much."""
+    freed: dict[str, int] = {}
+    for h in sorted(holding, key=lambda h: h.ends_in):
+        for r in needed:
+            freed[r] = freed.get(r, 0) + h.request.get(r, 0)
+        if all(freed[r] >= a for r, a in needed.items()):
+            return h.ends_in
+    return HORIZON
