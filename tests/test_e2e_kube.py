@@ -96,7 +96,9 @@ def test_a_killed_agents_successor_adopts_the_whole_gang_and_creates_nothing(
     gpu_cluster(kube)
     fed = Federation(db_url, kube, tmp_path)
     try:
-        job_id = fed.submit(2, "8s")
+        # Long enough that the successor finds the pods running however slowly it starts on a loaded machine
+        # (one that finds them completed reports the job done instead: test_kube_lifecycle.py).
+        job_id = fed.submit(2, "60s")
         wait_for("Running", lambda: fed.status(job_id).phase == common_pb2.RUNNING)
         before = {name: p.metadata.uid for name, p in pods(kube).items()}
         fed.agent.kill()
@@ -105,7 +107,7 @@ def test_a_killed_agents_successor_adopts_the_whole_gang_and_creates_nothing(
         assert {name: p.metadata.uid for name, p in pods(kube).items()} == before
         assert metric(fed.health, "member_agent_pods_bound_total") == 0
         assert metric(fed.health, 'member_agent_placements_total{result="adopted"}') == 1
-        wait_for("Succeeded", lambda: fed.status(job_id).phase == common_pb2.SUCCEEDED)  # the successor saw it
+        wait_for("Succeeded", lambda: fed.status(job_id).phase == common_pb2.SUCCEEDED, timeout=120)  # seen by it
         assert fed.status(job_id).attempt == 1
     finally:
         fed.stop()

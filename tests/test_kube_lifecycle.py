@@ -113,6 +113,32 @@ async def test_a_restarted_agent_adopts_its_pods_and_counts_them_once(kube: Test
         await b.stop()
 
 
+async def test_a_gang_that_completed_while_no_agent_watched_is_reported_succeeded_not_run_again(
+        kube: Testbed, tmp_path: Path) -> None:
+    gpu_cluster(kube)
+    job = gang("short", 2, duration="2s")
+    first = await backend(kube, tmp_path)
+    try:
+        await ready_nodes(first, 4)
+        await Agent("east", {}, first).assign(job, attempt=1)
+        await eventually(lambda: len(pods(kube)) == 2, what="the gang made")
+    finally:
+        await first.stop()  # the agent is gone before its pods complete
+    await eventually(lambda: [p.status.phase for p in pods(kube).values()] == ["Succeeded"] * 2, what="completed")
+    b = await backend(kube, tmp_path)
+    again = Agent("east", {}, b)
+    try:
+        await again.assign(job, attempt=1)  # the server, told nothing, assigns it again
+        seen: list[agent_pb2.JobUpdate] = []
+        done = await next_update(again, agent_pb2.JOB_SUCCEEDED, seen)
+        assert done.reason == "all 2 pods had completed when the agent found them after a restart"
+        assert not [u for u in seen if u.type in (agent_pb2.BOUND, agent_pb2.REJECTED)]  # nothing placed again
+        await eventually(lambda: not pods(kube), what="the completed pods cleaned up")
+        assert "short-1" not in again.desired and "short-1" not in again.jobs
+    finally:
+        await b.stop()
+
+
 async def test_a_restarted_agent_restarts_what_its_gang_lost_under_job_unknown(kube: Testbed, tmp_path: Path) -> None:
     gpu_cluster(kube)
     job = gang("long", 2)

@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -58,6 +58,14 @@ class BindError(Exception):
         self.permanent = permanent
 
 
+@dataclass(frozen=True)
+class Desired:
+    """An attempt the federation runs in this cluster, as its last Assign said."""
+
+    job: common_pb2.Job
+    attempt: int
+
+
 @dataclass
 class AgentJob:
     job: common_pb2.Job
@@ -99,6 +107,12 @@ class Backend(Protocol):
     def managed(self) -> dict[tuple[str, int], int]:
         """(job id, attempt) -> pods of it the cluster holds that this agent manages, where pods outlive it."""
 
+    def attempts(self, job_id: str) -> dict[int, int]:
+        """Attempt -> pods of the job the cluster holds (those not already going), where pods outlive the agent."""
+
+    def ended(self, job_id: str, attempt: int) -> tuple[int, int]:
+        """Pods of this attempt that succeeded and that failed, found in the cluster (none held by this agent)."""
+
     async def delete_attempt(self, job_id: str, attempt: int, anchor: bool) -> int:
         """Delete the pods of an attempt no job of the agent holds (and with `anchor`, what the job's plugins
         made); how many pods were deleted."""
@@ -118,7 +132,8 @@ class Agent:
     labels: dict[str, str]
     backend: Backend
     version: str = "0.1.0"
-    jobs: dict[str, AgentJob] = field(default_factory=dict)
+    jobs: dict[str, AgentJob] = field(default_factory=dict)  # actual: the gangs this agent holds
+    desired: dict[str, Desired] = field(default_factory=dict)  # the attempt the federation runs here, per job
     reports: dict[str, agent_pb2.JobUpdate] = field(default_factory=dict)
     outbox: asyncio.Queue[agent_pb2.AgentMessage] = field(default_factory=lambda: asyncio.Queue(OUTBOX_LIMIT))
     overflowed: bool = False  # the outbox dropped a message: the next connection must resync
@@ -194,23 +209,18 @@ class Agent:
         in its job's turn with its orders. Returns when done, with how many pods were deleted."""
         reported = self._rounds.pop(answer.round, [])
         live = {(a.job_id, a.attempt) for a in answer.live}
-        live_jobs = {a.job_id for a in answer.live}
         stale = [a for a in reported if (a.job_id, a.attempt) not in live]
-        deleted = await asyncio.gather(*(self._serially(a.job_id, self._delete_stale(a, a.job_id not in live_jobs))
-                                         for a in stale))
+        deleted = await asyncio.gather(*(self._serially(a.job_id, self._delete_stale(a)) for a in stale))
         return sum(deleted)
 
     def spawn_reconcile(self, answer: agent_pb2.Reconciled) -> None:
         self._spawn(self.reconcile(answer))
 
-    async def _delete_stale(self, stale: agent_pb2.Attempt, last: bool) -> int:
-        job = self.jobs.get(stale.job_id)
-        if job is not None and job.attempt == stale.attempt:  # this run still held it: the federation does not
-            pods = len(job.pods)
-            await self._release(job)
-            self._send_inventory()
-        else:
-            pods = await self.backend.delete_attempt(stale.job_id, stale.attempt, anchor=last and job is None)
+    async def _delete_stale(self, stale: agent_pb2.Attempt) -> int:
+        want = self.desired.get(stale.job_id)
+        if want is not None and want.attempt == stale.attempt:  # the federation has moved on from it
+            del self.desired[stale.job_id]
+        pods = await self.reconcile_job(stale.job_id, {stale.attempt})
         report = self.reports.get(stale.job_id)
         if report is not None and report.attempt <= stale.attempt:
             del self.reports[stale.job_id]  # settled: not worth resending on every connection
@@ -254,13 +264,11 @@ class Agent:
         return len(attempts)
 
     async def _fence(self, attempt: agent_pb2.Attempt) -> None:
-        job = self.jobs.get(attempt.job_id)
         why = f"cut off from the federation for over {self.fence_seconds():g} s, the agent stopped the gang"
-        if job is not None and job.attempt == attempt.attempt:
-            await self._release(job)
-            self._send_inventory()
-        else:
-            await self.backend.delete_attempt(attempt.job_id, attempt.attempt, anchor=job is None)
+        want = self.desired.get(attempt.job_id)
+        if want is not None and want.attempt == attempt.attempt:
+            del self.desired[attempt.job_id]
+        await self.reconcile_job(attempt.job_id, {attempt.attempt})
         self._report(agent_pb2.JobUpdate(job_id=attempt.job_id, attempt=attempt.attempt, type=agent_pb2.FENCED,
                                          reason=why))
 
@@ -377,23 +385,61 @@ class Agent:
             await self.remove(order.job_id, order.attempt, order.reason)
 
     async def assign(self, job: common_pb2.Job, attempt: int) -> None:
-        current = self.jobs.get(job.id)
-        if current is not None:
-            if attempt <= current.attempt:  # a repeat, or stale: say again what we did
-                if attempt == current.attempt and job.id in self.reports:
-                    self._send(agent_pb2.AgentMessage(job_update=self.reports[job.id]))
-                return
-            await self._release(current)
-        elif job.id in self.reports and self.reports[job.id].attempt >= attempt:
-            self._send(agent_pb2.AgentMessage(job_update=self.reports[job.id]))
+        """The federation runs this attempt here: record it as desired and reconcile the job. A repeat, or an
+        older attempt, is answered with what was already done."""
+        held, report = self.jobs.get(job.id), self.reports.get(job.id)
+        if held is not None and attempt <= held.attempt:
+            if attempt == held.attempt and report is not None:
+                self._send(agent_pb2.AgentMessage(job_update=report))
             return
-        if await self._adopt(job, attempt):
-            PLACEMENTS.labels("adopted").inc()
+        if held is None and report is not None and report.attempt >= attempt:
+            self._send(agent_pb2.AgentMessage(job_update=report))
             return
+        self.desired[job.id] = Desired(job, attempt)
+        await self.reconcile_job(job.id)
+
+    async def reconcile_job(self, job_id: str, stale: Collection[int] = ()) -> int:
+        """Make what runs of the job in this cluster what the federation wants, from desired state (the attempt
+        it last assigned here, if any) and actual state (the attempt this agent holds, and the attempts whose
+        pods the cluster holds): an attempt held and not wanted is released; pods of an older attempt, or of
+        one the server said is not live (`stale`), are deleted; the wanted attempt, when not held, is adopted
+        from the pods it already has, or placed and bound. Idempotent, as controller-runtime's Reconcile: every
+        order, reconciliation answer and restart comes here. Returns how many pods of `stale` were deleted."""
+        want, held = self.desired.get(job_id), self.jobs.get(job_id)
+        deleted, released = 0, None
+        if held is not None and (want is None or want.attempt != held.attempt):
+            deleted += len(held.pods) if held.attempt in stale else 0
+            released = held.attempt
+            await self._release(held)
+            self._send_inventory()
+        found = self.backend.attempts(job_id)
+        for attempt in sorted(found):
+            if attempt != released and (attempt in stale or (want is not None and attempt < want.attempt)):
+                last = want is None and job_id not in self.jobs and set(found) <= {attempt, *stale}
+                deleted += await self.backend.delete_attempt(job_id, attempt, anchor=last)
+        if want is not None and job_id not in self.jobs:
+            if await self._adopt(want.job, want.attempt):
+                PLACEMENTS.labels("adopted").inc()
+                return deleted
+            succeeded, failed = self.backend.ended(job_id, want.attempt)
+            if succeeded or failed:  # its pods ended while no agent watched
+                await self.backend.delete_attempt(job_id, want.attempt, anchor=not failed)
+                if not failed:
+                    del self.desired[job_id]
+                    self._report(agent_pb2.JobUpdate(
+                        job_id=job_id, attempt=want.attempt, type=agent_pb2.JOB_SUCCEEDED,
+                        reason=f"all {succeeded} pods had completed when the agent found them after a restart"))
+                    return deleted
+            await self._place(want.job, want.attempt)  # a failed remnant is not the job's fault: whole again
+        return deleted
+
+    async def _place(self, job: common_pb2.Job, attempt: int) -> None:
+        """Place the gang and bind all its pods or none; report the outcome."""
         started = time.monotonic()
         placement = place(self.state, gang_request(job.spec, self.state.topology))
         if isinstance(placement, Rejection):
             PLACEMENTS.labels("rejected").inc()
+            self.desired.pop(job.id, None)  # the server takes it back
             self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
                                              reason=placement.reason))
             return
@@ -414,6 +460,7 @@ class Agent:
             for pod in bound.pods:
                 self.state.release(pod.node, requests[pod.task])
             PLACEMENTS.labels("rejected").inc()
+            self.desired.pop(job.id, None)
             tries = "" if err.permanent else f" (after {BIND_TRIES} tries)"
             self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
                                              reason=f"{err}{tries}", permanent=err.permanent))
@@ -470,11 +517,14 @@ class Agent:
         return True
 
     async def remove(self, job_id: str, attempt: int, reason: str) -> None:
+        """The federation no longer runs this attempt here (cancelled, preempted, moved): reconcile the job."""
+        want = self.desired.get(job_id)
+        if want is not None and want.attempt == attempt:
+            del self.desired[job_id]
         current = self.jobs.get(job_id)
         if current is None or current.attempt != attempt:
             return
-        await self._release(current)
-        self._send_inventory()
+        await self.reconcile_job(job_id)
         log.info("removed job %s attempt %d: %s", job_id, attempt, reason)
 
     async def _release(self, job: AgentJob) -> None:
@@ -495,6 +545,9 @@ class Agent:
         if self.jobs.get(job.job.id) is not job:
             return
         self._forget(job)
+        want = self.desired.get(job.job.id)
+        if want is not None and want.attempt == job.attempt:  # ended here: nothing more to run
+            del self.desired[job.job.id]
         # The update before the inventory, so the server never sees the freed resources while it still
         # counts them as the job's: that would hand them to whoever is next, not to the queue they are owed to.
         self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, reason=reason,

@@ -547,6 +547,19 @@ class KubernetesBackend:
                     out[(job_id, int(attempt))] = out.get((job_id, int(attempt)), 0) + 1
         return out
 
+    def attempts(self, job_id: str) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for pod in self._job_pods(job_id):
+            attempt = pod["metadata"]["labels"].get(ATTEMPT, "")
+            if attempt.isdigit() and not pod["metadata"].get("deletionTimestamp"):
+                out[int(attempt)] = out.get(int(attempt), 0) + 1
+        return out
+
+    def ended(self, job_id: str, attempt: int) -> tuple[int, int]:
+        phases = [(p.get("status") or {}).get("phase") for p in self._job_pods(job_id, attempt)
+                  if not p["metadata"].get("deletionTimestamp")]
+        return phases.count("Succeeded"), phases.count("Failed")
+
     def unadopted(self) -> Resources:
         """What our pods that no job of this run holds (yet) hold: made by an earlier run, not yet adopted or
         deleted by reconciliation."""

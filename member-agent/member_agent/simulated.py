@@ -172,6 +172,12 @@ class SimulatedBackend:
     def unadopted(self) -> Resources:
         return {}
 
+    def attempts(self, job_id: str) -> dict[int, int]:
+        return {}
+
+    def ended(self, job_id: str, attempt: int) -> tuple[int, int]:
+        return 0, 0
+
     @staticmethod
     def _cancel(handle: asyncio.Handle | None) -> None:
         if handle is not None:
