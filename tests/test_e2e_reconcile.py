@@ -5,9 +5,11 @@ cluster forbids is sent there once and holds nothing there."""
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
@@ -18,6 +20,7 @@ from federation.cli.dev import AgentProcess, ServerProcess
 from federation.testbed.cluster import Testbed
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from tests.kubehelp import GPU, JOBS, gpu_cluster, pods
+from tests.netproxy import Proxy
 from tests.test_e2e_agents import CLUSTERS, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -177,3 +180,44 @@ def test_a_second_agent_with_a_taken_name_is_refused_and_the_first_keeps_its_str
     fed.agents.pop("first")
     wait_for("the second agent holding east", lambda: (c := fed.cluster("east")) is not None
              and c.status == admin_pb2.READY and c.allocatable.get(GPU, "0") == "0", timeout=60)
+
+
+def _logged_at(log: bytes, text: bytes) -> datetime:
+    """When a process logged the line holding `text` (its logging format starts with the local time)."""
+    line = next(line for line in log.splitlines() if text in line)
+    return datetime.strptime(line[:23].decode(), "%Y-%m-%d %H:%M:%S,%f").astimezone(UTC)
+
+
+def test_an_agent_cut_off_from_the_federation_stops_its_gangs_before_they_run_elsewhere(db_url: URL) -> None:
+    """The strict guarantee while the agent lives: cut off (a partition: its stream stays open, nothing flows),
+    it stops its gangs after its fence time (the server's lost grace), before the server, a heartbeat timeout
+    later, runs them in another cluster."""
+    fed = Federation(db_url, "--heartbeat-timeout", "5", "--lost-grace", "5")
+    host, port = fed.server.address.rsplit(":", 1)
+    proxy = Proxy(lambda: socket.create_connection((host, int(port))))
+    try:
+        fed.agents["east"] = east = AgentProcess("east", f"127.0.0.1:{proxy.port}", "--simulate",
+                                                 str(CLUSTERS / "h100-spine-leaf.yaml"), "--heartbeat", "0.5")
+        fed.ready("east", 256)
+        fed.setup_queue()
+        job_id = fed.submit(4)
+        wait_for("Running in east", lambda: fed.job(job_id).status.phase == common_pb2.RUNNING)
+        fed.agents["west"] = AgentProcess("west", fed.server.address, "--simulate",
+                                          str(CLUSTERS / "h100-spine-leaf.yaml"), "--heartbeat", "0.5")
+        fed.ready("west", 256)
+        proxy.partition()
+        moved = wait_for("the job running in west", lambda: (s := fed.job(job_id).status).cluster == "west"
+                         and s.phase == common_pb2.RUNNING and s, timeout=90)
+        assert moved.attempt == 2 and moved.retries == 1
+        lost = next(e for e in fed.events(job_id) if e.type == "Lost")
+        assert b"stopping the 1 gang(s) this cluster runs" in east.log, east.log.decode()[-3000:]
+        stopped = _logged_at(east.log, b"stopping the 1 gang(s)")
+        assert stopped < lost.time.ToDatetime(tzinfo=UTC)  # east had stopped it before it was moved
+        proxy.heal()  # back: its FENCED report is stale by now; it runs nothing
+        wait_for("east heard from again", lambda: (c := fed.cluster("east")) is not None
+                 and c.status == admin_pb2.READY, timeout=60)
+        wait_for("east reporting nothing used", lambda: fed.cluster("east").used.get(GPU, "0") == "0", timeout=30)
+        assert fed.job(job_id).status.cluster == "west"
+    finally:
+        fed.stop()
+        proxy.close()
