@@ -240,7 +240,8 @@ class Replay:
         preemption, or an agent refused a gang that another cluster may take)."""
         tenants, queues = self.static
         running = [replace(r, ran_for=now - start, expected=self._mean_run(r.queue),
-                           protected_for=max(self.protected - (now - start), 0.0))
+                           protected_for=max(self.protected - (now - start), 0.0),
+                           preempted_before=self.records[r.id].preemptions > 0)  # as the server counts it
                    for r, _, start in self.running.values()]
         views = self._cluster_views()
         snapshot = Snapshot(tenants, queues, list(self.pending.values()), running, views, {GPU: self.capacity},
