@@ -41,6 +41,11 @@ class EventHub:
         self._loop = WakeLoop("event-hub", poll_interval, self._deliver_new)
         self.start, self.stop = self._loop.start, self._loop.stop
 
+    @property
+    def watchers(self) -> int:
+        """Streams being served from the hub now."""
+        return len(self._subscribers)
+
     def notify(self) -> None:
         """Local writers call this after commit so watchers see their events at once."""
         self._loop.wake()

@@ -40,7 +40,11 @@ async def test_live_events_reach_many_watchers_in_the_same_order(api: Api) -> No
     await make_queue(api)
     await submit(api, 5, "old")
     watchers = [asyncio.create_task(collect(api, 40)) for _ in range(40)]
-    await asyncio.sleep(0.5)  # let every stream open before the events it should see
+    # Every stream open before the events it should see (however long a loaded machine takes to open them).
+    deadline = asyncio.get_running_loop().time() + 60
+    while api.server.hub.watchers < 40:
+        assert asyncio.get_running_loop().time() < deadline, f"{api.server.hub.watchers} of 40 streams open"
+        await asyncio.sleep(0.05)
     ids = await submit(api, 30)
     for job_id in ids[:10]:
         await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job_id))
