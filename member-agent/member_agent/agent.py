@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
+from federation.gangs import minimum_pods
 from federation.resources import Resources, add, parse_resources
 from federation.v1 import agent_pb2, common_pb2
 from federation.validation import MAX_REPORTED_HYPERNODES
@@ -423,14 +424,15 @@ class Agent:
                 return deleted
             succeeded, failed = self.backend.ended(job_id, want.attempt)
             if succeeded or failed:  # its pods ended while no agent watched
-                await self.backend.delete_attempt(job_id, want.attempt, anchor=not failed)
-                if not failed:
+                whole = not failed and succeeded >= sum(minimum_pods(want.job.spec).values())
+                await self.backend.delete_attempt(job_id, want.attempt, anchor=whole)
+                if whole:  # at least the gang's minimum completed, none failed: it is done
                     del self.desired[job_id]
                     self._report(agent_pb2.JobUpdate(
                         job_id=job_id, attempt=want.attempt, type=agent_pb2.JOB_SUCCEEDED,
                         reason=f"all {succeeded} pods had completed when the agent found them after a restart"))
                     return deleted
-            await self._place(want.job, want.attempt)  # a failed remnant is not the job's fault: whole again
+            await self._place(want.job, want.attempt)  # a remnant lost unwatched is not the job's fault: whole again
         return deleted
 
     async def _place(self, job: common_pb2.Job, attempt: int) -> None:
