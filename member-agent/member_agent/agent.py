@@ -21,7 +21,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from federation.gangs import minimum_pods
 from federation.resources import Resources, add, parse_resources
 from federation.v1 import agent_pb2, common_pb2
-from federation.validation import MAX_REPORTED_HYPERNODES
+from federation.validation import MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
 from member_agent.gang import gang_request
 from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
 from member_agent.metrics import (
@@ -113,6 +113,9 @@ class Backend(Protocol):
 
     def ended(self, job_id: str, attempt: int) -> tuple[int, int]:
         """Pods of this attempt that succeeded and that failed, found in the cluster (none held by this agent)."""
+
+    def waits_when_lost(self, job_id: str) -> bool:
+        """Whether the job's pods say it waits for its cluster when the cluster is lost (on-cluster-lost: wait)."""
 
     async def delete_attempt(self, job_id: str, attempt: int, anchor: bool) -> int:
         """Delete the pods of an attempt no job of the agent holds (and with `anchor`, what the job's plugins
@@ -255,7 +258,8 @@ class Agent:
         if self.fenced or time.monotonic() - self.last_contact <= self.fence_seconds():
             return 0
         self.fenced = True
-        attempts = self.running()
+        # A job that waits for its cluster when it is lost is never run elsewhere: nothing to fence.
+        attempts = [a for a in self.running() if not self._waits_when_lost(a.job_id)]
         if not attempts:
             return 0
         log.error("cut off from the federation for over %.0f s: stopping the %d gang(s) this cluster runs",
@@ -263,6 +267,12 @@ class Agent:
         await asyncio.gather(*(self._serially(a.job_id, self._fence(a)) for a in attempts))
         FENCED_GANGS.inc(len(attempts))
         return len(attempts)
+
+    def _waits_when_lost(self, job_id: str) -> bool:
+        held = self.jobs.get(job_id)
+        if held is not None:
+            return held.job.spec.annotations.get(ON_CLUSTER_LOST) == "wait"
+        return self.backend.waits_when_lost(job_id)
 
     async def _fence(self, attempt: agent_pb2.Attempt) -> None:
         why = f"cut off from the federation for over {self.fence_seconds():g} s, the agent stopped the gang"

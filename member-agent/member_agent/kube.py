@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from federation.durations import parse_duration
 from federation.resources import Resources, add, format_resources
+from federation.validation import ON_CLUSTER_LOST
 from member_agent import plugins
 from member_agent.agent import AgentJob, BindError
 from member_agent.informer import Informer, key
@@ -109,6 +110,8 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
     labels = {**(meta.get("labels") or {}), MANAGED_BY: cluster, JOB_HASH: job_hash(job.job.id),
               ATTEMPT: str(job.attempt), TASK: task, INDEX: str(index)}
     annotations = {**(meta.get("annotations") or {}), JOB_ID: job.job.id}
+    if job.job.spec.annotations.get(ON_CLUSTER_LOST):  # a restarted agent cut off must know it may not fence it
+        annotations[ON_CLUSTER_LOST] = job.job.spec.annotations[ON_CLUSTER_LOST]
     for name in (START_DELAY_ANNOTATION, DURATION_ANNOTATION):  # KWOK's stages in the test bed read them
         duration = _go_duration(annotation(job.job.spec, task, name))
         if duration:
@@ -149,9 +152,9 @@ def slim_pod(pod: Obj) -> Obj:
     (A full pod is several kilobytes; a large cluster has tens of thousands.)"""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     meta = _meta(pod, "deletionTimestamp", "ownerReferences")
-    job = ((pod.get("metadata") or {}).get("annotations") or {}).get(JOB_ID)
-    if job is not None:
-        meta["annotations"] = {JOB_ID: job}
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if JOB_ID in annotations:
+        meta["annotations"] = {k: annotations[k] for k in (JOB_ID, ON_CLUSTER_LOST) if k in annotations}
     return {"metadata": meta,
             "spec": {"nodeName": spec.get("nodeName"), "containers": _requests(spec.get("containers")),
                      "initContainers": _requests(spec.get("initContainers")), "overhead": spec.get("overhead")},
@@ -554,6 +557,10 @@ class KubernetesBackend:
             if attempt.isdigit() and not pod["metadata"].get("deletionTimestamp"):
                 out[int(attempt)] = out.get(int(attempt), 0) + 1
         return out
+
+    def waits_when_lost(self, job_id: str) -> bool:
+        return any(((p["metadata"].get("annotations") or {}).get(ON_CLUSTER_LOST)) == "wait"
+                   for p in self._job_pods(job_id))
 
     def ended(self, job_id: str, attempt: int) -> tuple[int, int]:
         phases = [(p.get("status") or {}).get("phase") for p in self._job_pods(job_id, attempt)

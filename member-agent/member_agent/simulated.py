@@ -178,6 +178,9 @@ class SimulatedBackend:
     def ended(self, job_id: str, attempt: int) -> tuple[int, int]:
         return 0, 0
 
+    def waits_when_lost(self, job_id: str) -> bool:
+        return False
+
     @staticmethod
     def _cancel(handle: asyncio.Handle | None) -> None:
         if handle is not None:
