@@ -57,6 +57,7 @@ DURATION_ANNOTATIONS = (EXPECTED_DURATION, CHECKPOINT_INTERVAL)
 # it elsewhere; "wait" keeps it assigned to that cluster until its agent is back (MultiKueue-style patience
 # for jobs that must never run twice, even while an agent is dead).
 ON_CLUSTER_LOST = "federation.dev/on-cluster-lost"
+MAX_POLICY_TIMEOUT = 30 * 86_400  # seconds: a lifecycle policy's timeout (a pod stuck for longer is stuck)
 ON_CLUSTER_LOST_VALUES = ("requeue", "wait")
 
 
@@ -178,6 +179,9 @@ def _check_policies(v: Violations, path: str, policies: list[common_pb2.Lifecycl
             v.add(f"{p}.action", f"{policy.action!r} is not one of {', '.join(ACTIONS)}")
         if policy.HasField("timeout") and (policy.timeout.seconds < 0 or policy.timeout.nanos < 0):
             v.add(f"{p}.timeout", "must not be negative")
+        elif policy.HasField("timeout") and (policy.timeout.seconds > MAX_POLICY_TIMEOUT
+                                             or policy.timeout.nanos >= 1_000_000_000):
+            v.add(f"{p}.timeout", f"must be at most {MAX_POLICY_TIMEOUT} s (30 days), with nanos below 10^9")
 
 
 def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> Resources:

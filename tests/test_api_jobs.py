@@ -46,6 +46,27 @@ async def test_submit_get_and_defaults(api: Api) -> None:
     assert err.code() == grpc.StatusCode.NOT_FOUND
 
 
+async def test_a_dry_run_submit_stores_nothing_as_in_a_batch(api: Api) -> None:
+    """Issue 27 (2): SubmitJob honoured dry_run no more than its proto said; now as SubmitJobs does."""
+    await make_queue(api)
+    before = await event_count(api)
+    response = await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(), dry_run=True))
+    assert response.job.id == "" and response.job.tenant == "ml" and response.job.spec.max_retry == 3
+    assert response.job.status.phase == common_pb2.PENDING
+    batch = await api.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=[spec()], dry_run=True))
+    assert batch.results[0].job_id == "" and batch.results[0].inadmissible == response.inadmissible
+    assert await all_jobs(api) == [] and await event_count(api) == before
+    bad = await rpc_error(api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(replicas=-1), dry_run=True)))
+    assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT  # still validated
+
+
+async def test_a_phase_outside_the_enum_is_refused_naming_it(api: Api) -> None:
+    """Issue 27 (7): it was INTERNAL."""
+    err = await rpc_error(api.jobs.ListJobs(jobs_pb2.ListJobsRequest(phases=[common_pb2.PENDING, 99])))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert violation_fields(err) == ["phases[1]"]
+
+
 @pytest.mark.parametrize(("mutate", "field"), [(m, f) for _, m, f in MUTATIONS], ids=[n for n, _, _ in MUTATIONS])
 async def test_every_rule_rejects_and_stores_nothing(api: Api, mutate: Callable[[common_pb2.JobSpec], object],
                                                      field: str) -> None:

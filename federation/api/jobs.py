@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 
 from federation.api import convert
 from federation.api.status import servicer
@@ -136,6 +137,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         view = await self.admin.for_submission(self.scheduler.heartbeat_timeout)
         (new,) = await self._prepare([request.spec], ["spec"], view, request.allow_unknown_resources)
         (why,) = self._admissibility([new], ["spec"], request.reject_inadmissible, view)
+        if request.dry_run:  # as SubmitJobs: validated and judged, nothing stored, so the job has no id
+            job = common_pb2.Job(tenant=new.tenant, priority=new.priority,
+                                 spec=json_format.ParseDict(new.spec, common_pb2.JobSpec()),
+                                 status=common_pb2.JobStatus(phase=common_pb2.PENDING, reason=new.reason))
+            return jobs_pb2.SubmitJobResponse(job=job, inadmissible=why)
         (result,) = await self.jobs.submit([new])
         self.on_change()
         job = convert.job_to_proto(await self.jobs.get(result.job_id))
@@ -170,6 +176,10 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         if request.page_size < 0:
             raise InvalidArgument([Violation("page_size", "must not be negative")])
         size = min(request.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        unknown = [i for i, p in enumerate(request.phases) if p not in common_pb2.JobPhase.values()]
+        if unknown:
+            raise InvalidArgument([Violation(f"phases[{i}]", f"{request.phases[i]} is not a job phase")
+                                   for i in unknown])
         phases = [common_pb2.JobPhase.Name(p) for p in request.phases if p]
         caller = current()
         if not caller.admin and (caller.tenant is None or request.tenant not in ("", caller.tenant)):
