@@ -89,6 +89,18 @@ class CheckedJob:
     replicas: int
 
 
+MAX_REASON = 1024  # characters of a free-text reason (a cancel's): every reason is listed, watched and replayed
+
+
+def check_text(v: Violations, path: str, value: str, limit: int = MAX_REASON) -> None:
+    """Free text anyone will read later in a terminal or a page: bounded, and no control characters (a
+    terminal would run them: window titles, screen clears)."""
+    if len(value) > limit:
+        v.add(path, f"is {len(value)} characters long, at most {limit} are allowed")
+    elif not value.isprintable():
+        v.add(path, "must not contain control characters")
+
+
 def check_name(v: Violations, path: str, value: str, *, required: bool = True) -> None:
     if not value:
         if required:

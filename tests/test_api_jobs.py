@@ -60,6 +60,20 @@ async def test_a_dry_run_submit_stores_nothing_as_in_a_batch(api: Api) -> None:
     assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT  # still validated
 
 
+async def test_a_cancel_reason_is_bounded_and_printable_and_a_refused_cancel_changes_nothing(api: Api) -> None:
+    """Issue 27 (1): one 10 MB reason made every listing and watch from the start fail for everyone."""
+    await make_queue(api)
+    job = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec()))).job
+    before = await event_count(api)
+    for reason in ("x" * 10_000_000, "done\x1b]0;owned\x07"):
+        err = await rpc_error(api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job.id, reason=reason)))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and violation_fields(err) == ["reason"]
+    assert (await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=job.id))).status.phase == common_pb2.PENDING
+    assert await event_count(api) == before
+    done = await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job.id, reason="r" * 1024))
+    assert done.status.phase == common_pb2.CANCELLED
+
+
 async def test_a_phase_outside_the_enum_is_refused_naming_it(api: Api) -> None:
     """Issue 27 (7): it was INTERNAL."""
     err = await rpc_error(api.jobs.ListJobs(jobs_pb2.ListJobsRequest(phases=[common_pb2.PENDING, 99])))

@@ -27,7 +27,7 @@ from federation.scheduling.cycle import NO_READY_CLUSTER
 from federation.store.admin import AdminStore, SubmissionView
 from federation.store.jobs import WAITING_PHASES, JobStore, NewJob
 from federation.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
-from federation.validation import Violation, Violations, check_job_spec, normalise_job_spec
+from federation.validation import Violation, Violations, check_job_spec, check_text, normalise_job_spec
 
 MAX_BATCH = 1000
 DEFAULT_PAGE_SIZE = 100
@@ -198,6 +198,10 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                                          next_page_token=token)
 
     async def CancelJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        v = Violations()
+        check_text(v, "reason", request.reason)
+        if v:
+            raise InvalidArgument(v.items)
         await self._job(request.id)
         row = await self.jobs.cancel(request.id, request.reason)
         self.on_change()  # the Cancelled event is relayed to the job's agent as an order
