@@ -101,6 +101,32 @@ def check_text(v: Violations, path: str, value: str, limit: int = MAX_REASON) ->
         v.add(path, "must not contain control characters")
 
 
+def clean_text(value: str, limit: int = MAX_REASON) -> str:
+    """An agent's free text as it is stored: control characters written out (`\\x1b`), at most `limit`
+    characters. An agent's report is not refused for its wording, but nothing it says reaches a terminal raw."""
+    if value.isprintable() and len(value) <= limit:
+        return value
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in value[:limit])
+    return out if len(out) <= limit and len(value) <= limit else out[:limit - 1] + "…"
+
+
+def _name_problem(where: str, value: str, limit: int = 253) -> str:
+    if len(value) > limit:
+        return f"{where} is {len(value)} characters long, at most {limit}"
+    if not value.isprintable():
+        return f"{where} contains control characters"
+    return ""
+
+
+def update_problem(u: Any) -> str:
+    """Why an agent's JobUpdate cannot be used ("" when it can): a HyperNode, task or node name that is too
+    long or holds control characters. (Its reason is stored through `clean_text` instead.)"""
+    checks = [("job_update.hypernode", u.hypernode)]
+    checks += [(f"job_update.placements[{i}].{k}", getattr(p, k)) for i, p in enumerate(u.placements)
+               for k in ("task", "node")]
+    return next((why for where, value in checks if (why := _name_problem(where, value))), "")
+
+
 def check_name(v: Violations, path: str, value: str, *, required: bool = True) -> None:
     if not value:
         if required:
@@ -402,6 +428,8 @@ def inventory_problem(inv: Any) -> str:
     for i, tier in enumerate(inv.topology):
         if not 0 <= tier.tier <= MAX_TIER + 1:
             return f"topology[{i}].tier {tier.tier} is out of range (0-{MAX_TIER + 1})"
+        if why := _name_problem(f"topology[{i}].tier_name", tier.tier_name, 63):
+            return why
         amounts += [(f"topology[{i}].max_free", tier.max_free.amounts),
                     (f"topology[{i}].max_capacity", tier.max_capacity.amounts)]
     if len(inv.hypernodes) > MAX_REPORTED_HYPERNODES:
@@ -409,6 +437,8 @@ def inventory_problem(inv: Any) -> str:
     for i, h in enumerate(inv.hypernodes):
         if not 1 <= h.tier <= MAX_TIER or len(h.name) > 253 or len(h.parent) > 253:
             return f"hypernodes[{i}] has a tier out of range or a name too long"
+        if why := _name_problem(f"hypernodes[{i}].name", h.name) or _name_problem(f"hypernodes[{i}].parent", h.parent):
+            return why
         amounts += [(f"hypernodes[{i}].free", h.free.amounts), (f"hypernodes[{i}].allocatable", h.allocatable.amounts)]
     for where, values in amounts:
         if len(values) > MAX_INVENTORY_RESOURCES:

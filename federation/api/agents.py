@@ -30,7 +30,15 @@ from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Cluster
 from federation.v1 import agent_pb2, agent_pb2_grpc
-from federation.validation import Violation, Violations, check_labels, check_name, inventory_problem
+from federation.validation import (
+    Violation,
+    Violations,
+    check_labels,
+    check_name,
+    clean_text,
+    inventory_problem,
+    update_problem,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +80,12 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         return agent_pb2.Reconciled(round=round_, live=[a for a in running if live.get(a.job_id) == a.attempt])
 
     async def _apply(self, conn: Connection, u: agent_pb2.JobUpdate) -> None:
+        problem = update_problem(u)
+        if problem:  # a rogue or broken agent: its update is not applied, nothing else is held up
+            log.warning("cluster %s: its agent's update of job %s is not used: %s", conn.cluster, u.job_id[:80],
+                        problem)
+            return
+        u.reason = clean_text(u.reason)  # stored, listed and printed later: bounded, nothing raw
         applied = await self.jobs.apply_update(conn.cluster, u)
         if applied.stop:
             self.connections.send(conn, agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(

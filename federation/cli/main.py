@@ -502,7 +502,7 @@ def explain(client: Client, job_id: str, fmt: str) -> None:
         click.echo(f"position in its queue: {response.queue_position}")
     if response.expected_start_time.seconds:
         click.echo(f"expected: {output.expected_start(response)} (an estimate: see `fedctl explain --help`)")
-    click.echo(f"reason: {response.reason or '-'}")
+    click.echo(f"reason: {output.safe(response.reason or '-')}")
     if response.clusters:
         click.echo("\n" + output.render_table(("CLUSTER", "FITS", "WHY"), [
             [c.cluster, "yes" if c.fits else "no", c.reason] for c in response.clusters]))
@@ -538,8 +538,8 @@ def watch(client: Client, after: int | None, tenant: str, queue: str, job_id: st
                 click.echo(json.dumps(output.as_dict(event)))
             else:
                 when = event.time.ToDatetime().strftime("%H:%M:%S")
-                click.echo(f"{event.sequence:>8}  {when}  {event.job_id:<32} {event.type:<12} "
-                           f"{output.phase_name(event.phase):<11} {event.message}")
+                click.echo(f"{event.sequence:>8}  {when}  {event.job_id:<32} {output.safe(event.type):<12} "
+                           f"{output.phase_name(event.phase):<11} {output.safe(event.message)}")
     except KeyboardInterrupt:
         pass
 

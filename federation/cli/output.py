@@ -45,8 +45,15 @@ def quantities(values: Any) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(values.items())) or "-"
 
 
+def safe(text: object) -> str:
+    """Server-held text as a terminal may show it: control characters written out (`\\x1b`), never run (a
+    member cluster's or another user's words could otherwise set the window title or clear the screen)."""
+    value = str(text)
+    return value if value.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
+
+
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(c) for c in row] for row in rows]
+    cells = [[safe(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
