@@ -288,14 +288,9 @@ class Scheduler:
         decisions = schedule(snapshot)
         clock.step("decide")
         self.holds = outlook.holds(decisions)
-        self.held = {}
         tenant_of = {q.name: q.tenant for q in snapshot.queues}
-        for job_id, cluster in decisions.reserved.items():
-            room, holders = self.held.setdefault(cluster, ({}, []))
-            waiting = self.cache.waiting[job_id]
-            holders.append((job_id, tenant_of.get(waiting.queue, "")))
-            for r, a in waiting.view.request.items():
-                room[r] = room.get(r, 0) + a
+        self.held = {cluster: (room, [(j, tenant_of.get(self.cache.waiting[j].queue, "")) for j in holders])
+                     for cluster, (room, holders) in outlook.reserved_room(decisions, self.cache.waiting).items()}
         for job_id, cluster in decisions.making_room.items():
             self._making_room.put(job_id, cluster)
         for job_id in decisions.assign:

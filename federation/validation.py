@@ -101,12 +101,17 @@ def check_text(v: Violations, path: str, value: str, limit: int = MAX_REASON) ->
         v.add(path, "must not contain control characters")
 
 
+def escape_controls(value: str) -> str:
+    """Control characters written out (`\\x1b`), everything else as it is."""
+    return value if value.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
+
+
 def clean_text(value: str, limit: int = MAX_REASON) -> str:
     """An agent's free text as it is stored: control characters written out (`\\x1b`), at most `limit`
     characters. An agent's report is not refused for its wording, but nothing it says reaches a terminal raw."""
     if value.isprintable() and len(value) <= limit:
         return value
-    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in value[:limit])
+    out = escape_controls(value[:limit])
     return out if len(out) <= limit and len(value) <= limit else out[:limit - 1] + "…"
 
 

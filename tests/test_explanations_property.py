@@ -79,7 +79,7 @@ def test_reason_rows_and_forecast_never_contradict(seed: int) -> None:
     waiting = outlook.waiting(snap, d, order, lambda job: 3600.0, [*sent, *held])
     starts = after_cycle(snap.clusters, sent, held, waiting)
     states = [ClusterState(view, True, False) for view in outlook.after_dispatch(snap, d)]
-    reserved = outlook.reserved_room(snap, d)
+    reserved = outlook.reserved_room(d, pending)
     by_name = {c.name: c for c in snap.clusters}
     for job_id in order:
         if job_id in d.assign:

@@ -13,6 +13,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from federation.v1 import admin_pb2, common_pb2
+from federation.validation import escape_controls
 
 FORMATS = ("table", "json", "yaml")
 
@@ -48,8 +49,7 @@ def quantities(values: Any) -> str:
 def safe(text: object) -> str:
     """Server-held text as a terminal may show it: control characters written out (`\\x1b`), never run (a
     member cluster's or another user's words could otherwise set the window title or clear the screen)."""
-    value = str(text)
-    return value if value.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
+    return escape_controls(str(text))
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -9,7 +9,7 @@ writes its per-cluster row says it fits now.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from federation.scheduling.cycle import Decisions, PendingJob, Snapshot, queue_chains
 from federation.scheduling.fit import ClusterView, check, could_hold, covers
@@ -37,9 +37,9 @@ def holds(d: Decisions) -> dict[str, str]:
     return out
 
 
-def reserved_room(snap: Snapshot, d: Decisions) -> dict[str, tuple[dict[str, int], list[str]]]:
-    """Per cluster, the room the cycle holds there for waiting jobs, and those jobs in order."""
-    pending = {job.id: job for job in snap.pending}
+def reserved_room(d: Decisions, pending: Mapping[str, PendingJob]) -> dict[str, tuple[dict[str, int], list[str]]]:
+    """Per cluster, the room the cycle holds there for waiting jobs, and those jobs in order. `pending`: the
+    waiting jobs by id (looked up for the reserved ones only)."""
     out: dict[str, tuple[dict[str, int], list[str]]] = {}
     for job_id, cluster in d.reserved.items():
         room, holders = out.setdefault(cluster, ({}, []))
@@ -57,7 +57,7 @@ def waiting(snap: Snapshot, d: Decisions, order: Sequence[str], runs_for: Callab
     chains = queue_chains(snap.queues)
     tenant_of = {q.name: q.tenant for q in snap.queues}
     clusters = after_dispatch(snap, d)
-    reserved = reserved_room(snap, d)
+    reserved = reserved_room(d, pending)
     could: dict[tuple[object, ...], frozenset[str]] = {}
     out = []
     for job_id in order:
