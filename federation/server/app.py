@@ -115,7 +115,9 @@ class FederationServer:
         self.agent_server: grpc.aio.Server | None = None
 
     async def start(self) -> int:
-        self.engine = database.async_engine(self.url)
+        # A replica frozen inside any write (holding the event counter's row lock) must not stall the others'
+        # writes longer than it could hold the lease: PostgreSQL ends its transaction after that long.
+        self.engine = database.async_engine(self.url, stalled_after=max(self.leader_lease, database.MIN_STALLED))
         jobs = JobStore(self.engine)
         admin = AdminStore(self.engine)
         tokens = TokenStore(self.engine)

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 # ends the transaction, so the row locks it held (the event counter's, which every writer takes) do not stop
 # every other replica's writes until the kernel notices, which for a stopped process is never.
 STALLED_TRANSACTION_SECONDS = 15.0
+MIN_STALLED = 2.0  # shorter, a loaded event loop between two statements of one transaction could trip it
 
 MIGRATIONS_DIR = Path(os.environ.get("FEDERATION_MIGRATIONS_DIR", Path(__file__).resolve().parents[2] / "migrations"))
 

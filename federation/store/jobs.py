@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import aliased
 
-from federation import gangs
+from federation import failpoints, gangs
 from federation.errors import FailedPrecondition, NotFound
 from federation.leader import Fence
 from federation.store.models import Cluster, EventCounter, Job, JobEvent, SubmitKey, TenantEventCounter
@@ -131,6 +131,8 @@ async def append_events(conn: AsyncConnection, events: Sequence[EventRecord]) ->
                      "attempt": e.attempt, "cluster": e.cluster})
         next_of[e.tenant] += 1
     await insert_rows(conn, _events, rows)
+    for kind in sorted({e.type for e in events}):
+        failpoints.reached(f"events:{kind}")  # holding both counters' row locks, before the commit
     return last
 
 
