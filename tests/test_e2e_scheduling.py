@@ -351,6 +351,7 @@ def test_a_replica_frozen_inside_a_write_stalls_the_others_writes_no_longer_than
         wait_for("the healthy replica's writes to go on",
                  lambda: fed.job(after[0]).status.phase != common_pb2.PENDING, 60)
         stalled = time.monotonic() - frozen_at
+        print(f"{write}: the healthy replica's write and dispatch went on after {stalled:.1f} s")
         assert stalled < max(LEASE, 2.0) + 8, f"the others' writes waited {stalled:.1f} s"
         frozen.proc.send_signal(signal.SIGCONT)
         if write in ("Submitted", "Cancelled"):  # its transaction was ended: the caller learns it failed
