@@ -1,4 +1,9 @@
-"""Prometheus metrics of the federation server (served on --metrics-listen)."""
+"""Prometheus metrics of the federation server (served on --metrics-listen).
+
+Series that name a queue (and so a tenant's business: the API hides a queue from other tenants) live in
+their own registry, `TENANTS`, served only to a scrape carrying an admin's bearer token; everyone else gets
+the federation-wide series (`federation_pending_jobs`, not per queue), which name no tenant.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from aiohttp import web
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.aiohttp import make_aiohttp_handler
+from prometheus_client.registry import Collector
+
+from federation.auth import Principal
+
+TENANTS = CollectorRegistry()
 
 CYCLE_SECONDS = Histogram("federation_scheduler_cycle_seconds", "Duration of one scheduling cycle.",
                           buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
@@ -18,24 +30,62 @@ CYCLE_STEP_SECONDS = Histogram("federation_scheduler_cycle_step_seconds",
                                ["step"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 JOBS_SCHEDULED = Counter("federation_jobs_scheduled_total", "Jobs dispatched to a member cluster.")
 JOBS_PREEMPTED = Counter("federation_jobs_preempted_total", "Running jobs preempted or reclaimed.")
+PENDING = Gauge("federation_pending_jobs", "Jobs waiting, in every queue.")
+LOST_GPU_HOURS = Counter("federation_lost_gpu_hours_total",
+                         "GPU-hours of work preempted jobs did since their last checkpoint, in every queue.")
 PREEMPTION_LOST_GPU_HOURS = Counter("federation_preemption_lost_gpu_hours_total",
-                                    "GPU-hours of work preempted jobs did since their last checkpoint.", ["queue"])
-QUEUE_PENDING = Gauge("federation_queue_pending_jobs", "Jobs waiting in a queue.", ["queue"])
+                                    "GPU-hours of work preempted jobs did since their last checkpoint.", ["queue"],
+                                    registry=TENANTS)
+QUEUE_PENDING = Gauge("federation_queue_pending_jobs", "Jobs waiting in a queue.", ["queue"], registry=TENANTS)
 QUEUE_DOMINANT_SHARE = Gauge("federation_queue_dominant_share",
-                             "Largest share of its deserved resources a queue uses.", ["queue"])
+                             "Largest share of its deserved resources a queue uses.", ["queue"], registry=TENANTS)
 QUEUE_USAGE = Gauge("federation_queue_usage", "What each queue's running jobs hold, by resource (and "
-                    "resource@flavor), canonical units (cpu in millicores).", ["queue", "resource"])
+                    "resource@flavor), canonical units (cpu in millicores).", ["queue", "resource"], registry=TENANTS)
 QUEUE_DESERVED = Gauge("federation_queue_deserved", "Each queue's deserved share, by resource (and resource@flavor), "
-                       "canonical units.", ["queue", "resource"])
+                       "canonical units.", ["queue", "resource"], registry=TENANTS)
 CLUSTER_UTILISATION = Gauge("federation_cluster_utilisation", "Used / allocatable per resource.",
                             ["cluster", "resource"])
 
 
-def serve(address: str) -> int:
-    """Serve /metrics at HOST:PORT (port 0 picks one); returns the port."""
+class _Both(Collector):
+    """Every series: the federation-wide ones and the per-queue ones, one exposition."""
+
+    def collect(self) -> Any:
+        yield from REGISTRY.collect()
+        yield from TENANTS.collect()
+
+
+def app(authenticate: Callable[[str | None], Awaitable[Principal | str]]) -> web.Application:
+    """/metrics: per-queue series for an admin's bearer token, the federation-wide ones for anyone else;
+    a token that does not authenticate is a 401 (a scraper misconfigured should hear it, not get less)."""
+    public, everything = make_aiohttp_handler(REGISTRY), make_aiohttp_handler(_Both())
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        header = request.headers.get("Authorization")
+        principal = await authenticate(header)  # --insecure-dev: everyone is an admin
+        if isinstance(principal, Principal):
+            return await (everything if principal.admin else public)(request)
+        if header is None:
+            return await public(request)
+        raise web.HTTPUnauthorized(text=f"{principal}\n", headers={"WWW-Authenticate": "Bearer"})
+
+    application = web.Application()
+    application.router.add_get("/metrics", handle)
+    return application
+
+
+async def serve(address: str, authenticate: Callable[[str | None], Awaitable[Principal | str]]) -> web.AppRunner:
+    """Serve /metrics at HOST:PORT (port 0 picks one) on this event loop; the runner's `addresses` say where."""
+    runner = web.AppRunner(app(authenticate), access_log=None)
+    await runner.setup()
     host, _, port = address.rpartition(":")
-    server, _ = start_http_server(int(port), addr=host or "0.0.0.0")
-    return int(server.server_address[1])
+    try:
+        await web.TCPSite(runner, host or "127.0.0.1", int(port), reuse_port=False).start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    return runner
+
 
 CLUSTER_READY = Gauge("federation_cluster_ready", "1 while a member cluster is schedulable (Ready, heard from within "
                       "the heartbeat timeout, not cordoned, its report usable), else 0.", ["cluster"])

@@ -370,10 +370,12 @@ class Scheduler:
         queue_of = {job.id: job.queue for job in snapshot.running}
         for job_id, lost in decisions.lost.items():
             metrics.PREEMPTION_LOST_GPU_HOURS.labels(queue_of[job_id]).inc(lost / 3600)
+            metrics.LOST_GPU_HOURS.inc(lost / 3600)
         waiting = Counter({q.name: 0 for q in snapshot.queues})
         waiting.update(job.queue for job in snapshot.pending if job.id not in decisions.assign)
         for queue, count in waiting.items():
             metrics.QUEUE_PENDING.labels(queue).set(count)
+        metrics.PENDING.set(sum(waiting.values()))
         assert decisions.shares is not None
         by_resource = set()
         for queue, usage in decisions.usage.items():

@@ -6,11 +6,20 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 
+import grpc
+import pytest
 from prometheus_client import REGISTRY
+from sqlalchemy.engine import URL
 
-from federation.v1 import admin_pb2
+from federation.cli.dev import BIN, ServerProcess
+from federation.metrics import TENANTS
+from federation.v1 import admin_pb2, admin_pb2_grpc
 from member_agent.agent import Agent
 from tests.conftest import REPO, Api, make_queue
 from tests.test_api_admin import rpc_error
@@ -20,7 +29,8 @@ DASHBOARD = REPO / "deploy" / "grafana" / "federation-dashboard.json"
 
 
 def sample(name: str, **labels: str) -> float | None:
-    return REGISTRY.get_sample_value(name, labels)
+    found = REGISTRY.get_sample_value(name, labels)
+    return found if found is not None else TENANTS.get_sample_value(name, labels)
 
 
 async def until(what: str, check: Callable[[], bool], timeout: float = 20) -> None:
@@ -57,7 +67,7 @@ async def test_rpcs_clusters_and_deleted_queues_in_the_metrics(api: Api, h100: A
 
 def test_every_dashboard_query_names_an_exported_metric() -> None:
     exported = set()
-    for family in REGISTRY.collect():
+    for family in [*REGISTRY.collect(), *TENANTS.collect()]:
         exported.add(family.name)
         exported.update(s.name for s in family.samples)
         if family.type == "counter":
@@ -69,3 +79,42 @@ def test_every_dashboard_query_names_an_exported_metric() -> None:
     assert len(exprs) == len(dashboard["panels"]) >= 10
     named = {m for expr in exprs for m in re.findall(r"\b(?:federation|grpc_server)_[a-z_]+\b", expr)}
     assert named and named <= exported, named - exported
+
+
+def test_queue_series_only_for_an_admins_scrape(empty_db_url: URL) -> None:
+    """Issue 27 (5): the API hides a queue from other tenants; so must /metrics. Without a token, or with a
+    tenant's, the scrape has the federation-wide series and names no queue; with an admin's, every queue's;
+    with a token that does not authenticate, 401."""
+    url = empty_db_url.render_as_string(hide_password=False)
+    server = ServerProcess("--database-url", url, "--auto-migrate", secure=True)
+    try:
+        made = subprocess.run([str(BIN / "federation-server"), "token", "create", "--admin", "--database-url", url],
+                              capture_output=True, text=True, timeout=60)
+        admin_token = made.stdout.strip()
+        with grpc.insecure_channel(server.address) as channel:
+            admin = admin_pb2_grpc.AdminServiceStub(channel)
+            root = (("authorization", f"Bearer {admin_token}"),)
+            admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="acme")), metadata=root)
+            admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="acme-secret-launch",
+                                                                                 tenant="acme")), metadata=root)
+            tenant_token = admin.CreateToken(admin_pb2.CreateTokenRequest(tenant="acme"),
+                                             metadata=root).bearer_token
+
+        def scrape(token: str | None) -> str:
+            headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+            request = urllib.request.Request(f"http://{server.metrics}/metrics", headers=headers)
+            return urllib.request.urlopen(request, timeout=10).read().decode()
+
+        deadline = time.monotonic() + 60
+        while 'queue="acme-secret-launch"' not in scrape(admin_token):
+            assert time.monotonic() < deadline, "the queue's series never appeared for the admin"
+            time.sleep(0.2)
+        for who, token in (("anyone", None), ("a tenant", tenant_token)):
+            body = scrape(token)
+            assert "acme-secret-launch" not in body and "acme" not in body, who
+            assert "federation_pending_jobs " in body and "grpc_server_handled_total" in body, who
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            scrape("fed_0000000000000000_" + "x" * 43)
+        assert refused.value.code == 401
+    finally:
+        server.stop()

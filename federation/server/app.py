@@ -126,7 +126,7 @@ class FederationServer:
             log.warning("INSECURE DEV MODE: no authentication; every caller is an admin. Never expose this server.")
         self.hub = EventHub(jobs.events_after, jobs.last_event_seq, await jobs.last_event_seq())
         self.hub.start()
-        authenticate = insecure_dev if self.insecure_dev else self.authenticator.authenticate
+        self.authenticate = authenticate = insecure_dev if self.insecure_dev else self.authenticator.authenticate
         # No SO_REUSEPORT: a second server on a port in use must fail, not share the port with the first
         # (gRPC sets it by default, and calls then land on either at random).
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

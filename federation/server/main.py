@@ -86,8 +86,9 @@ def cli(log_level: str) -> None:
 @_data_dir
 @click.option("--auto-migrate/--no-auto-migrate", envvar="FEDERATION_AUTO_MIGRATE", default=False,
               show_default=True, help="Upgrade an out-of-date database schema at startup instead of refusing.")
-@click.option("--metrics-listen", envvar="FEDERATION_METRICS_LISTEN", default="0.0.0.0:9464", show_default=True,
-              help="Address of the Prometheus /metrics endpoint ('' turns it off; port 0 picks one).")
+@click.option("--metrics-listen", envvar="FEDERATION_METRICS_LISTEN", default="127.0.0.1:9464", show_default=True,
+              help="Address of the Prometheus /metrics endpoint ('' turns it off; port 0 picks one). Per-queue "
+                   "series only for a scrape with an admin's bearer token.")
 @click.option("--ui-listen", envvar="FEDERATION_UI_LISTEN", default="", show_default=True,
               help="Address of the read-only web dashboard (off when ''; port 0 picks one); it reads the API with "
                    "each viewer's token.")
@@ -217,12 +218,14 @@ async def _serve(server: FederationServer, metrics_listen: str, ui_listen: str =
             await server.stop(0)
             raise PortInUse(f"cannot serve the dashboard on {ui_listen}: {err.strerror}") from None
         print(f"federation-server dashboard on http://{ui_listen.rpartition(':')[0]}:{ui_port}", flush=True)
+    metrics_runner = None
     if metrics_listen:
         try:
-            metrics_port = metrics.serve(metrics_listen)
+            metrics_runner = await metrics.serve(metrics_listen, server.authenticate)
         except OSError as err:
             await server.stop(0)
             raise PortInUse(f"cannot serve metrics on {metrics_listen}: {err.strerror}") from None
+        metrics_port = metrics_runner.addresses[0][1]
         print(f"federation-server metrics on {metrics_listen.rpartition(':')[0]}:{metrics_port}", flush=True)
     if server.agent_listen:
         print(f"federation-server agents (mTLS) on {server.agent_listen.rpartition(':')[0]}:{server.agent_port}",
@@ -237,6 +240,8 @@ async def _serve(server: FederationServer, metrics_listen: str, ui_listen: str =
     log.info("shutting down")
     if dashboard is not None:
         await dashboard.stop()
+    if metrics_runner is not None:
+        await metrics_runner.cleanup()
     await server.stop()
 
 
