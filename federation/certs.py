@@ -65,9 +65,9 @@ def make_ca(days: int = 365, common_name: str = "federation local CA") -> Pair:
 
 
 def issue(ca: Pair, common_name: str, server_names: Sequence[str] = (), days: int = 365,
-          organization: str = "federation (local)") -> Pair:
+          organization: str = "federation (local)", since: timedelta = timedelta(minutes=5)) -> Pair:
     """A leaf certificate: a server's (with its DNS names and addresses) or a client's (an agent's; a
-    Kubernetes API server takes the organization as the user's group)."""
+    Kubernetes API server takes the organization as the user's group), valid from `since` ago for `days`."""
     ca_cert = x509.load_pem_x509_certificate(ca.cert)
     ca_key = serialization.load_pem_private_key(ca.key, None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
@@ -76,7 +76,7 @@ def issue(ca: Pair, common_name: str, server_names: Sequence[str] = (), days: in
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server_names else ExtendedKeyUsageOID.CLIENT_AUTH
     builder = (x509.CertificateBuilder().subject_name(_name(common_name, organization)).issuer_name(ca_cert.subject)
                .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=days))
+               .not_valid_before(now - since).not_valid_after(now + timedelta(days=days))
                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
     if server_names:
@@ -101,3 +101,34 @@ def write_all(directory: Path, clusters: Sequence[str], server_names: Sequence[s
     for cluster in clusters:
         issue(ca, cluster, days=days).write(directory, cluster)
     return sorted(directory.iterdir())
+
+
+def load_pair(cert_path: Path, key_path: Path, now: datetime) -> Pair:
+    """A server's certificate and key, read and checked before gRPC gets them: gRPC only fails to bind, which
+    would read as "the address is in use". ValueError names the file and what is wrong with it."""
+    cert_pem, key_pem = cert_path.read_bytes(), key_path.read_bytes()
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        raise ValueError(f"{cert_path}: not a PEM certificate") from None
+    try:
+        key = serialization.load_pem_private_key(key_pem, None)
+    except (ValueError, TypeError) as err:  # TypeError: encrypted, and no password
+        why = "encrypted (give an unencrypted key)" if isinstance(err, TypeError) else "not a PEM private key"
+        raise ValueError(f"{key_path}: {why}") from None
+    public = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*public) != cert.public_key().public_bytes(*public):
+        raise ValueError(f"{key_path} is not the private key of {cert_path}")
+    if cert.not_valid_after_utc <= now:
+        raise ValueError(f"{cert_path}: the certificate expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
+    return Pair(cert_pem, key_pem)
+
+
+def load_ca(path: Path) -> bytes:
+    """A CA bundle, checked to hold at least one PEM certificate."""
+    pem = path.read_bytes()
+    try:
+        x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        raise ValueError(f"{path}: not a PEM CA certificate") from None
+    return pem

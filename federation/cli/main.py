@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from federation.cli import convert, output
+from federation.cli import convert, output, tlsprobe
 from federation.cli.dev import dev
 from federation.cli.manifest import Converted, admin_from_document, apply_documents, job_from_document
 from federation.cli.yamldoc import Document, ManifestError, load_documents
@@ -99,6 +100,7 @@ def _pem(path: str, what: str) -> bytes:
 class Client:
     def __init__(self, server: str, token: str = "", ca: str = "", cert: str = "", key: str = "") -> None:
         self.server = server
+        self.tls = (ca, cert, key)  # what a failed connection is diagnosed with (tlsprobe)
         if bool(cert) != bool(key):
             raise click.UsageError("--cert and --key go together")
         if ca:  # TLS: the server's certificate checked against `ca`; a client certificate when given
@@ -132,11 +134,17 @@ def fail(lines: list[str]) -> NoReturn:
     sys.exit(1)
 
 
-def rpc_error_lines(err: grpc.RpcError, server: str) -> list[str]:
+def rpc_error_lines(err: grpc.RpcError, client: Client | str) -> list[str]:
     code = err.code()  # type: ignore[attr-defined]
+    server = client.server if isinstance(client, Client) else client
     if code == grpc.StatusCode.UNAVAILABLE:
-        return [f"cannot reach the federation server at {server}; is it running? "
-                "(set --server or FEDERATION_SERVER)"]
+        ca, cert, key = client.tls if isinstance(client, Client) else ("", "", "")
+        try:
+            cause = tlsprobe.diagnose(server, ca, cert, key)
+        except (OSError, ssl.SSLError, ValueError) as probe:  # unreadable --ca etc.: say that instead
+            cause = f"cannot use the TLS files: {probe}"
+        return [cause or f"cannot reach the federation server at {server} ({err.details()}); is it "  # type: ignore[attr-defined]
+                "running? (set --server or FEDERATION_SERVER)"]
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return [f"{err.details()} (UNAUTHENTICATED): set --token, FEDERATION_TOKEN or token: in "  # type: ignore[attr-defined]
                 f"{config_path()}"]
@@ -159,8 +167,7 @@ class FedctlGroup(click.Group):
         try:
             return super().invoke(ctx)
         except grpc.RpcError as err:
-            server = ctx.obj.server if isinstance(ctx.obj, Client) else DEFAULT_SERVER
-            fail(rpc_error_lines(err, server))
+            fail(rpc_error_lines(err, ctx.obj if isinstance(ctx.obj, Client) else DEFAULT_SERVER))
         except ManifestError as err:
             fail([str(err)])
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit, KeyboardInterrupt):
@@ -282,7 +289,7 @@ def submit(client: Client, files: tuple[Path, ...], named: tuple[Path, ...], rej
             specs=[c.message for c in converted], reject_inadmissible=reject_inadmissible,
             allow_unknown_resources=allow_unknown_resources, dry_run=dry_run == "server"))
     except grpc.RpcError as err:
-        fail(_located(err, converted, client.server))
+        fail(_located(err, converted, client))
     for c, result in zip(converted, response.results, strict=True):
         if result.inadmissible:
             who = f"job/{result.job_id or c.message.name}"  # type: ignore[attr-defined]
@@ -321,7 +328,7 @@ def _at_line(converted: list[Converted], field: str, description: str) -> str:
     return f"{c.doc.file}:{c.line_of(path)}: {manifest_path or path}: {description}"
 
 
-def _located(err: grpc.RpcError, converted: list[Converted], server: str) -> list[str]:
+def _located(err: grpc.RpcError, converted: list[Converted], client: Client) -> list[str]:
     """Server errors about `specs[i].field` shown at the file and line of that field (or of the job)."""
     if err.code() == grpc.StatusCode.FAILED_PRECONDITION and (err.details() or "").startswith("specs["):
         lines = []
@@ -331,7 +338,7 @@ def _located(err: grpc.RpcError, converted: list[Converted], server: str) -> lis
             lines.append(f"{c.doc.file}:{c.doc.start_line}: {why}" if c else part)
         return lines
     return [_at_line(converted, v.field, v.description) for v in field_violations(err)] or \
-        rpc_error_lines(err, server)
+        rpc_error_lines(err, client)
 
 
 def _prefixes(path: str) -> Iterator[str]:

@@ -9,7 +9,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
@@ -17,7 +17,7 @@ import grpc
 from cryptography import x509
 from sqlalchemy.engine import URL
 
-from federation import metrics
+from federation import certs, metrics
 from federation.cliargs import hoist
 from federation.durations import parse_duration
 from federation.errors import FederationError
@@ -156,10 +156,14 @@ def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: b
         raise click.UsageError("--tls-cert and --tls-key go together")
     if client_ca and not tls_cert:
         raise click.UsageError("--client-ca needs --tls-cert and --tls-key: client certificates are checked over TLS")
-    tls = AgentTls(tls_cert.read_bytes(), tls_key.read_bytes(), agent_ca.read_bytes()) \
-        if tls_cert and tls_key and agent_ca else None
-    api_tls = ApiTls(tls_cert.read_bytes(), tls_key.read_bytes(), client_ca.read_bytes() if client_ca else None) \
-        if tls_cert and tls_key and not insecure_dev else None
+    try:
+        pair = certs.load_pair(tls_cert, tls_key, datetime.now(UTC)) if tls_cert and tls_key else None
+        agent_ca_pem = certs.load_ca(agent_ca) if agent_ca else None
+        client_ca_pem = certs.load_ca(client_ca) if client_ca else None
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    tls = AgentTls(pair.cert, pair.key, agent_ca_pem) if pair and agent_ca_pem else None
+    api_tls = ApiTls(pair.cert, pair.key, client_ca_pem) if pair and not insecure_dev else None
     if tls_cert and insecure_dev:
         log.warning("--insecure-dev: the user API stays plaintext (no tokens to protect); --tls-cert serves agents")
     if any((oidc_issuer, oidc_audience, oidc_jwks)) and not all((oidc_issuer, oidc_audience, oidc_jwks)):
