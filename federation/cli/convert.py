@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from federation.cli.manifest import FEDERATION_API, VOLCANO_API, VOLCANO_QUEUE_API, volcano_queue
-from federation.cli.yamldoc import Document, ManifestError
+from federation.cli.yamldoc import Document, ManifestError, quoted
 from federation.resources import QuantityError, format_amount, parse_amount
 from federation.v1 import admin_pb2
 from federation.validation import DEFAULT_TENANT
@@ -253,7 +253,7 @@ def _weight(doc: Document, spec: dict[str, Any]) -> int | None:
     try:
         return max(1, round(float(str(weight))))  # weights here are whole numbers, at least 1
     except ValueError:
-        raise doc.error("spec.fairSharing.weight", f"{weight!r} is not a number") from None
+        raise doc.error("spec.fairSharing.weight", f"{quoted(weight)} is not a number") from None
 
 
 def _dns_label(text: str) -> str:

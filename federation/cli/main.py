@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import ssl
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import click
 import grpc
@@ -21,13 +22,15 @@ from grpc_status import rpc_status
 from federation.cli import convert, output, tlsprobe
 from federation.cli.dev import dev
 from federation.cli.manifest import Converted, admin_from_document, apply_documents, job_from_document
-from federation.cli.yamldoc import Document, ManifestError, load_documents
+from federation.cli.yamldoc import Document, ManifestError, iter_documents, load_documents
 from federation.cliargs import hoist
 from federation.durations import parse_duration
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import Violations, check_job_spec, normalise_job_spec
 
 DEFAULT_SERVER = "localhost:50051"
+SUBMIT_BATCH = 1000  # jobs per SubmitJobs, the server's most
+T = TypeVar("T")
 
 
 def config_path() -> Path:
@@ -234,14 +237,25 @@ pass_client = click.make_pass_decorator(Client)
 # ---- jobs -----------------------------------------------------------------------------------
 
 def _read_manifests(files: tuple[Path, ...]) -> Iterator[Document]:
+    """Each file's documents, read as a stream: a manifest of any size is never held whole."""
     for path in files:
         try:
-            text = sys.stdin.read() if str(path) == "-" else path.read_text()
+            with contextlib.ExitStack() as stack:
+                stream = sys.stdin.buffer if str(path) == "-" else stack.enter_context(path.open("rb"))
+                yield from iter_documents(stream, str(path))
         except OSError as err:
             raise ManifestError(str(path), None, f"cannot read: {err.strerror}") from None
-        except UnicodeDecodeError as err:
-            raise ManifestError(str(path), None, f"is not UTF-8 text (byte {err.start}): not a YAML manifest") from None
-        yield from load_documents(text, str(path))
+
+
+def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    batch: list[T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 _dry_run = click.option("--dry-run", type=click.Choice(["none", "client", "server"]), default="none",
@@ -267,36 +281,57 @@ def submit(client: Client, files: tuple[Path, ...], named: tuple[Path, ...], rej
            allow_unknown_resources: bool, dry_run: str, fmt: str) -> None:
     """Submit the Volcano Job manifests in FILES or -f FILE (several documents per file allowed).
 
-    All jobs are accepted together or none is. A job that cannot run as the federation stands is accepted
-    with a warning (capacity may come), unless --reject-inadmissible.
+    The manifests are read as a stream and sent in batches of 1,000 jobs; each batch is accepted together or
+    not at all, and a manifest of 1,000 jobs or fewer is one batch. A job that cannot run as the federation
+    stands is accepted with a warning (capacity may come), unless --reject-inadmissible.
     """
     files = (*files, *named)
     if not files:
         raise click.UsageError("give the manifests: fedctl submit -f FILE (or FILE ...)")
-    converted = [job_from_document(doc) for doc in _read_manifests(files)]
-    if not converted:
-        fail([f"{', '.join(map(str, files))}: no job manifests found"])
-    for c in converted:
-        for warning in c.warnings:
-            click.echo(f"fedctl: warning: {warning}", err=True)
-    if dry_run == "client":
-        _check_here(converted)
+    submitted = 0  # jobs of earlier batches (each batch is let go once sent: a manifest is never held whole)
+    last: Document | None = None
+    responses = jobs_pb2.SubmitJobsResponse()
+    for converted in _batches((job_from_document(doc) for doc in _read_manifests(files)), SUBMIT_BATCH):
         for c in converted:
-            click.echo(f"job/{c.message.name} valid (dry run: client)")  # type: ignore[attr-defined]
-        return
-    try:
-        response = client.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(
-            specs=[c.message for c in converted], reject_inadmissible=reject_inadmissible,
-            allow_unknown_resources=allow_unknown_resources, dry_run=dry_run == "server"))
-    except grpc.RpcError as err:
-        fail(_located(err, converted, client))
+            for warning in c.warnings:
+                click.echo(f"fedctl: warning: {warning}", err=True)
+        if dry_run == "client":
+            _check_here(converted)
+            for c in converted:
+                click.echo(f"job/{c.message.name} valid (dry run: client)")  # type: ignore[attr-defined]
+            submitted += len(converted)
+            continue
+        try:
+            response = client.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(
+                specs=[c.message for c in converted], reject_inadmissible=reject_inadmissible,
+                allow_unknown_resources=allow_unknown_resources, dry_run=dry_run == "server"))
+        except grpc.RpcError as err:
+            fail(_located(err, converted, client) + _partly(submitted, last, converted[0].doc, dry_run))
+        _report_batch(converted, response, dry_run, fmt)
+        responses.results.extend(response.results)
+        submitted += len(converted)
+        last = converted[-1].doc
+    if not submitted:
+        fail([f"{', '.join(map(str, files))}: no job manifests found"])
+    if fmt != "table" and dry_run != "client":
+        output.emit(fmt, [responses], responses)
+
+
+def _partly(submitted: int, last: Document | None, refused: Document, dry_run: str) -> list[str]:
+    """What a failed batch leaves behind: the batches before it were submitted (each is all or nothing)."""
+    if last is None or dry_run != "none":
+        return []
+    return [f"{submitted:,} jobs of earlier batches were submitted (through {last.file}:{last.start_line}); "
+            f"those from {refused.file}:{refused.start_line} on were not"]
+
+
+def _report_batch(converted: list[Converted], response: jobs_pb2.SubmitJobsResponse, dry_run: str, fmt: str) -> None:
     for c, result in zip(converted, response.results, strict=True):
         if result.inadmissible:
             who = f"job/{result.job_id or c.message.name}"  # type: ignore[attr-defined]
             click.echo(f"fedctl: warning: {c.doc.file}:{c.doc.start_line}: {who} {result.inadmissible}; "
                        "it waits until the federation can hold it", err=True)
     if fmt != "table":
-        output.emit(fmt, [response], response)
         return
     for c, result in zip(converted, response.results, strict=True):
         if dry_run == "server":

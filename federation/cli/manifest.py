@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 
 from federation.cli import volcano_fields
 from federation.cli.volcano_fields import Fields
-from federation.cli.yamldoc import Document
+from federation.cli.yamldoc import Document, quoted
 from federation.durations import parse_duration
 from federation.resources import QuantityError, format_amount, parse_amount
 from federation.v1 import admin_pb2, common_pb2
@@ -77,19 +77,19 @@ class _Reader:
 
     def int(self, value: Any, path: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.doc.error(path, f"must be an integer, got {value!r}")
+            raise self.doc.error(path, f"must be an integer, got {quoted(value)}")
         if not -(2**31) <= value < 2**31:
             raise self.doc.error(path, f"{value} is out of range")
         return value
 
     def str(self, value: Any, path: str) -> str:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise self.doc.error(path, f"must be a string, got {value!r}")
+            raise self.doc.error(path, f"must be a string, got {quoted(value)}")
         return str(value)
 
     def bool(self, value: Any, path: str) -> bool:
         if not isinstance(value, bool):
-            raise self.doc.error(path, f"must be true or false, got {value!r}")
+            raise self.doc.error(path, f"must be true or false, got {quoted(value)}")
         return value
 
     def str_map(self, value: Any, path: str) -> dict[str, str]:
@@ -114,7 +114,7 @@ class _Reader:
             elif key not in fields.known:
                 close = difflib.get_close_matches(str(key), sorted(fields.known), n=1)
                 hint = f"; did you mean {close[0]}?" if close else f" (fields here: {', '.join(sorted(fields.known))})"
-                raise self.doc.error(child, f"unknown field {str(key)!r}: {owner} has no such field{hint}")
+                raise self.doc.error(child, f"unknown field {quoted(str(key))}: {owner} has no such field{hint}")
 
 
 def _topology(r: _Reader, value: Any, path: str, target: common_pb2.NetworkTopology, prefix: str) -> None:
@@ -234,7 +234,7 @@ def _selector(r: _Reader, text: str, path: str) -> dict[str, str]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = part.partition("=")
         if not eq or not key.strip():
-            raise r.doc.error(path, f"{part!r} is not key=value (write the selector as a=b,c=d)")
+            raise r.doc.error(path, f"{quoted(part)} is not key=value (write the selector as a=b,c=d)")
         out[key.strip()] = value.strip()
     return out
 
@@ -281,7 +281,7 @@ def job_from_document(doc: Document) -> Converted:
     r.fields(body, volcano_fields.JOB_SPEC, "spec")
     scheduler = r.str(body.get("schedulerName", VOLCANO_SCHEDULER), "spec.schedulerName")
     if scheduler != VOLCANO_SCHEDULER:
-        out.ignored.append(f"spec.schedulerName (line {doc.line('spec.schedulerName')}: {scheduler!r}; the "
+        out.ignored.append(f"spec.schedulerName (line {doc.line('spec.schedulerName')}: {quoted(scheduler)}; the "
                            "federation schedules it, as Volcano would)")
     spec.queue = r.str(body.get("queue", DEFAULT_QUEUE), "spec.queue")
     o["queue"] = "spec.queue"
@@ -335,7 +335,7 @@ def _admin(doc: Document, kind: str, message: Message, fields: dict[str, tuple[s
 def _queue_state(r: _Reader, value: Any, path: str) -> int:
     text = r.str(value, path).upper()
     if text not in ("OPEN", "CLOSED", "DRAINING"):
-        raise r.doc.error(path, f"{value!r} is not one of Open, Closed, Draining")
+        raise r.doc.error(path, f"{quoted(value)} is not one of Open, Closed, Draining")
     return admin_pb2.QueueState.Value(text)
 
 
