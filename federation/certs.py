@@ -8,6 +8,7 @@ PKI (cert-manager, Vault); this is for laptops, compose and tests (`fedctl dev c
 from __future__ import annotations
 
 import ipaddress
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -132,3 +133,12 @@ def load_ca(path: Path) -> bytes:
     except ValueError:
         raise ValueError(f"{path}: not a PEM CA certificate") from None
     return pem
+
+
+
+def server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A TLS 1.2+ server context (the dashboard's HTTPS) from files load_pair has checked."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    return context

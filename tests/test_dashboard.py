@@ -119,6 +119,14 @@ def browser() -> Iterator[webdriver.Chrome]:
         chrome.quit()
 
 
+def sign_in(browser: webdriver.Chrome, ui: str, token: str) -> None:
+    """As a person does: the sign-in form, the token pasted, posted (issue 27 (6): never in a URL)."""
+    browser.get(f"{ui}/login")
+    browser.find_element(By.NAME, "token").send_keys(token)
+    browser.find_element(By.CSS_SELECTOR, "#login button").click()
+    WebDriverWait(browser, 30).until(lambda b: "/login" not in b.current_url)
+
+
 def _shot(browser: webdriver.Chrome, name: str) -> None:
     folder = os.environ.get("DASHBOARD_SCREENSHOTS")
     if folder:
@@ -133,7 +141,7 @@ def test_the_dashboard_answers_why_a_job_waits_and_where_its_gang_landed(site: S
     hidden = site.submit("beta", "beta-secret")
     browser.get(f"{ui}/queues")
     assert "401" in browser.find_element(By.ID, "error").text  # no token, nothing shown
-    browser.get(f"{ui}/login?token={site.tokens['alpha']}")
+    sign_in(browser, ui, site.tokens["alpha"])
 
     # Queues: alpha's own, with its share; nothing of beta's.
     tenants = [s.get_attribute("data-tenant") for s in browser.find_elements(By.CSS_SELECTOR, "section.tenant")]
@@ -187,6 +195,12 @@ def test_the_dashboard_answers_why_a_job_waits_and_where_its_gang_landed(site: S
     assert queue.find_element(By.CSS_SELECTOR, "td.running").text == "1"
     assert "cpu 16 / " in queue.find_element(By.CSS_SELECTOR, "div.bar[title='cpu']").text
     assert queue.find_elements(By.CSS_SELECTOR, "div.history canvas")  # the share's last hour, drawn by uPlot
+    # Drawn under the Content-Security-Policy (this site's scripts and styles only): bars painted by our script,
+    # and nothing the browser refused.
+    assert browser.execute_script("return document.querySelector('tr[data-queue=\"alpha-q\"] span.fill')"
+                                  ".style.width").endswith("%")
+    refused = [e["message"] for e in browser.get_log("browser") if "Content Security Policy" in e["message"]]
+    assert not refused, refused
     _shot(browser, "queues")
 
     # Another tenant's job, asked for by name: refused, as through the API.

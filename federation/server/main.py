@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
+import ssl
 import sys
 import warnings
 from collections.abc import Iterator
@@ -92,6 +94,11 @@ def cli(log_level: str) -> None:
 @click.option("--ui-listen", envvar="FEDERATION_UI_LISTEN", default="", show_default=True,
               help="Address of the read-only web dashboard (off when ''; port 0 picks one); it reads the API with "
                    "each viewer's token.")
+@click.option("--ui-tls-cert", envvar="FEDERATION_UI_TLS_CERT",
+              type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="PEM certificate the dashboard serves HTTPS with (needed for a --ui-listen beyond loopback).")
+@click.option("--ui-tls-key", envvar="FEDERATION_UI_TLS_KEY",
+              type=click.Path(path_type=Path, exists=True, dir_okay=False), help="PEM private key of --ui-tls-cert.")
 @click.option("--heartbeat-timeout", envvar="FEDERATION_HEARTBEAT_TIMEOUT", type=click.FloatRange(min=1),
               default=HEARTBEAT_TIMEOUT, show_default=True,
               help="Seconds without a heartbeat after which a cluster is NotReady: it gets no new work and "
@@ -142,8 +149,8 @@ def cli(log_level: str) -> None:
 @click.option("--oidc-admin-value", envvar="FEDERATION_OIDC_ADMIN_VALUE", default="federation-admins",
               show_default=True, help="The value of --oidc-admin-claim that makes the caller an admin.")
 def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str,
-          ui_listen: str, heartbeat_timeout: float, lost_grace: float, drift_after: float, leader_lease: float,
-          insecure_dev: bool,
+          ui_listen: str, ui_tls_cert: Path | None, ui_tls_key: Path | None, heartbeat_timeout: float,
+          lost_grace: float, drift_after: float, leader_lease: float, insecure_dev: bool,
           submit_rate: float, submit_burst: int, agent_listen: str, tls_cert: Path | None, tls_key: Path | None,
           agent_ca: Path | None, client_ca: Path | None, oidc_issuer: str, oidc_audience: str, oidc_jwks: Path | None,
           oidc_tenant_claim: str, oidc_admin_claim: str, oidc_admin_value: str) -> None:
@@ -156,7 +163,19 @@ def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: b
         raise click.UsageError("--tls-cert and --tls-key go together")
     if client_ca and not tls_cert:
         raise click.UsageError("--client-ca needs --tls-cert and --tls-key: client certificates are checked over TLS")
+    if bool(ui_tls_cert) != bool(ui_tls_key):
+        raise click.UsageError("--ui-tls-cert and --ui-tls-key go together")
+    if ui_listen and not ui_tls_cert and not _loopback(ui_listen):
+        if not insecure_dev:
+            raise click.UsageError(f"--ui-listen {ui_listen} is reachable from other hosts: give --ui-tls-cert and "
+                                   "--ui-tls-key (tokens and session cookies must not cross a network in clear), or "
+                                   "listen on 127.0.0.1")
+        log.warning("--insecure-dev: the dashboard on %s is plain HTTP and open to other hosts", ui_listen)
     try:
+        ui_tls = None
+        if ui_tls_cert and ui_tls_key:
+            certs.load_pair(ui_tls_cert, ui_tls_key, datetime.now(UTC))
+            ui_tls = certs.server_context(ui_tls_cert, ui_tls_key)
         pair = certs.load_pair(tls_cert, tls_key, datetime.now(UTC)) if tls_cert and tls_key else None
         agent_ca_pem = certs.load_ca(agent_ca) if agent_ca else None
         client_ca_pem = certs.load_ca(client_ca) if client_ca else None
@@ -180,7 +199,7 @@ def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: b
         except ValueError as err:
             raise click.ClickException(str(err)) from None
         try:
-            asyncio.run(_serve(server, metrics_listen, ui_listen))
+            asyncio.run(_serve(server, metrics_listen, ui_listen, ui_tls))
         except PortInUse as err:
             raise click.ClickException(str(err)) from None
 
@@ -192,11 +211,21 @@ def _current_schema(url: URL, auto_migrate: bool) -> None:
         raise click.ClickException(str(err)) from err
 
 
-def _dashboard(server: FederationServer, port: int) -> Dashboard:
+def _loopback(listen: str) -> bool:
+    host = listen.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # '' (every address) or a name: reachable from elsewhere
+
+
+def _dashboard(server: FederationServer, port: int, ui_tls: ssl.SSLContext | None) -> Dashboard:
     """The dashboard's client of this server's own API: over loopback, with TLS when the API has it."""
     target = f"127.0.0.1:{port}"
     if server.api_tls is None:
-        return Dashboard(target)
+        return Dashboard(target, tls=ui_tls)
     if server.api_tls.client_ca:
         raise click.ClickException("--ui-listen cannot be used with --client-ca: the dashboard has no client "
                                    "certificate to present")
@@ -207,21 +236,23 @@ def _dashboard(server: FederationServer, port: int) -> Dashboard:
     except x509.ExtensionNotFound:
         name = "localhost"
     return Dashboard(target, grpc.ssl_channel_credentials(root_certificates=server.api_tls.cert),
-                     (("grpc.ssl_target_name_override", name),))
+                     (("grpc.ssl_target_name_override", name),), tls=ui_tls)
 
 
-async def _serve(server: FederationServer, metrics_listen: str, ui_listen: str = "") -> None:
+async def _serve(server: FederationServer, metrics_listen: str, ui_listen: str = "",
+                 ui_tls: ssl.SSLContext | None = None) -> None:
     listen = server.listen
     port = await server.start()
     dashboard = None
     if ui_listen:
-        dashboard = _dashboard(server, port)
+        dashboard = _dashboard(server, port, ui_tls)
         try:
             ui_port = await dashboard.start(ui_listen)
         except OSError as err:
             await server.stop(0)
             raise PortInUse(f"cannot serve the dashboard on {ui_listen}: {err.strerror}") from None
-        print(f"federation-server dashboard on http://{ui_listen.rpartition(':')[0]}:{ui_port}", flush=True)
+        scheme = "https" if ui_tls else "http"
+        print(f"federation-server dashboard on {scheme}://{ui_listen.rpartition(':')[0]}:{ui_port}", flush=True)
     metrics_runner = None
     if metrics_listen:
         try:

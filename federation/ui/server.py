@@ -4,21 +4,37 @@ Every page is rendered server-side (Jinja2) from calls to the API this process s
 viewer's token, so a tenant sees exactly what its token lets it read through fedctl, and nothing else.
 The job list and a job's page follow the job event stream live (server-sent events), without a reload.
 Nothing is loaded from outside: the page's script and style are served from here, so it works air-gapped.
+
+As a web application it is hardened the way an auditor checks: the token is posted once to a sign-in form
+(with a CSRF token tied to the session, and the Origin checked) and kept in an encrypted, HttpOnly,
+SameSite=Strict session cookie that expires (Secure over TLS; aiohttp-session's EncryptedCookieStorage, so a
+tampered or malformed cookie is an empty session: 401, never a 500); redirects go to local paths only; every
+answer carries a Content-Security-Policy allowing this origin's scripts and styles only, and no framing,
+sniffing, caching or referrer beyond this site (the `secure` library). Live streams are capped per
+tenant by the API itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
+import secrets
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from datetime import UTC
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import grpc
 import jinja2
+import secure
 from aiohttp import web
+from aiohttp_session import get_session, new_session
+from aiohttp_session import setup as setup_sessions
+from aiohttp_session.cookie_storage import EncryptedCookieStorage
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
@@ -27,7 +43,17 @@ from federation.resources import format_amount, parse_amount
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 
 HERE = Path(__file__).parent
-TOKEN_COOKIE = "fed_token"
+SESSION_COOKIE = "fed_session"
+SESSION_SECONDS = 8 * 3600  # a signed-in browser signs in again after a working day
+MAX_TOKEN = 4096  # characters: a bearer token or a JWT is far shorter
+HEADERS = secure.Secure(
+    csp=secure.ContentSecurityPolicy().default_src("'none'").script_src("'self'").style_src("'self'")
+    .img_src("'self'", "data:").connect_src("'self'").form_action("'self'").frame_ancestors("'none'")
+    .base_uri("'none'"),
+    xfo=secure.XFrameOptions().deny(), xcto=secure.XContentTypeOptions(),
+    referrer=secure.ReferrerPolicy().same_origin(), cache=secure.CacheControl().no_store(),
+    coop=secure.CrossOriginOpenerPolicy().same_origin(), server=secure.Server().set(""))
+HSTS = secure.Secure(hsts=secure.StrictTransportSecurity().max_age(31_536_000))
 PAGE_SIZE = 50
 GPU = "nvidia.com/gpu"
 PHASES = [p.capitalize() for p in common_pb2.JobPhase.keys()[1:]]
@@ -66,10 +92,23 @@ def _share_of(usage: Any, deserved: Any) -> dict[str, tuple[int, int]]:
     return out
 
 
+def local_path(wanted: str | None) -> str:
+    """Where to go after signing in: a path of this site, never another's (`//evil`, `https://evil`, `/\\evil`)."""
+    if not wanted or not wanted.startswith("/") or wanted.startswith(("//", "/\\")):
+        return "/queues"
+    parts = urlsplit(wanted)
+    if parts.scheme or parts.netloc or any(ord(c) < 0x20 for c in wanted):
+        return "/queues"
+    return wanted
+
+
 class Dashboard:
     def __init__(self, target: str, credentials: grpc.ChannelCredentials | None = None,
-                 options: tuple[tuple[str, Any], ...] = ()) -> None:
+                 options: tuple[tuple[str, Any], ...] = (), tls: ssl.SSLContext | None = None) -> None:
         self.target, self.credentials, self.options = target, credentials, options
+        self.tls = tls
+        # Sessions are this process's: a restart signs everyone out, as a new key should.
+        self.session_key = secrets.token_bytes(32)
         self.channel: grpc.aio.Channel | None = None
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                             autoescape=jinja2.select_autoescape(["html"]))
@@ -79,7 +118,12 @@ class Dashboard:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._errors])
-        app.add_routes([web.get("/", self.home), web.get("/login", self.login), web.get("/queues", self.queues),
+        setup_sessions(app, EncryptedCookieStorage(
+            self.session_key, cookie_name=SESSION_COOKIE, max_age=SESSION_SECONDS, httponly=True,
+            secure=self.tls is not None, samesite="Strict"))
+        app.on_response_prepare.append(self._headers)
+        app.add_routes([web.get("/", self.home), web.get("/login", self.login), web.post("/login", self.sign_in),
+                        web.post("/logout", self.sign_out), web.get("/queues", self.queues),
                         web.get("/jobs", self.jobs), web.get("/jobs/rows", self.job_rows),
                         web.get("/jobs/{id}", self.job), web.get("/clusters", self.clusters),
                         web.get("/events", self.events), web.static("/static", HERE / "static")])
@@ -88,11 +132,12 @@ class Dashboard:
     async def start(self, listen: str) -> int:
         self.channel = grpc.aio.secure_channel(self.target, self.credentials, self.options) if self.credentials \
             else grpc.aio.insecure_channel(self.target, self.options)
-        self.runner = web.AppRunner(self.app(), access_log=None)
+        # A viewer gone (a tab closed) cancels its handler: a live stream gives back its watch at once.
+        self.runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True)
         await self.runner.setup()
         host, _, port = listen.rpartition(":")
         sock = socket.create_server((host or "0.0.0.0", int(port)))  # bound here, so port 0's pick is known
-        await web.SockSite(self.runner, sock).start()
+        await web.SockSite(self.runner, sock, ssl_context=self.tls).start()
         self.port = int(sock.getsockname()[1])
         return self.port
 
@@ -106,12 +151,29 @@ class Dashboard:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def _api(self, request: web.Request) -> Api:
+    async def _api(self, request: web.Request) -> Api:
         assert self.channel is not None
-        return Api(self.channel, request.cookies.get(TOKEN_COOKIE, ""))
+        session = await get_session(request)
+        return Api(self.channel, str(session.get("token", "")))
 
-    def _page(self, name: str, **context: Any) -> web.Response:
-        return web.Response(text=self.templates.get_template(name).render(**context), content_type="text/html")
+    async def _page(self, request: web.Request, name: str, http_status: int = 200, **context: Any) -> web.Response:
+        """A page, with the session's CSRF token for its forms (signing out)."""
+        session = await get_session(request)
+        if "csrf" not in session:
+            session["csrf"] = secrets.token_urlsafe(32)
+        context.setdefault("csrf", session["csrf"])
+        return web.Response(text=self.templates.get_template(name).render(**context), content_type="text/html",
+                            status=http_status)
+
+    async def _headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        HEADERS.set_headers(response)
+        if self.tls is not None:
+            HSTS.set_headers(response)
+
+    def _same_origin(self, request: web.Request) -> bool:
+        """A form posted from this site: the browser's Origin (when it sends one) is ours."""
+        origin = request.headers.get("Origin")
+        return origin is None or origin == f"{'https' if self.tls else 'http'}://{request.host}"
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -121,24 +183,60 @@ class Dashboard:
             return await handler(request)
         except grpc.aio.AioRpcError as err:
             status = {grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.PERMISSION_DENIED: 403,
-                      grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.INVALID_ARGUMENT: 400}.get(err.code(), 502)
+                      grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.INVALID_ARGUMENT: 400,
+                      grpc.StatusCode.RESOURCE_EXHAUSTED: 429}.get(err.code(), 502)
             page = self.templates.get_template("error.html").render(status=status, message=err.details(),
-                                                                      login=status == 401)
+                                                                      login=status == 401, next=request.path_qs,
+                                                                      signed_out=status == 401)
             return web.Response(text=page, content_type="text/html", status=status)
 
     async def home(self, request: web.Request) -> web.StreamResponse:
         raise web.HTTPFound("/queues")
 
     async def login(self, request: web.Request) -> web.StreamResponse:
-        """`/login?token=fed_...`: the token kept in a cookie for the pages that follow."""
-        response = web.HTTPFound(request.query.get("next", "/queues"))
-        response.set_cookie(TOKEN_COOKIE, request.query.get("token", ""), httponly=True, samesite="Strict")
-        raise response
+        """The sign-in form. A token in the URL is not taken: it would stay in history and proxies' logs,
+        and a link from another site could sign a viewer in as someone else."""
+        return await self._page(request, "login.html", title="Sign in", next=local_path(request.query.get("next")),
+                                by_url="token" in request.query, signed_out=True)
+
+    async def sign_in(self, request: web.Request) -> web.StreamResponse:
+        session = await get_session(request)
+        form = await request.post()
+        expected = str(session.get("csrf", ""))
+        if not self._same_origin(request) or not expected or \
+                not hmac.compare_digest(str(form.get("csrf", "")), expected):
+            raise web.HTTPForbidden(text="sign-in refused: the form is stale or was not posted from this site; "
+                                         "open /login again\n")
+        token = str(form.get("token", "")).strip()
+        if not token or len(token) > MAX_TOKEN:
+            return await self._page(request, "login.html", http_status=401, title="Sign in", signed_out=True,
+                                    next=local_path(str(form.get("next", ""))),
+                                    problem="paste a token (at most 4,096 characters)")
+        assert self.channel is not None
+        viewer = Api(self.channel, token)
+        try:  # the token's first call: a wrong one is said here, not on the next page
+            await viewer(viewer.admin.ListQueues, admin_pb2.ListQueuesRequest())
+        except grpc.aio.AioRpcError as err:
+            if err.code() != grpc.StatusCode.UNAUTHENTICATED:
+                raise
+            return await self._page(request, "login.html", http_status=401, title="Sign in", signed_out=True,
+                                    next=local_path(str(form.get("next", ""))), problem=err.details())
+        session = await new_session(request)  # a fresh session (and CSRF token) for the signed-in viewer
+        session["token"], session["csrf"] = token, secrets.token_urlsafe(32)
+        raise web.HTTPSeeOther(local_path(str(form.get("next", ""))))
+
+    async def sign_out(self, request: web.Request) -> web.StreamResponse:
+        session = await get_session(request)
+        form = await request.post()
+        if self._same_origin(request) and hmac.compare_digest(str(form.get("csrf", "")),
+                                                              str(session.get("csrf", "-"))):
+            session.invalidate()
+        raise web.HTTPSeeOther("/login")
 
     # -- pages ------------------------------------------------------------------------------------
 
     async def queues(self, request: web.Request) -> web.Response:
-        api = self._api(request)
+        api = await self._api(request)
         queues = (await api(api.admin.ListQueues, admin_pb2.ListQueuesRequest())).queues
         statuses = await asyncio.gather(*(api(api.admin.GetQueueStatus, admin_pb2.GetQueueStatusRequest(name=q.name))
                                           for q in queues))
@@ -150,10 +248,10 @@ class Dashboard:
         by_tenant: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             by_tenant.setdefault(row["queue"].tenant, []).append(row)
-        return self._page("queues.html", title="Queues", tenants=sorted(by_tenant.items()))
+        return await self._page(request, "queues.html", title="Queues", tenants=sorted(by_tenant.items()))
 
     async def _job_list(self, request: web.Request) -> dict[str, Any]:
-        api = self._api(request)
+        api = await self._api(request)
         q = request.query
         phases = [common_pb2.JobPhase.Value(p.upper()) for p in q.getall("phase", []) if p.capitalize() in PHASES]
         listed = await api(api.jobs.ListJobs, jobs_pb2.ListJobsRequest(
@@ -164,17 +262,17 @@ class Dashboard:
         return {"jobs": jobs, "next": listed.next_page_token, "filters": dict(q), "phases": PHASES}
 
     async def jobs(self, request: web.Request) -> web.Response:
-        return self._page("jobs.html", title="Jobs", **await self._job_list(request))
+        return await self._page(request, "jobs.html", title="Jobs", **await self._job_list(request))
 
     async def job_rows(self, request: web.Request) -> web.Response:
-        return self._page("job_rows.html", **await self._job_list(request))
+        return await self._page(request, "job_rows.html", **await self._job_list(request))
 
     async def job(self, request: web.Request) -> web.Response:
-        api = self._api(request)
+        api = await self._api(request)
         job_id = request.match_info["id"]
         job = await api(api.jobs.GetJob, jobs_pb2.GetJobRequest(id=job_id))
         explained = await api(api.jobs.ExplainJob, jobs_pb2.ExplainJobRequest(id=job_id))
-        return self._page("job.html", title=job.id, job=job, explained=explained,
+        return await self._page(request, "job.html", title=job.id, job=job, explained=explained,
                           events=await self._timeline(api, job_id))
 
     async def _timeline(self, api: Api, job_id: str) -> list[common_pb2.JobEvent]:
@@ -195,7 +293,7 @@ class Dashboard:
         return events
 
     async def clusters(self, request: web.Request) -> web.Response:
-        api = self._api(request)
+        api = await self._api(request)
         clusters = (await api(api.admin.ListClusters, admin_pb2.ListClustersRequest())).clusters
         job = None
         if request.query.get("job"):
@@ -227,16 +325,19 @@ class Dashboard:
             rows.append({"cluster": c, "shares": _share_of(c.used, c.allocatable), "tiers": tiers,
                          "children": children, "landed": landed, "unit": unit})
         nodes = {p.node for p in job.status.placements} if job is not None else set()
-        return self._page("clusters.html", title="Clusters", rows=rows, job=job, nodes=sorted(nodes),
+        return await self._page(request, "clusters.html", title="Clusters", rows=rows, job=job, nodes=sorted(nodes),
                           status=admin_pb2.ClusterStatus.Name)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """The job event stream as server-sent events: what the pages refresh on."""
-        api = self._api(request)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
+        api = await self._api(request)
         watch = api.jobs.WatchJobs(jobs_pb2.WatchJobsRequest(job_id=request.query.get("job", "")),
                                    metadata=api.metadata)
+        await watch.initial_metadata()  # the API answers at once: a watch it refuses is refused before the stream
+        if watch.done():
+            await watch.read()  # raises the refusal (no token, too many live streams), a page with its status
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
         try:
             async for event in watch:
                 data = json.dumps(json_format.MessageToDict(event))
