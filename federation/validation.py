@@ -25,6 +25,9 @@ MAX_POLICIES = 16
 MAX_MAP_ENTRIES = 64
 MAX_ANNOTATION_BYTES = 64 * 1024
 MAX_TEMPLATE_BYTES = 256 * 1024
+# A whole job, encoded: etcd's limit for one object, so a job always travels in one message (clients' default
+# limit is 4 MiB) and a page of jobs can always hold at least one.
+MAX_SPEC_BYTES = 1536 * 1024
 MAX_REQUEST_ID = 128
 MAX_TIER = 16
 MAX_RETRY = 100
@@ -101,6 +104,62 @@ def check_text(v: Violations, path: str, value: str, limit: int = MAX_REASON) ->
         v.add(path, "must not contain control characters")
 
 
+MAX_FIELD = 4096  # characters of any string field of a request that has no bound of its own
+# Fields whose text spans lines; each has a bound of its own, checked in its own terms (a job's annotations
+# together, MAX_ANNOTATION_BYTES; a pod template, MAX_TEMPLATE_BYTES; a description, MAX_DESCRIPTION).
+MULTILINE = frozenset({
+    "federation.v1.TaskSpec.pod_template_json",  # JSON of a pod template
+    "federation.v1.JobSpec.annotations",  # annotation values (scripts, JSON configs)
+    "federation.v1.PriorityClass.description",
+})
+# Control characters but line breaks and tabs, and the bidirectional overrides of "Trojan Source".
+_MULTILINE_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def text_problem(value: str, limit: int = MAX_FIELD, multiline: bool = False) -> str:
+    """The one rule every text a client or an agent sends is held to ("" when it keeps it): bounded, and
+    printable (no NUL, which PostgreSQL cannot store; no control character, which a terminal would run; no
+    format character such as a bidirectional override, which makes one name read as another). Text that spans
+    lines may hold line breaks and tabs."""
+    if len(value) > limit:
+        return f"is {len(value):,} characters long, at most {limit:,} are allowed"
+    if value.isprintable():
+        return ""
+    if "\x00" in value:
+        return "contains a NUL character"
+    if not multiline:
+        return "must be printable: no control or format characters"
+    return "must not contain control characters" if _MULTILINE_BAD.search(value) else ""
+
+
+def text_violations(message: Any, path: str = "") -> list[Violation]:
+    """Every string of a request (map keys too) held to `text_problem`, each named by its field path."""
+    found: list[Violation] = []
+    for descriptor, value in message.ListFields():
+        where = f"{path}.{descriptor.name}" if path else descriptor.name
+        multiline = descriptor.full_name in MULTILINE
+        limit = MAX_TEMPLATE_BYTES if multiline else MAX_FIELD  # the largest of their own bounds
+        if descriptor.message_type is not None and descriptor.message_type.GetOptions().map_entry:
+            for k, item in value.items():
+                key = str(k)
+                at = f"{where}[{key[:32]!r}]"
+                if why := text_problem(key, MAX_FIELD):
+                    found.append(Violation(f"{where} key {key[:32]!r}", why))
+                elif isinstance(item, str):
+                    if why := text_problem(item, limit, multiline):
+                        found.append(Violation(at, why))
+                elif hasattr(item, "ListFields"):
+                    found += text_violations(item, at)
+        elif descriptor.type == descriptor.TYPE_STRING:
+            for i, item in enumerate(value if descriptor.is_repeated else [value]):
+                if why := text_problem(item, limit, multiline):
+                    found.append(Violation(f"{where}[{i}]" if descriptor.is_repeated else where, why))
+        elif descriptor.message_type is not None:
+            for i, item in enumerate(value if descriptor.is_repeated else [value]):
+                found += text_violations(item, f"{where}[{i}]" if descriptor.is_repeated else where)
+    return found
+
+
 def escape_controls(value: str) -> str:
     """Control characters written out (`\\x1b`), everything else as it is."""
     return value if value.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
@@ -116,11 +175,8 @@ def clean_text(value: str, limit: int = MAX_REASON) -> str:
 
 
 def _name_problem(where: str, value: str, limit: int = 253) -> str:
-    if len(value) > limit:
-        return f"{where} is {len(value)} characters long, at most {limit}"
-    if not value.isprintable():
-        return f"{where} contains control characters"
-    return ""
+    why = text_problem(value, limit)
+    return f"{where} {why}" if why else ""
 
 
 def update_problem(u: Any) -> str:
@@ -129,7 +185,9 @@ def update_problem(u: Any) -> str:
     checks = [("job_update.hypernode", u.hypernode)]
     checks += [(f"job_update.placements[{i}].{k}", getattr(p, k)) for i, p in enumerate(u.placements)
                for k in ("task", "node")]
-    return next((why for where, value in checks if (why := _name_problem(where, value))), "")
+    found = next((why for where, value in checks if (why := _name_problem(where, value))), "")
+    bad = text_violations(u, "job_update")  # and every other text of it, by the rule for every text
+    return found or (f"{bad[0].field} {bad[0].description}" if bad else "")
 
 
 def check_name(v: Violations, path: str, value: str, *, required: bool = True) -> None:
@@ -307,6 +365,9 @@ def parse_plugin_args(plugin: str, args: Sequence[str]) -> dict[str, str]:
 def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> CheckedJob | None:
     """Check everything about a spec that needs no stored state; None when it is invalid."""
     before = len(v.items)
+    if spec.ByteSize() > MAX_SPEC_BYTES:
+        v.add(path, f"is {spec.ByteSize():,} bytes encoded, at most {MAX_SPEC_BYTES:,} (etcd's limit for one "
+                    "object): move bulky configuration into a ConfigMap")
     check_name(v, f"{path}.name", spec.name)
     check_name(v, f"{path}.queue", spec.queue)
     check_name(v, f"{path}.priority_class_name", spec.priority_class_name, required=False)
@@ -457,7 +518,8 @@ def inventory_problem(inv: Any) -> str:
                 return f"{where}[{name!r}] = {amount} is out of range (0-{MAX_AMOUNT})"
     if inv.nodes < 0 or inv.ready_nodes < 0:
         return "negative node counts"
-    return ""
+    bad = text_violations(inv)  # every other text of it, by the rule for every text
+    return f"{bad[0].field} {bad[0].description}" if bad else ""
 
 
 def check_flavor(v: Violations, path: str, flavor: admin_pb2.Flavor) -> None:

@@ -19,11 +19,11 @@ TITLE = "\x1b]0;owned\x07\x1b[2J"  # set the terminal's title, clear the screen
 
 def test_names_with_control_characters_are_refused_and_free_text_is_escaped_and_bounded() -> None:
     inv = agent_pb2.Inventory(topology=[agent_pb2.TierFree(tier=1, tier_name=f"leaf{TITLE}")])
-    assert inventory_problem(inv) == "topology[0].tier_name contains control characters"
+    assert inventory_problem(inv) == "topology[0].tier_name must be printable: no control or format characters"
     inv = agent_pb2.Inventory(hypernodes=[agent_pb2.HyperNodeFree(name="s0", tier=1, parent=f"root{TITLE}")])
-    assert inventory_problem(inv) == "hypernodes[0].parent contains control characters"
+    assert inventory_problem(inv) == "hypernodes[0].parent must be printable: no control or format characters"
     update = agent_pb2.JobUpdate(job_id="j", placements=[common_pb2.PodPlacement(task="w", node=f"n{TITLE}")])
-    assert update_problem(update) == "job_update.placements[0].node contains control characters"
+    assert update_problem(update) == "job_update.placements[0].node must be printable: no control or format characters"
     assert update_problem(agent_pb2.JobUpdate(job_id="j", hypernode="x" * 254)).startswith("job_update.hypernode is")
     assert clean_text(f"oops{TITLE}") == "oops\\x1b]0;owned\\x07\\x1b[2J"
     long = clean_text("x" * 10_000_000)
@@ -66,7 +66,7 @@ async def test_a_rogue_agents_reason_is_stored_escaped_and_bounded_and_lists_sta
         job = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec))).job
         deadline = time.monotonic() + 60
         while "rejected it" not in (reason := (await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=job.id))).status.reason):
-            assert time.monotonic() < deadline, reason
+            assert time.monotonic() < deadline, (reason, await api.admin.ListClusters(admin_pb2.ListClustersRequest()))
             await asyncio.sleep(0.1)
         # "cluster rogue rejected it: …", or the next cycle's "… rogue: rejected it recently: …": escaped, bounded
         assert "rejected it" in reason and "\\x1b]0;owned\\x07\\x1b[2Jyyy" in reason and reason.isprintable()

@@ -203,7 +203,7 @@ def test_dev_up_serves_fedctl_until_interrupted_and_leaves_nothing_behind(tmp_pa
         assert "Traceback" not in second.stderr + second.stdout
         # What it prints can be followed: the metrics address answers, each process has its log file.
         text = out.decode()
-        metrics = text.split("metrics on ", 1)[1].split()[0]
+        metrics = text.split("metrics on ", 1)[1].split()[0].rstrip(",")
         assert b"grpc_server_handled_total" in urllib.request.urlopen(metrics, timeout=10).read()
         logs = text.split("logs: ", 1)[1].splitlines()[0].split(", ")
         assert len(logs) == 4 and all(Path(log).stat().st_size > 0 for log in logs)

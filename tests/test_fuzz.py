@@ -107,6 +107,12 @@ wire = settings(max_examples=EXAMPLES * 3, deadline=None, derandomize=False, pri
 HOSTILE_TEXT = st.one_of(st.text(max_size=40), st.sampled_from(["\x00", "a\x00b", "x" * 100_000, "1e1000000",
                                                                   "inf", "NaN", "١٢", "-1", "../../etc"]))
 HOSTILE_INT = st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from([0, -1, 2**31 - 1, -(2**31)]))
+# Enum numbers outside every enum's range (proto3 enums are open: they arrive as they are), and durations and
+# timestamps at and past their extremes (±10,000 years; nanos of 10^9 and more, or negative).
+ENUM_OUTSIDE = [-1, 99, 1000, 2**31 - 1, -(2**31)]
+SECONDS_EXTREMES = [0, -1, 1, 10**12, 315_576_000_000, -315_576_000_000, 315_576_000_001, 2**63 - 1, -(2**63)]
+NANOS_EXTREMES = [0, 1, 999_999_999, 10**9, 2 * 10**9, -1, -(2**31), 2**31 - 1]
+SPECIAL = ("google.protobuf.Duration", "google.protobuf.Timestamp")
 
 
 def methods() -> list[tuple[str, Any, bool, bool]]:
@@ -132,8 +138,15 @@ def filled(draw: st.DrawFn, kind: Any, depth: int = 0) -> Any:
             key_field, value_field = entry["key"], entry["value"]
             if key_field.type == key_field.TYPE_STRING and value_field.type == value_field.TYPE_STRING:
                 getattr(message, field.name).update(draw(st.dictionaries(HOSTILE_TEXT, HOSTILE_TEXT, max_size=3)))
+        elif field.message_type is not None and field.message_type.full_name in SPECIAL:
+            child = message_factory.GetMessageClass(field.message_type)(
+                seconds=draw(st.sampled_from(SECONDS_EXTREMES)), nanos=draw(st.sampled_from(NANOS_EXTREMES)))
+            if field.is_repeated:
+                getattr(message, field.name).append(child)
+            else:
+                getattr(message, field.name).CopyFrom(child)
         elif field.message_type is not None:
-            if depth < 2 and field.message_type.full_name.startswith("federation."):
+            if depth < 3 and field.message_type.full_name.startswith("federation."):
                 child = draw(filled(message_factory.GetMessageClass(field.message_type), depth + 1))
                 if field.is_repeated:
                     getattr(message, field.name).append(child)
@@ -145,9 +158,18 @@ def filled(draw: st.DrawFn, kind: Any, depth: int = 0) -> Any:
                 getattr(message, field.name).append(value)
             else:
                 setattr(message, field.name, value)
-        elif field.type in (field.TYPE_INT32, field.TYPE_INT64, field.TYPE_ENUM) and not field.is_repeated:
-            setattr(message, field.name, draw(HOSTILE_INT) if field.type != field.TYPE_ENUM else draw(
-                st.integers(0, 10)))
+        elif field.type == field.TYPE_ENUM:
+            values = draw(st.lists(st.one_of(st.integers(0, 10), st.sampled_from(ENUM_OUTSIDE)), min_size=1,
+                                   max_size=3))
+            if field.is_repeated:
+                getattr(message, field.name).extend(values)
+            else:
+                setattr(message, field.name, values[0])
+        elif field.type in (field.TYPE_INT32, field.TYPE_INT64) and not field.is_repeated:
+            setattr(message, field.name, draw(HOSTILE_INT))
+        elif field.type in (field.TYPE_DOUBLE, field.TYPE_FLOAT) and not field.is_repeated:
+            setattr(message, field.name, draw(st.sampled_from([float("inf"), float("-inf"), float("nan"), 1e308,
+                                                               -0.0, 5e-324])))
         elif field.type == field.TYPE_BOOL and not field.is_repeated:
             setattr(message, field.name, True)
     return message
@@ -196,3 +218,62 @@ async def test_every_rpc_answers_hostile_bytes_with_a_proper_status_and_stays_re
     health = health_pb2_grpc.HealthStub(api.channel)
     answer = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)  # the server still answers at once
     assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def _sweep(kind: Any, depth: int = 0) -> list[tuple[tuple[Any, ...], Any]]:
+    """(field path, field) of every enum field and every Duration or Timestamp field under a request."""
+    out: list[tuple[tuple[Any, ...], Any]] = []
+    for field in kind.DESCRIPTOR.fields:
+        if field.type == field.TYPE_ENUM or (field.message_type is not None and field.message_type.full_name
+                                             in SPECIAL):
+            out.append(((field,), field))
+        elif field.message_type is not None and not field.message_type.GetOptions().map_entry and depth < 4 \
+                and field.message_type.full_name.startswith("federation."):
+            child = message_factory.GetMessageClass(field.message_type)
+            out += [((field, *path), leaf) for path, leaf in _sweep(child, depth + 1)]
+    return out
+
+
+def _set(message: Any, path: tuple[Any, ...], value: Any) -> None:
+    *parents, leaf = path
+    for field in parents:
+        message = getattr(message, field.name).add() if field.is_repeated else getattr(message, field.name)
+    if leaf.type == leaf.TYPE_ENUM:
+        if leaf.is_repeated:
+            getattr(message, leaf.name).append(value)
+        else:
+            setattr(message, leaf.name, value)
+    elif leaf.is_repeated:
+        getattr(message, leaf.name).add(seconds=value[0], nanos=value[1])
+    else:
+        getattr(message, leaf.name).CopyFrom(message_factory.GetMessageClass(leaf.message_type)(
+            seconds=value[0], nanos=value[1]))
+
+
+async def test_every_enum_out_of_range_and_every_duration_extreme_in_every_request_gets_a_proper_status(
+        api: Api) -> None:
+    """Issue 27 (7), swept rather than sampled: each enum field of each request (nested ones too) with numbers
+    outside its enum, and each Duration and Timestamp at and past its extremes, never INTERNAL or UNKNOWN."""
+    await make_queue(api)
+    swept = 0
+    for path, kind, server_streaming, client_streaming in methods():
+        if client_streaming:
+            continue  # the agents' stream: its messages are fuzzed above
+        for fields, leaf in _sweep(kind):
+            values: list[Any] = list(ENUM_OUTSIDE) if leaf.type == leaf.TYPE_ENUM else \
+                [(s, 0) for s in SECONDS_EXTREMES] + [(1, n) for n in NANOS_EXTREMES] + [(-1, 1), (1, -1)]
+            for value in values:
+                request = kind()
+                _set(request, fields, value)
+                try:
+                    if server_streaming:
+                        async for _ in api.channel.unary_stream(path)(request.SerializeToString(), timeout=1):
+                            break
+                    else:
+                        await api.channel.unary_unary(path)(request.SerializeToString(), timeout=10)
+                except grpc.aio.AioRpcError as err:
+                    where = ".".join(f.name for f in fields)
+                    assert err.code() not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), \
+                        (path, where, value, err.code(), err.details())
+                swept += 1
+    assert swept > 100

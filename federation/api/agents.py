@@ -37,6 +37,7 @@ from federation.validation import (
     check_name,
     clean_text,
     inventory_problem,
+    text_violations,
     update_problem,
 )
 
@@ -80,12 +81,12 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         return agent_pb2.Reconciled(round=round_, live=[a for a in running if live.get(a.job_id) == a.attempt])
 
     async def _apply(self, conn: Connection, u: agent_pb2.JobUpdate) -> None:
+        u.reason = clean_text(u.reason)  # stored, listed and printed later: bounded, nothing raw
         problem = update_problem(u)
         if problem:  # a rogue or broken agent: its update is not applied, nothing else is held up
-            log.warning("cluster %s: its agent's update of job %s is not used: %s", conn.cluster, u.job_id[:80],
-                        problem)
+            log.warning("cluster %s: its agent's update of job %s is not used: %s", conn.cluster,
+                        clean_text(u.job_id, 80), problem)
             return
-        u.reason = clean_text(u.reason)  # stored, listed and printed later: bounded, nothing raw
         applied = await self.jobs.apply_update(conn.cluster, u)
         if applied.stop:
             self.connections.send(conn, agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
@@ -109,7 +110,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     async def _read(self, conn: Connection, request_iterator: Any) -> None:
         cluster = conn.cluster
         async for message in request_iterator:
-            check_request(message)
+            check_request(message, texts=False)  # its texts: left out or cleaned below, the stream goes on
             kind = message.WhichOneof("msg")
             if kind == "inventory":
                 problem = inventory_problem(message.inventory)
@@ -128,6 +129,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             elif kind == "job_update":
                 await self._apply(conn, message.job_update)
             elif kind == "reconcile":
+                if bad := text_violations(message.reconcile):
+                    log.warning("cluster %s: its agent's reconcile is not used: %s %s", cluster, bad[0].field,
+                                bad[0].description)
+                    continue
                 self.connections.send(conn, agent_pb2.ControlMessage(reconciled=await self._live(
                     cluster, message.reconcile.running, message.reconcile.round)))
 

@@ -34,6 +34,7 @@ from federation.validation import Violation, Violations, check_job_spec, check_t
 MAX_BATCH = 1000
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
+MAX_PAGE_BYTES = 3 * 1024 * 1024  # under gRPC clients' default 4 MiB; a job is at most 1.5 MiB
 MAX_WATCHES_PER_TENANT = 32  # live WatchJobs of one tenant on one replica
 
 WAITING_REASON = "waiting for the scheduler"
@@ -197,9 +198,15 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             after = found
         rows = await self.jobs.list(tenant=tenant, queue=request.queue, phases=phases, after_seq=after,
                                     limit=size + 1)
-        token = _page_token(rows[size - 1]["id"]) if len(rows) > size else ""
-        return jobs_pb2.ListJobsResponse(jobs=[convert.job_to_proto(r, self._expected(r)) for r in rows[:size]],
-                                         next_page_token=token)
+        page, used = [], 0
+        for row in rows[:size]:  # a page is also bounded in bytes, so any client's default limit takes it
+            job = convert.job_to_proto(row, self._expected(row))
+            if page and used + job.ByteSize() > MAX_PAGE_BYTES:
+                break
+            page.append(job)
+            used += job.ByteSize()
+        token = _page_token(page[-1].id) if len(rows) > len(page) else ""
+        return jobs_pb2.ListJobsResponse(jobs=page, next_page_token=token)
 
     async def CancelJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         v = Violations()

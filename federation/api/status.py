@@ -27,7 +27,7 @@ from federation.errors import (
     PermissionDenied,
     ResourceExhausted,
 )
-from federation.validation import Violation
+from federation.validation import Violation, text_violations
 
 log = logging.getLogger(__name__)
 
@@ -64,30 +64,6 @@ async def abort(context: grpc.aio.ServicerContext, err: FederationError) -> None
 MAX_VIOLATIONS = 50
 
 
-def _nul_fields(message: Message, path: str = "") -> list[str]:
-    """Paths of the string fields holding a NUL character (PostgreSQL stores none; no name has one)."""
-    found = []
-    for field, value in message.ListFields():
-        where = f"{path}.{field.name}" if path else field.name
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            for k, v in value.items():
-                if "\x00" in str(k) or (isinstance(v, str) and "\x00" in v):
-                    found.append(f"{where}[{str(k)[:32]!r}]")
-                elif isinstance(v, Message):
-                    found += _nul_fields(v, f"{where}[{str(k)[:32]!r}]")
-        elif field.is_repeated:
-            for i, item in enumerate(value):
-                if isinstance(item, Message):
-                    found += _nul_fields(item, f"{where}[{i}]")
-                elif isinstance(item, str) and "\x00" in item:
-                    found.append(f"{where}[{i}]")
-        elif isinstance(value, Message):
-            found += _nul_fields(value, where)
-        elif isinstance(value, str) and "\x00" in value:
-            found.append(where)
-    return found
-
-
 class Undecodable:
     """A request whose bytes are not the message the method takes (garbage, or another message)."""
 
@@ -121,15 +97,16 @@ def register(add_to_server: Callable[[Any, Any], None], servicer: Any, server: g
     add_to_server(servicer, Capture())
 
 
-def check_request(request: Any) -> None:
-    """Refuse, naming the field, a request that could not be decoded or holds a NUL character."""
+def check_request(request: Any, texts: bool = True) -> None:
+    """Refuse, naming the field, a request that could not be decoded or (`texts`) holds a text that breaks the
+    one rule set for texts (validation.text_problem: bounded, printable, line breaks only where text spans
+    lines). An agent's reports apply the same rule themselves, with an agent's consequences."""
     if isinstance(request, Undecodable):
         raise InvalidArgument([Violation("request", request.message)])
-    # A NUL in any string is a zero byte in the encoding; most requests have none at all and need no walk.
-    if isinstance(request, Message) and b"\x00" in request.SerializeToString():
-        bad = _nul_fields(request)
+    if texts and isinstance(request, Message):
+        bad = text_violations(request)
         if bad:
-            raise InvalidArgument([Violation(path, "contains a NUL character") for path in bad])
+            raise InvalidArgument(bad)
 
 
 async def _internal(context: grpc.aio.ServicerContext, method: str) -> None:
