@@ -45,6 +45,10 @@ class Connections:
             return True
         return False
 
+    def get(self, cluster: str) -> Connection | None:
+        """The cluster's live stream to this replica, if it has one."""
+        return self._by_cluster.get(cluster)
+
     def all(self) -> list[Connection]:
         return list(self._by_cluster.values())
 

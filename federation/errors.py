@@ -35,3 +35,7 @@ class PermissionDenied(FederationError):
 
 class ResourceExhausted(FederationError):
     pass
+
+
+class Unavailable(FederationError):
+    """Not here, not now (an agent connected to another replica): the caller may try again."""

@@ -25,6 +25,7 @@ from federation.api.convert import job_to_proto
 from federation.api.status import check_request, servicer
 from federation.connections import Connection, Connections
 from federation.errors import AlreadyExists, InvalidArgument, PermissionDenied
+from federation.logrelay import LogRelay
 from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
@@ -59,8 +60,9 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
 @servicer
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     def __init__(self, admin: AdminStore, jobs: JobStore, connections: Connections, scheduler: Scheduler,
-                 on_change: Callable[[], None], require_identity: bool = False) -> None:
+                 on_change: Callable[[], None], logs: LogRelay, require_identity: bool = False) -> None:
         self.require_identity = require_identity  # the client certificate must name the registering cluster
+        self.logs = logs  # pod logs users asked for, coming back on this stream
         self.admin = admin
         self.jobs = jobs
         self.connections = connections
@@ -82,6 +84,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
 
     async def _apply(self, conn: Connection, u: agent_pb2.JobUpdate) -> None:
         u.reason = clean_text(u.reason)  # stored, listed and printed later: bounded, nothing raw
+        for pod in u.pod_statuses:
+            pod.message = clean_text(pod.message)
         problem = update_problem(u)
         if problem:  # a rogue or broken agent: its update is not applied, nothing else is held up
             log.warning("cluster %s: its agent's update of job %s is not used: %s", conn.cluster,
@@ -128,6 +132,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 self.connections.send(conn, agent_pb2.ControlMessage(heartbeat_ack=agent_pb2.HeartbeatAck()))
             elif kind == "job_update":
                 await self._apply(conn, message.job_update)
+            elif kind == "log_chunk":
+                self.logs.deliver(cluster, message.log_chunk)
             elif kind == "reconcile":
                 if bad := text_violations(message.reconcile):
                     log.warning("cluster %s: its agent's reconcile is not used: %s %s", cluster, bad[0].field,
@@ -196,5 +202,6 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             if self.connections.close(conn):
+                self.logs.cluster_gone(reg.cluster)
                 await self._set(reg.cluster, reg.instance, status="NOT_READY")
             self.on_change()

@@ -119,6 +119,8 @@ def job_to_proto(row: Mapping[str, Any], expected: tuple[datetime, str] | None =
         retries=row["retries"],
         placements=[common_pb2.PodPlacement(task=p["task"], index=p["index"], node=p["node"])
                     for p in row["placements"]],
+        pods=[json_format.ParseDict(p, common_pb2.PodStatus(), ignore_unknown_fields=True)
+              for p in row.get("pods") or []],
         create_time=_ts(row["created_at"]), dispatch_time=_ts(row["dispatched_at"]),
         start_time=_ts(row["started_at"]), finish_time=_ts(row["finished_at"]), update_time=_ts(row["updated_at"]))
     if expected is not None:

@@ -24,11 +24,12 @@ from federation.auth import Principal, RateLimiter, current, require_sees
 from federation.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from federation.events import EventHub
 from federation.jobcache import job_view
+from federation.logrelay import LogRelay
 from federation.scheduler import Scheduler
 from federation.scheduling.cycle import NO_READY_CLUSTER
 from federation.store.admin import AdminStore, SubmissionView
 from federation.store.jobs import WAITING_PHASES, JobStore, NewJob
-from federation.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
+from federation.v1 import agent_pb2, common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import Violation, Violations, check_job_spec, check_text, normalise_job_spec
 
 MAX_BATCH = 1000
@@ -62,7 +63,8 @@ def _not_our_token() -> InvalidArgument:
 @servicer
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub, scheduler: Scheduler,
-                 on_change: Callable[[], None], limiter: RateLimiter) -> None:
+                 on_change: Callable[[], None], limiter: RateLimiter, logs: LogRelay) -> None:
+        self.logs = logs
         self.jobs = jobs
         self.admin = admin
         self.hub = hub
@@ -263,6 +265,27 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             if request.job_id and event["job_id"] != request.job_id:
                 continue
             yield convert.event_to_proto(event, tenant_numbered=own is not None)
+
+    async def GetJobLogs(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        row = await self._job(request.id)  # the job's owner or an admin: NOT_FOUND for anyone else
+        spec = json_format.ParseDict(row["spec"], common_pb2.JobSpec(), ignore_unknown_fields=True)
+        v = Violations()
+        task = request.task or spec.tasks[0].name
+        replicas = {t.name: t.replicas for t in spec.tasks}
+        if task not in replicas:
+            v.add("task", f"job {row['id']} has no task {task[:64]!r} (tasks: {', '.join(replicas)})")
+        elif not 0 <= request.index < replicas[task]:
+            v.add("index", f"task {task} has replicas 0-{replicas[task] - 1}, not {request.index}")
+        if request.tail_lines < 0:
+            v.add("tail_lines", "must not be negative")
+        if v:
+            raise InvalidArgument(v.items)
+        if not row["cluster"] or not row["attempt"]:
+            raise FailedPrecondition(f"job {row['id']} has no pods: it is {row['phase'].lower()}")
+        async for data in self.logs.stream(row["cluster"], agent_pb2.LogsRequest(
+                job_id=row["id"], attempt=row["attempt"], task=task, index=request.index, follow=request.follow,
+                previous=request.previous, tail_lines=request.tail_lines)):
+            yield jobs_pb2.LogData(data=data)
 
     async def ExplainJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         row = await self._job(request.id)

@@ -389,7 +389,7 @@ KIND_NAMES = {"job": "job", "jobs": "job", "vcjob": "job", "vcjobs": "job",
               "tenant": "tenant", "tenants": "tenant",
               "priorityclass": "priority_class", "priorityclasses": "priority_class", "pc": "priority_class",
               "flavor": "flavor", "flavors": "flavor", "resourceflavor": "flavor", "resourceflavors": "flavor",
-              "cluster": "cluster", "clusters": "cluster"}
+              "cluster": "cluster", "clusters": "cluster", "pod": "pod", "pods": "pod", "po": "pod"}
 ADMIN_LIST = {"queue": "ListQueues", "tenant": "ListTenants", "priority_class": "ListPriorityClasses",
               "flavor": "ListFlavors"}
 _kind_argument = click.argument("kind", metavar="KIND")
@@ -398,8 +398,8 @@ _kind_argument = click.argument("kind", metavar="KIND")
 def _kind(text: str) -> str:
     kind = KIND_NAMES.get(text.lower().split(".", 1)[0])
     if kind is None:
-        raise click.UsageError(f"unknown kind {text!r}; kinds: jobs, queues, tenants, priorityclasses, flavors, "
-                               "clusters")
+        raise click.UsageError(f"unknown kind {text!r}; kinds: jobs, pods, queues, tenants, priorityclasses, "
+                               "flavors, clusters")
     return kind
 
 
@@ -452,15 +452,28 @@ def _emit_all(client: Client, kind: str, fmt: str) -> None:
 @pass_client
 def get(client: Client, kind: str, names: tuple[str, ...], fmt: str) -> None:
     """Show objects of KIND (jobs, queues, tenants, priorityclasses, flavors, clusters): the ones NAMEd, or all.
-    A job is shown with its pods' placements."""
+    A job is shown with its pods. `get pods JOB...`: the pods of those jobs, as their member clusters report
+    them (names, namespaces, nodes, phases, restarts)."""
     kind = _kind(kind)
+    if kind == "pod":
+        if not names:
+            raise click.UsageError("give the jobs whose pods to show: fedctl get pods JOB...")
+        jobs = [client.jobs.GetJob(jobs_pb2.GetJobRequest(id=name)) for name in names]
+        pods = [pod for job in jobs for pod in job.status.pods]
+        if fmt == "table":
+            click.echo(output.pods_table(jobs) if pods else f"no pods reported for {', '.join(names)}")
+        else:
+            output.emit(fmt, pods, None)
+        return
     if not names:
         _emit_all(client, kind, fmt)
         return
     objects = [_one(client, kind, name) for name in names]
     output.emit(fmt, objects, objects[0] if len(objects) == 1 else None)
     for job in objects if kind == "job" and fmt == "table" else []:
-        if job.status.placements:  # type: ignore[attr-defined]
+        if job.status.pods:  # type: ignore[attr-defined]
+            click.echo("\n" + output.pods_table([job]))  # type: ignore[list-item]
+        elif job.status.placements:  # type: ignore[attr-defined]
             click.echo("\n" + output.render_table(("TASK", "INDEX", "NODE"), [
                 [p.task, p.index, p.node] for p in job.status.placements]))  # type: ignore[attr-defined]
 
@@ -548,6 +561,31 @@ def explain(client: Client, job_id: str, fmt: str) -> None:
     if response.clusters:
         click.echo("\n" + output.render_table(("CLUSTER", "FITS", "WHY"), [
             [c.cluster, "yes" if c.fits else "no", c.reason] for c in response.clusters]))
+
+
+@cli.command()
+@click.argument("job_id")
+@click.argument("task", required=False, default="")
+@click.argument("index", required=False, default=0, type=click.IntRange(min=0))
+@click.option("-f", "--follow", is_flag=True, help="Keep printing as the pod writes, until it ends or Ctrl-C.")
+@click.option("-p", "--previous", is_flag=True, help="The log of the pod's previous container (after a restart).")
+@click.option("--tail", type=click.IntRange(min=-1), default=-1, show_default=True,
+              help="Lines from the end to show (-1: all).")
+@pass_client
+def logs(client: Client, job_id: str, task: str, index: int, follow: bool, previous: bool, tail: int) -> None:
+    """Print the log of a pod of JOB_ID: TASK's replica INDEX (default: the first task's replica 0), read from
+    its member cluster through the federation (no member kubeconfig needed). Control characters are written
+    out on a terminal (the pod's or its cluster's words cannot drive it), passed as they are into a pipe."""
+    stream = client.jobs.GetJobLogs(jobs_pb2.GetJobLogsRequest(
+        id=job_id, task=task, index=index, follow=follow, previous=previous, tail_lines=max(tail, 0)))
+    terminal = sys.stdout.isatty()
+    for chunk in stream:
+        if terminal:
+            sys.stdout.write(output.safe_log(chunk.data))
+            sys.stdout.flush()
+        else:
+            sys.stdout.buffer.write(chunk.data)
+            sys.stdout.buffer.flush()
 
 
 @cli.command()

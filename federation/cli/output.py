@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +51,22 @@ def safe(text: object) -> str:
     """Server-held text as a terminal may show it: control characters written out (`\\x1b`), never run (a
     member cluster's or another user's words could otherwise set the window title or clear the screen)."""
     return escape_controls(str(text))
+
+
+_LOG_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe_log(data: bytes) -> str:
+    """A pod's log as a terminal may show it: lines and tabs kept, every other control character written out."""
+    return _LOG_CONTROLS.sub(lambda m: escape_controls(m.group()), data.decode(errors="replace"))
+
+
+def pods_table(jobs: Sequence[common_pb2.Job]) -> str:
+    """The pods of these jobs, as kubectl lists pods (and the job and task each belongs to)."""
+    rows = [[job.id, p.name, p.namespace or "-", p.task, p.index, p.node or "-", p.phase or "-", p.restarts,
+             p.message or ""] for job in jobs for p in job.status.pods]
+    return render_table(("JOB", "NAME", "NAMESPACE", "TASK", "INDEX", "NODE", "STATUS", "RESTARTS", "MESSAGE"),
+                        rows)
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

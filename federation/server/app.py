@@ -22,6 +22,7 @@ from federation.auth import Authenticator, AuthInterceptor, RateLimiter, insecur
 from federation.connections import Connections
 from federation.events import EventHub
 from federation.leader import LEASE, Leadership, announce
+from federation.logrelay import LogRelay
 from federation.oidc import OidcConfig, OidcVerifier
 from federation.orders import OrderRelay
 from federation.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE, Scheduler
@@ -135,6 +136,7 @@ class FederationServer:
                                                                      AuthInterceptor(authenticate, USER_SERVICES)])
         self.connections = Connections()
         self.relay = OrderRelay(self.connections, jobs.order_events, jobs.last_event_seq, jobs.by_ids)
+        self.logs = LogRelay(self.connections)
         self.leadership = Leadership(self.url, self._noticed, self.leader_lease)
         self._announcing: asyncio.Task[None] | None = None
         self._announce_again = False
@@ -146,7 +148,7 @@ class FederationServer:
         self.scheduler = Scheduler(jobs, admin, lambda: self.leadership.is_leader, changed,
                                    heartbeat_timeout=self.heartbeat_timeout, lost_grace=self.lost_grace,
                                    fence=lambda: self.leadership.fence, drift_after=self.drift_after)
-        job_servicer = JobServicer(jobs, admin, self.hub, self.scheduler, changed, self.limiter)
+        job_servicer = JobServicer(jobs, admin, self.hub, self.scheduler, changed, self.limiter, self.logs)
         register(jobs_pb2_grpc.add_JobServiceServicer_to_server, job_servicer, self.server)
         register(admin_pb2_grpc.add_AdminServiceServicer_to_server,
                  AdminServicer(admin, self.scheduler, tokens, self.authenticator.forget), self.server)
@@ -154,7 +156,8 @@ class FederationServer:
         # each must present a certificate naming the cluster it registers as.
         if self.insecure_dev:
             register(agent_pb2_grpc.add_AgentServiceServicer_to_server,
-                     AgentServicer(admin, jobs, self.connections, self.scheduler, changed), self.server)
+                     AgentServicer(admin, jobs, self.connections, self.scheduler, changed, self.logs),
+                     self.server)
         elif self.agent_tls is None:
             log.warning("no --agent-listen: member agents cannot connect (they need mTLS: --agent-listen with "
                         "--tls-cert, --tls-key and --agent-ca)")
@@ -163,7 +166,8 @@ class FederationServer:
         if self.agent_tls is not None:
             self.agent_server = grpc.aio.server(options=options, interceptors=[metrics.RpcMetrics()])
             register(agent_pb2_grpc.add_AgentServiceServicer_to_server,
-                     AgentServicer(admin, jobs, self.connections, self.scheduler, changed, require_identity=True),
+                     AgentServicer(admin, jobs, self.connections, self.scheduler, changed, self.logs,
+                                   require_identity=True),
                      self.agent_server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.agent_server)
             credentials = grpc.ssl_server_credentials([(self.agent_tls.key, self.agent_tls.cert)],

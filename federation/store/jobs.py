@@ -136,6 +136,10 @@ async def append_events(conn: AsyncConnection, events: Sequence[EventRecord]) ->
     return last
 
 
+def _pod_statuses(u: agent_pb2.JobUpdate) -> list[dict[str, Any]]:
+    return [json_format.MessageToDict(p, preserving_proto_field_name=True) for p in u.pod_statuses]
+
+
 def _placements(u: agent_pb2.JobUpdate) -> list[dict[str, Any]]:
     return [{"task": p.task, "index": p.index, "node": p.node} for p in u.placements]
 
@@ -159,7 +163,7 @@ def _lost(row: Any, why: str) -> dict[str, Any]:
     """A running job's new state once its cluster no longer runs it through no fault of its own: a retry
     counted, back to its queue while `max_retry` allows, else failed."""
     allowed = row["spec"].get("max_retry", DEFAULT_MAX_RETRY)
-    values: dict[str, Any] = {"cluster": "", "hypernode": "", "tier": 0, "placements": [],
+    values: dict[str, Any] = {"cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [],
                               "request": _minimum(row["spec"]), "updated_at": func.now()}
     if row["retries"] < allowed:
         return values | {"phase": "PENDING", "retries": row["retries"] + 1,
@@ -271,7 +275,7 @@ class JobStore:
                         "id": id_of[i], "seq": seq_of[i], "name": job.name, "tenant": job.tenant,
                         "queue": job.queue, "priority_class": job.priority_class, "priority": job.priority,
                         "phase": "PENDING", "reason": job.reason, "request": job.request, "spec": job.spec,
-                        "placements": [],
+                        "placements": [], "pods": [],
                     })
                     events.append(EventRecord(id_of[i], job.tenant, job.queue, "Submitted", "PENDING", job.reason))
             if rows:
@@ -483,7 +487,8 @@ class JobStore:
                 .with_for_update())).mappings().all()
             await conn.execute(text(
                 "UPDATE jobs SET phase = 'PREEMPTED', cluster = '', hypernode = '', tier = 0, "
-                "placements = '[]'::jsonb, reason = v.reason, request = v.request, updated_at = now(), "
+                "placements = '[]'::jsonb, pods = '[]'::jsonb, reason = v.reason, request = v.request, "
+                "updated_at = now(), "
                 "preemptions = preemptions + 1 "
                 "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[]), CAST(:requests AS jsonb[])) "
                 "AS v(id, reason, request) WHERE jobs.id = v.id"),
@@ -534,7 +539,8 @@ class JobStore:
             for r in rows:
                 if r["phase"] == "DISPATCHED":
                     values: dict[str, Any] = {
-                        "cluster": "", "hypernode": "", "tier": 0, "placements": [], "request": _minimum(r["spec"]),
+                        "cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [],
+                        "request": _minimum(r["spec"]),
                         "updated_at": func.now(), "phase": "PENDING",
                         "reason": f"requeued: cluster {r['cluster']} went silent before placing it"}
                     kind = "Requeued"
@@ -563,6 +569,10 @@ class JobStore:
                         row["id"], row["tenant"], row["queue"], "OrphansDeleted", row["phase"],
                         f"cluster {cluster} deleted {u.pods} pod(s) of attempt {u.attempt}, which no longer runs "
                         f"there: {u.reason}", u.attempt, cluster)])
+                return Applied()
+            if u.type == agent_pb2.POD_STATUS:  # what users see of their pods: no event, the job's row only
+                if row is not None and row["cluster"] == cluster and row["attempt"] == u.attempt:
+                    await conn.execute(update(Job).where(Job.id == row["id"]).values(pods=_pod_statuses(u)))
                 return Applied()
             alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED, agent_pb2.PODS_ADDED)
             if row is None or row["cluster"] != cluster or row["attempt"] != u.attempt:

@@ -130,6 +130,8 @@ class Job(Base):
     # pods hold once it runs (federation.store.jobs._minimum, federation.gangs.bound).
     request: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
     placements: Mapped[list[Any]] = mapped_column(nullable=False, default=list)
+    # The current attempt's pods as its cluster last reported them (names, phases, restarts, messages).
+    pods: Mapped[list[Any]] = mapped_column(nullable=False, default=list, server_default="[]")
     # cluster -> what it said when it refused the job for good: the job is never sent there again.
     refusals: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict, server_default="{}")
     spec: Mapped[dict[str, Any]] = mapped_column(nullable=False)  # JobSpec as protobuf JSON

@@ -45,6 +45,7 @@ from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_
 HERE = Path(__file__).parent
 SESSION_COOKIE = "fed_session"
 SESSION_SECONDS = 8 * 3600  # a signed-in browser signs in again after a working day
+LOG_LINES = 500  # lines of a pod's log a page shows
 MAX_TOKEN = 4096  # characters: a bearer token or a JWT is far shorter
 HEADERS = secure.Secure(
     csp=secure.ContentSecurityPolicy().default_src("'none'").script_src("'self'").style_src("'self'")
@@ -125,7 +126,8 @@ class Dashboard:
         app.add_routes([web.get("/", self.home), web.get("/login", self.login), web.post("/login", self.sign_in),
                         web.post("/logout", self.sign_out), web.get("/queues", self.queues),
                         web.get("/jobs", self.jobs), web.get("/jobs/rows", self.job_rows),
-                        web.get("/jobs/{id}", self.job), web.get("/clusters", self.clusters),
+                        web.get("/jobs/{id}", self.job), web.get("/jobs/{id}/logs", self.logs),
+                        web.get("/clusters", self.clusters),
                         web.get("/events", self.events), web.static("/static", HERE / "static")])
         return app
 
@@ -274,6 +276,21 @@ class Dashboard:
         explained = await api(api.jobs.ExplainJob, jobs_pb2.ExplainJobRequest(id=job_id))
         return await self._page(request, "job.html", title=job.id, job=job, explained=explained,
                           events=await self._timeline(api, job_id))
+
+    async def logs(self, request: web.Request) -> web.Response:
+        """A pod's last lines, read through the federation as `fedctl logs` does (the viewer's token)."""
+        api = await self._api(request)
+        job_id, task = request.match_info["id"], request.query.get("task", "")
+        try:
+            index = int(request.query.get("index", "0"))
+        except ValueError:
+            raise web.HTTPBadRequest(text="index must be a number\n") from None
+        stream = api.jobs.GetJobLogs(jobs_pb2.GetJobLogsRequest(id=job_id, task=task, index=index,
+                                                                tail_lines=LOG_LINES), metadata=api.metadata,
+                                     timeout=30)
+        data = b"".join([chunk.data async for chunk in stream])
+        return await self._page(request, "logs.html", title=f"Log of {job_id}", job_id=job_id, task=task,
+                                index=index, tail=LOG_LINES, text=output.safe_log(data))
 
     async def _timeline(self, api: Api, job_id: str) -> list[common_pb2.JobEvent]:
         """The job's events so far: its watch replayed from the start, until it has nothing more to say."""

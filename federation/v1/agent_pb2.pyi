@@ -24,6 +24,7 @@ class JobUpdateType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PODS_ADDED: _ClassVar[JobUpdateType]
     ORPHANS_DELETED: _ClassVar[JobUpdateType]
     FENCED: _ClassVar[JobUpdateType]
+    POD_STATUS: _ClassVar[JobUpdateType]
 JOB_UPDATE_TYPE_UNSPECIFIED: JobUpdateType
 ACCEPTED: JobUpdateType
 REJECTED: JobUpdateType
@@ -35,20 +36,23 @@ JOB_FAILED: JobUpdateType
 PODS_ADDED: JobUpdateType
 ORPHANS_DELETED: JobUpdateType
 FENCED: JobUpdateType
+POD_STATUS: JobUpdateType
 
 class AgentMessage(_message.Message):
-    __slots__ = ("register", "inventory", "heartbeat", "job_update", "reconcile")
+    __slots__ = ("register", "inventory", "heartbeat", "job_update", "reconcile", "log_chunk")
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     INVENTORY_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     JOB_UPDATE_FIELD_NUMBER: _ClassVar[int]
     RECONCILE_FIELD_NUMBER: _ClassVar[int]
+    LOG_CHUNK_FIELD_NUMBER: _ClassVar[int]
     register: Register
     inventory: Inventory
     heartbeat: Heartbeat
     job_update: JobUpdate
     reconcile: Reconcile
-    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_update: _Optional[_Union[JobUpdate, _Mapping]] = ..., reconcile: _Optional[_Union[Reconcile, _Mapping]] = ...) -> None: ...
+    log_chunk: LogChunk
+    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_update: _Optional[_Union[JobUpdate, _Mapping]] = ..., reconcile: _Optional[_Union[Reconcile, _Mapping]] = ..., log_chunk: _Optional[_Union[LogChunk, _Mapping]] = ...) -> None: ...
 
 class Register(_message.Message):
     __slots__ = ("cluster", "labels", "agent_version", "jobs", "instance", "running")
@@ -159,7 +163,7 @@ class Heartbeat(_message.Message):
     def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobUpdate(_message.Message):
-    __slots__ = ("job_id", "attempt", "type", "reason", "hypernode", "tier", "placements", "retries", "permanent", "pods")
+    __slots__ = ("job_id", "attempt", "type", "reason", "hypernode", "tier", "placements", "retries", "permanent", "pods", "pod_statuses")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +174,7 @@ class JobUpdate(_message.Message):
     RETRIES_FIELD_NUMBER: _ClassVar[int]
     PERMANENT_FIELD_NUMBER: _ClassVar[int]
     PODS_FIELD_NUMBER: _ClassVar[int]
+    POD_STATUSES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     attempt: int
     type: JobUpdateType
@@ -180,7 +185,46 @@ class JobUpdate(_message.Message):
     retries: int
     permanent: bool
     pods: int
-    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., type: _Optional[_Union[JobUpdateType, str]] = ..., reason: _Optional[str] = ..., hypernode: _Optional[str] = ..., tier: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.PodPlacement, _Mapping]]] = ..., retries: _Optional[int] = ..., permanent: _Optional[bool] = ..., pods: _Optional[int] = ...) -> None: ...
+    pod_statuses: _containers.RepeatedCompositeFieldContainer[_common_pb2.PodStatus]
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., type: _Optional[_Union[JobUpdateType, str]] = ..., reason: _Optional[str] = ..., hypernode: _Optional[str] = ..., tier: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.PodPlacement, _Mapping]]] = ..., retries: _Optional[int] = ..., permanent: _Optional[bool] = ..., pods: _Optional[int] = ..., pod_statuses: _Optional[_Iterable[_Union[_common_pb2.PodStatus, _Mapping]]] = ...) -> None: ...
+
+class LogsRequest(_message.Message):
+    __slots__ = ("stream_id", "job_id", "attempt", "task", "index", "follow", "previous", "tail_lines")
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    stream_id: str
+    job_id: str
+    attempt: int
+    task: str
+    index: int
+    follow: bool
+    previous: bool
+    tail_lines: int
+    def __init__(self, stream_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., task: _Optional[str] = ..., index: _Optional[int] = ..., follow: _Optional[bool] = ..., previous: _Optional[bool] = ..., tail_lines: _Optional[int] = ...) -> None: ...
+
+class LogsCancel(_message.Message):
+    __slots__ = ("stream_id",)
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    stream_id: str
+    def __init__(self, stream_id: _Optional[str] = ...) -> None: ...
+
+class LogChunk(_message.Message):
+    __slots__ = ("stream_id", "data", "end", "error")
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    stream_id: str
+    data: bytes
+    end: bool
+    error: str
+    def __init__(self, stream_id: _Optional[str] = ..., data: _Optional[bytes] = ..., end: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Assign(_message.Message):
     __slots__ = ("job", "attempt")
@@ -233,17 +277,21 @@ class HeartbeatAck(_message.Message):
     def __init__(self) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("assign", "cancel", "preempt", "registered", "reconciled", "heartbeat_ack")
+    __slots__ = ("assign", "cancel", "preempt", "registered", "reconciled", "heartbeat_ack", "logs", "logs_cancel")
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     PREEMPT_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     RECONCILED_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    LOGS_CANCEL_FIELD_NUMBER: _ClassVar[int]
     assign: Assign
     cancel: Cancel
     preempt: Preempt
     registered: Registered
     reconciled: Reconciled
     heartbeat_ack: HeartbeatAck
-    def __init__(self, assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., preempt: _Optional[_Union[Preempt, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., reconciled: _Optional[_Union[Reconciled, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ...) -> None: ...
+    logs: LogsRequest
+    logs_cancel: LogsCancel
+    def __init__(self, assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., preempt: _Optional[_Union[Preempt, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., reconciled: _Optional[_Union[Reconciled, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., logs: _Optional[_Union[LogsRequest, _Mapping]] = ..., logs_cancel: _Optional[_Union[LogsCancel, _Mapping]] = ...) -> None: ...

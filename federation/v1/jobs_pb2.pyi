@@ -141,3 +141,25 @@ class ExplainJobResponse(_message.Message):
     expected_start_time: _timestamp_pb2.Timestamp
     expected_cluster: str
     def __init__(self, job_id: _Optional[str] = ..., phase: _Optional[_Union[_common_pb2.JobPhase, str]] = ..., reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., clusters: _Optional[_Iterable[_Union[ClusterFit, _Mapping]]] = ..., expected_start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_cluster: _Optional[str] = ...) -> None: ...
+
+class GetJobLogsRequest(_message.Message):
+    __slots__ = ("id", "task", "index", "follow", "previous", "tail_lines")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    task: str
+    index: int
+    follow: bool
+    previous: bool
+    tail_lines: int
+    def __init__(self, id: _Optional[str] = ..., task: _Optional[str] = ..., index: _Optional[int] = ..., follow: _Optional[bool] = ..., previous: _Optional[bool] = ..., tail_lines: _Optional[int] = ...) -> None: ...
+
+class LogData(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...

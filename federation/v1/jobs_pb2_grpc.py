@@ -71,6 +71,11 @@ class JobServiceStub:
                 request_serializer=federation_dot_v1_dot_jobs__pb2.ExplainJobRequest.SerializeToString,
                 response_deserializer=federation_dot_v1_dot_jobs__pb2.ExplainJobResponse.FromString,
                 _registered_method=True)
+        self.GetJobLogs = channel.unary_stream(
+                '/federation.v1.JobService/GetJobLogs',
+                request_serializer=federation_dot_v1_dot_jobs__pb2.GetJobLogsRequest.SerializeToString,
+                response_deserializer=federation_dot_v1_dot_jobs__pb2.LogData.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -121,6 +126,15 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetJobLogs(self, request, context):
+        """A pod's log, read from its member cluster through the agent's connection (no member kubeconfig needed):
+        the job's owner or an admin only, a pod of the job's current attempt only. With follow, until the pod
+        ends or the caller goes away.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -158,6 +172,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ExplainJob,
                     request_deserializer=federation_dot_v1_dot_jobs__pb2.ExplainJobRequest.FromString,
                     response_serializer=federation_dot_v1_dot_jobs__pb2.ExplainJobResponse.SerializeToString,
+            ),
+            'GetJobLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetJobLogs,
+                    request_deserializer=federation_dot_v1_dot_jobs__pb2.GetJobLogsRequest.FromString,
+                    response_serializer=federation_dot_v1_dot_jobs__pb2.LogData.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,6 +369,33 @@ class JobService:
             '/federation.v1.JobService/ExplainJob',
             federation_dot_v1_dot_jobs__pb2.ExplainJobRequest.SerializeToString,
             federation_dot_v1_dot_jobs__pb2.ExplainJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/federation.v1.JobService/GetJobLogs',
+            federation_dot_v1_dot_jobs__pb2.GetJobLogsRequest.SerializeToString,
+            federation_dot_v1_dot_jobs__pb2.LogData.FromString,
             options,
             channel_credentials,
             insecure,

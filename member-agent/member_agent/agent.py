@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 OUTBOX_LIMIT = 10_000
+LOG_CHUNK = 64 * 1024  # bytes of a pod's log per message
 INVENTORY_DELAY = 0.2  # seconds a burst of cluster changes is gathered into one inventory
 MAX_IN_FLIGHT = 32  # orders carried out at once (each gang's binds are themselves many calls at once)
 # Seconds cut off from the federation after which the agent stops its gangs, until a server says otherwise
@@ -129,6 +130,13 @@ class Backend(Protocol):
         """Where to report a pod's phase (job id, attempt, task, index, phase, reason), a node's readiness,
         and any other change of what is free or where (other workloads' pods, cordons, new nodes)."""
 
+    def pod_statuses(self, job: AgentJob) -> list[common_pb2.PodStatus]:
+        """The job's pods as the cluster has them now: names, phases, restarts, last messages."""
+
+    def logs(self, job: AgentJob, task: str, index: int, follow: bool, previous: bool,
+             tail_lines: int) -> AsyncIterator[bytes]:
+        """One pod's log, as the cluster serves it (LookupError: the job has no such pod here)."""
+
 
 @dataclass
 class Agent:
@@ -147,6 +155,8 @@ class Agent:
     _binding: dict[str, list[tuple[str, int, str, str]]] = field(default_factory=dict)
     _orders: dict[str, tuple[asyncio.Lock, int]] = field(default_factory=dict)  # job -> its lock, orders pending
     _in_flight: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_IN_FLIGHT))
+    _pods_said: dict[str, tuple[int, list[bytes]]] = field(default_factory=dict)  # job -> its pods as last reported
+    _log_streams: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # stream id -> its reader
 
     _inventory_due: asyncio.TimerHandle | None = None
     _inventory_sent: float = field(default_factory=time.monotonic)
@@ -175,6 +185,59 @@ class Agent:
             self.outbox.put_nowait(message)
         except asyncio.QueueFull:
             self.overflowed = True
+
+    def report_pod_statuses(self) -> int:
+        """Send the pods of each gang whose statuses changed since last said (level-triggered, every few
+        seconds: what users see of their pods, not what the federation decides on); how many were sent."""
+        sent = 0
+        for job_id, job in list(self.jobs.items()):
+            statuses = self.backend.pod_statuses(job)
+            said = [s.SerializeToString(deterministic=True) for s in statuses]
+            if self._pods_said.get(job_id) == (job.attempt, said):
+                continue
+            self._pods_said[job_id] = (job.attempt, said)
+            self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
+                job_id=job_id, attempt=job.attempt, type=agent_pb2.POD_STATUS, pod_statuses=statuses)))
+            sent += 1
+        for gone in self._pods_said.keys() - self.jobs.keys():
+            del self._pods_said[gone]
+        return sent
+
+    def open_logs(self, request: agent_pb2.LogsRequest) -> None:
+        """Stream a pod's log back as LogChunks until it ends, fails, or the server cancels it."""
+        task = self._spawn(self._stream_logs(request))
+        self._log_streams[request.stream_id] = task
+        task.add_done_callback(lambda _: self._log_streams.pop(request.stream_id, None))
+
+    def close_logs(self, stream_id: str) -> None:
+        task = self._log_streams.pop(stream_id, None)
+        if task is not None:
+            task.cancel()
+
+    async def _stream_logs(self, request: agent_pb2.LogsRequest) -> None:
+        def chunk(**fields: Any) -> agent_pb2.AgentMessage:
+            return agent_pb2.AgentMessage(log_chunk=agent_pb2.LogChunk(stream_id=request.stream_id, **fields))
+
+        job = self.jobs.get(request.job_id)
+        error = ""
+        try:
+            if job is None or job.attempt != request.attempt:
+                raise LookupError(f"this cluster runs no pods of attempt {request.attempt} of job {request.job_id}")
+            async for data in self.backend.logs(job, request.task, request.index, request.follow,
+                                                request.previous, request.tail_lines):
+                for start in range(0, len(data), LOG_CHUNK):
+                    # A log read faster than the stream drains waits here, rather than overflow the outbox
+                    # (which would cost this cluster's stream a resynchronisation).
+                    while self.outbox.qsize() > OUTBOX_LIMIT // 2:
+                        await asyncio.sleep(0.05)
+                    self._send(chunk(data=data[start:start + LOG_CHUNK]))
+        except LookupError as err:
+            error = str(err)
+        except asyncio.CancelledError:
+            return  # the server stopped asking
+        except Exception as err:  # the member cluster could not serve it: the user hears why
+            error = f"reading the log failed: {err}"
+        self._send(chunk(end=True, error=error))
 
     def _report(self, update: agent_pb2.JobUpdate) -> None:
         self.reports[update.job_id] = update
@@ -358,6 +421,9 @@ class Agent:
             self.outbox.get_nowait()
         self.overflowed = False
         self._beats.clear()  # acknowledgements of the old stream's heartbeats never come
+        self._pods_said.clear()  # said again on the new stream (the server may have missed the last)
+        for stream_id in list(self._log_streams):  # their readers were on the old stream
+            self.close_logs(stream_id)
 
     # -- control in ----------------------------------------------------------------------
 
@@ -394,6 +460,10 @@ class Agent:
         elif kind in ("cancel", "preempt"):
             order = getattr(message, kind)
             await self.remove(order.job_id, order.attempt, order.reason)
+        elif kind == "logs":
+            self.open_logs(message.logs)
+        elif kind == "logs_cancel":
+            self.close_logs(message.logs_cancel.stream_id)
 
     async def assign(self, job: common_pb2.Job, attempt: int) -> None:
         """The federation runs this attempt here: record it as desired and reconcile the job. A repeat, or an
@@ -556,6 +626,10 @@ class Agent:
     def _finish(self, job: AgentJob, succeeded: bool, reason: str) -> None:
         if self.jobs.get(job.job.id) is not job:
             return
+        # Its pods as they ended (a user reads them after the job too), then the end itself.
+        self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
+            job_id=job.job.id, attempt=job.attempt, type=agent_pb2.POD_STATUS,
+            pod_statuses=self.backend.pod_statuses(job))))
         self._forget(job)
         want = self.desired.get(job.job.id)
         if want is not None and want.attempt == job.attempt:  # ended here: nothing more to run

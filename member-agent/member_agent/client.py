@@ -18,17 +18,25 @@ class ResyncNeeded(Exception):
     """The outbox overflowed while connected; reconnect and send full state."""
 
 
+POD_STATUS_EVERY = 2.0  # seconds between looks at what changed of the gangs' pods
+
 async def _writer(call: grpc.aio.StreamStreamCall, agent: Agent, heartbeat: float, reconcile_every: float) -> None:
     """Everything the agent queues, a heartbeat whenever one is due (however busy the stream: the server
     judges the cluster alive by them, and the agent judges itself heard by their acknowledgements), and a
-    reconciliation request every `reconcile_every` seconds."""
+    reconciliation request every `reconcile_every` seconds; the pods' statuses, when changed, every
+    POD_STATUS_EVERY seconds."""
     loop = asyncio.get_running_loop()
     next_beat = loop.time() + heartbeat
     next_reconcile = loop.time() + reconcile_every
+    next_pods = loop.time()
     while True:
         if agent.overflowed:
             raise ResyncNeeded
         now = loop.time()
+        if now >= next_pods:  # the pods users see: whatever changed since last said, queued
+            agent.report_pod_statuses()
+            next_pods = now + POD_STATUS_EVERY
+            continue
         if now >= next_beat:
             message = agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat())
             message.heartbeat.time.GetCurrentTime()
@@ -39,7 +47,7 @@ async def _writer(call: grpc.aio.StreamStreamCall, agent: Agent, heartbeat: floa
             next_reconcile = now + reconcile_every
         else:
             try:
-                message = await asyncio.wait_for(agent.outbox.get(), min(next_beat, next_reconcile) - now)
+                message = await asyncio.wait_for(agent.outbox.get(), min(next_beat, next_reconcile, next_pods) - now)
             except TimeoutError:
                 continue
         await call.write(message)

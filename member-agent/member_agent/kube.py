@@ -28,7 +28,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from federation.durations import parse_duration
 from federation.resources import Resources, add, format_resources
+from federation.v1 import common_pb2
 from federation.validation import ON_CLUSTER_LOST
 from member_agent import plugins
 from member_agent.agent import AgentJob, BindError
@@ -66,6 +67,7 @@ ACCESS = (("list", "", "nodes", False), ("watch", "", "nodes", False),
           ("list", "", "pods", False), ("watch", "", "pods", False),
           ("list", "topology.volcano.sh", "hypernodes", False), ("watch", "topology.volcano.sh", "hypernodes", False),
           ("create", "", "pods", True), ("delete", "", "pods", True), ("create", "", "pods/binding", True),
+          ("get", "", "pods/log", True),
           ("create", "", "configmaps", True), ("get", "", "configmaps", True), ("patch", "", "configmaps", True),
           ("delete", "", "configmaps", True), ("create", "", "services", True), ("patch", "", "services", True),
           ("create", "", "secrets", True), ("patch", "", "secrets", True),
@@ -161,7 +163,22 @@ def slim_pod(pod: Obj) -> Obj:
             "status": {k: status[k] for k in ("phase", "reason", "message") if k in status}
             | {"containerStatuses": [{"name": c.get("name"), "state": {"terminated": (c.get("state") or {}).get(
                 "terminated")}} for c in status.get("containerStatuses") or [] if (c.get("state") or {}).get(
-                "terminated")]}}
+                "terminated")]}
+            | _shown(status)}
+
+
+def _shown(status: Obj) -> Obj:
+    """What a user sees of a pod beyond its phase (kubectl's RESTARTS and STATUS): container restarts, and
+    why a container waits (CrashLoopBackOff, ImagePullBackOff...) or ended."""
+    containers = status.get("containerStatuses") or []
+    out: Obj = {"restarts": sum(int(c.get("restartCount") or 0) for c in containers)}
+    for c in containers:
+        state = c.get("state") or {}
+        said = state.get("waiting") or state.get("terminated") or {}
+        if said.get("reason"):
+            out["said"] = said["reason"] + (f": {said['message']}" if said.get("message") else "")
+            break
+    return out
 
 
 def slim_node(node: Obj) -> Obj:
@@ -407,6 +424,42 @@ class KubernetesBackend:
             del phases[k]  # whatever happens to it next, the policy has been told
         if phases and all(p == "Succeeded" for p in phases.values()):
             del self._phases[job_id]
+
+    def pod_statuses(self, job: AgentJob) -> list[common_pb2.PodStatus]:
+        """The attempt's pods from the informer's cache, as kubectl shows them."""
+        out = []
+        for pod in self._job_pods(job.job.id, job.attempt):
+            meta, status = pod["metadata"], pod.get("status") or {}
+            labels = meta.get("labels") or {}
+            phase = "Terminating" if meta.get("deletionTimestamp") else status.get("phase", "Pending")
+            out.append(common_pb2.PodStatus(
+                task=labels.get(TASK, ""), index=int(labels.get(INDEX, "0")), name=meta.get("name", ""),
+                namespace=meta.get("namespace", ""), node=(pod.get("spec") or {}).get("nodeName") or "",
+                phase=phase, restarts=int(status.get("restarts") or 0),
+                message=status.get("said") or status.get("message") or status.get("reason") or ""))
+        return sorted(out, key=lambda p: (p.task, p.index, p.name))
+
+    async def logs(self, job: AgentJob, task: str, index: int, follow: bool, previous: bool,
+                   tail_lines: int) -> AsyncIterator[bytes]:
+        """The pod's log from the API server (which reads it from the node's kubelet): its first container's,
+        as kubectl picks when a pod has one."""
+        pods = [p for p in self._job_pods(job.job.id, job.attempt)
+                if p["metadata"]["labels"].get(TASK) == task and p["metadata"]["labels"].get(INDEX) == str(index)]
+        if not pods:
+            raise LookupError(f"job {job.job.id} has no pod {task}[{index}] in this cluster")
+        meta = pods[0]["metadata"]
+        containers = (pods[0].get("spec") or {}).get("containers") or [{}]
+        query = {"container": containers[0].get("name") or "", "follow": str(follow).lower(),
+                 "previous": str(previous).lower()}
+        if tail_lines:
+            query["tailLines"] = str(tail_lines)
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/log"
+        try:
+            async for data in self.kube.raw(path, query):
+                yield data
+        except KubeError as err:
+            raise LookupError(f"pod {meta['namespace']}/{meta['name']}: {err.status} {err.reason}: "
+                              f"{err.message}") from None
 
     def _job_of(self, pod: Obj) -> str | None:
         """Our pods are indexed by the hash of their job, so a job's pods are found without a scan."""

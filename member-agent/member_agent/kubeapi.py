@@ -97,6 +97,23 @@ class Kube:
     async def patch(self, path: str, body: Obj, kind: str = "merge") -> Obj:
         return await self.call("PATCH", path, body, content_type=f"application/{kind}-patch+json")
 
+    async def raw(self, path: str, query: Mapping[str, str]) -> AsyncIterator[bytes]:
+        """A GET whose body is read as it comes (a pod's log, followed): its bytes, chunk by chunk."""
+        response = await self.api.rest_client.request(
+            "GET", self.host + path, query_params=list(query.items()), headers=await self._headers("application/json"),
+            _preload_content=False, _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+        async with response:
+            if response.status != 200:
+                data = await response.read()
+                try:
+                    status = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    status = {"message": data.decode(errors="replace")[:300]}
+                raise KubeError(response.status, str(status.get("reason") or response.reason),
+                                str(status.get("message", "")), "GET", path)
+            async for chunk in response.content.iter_any():
+                yield chunk
+
     async def stream(self, path: str, query: Mapping[str, str], timeout: float) -> AsyncIterator[Obj]:
         """A watch: one event per line until the server ends it (`timeoutSeconds`) or the connection drops."""
         response = await self.api.rest_client.request(

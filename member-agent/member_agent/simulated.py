@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,34 @@ class SimulatedBackend:
                      on_node: Callable[[str, bool], object], on_change: Callable[[], object]) -> None:
         """Faults in a simulation are injected through the agent itself, so only pod phases come from here."""
         self._on_pod = on_pod
+
+    def pod_statuses(self, job: AgentJob) -> list[common_pb2.PodStatus]:
+        """As a Kubernetes cluster would say it: each pod named after its job, task and index."""
+        job_id, namespace = job.job.id, job.job.spec.namespace or "default"
+        out = []
+        for p in sorted(job.pods, key=lambda p: (p.task, p.index)):
+            phase = "Succeeded" if (p.task, p.index) in job.done else \
+                "Pending" if (job_id, p.task, p.index) in self.starting else "Running"
+            out.append(common_pb2.PodStatus(task=p.task, index=p.index, name=f"{job_id}-{p.task}-{p.index}",
+                                            namespace=namespace, node=p.node, phase=phase))
+        return out
+
+    async def logs(self, job: AgentJob, task: str, index: int, follow: bool, previous: bool,
+                   tail_lines: int) -> AsyncIterator[bytes]:
+        """A simulated pod's log: a line when it started and, followed, one a second while it runs."""
+        pod = next((p for p in job.pods if p.task == task and p.index == index), None)
+        if pod is None:
+            raise LookupError(f"job {job.job.id} has no pod {task}[{index}] here")
+        if previous:
+            raise LookupError(f"pod {task}[{index}] of job {job.job.id} has not restarted: no previous log")
+        lines = [f"simulated pod {job.job.id}-{task}-{index} on node {pod.node}, attempt {job.attempt}\n",
+                 f"running for {self.duration(job, task):g}s\n"]
+        yield "".join(lines[-tail_lines:] if tail_lines else lines).encode()
+        beat = 0
+        while follow and (job.job.id, task) in self.tasks:
+            await asyncio.sleep(1)
+            beat += 1
+            yield f"still running ({beat}s)\n".encode()
 
     def duration(self, job: AgentJob, task: str) -> float:
         return _seconds(annotation(job.job.spec, task, DURATION_ANNOTATION), self.default_duration)
