@@ -134,3 +134,26 @@ def test_an_agent_whose_role_lacks_a_verb_stops_naming_it(kube: Testbed, tmp_pat
     where = f"in namespace {JOBS}" if kind == "Role" else "(cluster-wide)"
     assert f"the agent's role does not grant: {verb} {resource} {where}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_fedctl_shows_the_pods_and_reads_their_logs_from_the_member_cluster(
+        db_url: URL, kube: Testbed, tmp_path: Path) -> None:
+    """Issue 28 (1), all the way: fedctl → server → the agent's stream → the API server → the node's kubelet
+    (KWOK) and back, with no member kubeconfig on the user's side."""
+    gpu_cluster(kube)
+    fed = Federation(db_url, kube, tmp_path)
+    try:
+        job_id = fed.submit(2, "600s")
+        wait_for("both pods reported Running", lambda: [p.phase for p in fed.status(job_id).pods] == ["Running"] * 2)
+        names = {name for name in pods(kube)}
+        listed = subprocess.run([str(BIN / "fedctl"), "--server", fed.server.address, "get", "pods", job_id],
+                                capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+        assert {r[1] for r in rows} == names and {r[2] for r in rows} == {JOBS} and {r[6] for r in rows} == {"Running"}
+        logs = subprocess.run([str(BIN / "fedctl"), "--server", fed.server.address, "logs", job_id, "worker", "1",
+                               "--tail", "2"], capture_output=True, text=True, timeout=60)
+        assert logs.returncode == 0, logs.stderr
+        assert logs.stdout.splitlines() == ["test bed pod log, line 4", "test bed pod log, line 5"]
+    finally:
+        fed.stop()

@@ -35,6 +35,11 @@ AGENT_RBAC = REPO / "deploy" / "kubernetes" / "agent" / "rbac.yaml"
 HYPERNODE_CRD = ("topology.volcano.sh", "hypernodes")
 
 
+def cri_log_line(text: str) -> str:
+    """A line as container runtimes write logs (CRI: time, stream, full line, text), which KWOK serves."""
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())}.000000000Z stdout F {text}\n"
+
+
 class TestbedError(RuntimeError):
     """A test bed process did not start; the message names it and carries the end of its log."""
 
@@ -130,7 +135,10 @@ class Testbed:
             f"--cert-dir={pki}", "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
             # New nodes are tainted not-ready until the node lifecycle controller sees them heartbeat; the
             # test bed runs no such controller (KWOK's nodes need no heartbeats), so nothing would lift it.
-            "--disable-admission-plugins=TaintNodesByCondition"])
+            "--disable-admission-plugins=TaintNodesByCondition",
+            # Pods' logs: from KWOK, serving every node's kubelet API on loopback with a certificate of ours.
+            "--kubelet-preferred-address-types=InternalIP", f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}"])
         _kubeconfig(self.admin_kubeconfig, self.server, ca.cert, {
             "client-certificate": str(pki / "admin.crt"), "client-key": str(pki / "admin.key")})
         context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
@@ -143,9 +151,20 @@ class Testbed:
             "--controllers=garbagecollector,namespace,serviceaccount,root-ca-cert-publisher",
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
             "--leader-elect=false", "--secure-port=0", "--concurrent-gc-syncs=20"])
+        # KWOK as every node's kubelet API, over TLS the API server checks (pods' logs come through it).
+        certs.issue(ca, "kwok", ["127.0.0.1"]).write(pki, "kwok")
+        self.pod_log = self.dir / "pod.log"
+        self.pod_log.write_text("".join(cri_log_line(f"test bed pod log, line {i}") for i in range(1, 6)))
+        logs = self.dir / "logs.yaml"
+        logs.write_text(yaml.safe_dump({"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs",
+                                        "metadata": {"name": "testbed-pod-logs"},
+                                        "spec": {"logs": [{"logsFile": str(self.pod_log), "follow": True}]}}))
+        kubelet_port = free_port()
         self._start("kwok", [
             self.tools.program("kwok"), f"--kubeconfig={self.admin_kubeconfig}", "--manage-all-nodes=true",
-            f"--config={STAGES}", "--server-address="])
+            f"--config={STAGES}", f"--config={logs}", f"--server-address=127.0.0.1:{kubelet_port}",
+            "--node-ip=127.0.0.1", f"--node-port={kubelet_port}", f"--tls-cert-file={pki / 'kwok.crt'}",
+            f"--tls-private-key-file={pki / 'kwok.key'}"])
         self.install_crd(self.tools.crd(*HYPERNODE_CRD))
         api = self.admin()
         self._wait("kube-controller-manager", self.procs[2][1],

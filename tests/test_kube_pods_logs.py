@@ -1,0 +1,70 @@
+"""Issue 28 (1) on a real API server with KWOK: the agent reports each pod as kubectl shows it (name, namespace,
+node, phase, container restarts), and streams a pod's log from the API server, which reads it from the node's
+kubelet API (KWOK's, serving the test bed's pod.log) — the path `fedctl logs` takes through the federation."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from federation.testbed.cluster import Testbed, cri_log_line
+from federation.v1 import agent_pb2
+from member_agent.agent import Agent
+from tests.kubehelp import JOBS, backend, eventually, gang, gpu_cluster, next_update, ready_nodes
+
+
+async def test_pods_reported_as_kubectl_shows_them_and_their_logs_read_from_the_kubelet(
+        kube: Testbed, tmp_path: Path) -> None:
+    gpu_cluster(kube)
+    b = await backend(kube, tmp_path)
+    agent = Agent("east", {}, b)
+    try:
+        await ready_nodes(b, 4)
+        await agent.assign(gang("logged", 2, duration="600s"), attempt=1)
+        seen: list[agent_pb2.JobUpdate] = []
+        bound = await next_update(agent, agent_pb2.BOUND, seen)
+        job = agent.jobs["logged-1"]
+
+        def running() -> list[object]:
+            statuses = b.pod_statuses(job)
+            return statuses if len(statuses) == 2 and all(s.phase == "Running" for s in statuses) else []
+
+        statuses = await eventually(running, what="both pods Running in the cache")
+        assert {(s.task, s.index, s.node) for s in statuses} == {(p.task, p.index, p.node) for p in bound.placements}
+        assert all(s.namespace == JOBS and s.name.startswith("logged-1-") for s in statuses)
+        assert agent.report_pod_statuses() == 1 and agent.report_pod_statuses() == 0  # said once, until it changes
+        said = [m.job_update for m in drain_outbox(agent) if m.job_update.type == agent_pb2.POD_STATUS]
+        assert [len(u.pod_statuses) for u in said] == [2]
+
+        expected = "".join(line.split(" ", 3)[3] + "\n" for line in kube.pod_log.read_text().splitlines())
+        read = b"".join([chunk async for chunk in b.logs(job, "worker", 1, follow=False, previous=False,
+                                                          tail_lines=0)])
+        assert read.decode() == expected
+        tail = b"".join([chunk async for chunk in b.logs(job, "worker", 0, follow=False, previous=False,
+                                                          tail_lines=2)])
+        assert tail.decode().splitlines() == expected.splitlines()[-2:]
+        # Followed: a line the kubelet's log gains later arrives on the open stream.
+        followed = b.logs(job, "worker", 0, follow=True, previous=False, tail_lines=1)
+        first = await asyncio.wait_for(anext(followed), 30)
+        assert b"line 5" in first
+        with kube.pod_log.open("a") as log:
+            log.write(cri_log_line("written while followed"))
+        more = b""
+        while b"written while followed" not in more:
+            more += await asyncio.wait_for(anext(followed), 30)
+        await followed.aclose()
+        try:
+            async for _ in b.logs(job, "worker", 9, follow=False, previous=False, tail_lines=0):
+                pass
+            raise AssertionError("a pod the job does not have was read")
+        except LookupError as err:
+            assert "has no pod worker[9]" in str(err)
+    finally:
+        await b.stop()
+
+
+def drain_outbox(agent: Agent) -> list[agent_pb2.AgentMessage]:
+    out = []
+    while not agent.outbox.empty():
+        out.append(agent.outbox.get_nowait())
+    return out
