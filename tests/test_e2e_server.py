@@ -44,6 +44,8 @@ def test_db_upgrade_then_serve(empty_db_url: URL) -> None:
         assert f"database schema at {head}" in out
     server = ServerProcess("--database-url", url_arg(empty_db_url))
     try:
+        # --insecure-dev (the dev processes' default) says at start what it takes: any token, or none.
+        assert b"any bearer token, or none, is accepted and ignored, and every caller is an admin" in server.log
         assert fedctl(server.address, "tenant", "create", "ml").returncode == 0
     finally:
         assert server.stop() == 0

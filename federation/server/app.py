@@ -124,7 +124,8 @@ class FederationServer:
         tokens = TokenStore(self.engine)
         self.authenticator = Authenticator(tokens.load, jwt_verifier=self.oidc.verify if self.oidc else None)
         if self.insecure_dev:
-            log.warning("INSECURE DEV MODE: no authentication; every caller is an admin. Never expose this server.")
+            log.warning("INSECURE DEV MODE: no authentication: any bearer token, or none, is accepted and ignored, and "
+                        "every caller is an admin. Never expose this server.")
         self.hub = EventHub(jobs.events_after, jobs.last_event_seq, await jobs.last_event_seq())
         self.hub.start()
         self.authenticate = authenticate = insecure_dev if self.insecure_dev else self.authenticator.authenticate

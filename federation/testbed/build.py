@@ -16,6 +16,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,8 +82,18 @@ def ensure(say: Callable[[str], None] = lambda _: None) -> Tools:
     if (target / "complete").exists():
         return tools
     root.mkdir(parents=True, exist_ok=True)
-    with (root / "lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with (root / "lock").open("a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another build holds it: say who, since when, rather than wait in silence
+            lock.seek(0)
+            say(f"waiting for the test bed build that holds {root / 'lock'}: {lock.read().strip() or 'unknown'}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()} ({' '.join(sys.argv)[:200]}), since "
+                   f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+        lock.flush()
         if (target / "complete").exists():  # another process built it while we waited
             return tools
         shutil.rmtree(target, ignore_errors=True)
