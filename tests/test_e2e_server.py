@@ -253,9 +253,10 @@ def test_fedctl_reads_like_kubectl(live: str, tmp_path: Path) -> None:
     submitted = run("submit", "-f", str(job))
     job_id = submitted.stdout.split()[0].removeprefix("job/")
     described = run("describe", "job", job_id).stdout
-    assert f"id: {job_id}" in described and "clusters:" in described.split("---", 1)[1]  # and why it waits
+    assert described.startswith("Id:") and job_id in described.splitlines()[0]
+    assert "\nClusters:" in described and "\nEvents:\n" in described  # why it waits per cluster; its events
     assert run("delete", "job", job_id).stdout.strip() == f"job/{job_id} cancelled"
-    assert "unknown kind 'pods'" in run("get", "pods").stderr
+    assert "give the jobs whose pods to show" in run("get", "pods").stderr
 
     def commands(group: click.Command, path: str = "fedctl") -> list[tuple[str, str]]:
         out = [(path, group.help or "")]

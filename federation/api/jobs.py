@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
+import federation
 from federation.api import convert
 from federation.api.status import servicer
 from federation.auth import Principal, RateLimiter, current, require_sees
@@ -27,6 +28,7 @@ from federation.jobcache import job_view
 from federation.logrelay import LogRelay
 from federation.scheduler import Scheduler
 from federation.scheduling.cycle import NO_READY_CLUSTER
+from federation.store import database
 from federation.store.admin import AdminStore, SubmissionView
 from federation.store.jobs import WAITING_PHASES, JobStore, NewJob
 from federation.v1 import agent_pb2, common_pb2, jobs_pb2, jobs_pb2_grpc
@@ -65,6 +67,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub, scheduler: Scheduler,
                  on_change: Callable[[], None], limiter: RateLimiter, logs: LogRelay) -> None:
         self.logs = logs
+        self.schema_revision = database.head_revision()
         self.jobs = jobs
         self.admin = admin
         self.hub = hub
@@ -286,6 +289,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                 job_id=row["id"], attempt=row["attempt"], task=task, index=request.index, follow=request.follow,
                 previous=request.previous, tail_lines=request.tail_lines)):
             yield jobs_pb2.LogData(data=data)
+
+    async def GetVersion(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        # The server refuses to serve a schema other than its head, so the head is the schema it runs on.
+        return jobs_pb2.Version(version=federation.__version__, api=jobs_pb2.DESCRIPTOR.package,
+                                schema_revision=self.schema_revision)
 
     async def ExplainJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         row = await self._job(request.id)

@@ -7,6 +7,7 @@ import json
 import os
 import ssl
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn, TypeVar
@@ -19,7 +20,8 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from federation.cli import convert, output, tlsprobe
+import federation
+from federation.cli import convert, output, query, tlsprobe
 from federation.cli.dev import dev
 from federation.cli.manifest import Converted, admin_from_document, apply_documents, job_from_document
 from federation.cli.yamldoc import Document, ManifestError, iter_documents, load_documents
@@ -183,9 +185,34 @@ class FedctlGroup(click.Group):
             fail([f"unexpected {type(err).__name__}: {str(err)[:300]} (please report it; FEDCTL_DEBUG=1 shows more)"])
 
 
+class OutputFormat(click.ParamType):
+    """kubectl's -o: table, wide, json, yaml, jsonpath=TEMPLATE, custom-columns=NAME:.PATH,..."""
+
+    name = "format"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        kind, sep, rest = text.partition("=")
+        if text in ("table", "wide", "json", "yaml") or (sep and kind in ("jsonpath", "custom-columns") and rest):
+            if sep:  # a bad path is said now, not after the call
+                try:
+                    query.custom_columns([], rest) if kind == "custom-columns" else query.jsonpath({}, rest)
+                except query.QueryError as err:
+                    self.fail(str(err), param, ctx)
+            return text
+        self.fail(f"{text!r} is not one of {', '.join(output.FORMATS)}", param, ctx)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(f) for f in ("table", "wide", "json", "yaml", "jsonpath=", "custom-columns=")
+                if f.startswith(incomplete)]
+
+
 def _format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("-o", "--output", "fmt", type=click.Choice(output.FORMATS), default="table",
-                        show_default=True, help="Output format.")(fn)
+    return click.option("-o", "--output", "fmt", type=OutputFormat(), default="table", show_default=True,
+                        help="Output format: table, wide, json, yaml, jsonpath=TEMPLATE, "
+                             "custom-columns=NAME:.PATH,...")(fn)
 
 
 def _label_pairs(text: str, option: str) -> dict[str, str]:
@@ -389,17 +416,51 @@ KIND_NAMES = {"job": "job", "jobs": "job", "vcjob": "job", "vcjobs": "job",
               "tenant": "tenant", "tenants": "tenant",
               "priorityclass": "priority_class", "priorityclasses": "priority_class", "pc": "priority_class",
               "flavor": "flavor", "flavors": "flavor", "resourceflavor": "flavor", "resourceflavors": "flavor",
-              "cluster": "cluster", "clusters": "cluster", "pod": "pod", "pods": "pod", "po": "pod"}
+              "cluster": "cluster", "clusters": "cluster", "pod": "pod", "pods": "pod", "po": "pod",
+              "event": "event", "events": "event", "ev": "event"}
 ADMIN_LIST = {"queue": "ListQueues", "tenant": "ListTenants", "priority_class": "ListPriorityClasses",
               "flavor": "ListFlavors"}
-_kind_argument = click.argument("kind", metavar="KIND")
+KINDS = ("jobs", "pods", "events", "queues", "tenants", "priorityclasses", "flavors", "clusters")
+
+
+def _completion_client() -> Client:
+    """A client as the command line would make one (flags are not parsed yet while completing)."""
+    config = read_config(config_path())
+    env = {k: os.environ.get(f"FEDERATION_{k.upper()}") or config.get(k, "") for k in ("server", "token", "ca",
+                                                                                      "cert", "key")}
+    return Client(env["server"] or DEFAULT_SERVER, env["token"], env["ca"], env["cert"], env["key"])
+
+
+def _names(ctx: click.Context, incomplete: str, kind: str = "") -> list[Any]:
+    """Names of the objects of `kind` (else the KIND on the line), from the server (nothing when it cannot be
+    asked)."""
+    from click.shell_completion import CompletionItem
+
+    try:
+        kind = _kind(kind or str(ctx.params.get("kind", "")))
+        if kind in ("pod", "event"):
+            kind = "job"
+        client = _completion_client()
+        if kind == "job":
+            page = client.jobs.ListJobs(jobs_pb2.ListJobsRequest(page_size=1000), timeout=3)
+            found = [j.id for j in page.jobs]
+        else:
+            items, _ = _listed(client, kind)
+            found = [i.name for i in items]  # type: ignore[attr-defined]
+    except (click.ClickException, grpc.RpcError, OSError, ValueError):
+        return []
+    return [CompletionItem(n) for n in found if n.startswith(incomplete)]
+
+
+_kind_argument = click.argument("kind", metavar="KIND", shell_complete=lambda ctx, param, incomplete: [
+    k for k in KINDS if k.startswith(incomplete)])
 
 
 def _kind(text: str) -> str:
     kind = KIND_NAMES.get(text.lower().split(".", 1)[0])
     if kind is None:
-        raise click.UsageError(f"unknown kind {text!r}; kinds: jobs, pods, queues, tenants, priorityclasses, "
-                               "flavors, clusters")
+        raise click.UsageError(f"unknown kind {text!r}; kinds: jobs, pods, events, queues, tenants, "
+                               "priorityclasses, flavors, clusters")
     return kind
 
 
@@ -435,47 +496,144 @@ def _one(client: Client, kind: str, name: str) -> Message:
     return _admin_call(client, "Get", kind, name=name)
 
 
-def _emit_all(client: Client, kind: str, fmt: str) -> None:
+def _listed(client: Client, kind: str) -> tuple[list[Message], Message]:
+    """Every object of `kind`, and the response that held them."""
     if kind == "job":
         jobs = _all_jobs(client)
-        output.emit(fmt, jobs, jobs_pb2.ListJobsResponse(jobs=jobs))
-        return
+        return list(jobs), jobs_pb2.ListJobsResponse(jobs=jobs)
     rpc = "ListClusters" if kind == "cluster" else ADMIN_LIST[kind]
     response = getattr(client.admin, rpc)(getattr(admin_pb2, f"{rpc}Request")())
-    output.emit(fmt, list(getattr(response, response.DESCRIPTOR.fields[0].name)), response)
+    return list(getattr(response, response.DESCRIPTOR.fields[0].name)), response
+
+
+def _narrowed(kind: str, items: list[Message], whole: Message | None, selector: str, namespace: str,
+              sort_by: str) -> tuple[list[Message], Message | None]:
+    """kubectl's -l, -n and --sort-by over what was fetched (jobs' labels and namespaces; any kind's fields)."""
+    if (selector or namespace) and kind != "job":
+        raise click.UsageError("-l and -n select jobs (by their labels and namespaces)")
+    try:
+        wanted = query.Selector(selector) if selector else None
+        key = query.sort_key(sort_by) if sort_by else None
+    except query.QueryError as err:
+        raise click.UsageError(str(err)) from None
+    kept = [i for i in items if (wanted is None or wanted.matches(i.spec.labels))  # type: ignore[attr-defined]
+            and (not namespace or i.spec.namespace == namespace)]  # type: ignore[attr-defined]
+    if key is not None:
+        kept.sort(key=lambda i: key(output.as_dict(i)))
+    if kept == items:
+        return items, whole
+    if whole is None or any(whole is i for i in items):  # a named object, not a list response
+        return kept, None
+    return kept, type(whole)(**{whole.DESCRIPTOR.fields[0].name: kept})
+
+
+def _events(client: Client, job_ids: tuple[str, ...], quiet: float = 0.5) -> list[common_pb2.JobEvent]:
+    """The event log so far (of these jobs, or every one the caller sees): replayed until it falls quiet."""
+    found: list[common_pb2.JobEvent] = []
+    for job_id in job_ids or ("",):
+        stream = client.jobs.WatchJobs(jobs_pb2.WatchJobsRequest(after_sequence=0, job_id=job_id))
+        timer = threading.Timer(quiet, stream.cancel)
+        timer.start()
+        try:
+            for event in stream:
+                timer.cancel()
+                found.append(event)
+                timer = threading.Timer(quiet, stream.cancel)
+                timer.start()
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                raise
+        finally:
+            timer.cancel()
+    return sorted(found, key=lambda e: e.sequence)
+
+
+def _events_table(events: list[common_pb2.JobEvent]) -> str:
+    return output.render_table(("SEQ", "AGE", "JOB", "TYPE", "CLUSTER", "MESSAGE"), [
+        [e.sequence, output.age(e.time), e.job_id, e.type, e.cluster or "-", e.message] for e in events])
+
+
+def _watch_jobs(client: Client, fmt: str, selector: str, namespace: str, names: tuple[str, ...]) -> None:
+    """kubectl's -w: after the table, a row for each job as it changes, until Ctrl-C."""
+    wanted = query.Selector(selector) if selector else None
+    try:
+        for event in client.jobs.WatchJobs(jobs_pb2.WatchJobsRequest()):
+            if names and event.job_id not in names:
+                continue
+            job = client.jobs.GetJob(jobs_pb2.GetJobRequest(id=event.job_id))
+            if (wanted and not wanted.matches(job.spec.labels)) or (namespace and job.spec.namespace != namespace):
+                continue
+            if fmt in ("table", "wide"):
+                headers, row = output.table_row(fmt, job)
+                click.echo(output.render_table(headers, [row]).splitlines()[1])
+            else:
+                output.emit(fmt, [job], job)
+    except KeyboardInterrupt:
+        pass
+
+
+def _listing_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed((
+            click.option("-l", "--selector", default="", help="Jobs whose labels match (a=b,c!=d,e,!f,g in (x,y))."),
+            click.option("-n", "--namespace", default="", help="Jobs whose pods go to this namespace."),
+            click.option("-A", "--all-namespaces", is_flag=True, help="Jobs of every namespace (the default)."),
+            click.option("--sort-by", default="", metavar="PATH", help="Sort by a field, as -o json names it "
+                                                                       "(.status.createTime)."),
+            click.option("-w", "--watch", is_flag=True, help="After the list, a row for each job as it changes "
+                                                             "(Ctrl-C to stop)."))):
+        fn = option(fn)
+    return fn
 
 
 @cli.command()
 @_kind_argument
-@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.argument("names", nargs=-1, metavar="[NAME]...", shell_complete=lambda ctx, param, incomplete: _names(
+    ctx, incomplete))
 @_format_option
+@_listing_options
 @pass_client
-def get(client: Client, kind: str, names: tuple[str, ...], fmt: str) -> None:
-    """Show objects of KIND (jobs, queues, tenants, priorityclasses, flavors, clusters): the ones NAMEd, or all.
-    A job is shown with its pods. `get pods JOB...`: the pods of those jobs, as their member clusters report
-    them (names, namespaces, nodes, phases, restarts)."""
+def get(client: Client, kind: str, names: tuple[str, ...], fmt: str, selector: str, namespace: str,
+        all_namespaces: bool, sort_by: str, watch: bool) -> None:
+    """Show objects of KIND (jobs, pods, events, queues, tenants, priorityclasses, flavors, clusters): the
+    ones NAMEd, or all. A job is shown with its pods. `get pods JOB...`: the pods of those jobs, as their
+    member clusters report them; `get events [JOB...]`: the event log so far."""
     kind = _kind(kind)
+    if namespace and all_namespaces:
+        raise click.UsageError("-n and -A go one at a time")
+    if watch and kind != "job":
+        raise click.UsageError("-w watches jobs")
+    if kind == "event":
+        events = _events(client, names)
+        if fmt in ("table", "wide"):
+            click.echo(_events_table(events) if events else "No resources found.")
+        else:
+            output.emit(fmt, events, None)
+        return
     if kind == "pod":
         if not names:
             raise click.UsageError("give the jobs whose pods to show: fedctl get pods JOB...")
         jobs = [client.jobs.GetJob(jobs_pb2.GetJobRequest(id=name)) for name in names]
         pods = [pod for job in jobs for pod in job.status.pods]
-        if fmt == "table":
+        if fmt in ("table", "wide"):
             click.echo(output.pods_table(jobs) if pods else f"no pods reported for {', '.join(names)}")
         else:
             output.emit(fmt, pods, None)
         return
-    if not names:
-        _emit_all(client, kind, fmt)
-        return
-    objects = [_one(client, kind, name) for name in names]
-    output.emit(fmt, objects, objects[0] if len(objects) == 1 else None)
-    for job in objects if kind == "job" and fmt == "table" else []:
+    if names:
+        objects: list[Message] = [_one(client, kind, name) for name in names]
+        items, whole = objects, objects[0] if len(objects) == 1 else None
+    else:
+        items, whole = _listed(client, kind)
+    items, whole = _narrowed(kind, items, whole, selector, namespace, sort_by)
+    output.emit(fmt, items, whole)
+    for job in items if kind == "job" and names and fmt == "table" else []:
         if job.status.pods:  # type: ignore[attr-defined]
             click.echo("\n" + output.pods_table([job]))  # type: ignore[list-item]
         elif job.status.placements:  # type: ignore[attr-defined]
             click.echo("\n" + output.render_table(("TASK", "INDEX", "NODE"), [
                 [p.task, p.index, p.node] for p in job.status.placements]))  # type: ignore[attr-defined]
+    if watch:
+        _watch_jobs(client, fmt, selector, namespace, names)
 
 
 @cli.command("list")
@@ -486,36 +644,57 @@ def get(client: Client, kind: str, names: tuple[str, ...], fmt: str) -> None:
               type=click.Choice([p.capitalize() for p in common_pb2.JobPhase.keys()[1:]], case_sensitive=False))
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many jobs (default: all).")
 @_format_option
+@_listing_options
 @pass_client
 def list_(client: Client, kind: str, tenant: str, queue: str, phases: tuple[str, ...], limit: int | None,
-          fmt: str) -> None:
+          fmt: str, selector: str, namespace: str, all_namespaces: bool, sort_by: str, watch: bool) -> None:
     """List objects of KIND (jobs in submission order, with filters; queues, tenants, ...), as `get KIND`."""
     kind = _kind(kind)
     if kind != "job":
         if tenant or queue or phases or limit:
             raise click.UsageError("--tenant, --queue, --phase and --limit filter jobs")
-        _emit_all(client, kind, fmt)
-        return
-    jobs = _all_jobs(client, tenant, queue, phases, limit)
-    output.emit(fmt, jobs, jobs_pb2.ListJobsResponse(jobs=jobs))
+        if kind in ("pod", "event"):
+            raise click.UsageError(f"fedctl get {kind}s JOB... shows them")
+        items, whole = _listed(client, kind)
+    else:
+        jobs = _all_jobs(client, tenant, queue, phases, limit)
+        items, whole = list(jobs), jobs_pb2.ListJobsResponse(jobs=jobs)
+    if watch and kind != "job":
+        raise click.UsageError("-w watches jobs")
+    items, whole = _narrowed(kind, items, whole, selector, namespace, sort_by)
+    output.emit(fmt, items, whole)
+    if watch:
+        _watch_jobs(client, fmt, selector, namespace, ())
 
 
 @cli.command()
 @_kind_argument
-@click.argument("name")
+@click.argument("name", shell_complete=lambda ctx, param, incomplete: _names(ctx, incomplete))
 @pass_client
 def describe(client: Client, kind: str, name: str) -> None:
-    """Everything about one object, as YAML: a job with why it waits per cluster (`explain`), a queue with its
-    usage and deserved share (`queue status`)."""
+    """One object as kubectl describes one: its fields, then for a job its pods, why it runs where it does
+    or waits (per cluster) and its events; for a queue, its usage against its deserved share."""
     kind = _kind(kind)
-    output.emit("yaml", [_one(client, kind, name)])
+    if kind in ("pod", "event"):
+        raise click.UsageError(f"describe the job: fedctl describe job JOB (its {kind}s are part of it)")
+    obj = _one(client, kind, name)
+    click.echo(output.describe(obj))
     if kind == "job":
-        click.echo("---")
-        response = client.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=name))
-        output.emit("yaml", [response], response)
+        job: common_pb2.Job = obj  # type: ignore[assignment]
+        click.echo("Pods:" + ("\n" + _indent(output.pods_table([job])) if job.status.pods else "  <none>"))
+        explained = client.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=name))
+        click.echo("Clusters:" + ("\n" + _indent(output.render_table(("CLUSTER", "FITS", "WHY"), [
+            [c.cluster, "yes" if c.fits else "no", c.reason] for c in explained.clusters]))
+            if explained.clusters else "  <none>"))
+        events = _events(client, (name,))
+        click.echo("Events:" + ("\n" + _indent(_events_table(events)) if events else "  <none>"))
     elif kind == "queue":
-        click.echo("---")
-        output.emit("yaml", [client.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name=name))])
+        status = client.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name=name))
+        click.echo("Status:\n" + _indent(output.describe(status)))
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.splitlines())
 
 
 @cli.command()
@@ -589,13 +768,37 @@ def logs(client: Client, job_id: str, task: str, index: int, follow: bool, previ
 
 
 @cli.command()
-@click.argument("job_id")
-@click.option("--reason", default="", help="Shown as the job's reason.")
+@click.argument("job_ids", nargs=-1, required=True, metavar="JOB_ID...",
+                shell_complete=lambda ctx, param, incomplete: _names(ctx, incomplete, "jobs"))
+@click.option("--reason", default="", help="Shown as the jobs' reason.")
 @pass_client
-def cancel(client: Client, job_id: str, reason: str) -> None:
-    """Cancel job JOB_ID."""
-    job = client.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job_id, reason=reason))
-    click.echo(f"job/{job.id} {output.phase_name(job.status.phase).lower()}")
+def cancel(client: Client, job_ids: tuple[str, ...], reason: str) -> None:
+    """Cancel the jobs JOB_ID... (each on its own: one that cannot be cancelled is said, the rest go on)."""
+    failed = []
+    for job_id in job_ids:
+        try:
+            job = client.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job_id, reason=reason))
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
+                raise
+            failed.append(f"job/{job_id}: " + "; ".join(rpc_error_lines(err, client)))
+            continue
+        click.echo(f"job/{job.id} {output.phase_name(job.status.phase).lower()}")
+    if failed:
+        fail(failed)
+
+
+@cli.command()
+@_format_option
+@pass_client
+def version(client: Client, fmt: str) -> None:
+    """fedctl's version, and the server's (its release, API and database schema)."""
+    server = client.jobs.GetVersion(jobs_pb2.GetVersionRequest())
+    if fmt in ("table", "wide"):
+        click.echo(f"Client Version: {federation.__version__}")
+        click.echo(f"Server Version: {server.version} (API {server.api}, schema {server.schema_revision})")
+        return
+    output.emit(fmt, [server], server)
 
 
 @cli.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -13,10 +14,12 @@ import yaml
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from federation.cli import query
+from federation.resources import parse_amount
 from federation.v1 import admin_pb2, common_pb2
 from federation.validation import escape_controls
 
-FORMATS = ("table", "json", "yaml")
+FORMATS = ("table", "wide", "json", "yaml", "jsonpath=TEMPLATE", "custom-columns=NAME:.PATH,...")
 
 
 def age(ts: Any, now: datetime | None = None) -> str:
@@ -128,19 +131,51 @@ TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = 
 }
 
 
+GPU = "nvidia.com/gpu"
+
+
+def _wide_job_row(j: common_pb2.Job) -> list[Any]:
+    s = j.status
+    gpus = sum(parse_amount(GPU, t.resources.get(GPU, "0")) * t.replicas for t in j.spec.tasks)  # stored: valid
+    labels = ",".join(f"{k}={v}" for k, v in sorted(j.spec.labels.items())) or "-"
+    return [*_job_row(j)[:-1], gpus, sum(t.replicas for t in j.spec.tasks), s.attempt, s.retries,
+            ",".join(sorted({p.node for p in s.placements})) or "-", labels, s.reason or "-"]
+
+
+WIDE: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = {
+    common_pb2.Job: ((*JOB_HEADERS[:-1], "GPUS", "PODS", "ATTEMPT", "RETRIES", "NODES", "LABELS", "REASON"),
+                     _wide_job_row),
+}
+
+
+def table_row(fmt: str, item: Message) -> tuple[Sequence[str], list[Any]]:
+    """The headers and the row of `item` in a table (`wide`: with its extra columns)."""
+    headers, row = (WIDE.get(type(item)) if fmt == "wide" else None) or TABLES[type(item)]
+    return headers, row(item)
+
+
 def emit(fmt: str, items: Sequence[Message], whole: Message | None = None) -> None:
-    """Print `items` as a table, or `whole` (the response holding them) as JSON or YAML."""
-    if fmt == "table":
+    """Print `items` as a table (`wide`: more columns), their fields by kubectl's `jsonpath=` or
+    `custom-columns=`, or `whole` (the response holding them) as JSON or YAML."""
+    if fmt in ("table", "wide"):
         if not items:
             click.echo("No resources found.")
             return
-        headers, row = TABLES[type(items[0])]
-        click.echo(render_table(headers, [row(i) for i in items]))
+        headers = table_row(fmt, items[0])[0]
+        click.echo(render_table(headers, [table_row(fmt, i)[1] for i in items]))
+        return
+    if fmt.startswith("custom-columns="):
+        headers, rows = query.custom_columns([as_dict(i) for i in items], fmt.partition("=")[2])
+        click.echo(render_table(headers, rows))
         return
     if whole is not None or len(items) == 1:
         data: Any = as_dict(whole if whole is not None else items[0])
     else:  # several objects named: a list of them, as kubectl prints one
         data = {"items": [as_dict(i) for i in items]}
+    if fmt.startswith("jsonpath="):
+        click.echo(safe_log(query.jsonpath(data, fmt.partition("=")[2]).encode()), nl=False)
+        click.echo()
+        return
     if fmt == "json":
         click.echo(json.dumps(data, indent=2))
     else:
@@ -168,3 +203,51 @@ def _enums_as_text(message: Message, data: dict[str, Any]) -> None:
             for sub, sub_data in zip(values, data[key], strict=True) if repeated else [(values, data[key])]:
                 if isinstance(sub_data, dict):
                     _enums_as_text(sub, sub_data)
+
+
+def describe(message: Message) -> str:
+    """An object as `kubectl describe` prints one: `Key:  value` lines, nested blocks indented, maps as
+    key=value lines, and a pod template's JSON shown as the structure it is."""
+    data = as_dict(message)
+    for task in (data.get("spec") or {}).get("tasks") or []:
+        if task.get("podTemplateJson"):
+            with contextlib.suppress(ValueError):
+                task["podTemplateJson"] = json.loads(task["podTemplateJson"])
+    lines: list[str] = []
+    _describe_into(lines, data, 0)
+    return "\n".join(lines)
+
+
+def _label(key: str) -> str:
+    return key[:1].upper() + key[1:] + ":"
+
+
+def _scalar(value: Any) -> str:
+    return safe(str(value).lower() if isinstance(value, bool) else value)
+
+
+def _describe_into(lines: list[str], data: dict[str, Any], indent: int) -> None:
+    pad = " " * indent
+    width = max((len(k) for k in data), default=0) + 2
+    for key, value in data.items():
+        label = _label(key)
+        if isinstance(value, dict) and value and all(not isinstance(v, dict | list) for v in value.values()):
+            lines.append(f"{pad}{label}")
+            lines += [f"{pad}  {safe(k)}={_scalar(v)}" for k, v in value.items()]
+        elif isinstance(value, dict) and value:
+            lines.append(f"{pad}{label}")
+            _describe_into(lines, value, indent + 2)
+        elif isinstance(value, list) and value and all(not isinstance(v, dict | list) for v in value):
+            lines.append(f"{pad}{label:<{width}}{', '.join(_scalar(v) for v in value)}")
+        elif isinstance(value, list) and value:
+            lines.append(f"{pad}{label}")
+            for i, item in enumerate(value):
+                lines.append(f"{pad}  [{i}]")
+                if isinstance(item, dict):
+                    _describe_into(lines, item, indent + 4)
+                else:
+                    lines.append(f"{pad}    {_scalar(item)}")
+        elif value in ({}, [], ""):
+            lines.append(f"{pad}{label:<{width}}<none>")
+        else:
+            lines.append(f"{pad}{label:<{width}}{_scalar(value)}")

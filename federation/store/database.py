@@ -97,6 +97,11 @@ def downgrade(url: URL, revision: str) -> None:
     command.downgrade(alembic_config(url), revision)
 
 
+def head_revision() -> str:
+    """The schema revision this code needs (its migrations' head)."""
+    return str(ScriptDirectory.from_config(alembic_config(URL.create("postgresql"))).get_current_head())
+
+
 def schema_revisions(url: URL) -> tuple[str | None, str | None]:
     """(current revision of the database, head revision of the code)."""
     head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()

@@ -163,3 +163,17 @@ class LogData(_message.Message):
     DATA_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+
+class GetVersionRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Version(_message.Message):
+    __slots__ = ("version", "api", "schema_revision")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    API_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_REVISION_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    api: str
+    schema_revision: str
+    def __init__(self, version: _Optional[str] = ..., api: _Optional[str] = ..., schema_revision: _Optional[str] = ...) -> None: ...

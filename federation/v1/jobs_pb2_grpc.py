@@ -76,6 +76,11 @@ class JobServiceStub:
                 request_serializer=federation_dot_v1_dot_jobs__pb2.GetJobLogsRequest.SerializeToString,
                 response_deserializer=federation_dot_v1_dot_jobs__pb2.LogData.FromString,
                 _registered_method=True)
+        self.GetVersion = channel.unary_unary(
+                '/federation.v1.JobService/GetVersion',
+                request_serializer=federation_dot_v1_dot_jobs__pb2.GetVersionRequest.SerializeToString,
+                response_deserializer=federation_dot_v1_dot_jobs__pb2.Version.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -135,6 +140,13 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetVersion(self, request, context):
+        """The server's version (`fedctl version`), for any authenticated caller.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -177,6 +189,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.GetJobLogs,
                     request_deserializer=federation_dot_v1_dot_jobs__pb2.GetJobLogsRequest.FromString,
                     response_serializer=federation_dot_v1_dot_jobs__pb2.LogData.SerializeToString,
+            ),
+            'GetVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetVersion,
+                    request_deserializer=federation_dot_v1_dot_jobs__pb2.GetVersionRequest.FromString,
+                    response_serializer=federation_dot_v1_dot_jobs__pb2.Version.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -396,6 +413,33 @@ class JobService:
             '/federation.v1.JobService/GetJobLogs',
             federation_dot_v1_dot_jobs__pb2.GetJobLogsRequest.SerializeToString,
             federation_dot_v1_dot_jobs__pb2.LogData.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/federation.v1.JobService/GetVersion',
+            federation_dot_v1_dot_jobs__pb2.GetVersionRequest.SerializeToString,
+            federation_dot_v1_dot_jobs__pb2.Version.FromString,
             options,
             channel_credentials,
             insecure,

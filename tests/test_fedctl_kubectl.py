@@ -1,0 +1,158 @@
+"""Issue 28 (2): fedctl keeps kubectl's habits, against a real server and agent: -l, -n, --sort-by, -o wide,
+-o jsonpath=, -o custom-columns=, get -w, get events, describe (fields, pods, clusters, events), version,
+cancel of several jobs, and shell completion of kinds and names."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from federation.cli.dev import AgentProcess, ServerProcess
+from tests.conftest import REPO
+from tests.processes import BIN
+
+JOB = """apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata:
+  name: {name}
+  namespace: {namespace}
+  labels: {labels}
+  annotations:
+    federation.dev/sim-duration: "600s"
+spec:
+  queue: research-batch
+  tasks:
+    - name: worker
+      replicas: 1
+      template:
+        spec:
+          containers:
+            - name: main
+              image: example
+              resources:
+                requests:
+                  cpu: "1"
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    data = tmp_path_factory.mktemp("kubectl")
+    server = ServerProcess("--data-dir", str(data / "pg"), "--auto-migrate")
+    agent = None
+    try:
+        agent = AgentProcess("cpu", server.address, "--simulate", str(REPO / "examples" / "clusters" /
+                                                                         "cpu-small.yaml"))
+        assert run(server, "apply", "-f", str(REPO / "examples" / "admin" / "federation.yaml")).returncode == 0
+        yield server
+    finally:
+        if agent is not None:
+            agent.stop()
+        server.stop()
+
+
+def run(server: ServerProcess, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "fedctl"), "--server", server.address, *args], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **env})
+
+
+def submit(server: ServerProcess, tmp: Path, name: str, namespace: str, labels: str) -> str:
+    path = tmp / f"{name}.yaml"
+    path.write_text(JOB.format(name=name, namespace=namespace, labels=labels))
+    done = run(server, "submit", "-f", str(path))
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()[0].removeprefix("job/")
+
+
+def test_selectors_namespaces_sorting_and_output_formats(server: ServerProcess, tmp_path: Path) -> None:
+    a = submit(server, tmp_path, "sel-a", "team-a", "{team: a, tier: gold}")
+    b = submit(server, tmp_path, "sel-b", "team-b", "{team: b}")
+    c = submit(server, tmp_path, "sel-c", "team-a", "{}")
+
+    def ids(*args: str) -> list[str]:
+        done = run(server, "get", "jobs", *args, "-o", "jsonpath={.jobs[*].id}")
+        assert done.returncode == 0, done.stderr
+        return [i for i in done.stdout.split() if i in (a, b, c)]
+
+    assert ids("-l", "team=a") == [a]
+    assert ids("-l", "team in (a,b)") == [a, b]
+    assert ids("-l", "!team") == [c]
+    assert ids("-l", "team,tier!=gold") == [b]
+    assert ids("-n", "team-a") == [a, c]
+    assert ids("--sort-by", ".spec.name") == [a, b, c]
+    names = run(server, "get", "jobs", "--sort-by", ".spec.name", "-l", "team", "-o",
+                "custom-columns=NAME:.spec.name,NS:.spec.namespace,TEAM:.spec.labels.team").stdout.splitlines()
+    assert [line.split() for line in names] == [["NAME", "NS", "TEAM"], ["sel-a", "team-a", "a"],
+                                                ["sel-b", "team-b", "b"]]
+    wide = run(server, "get", "jobs", "-o", "wide").stdout.splitlines()
+    assert {"GPUS", "PODS", "ATTEMPT", "LABELS"} <= set(wide[0].split())
+    bad = run(server, "get", "jobs", "-l", "team in a")
+    assert bad.returncode == 2 and "is not a label requirement" in bad.stderr
+    badpath = run(server, "get", "jobs", "-o", "jsonpath={.status..[}")
+    assert badpath.returncode == 2 and "not a path fedctl can read" in badpath.stderr
+
+
+def test_describe_events_version_and_cancelling_several(server: ServerProcess, tmp_path: Path) -> None:
+    job = submit(server, tmp_path, "described", "team-a", "{team: a}")
+    other = submit(server, tmp_path, "other", "team-a", "{}")
+    described = run(server, "describe", "job", job)
+    assert described.returncode == 0, described.stderr
+    text = described.stdout
+    assert text.startswith("Id:") and "\nSpec:\n" in text and "\nPods:" in text and "\nClusters:" in text
+    assert "PodTemplateJson:" in text and '\\"' not in text  # the template as structure, not an escaped string
+    events_part = text.split("\nEvents:\n", 1)[1]
+    assert "Submitted" in events_part
+    events = run(server, "get", "events", job)
+    assert events.returncode == 0 and events.stdout.split()[:6] == ["SEQ", "AGE", "JOB", "TYPE", "CLUSTER",
+                                                                    "MESSAGE"]
+    assert "Submitted" in events.stdout and other not in events.stdout
+
+    version = run(server, "version")
+    assert version.returncode == 0, version.stderr
+    from federation import __version__
+    from federation.store.database import head_revision
+    assert version.stdout.splitlines() == [f"Client Version: {__version__}",
+                                           f"Server Version: {__version__} (API federation.v1, schema "
+                                           f"{head_revision()})"]
+    assert json.loads(run(server, "version", "-o", "json").stdout)["schemaRevision"] == head_revision()
+
+    cancelled = run(server, "cancel", job, "nosuch-job", other, "--reason", "done with it")
+    assert cancelled.returncode == 1
+    assert cancelled.stdout.splitlines() == [f"job/{job} cancelled", f"job/{other} cancelled"]
+    assert "job/nosuch-job: job 'nosuch-job' not found" in cancelled.stderr
+
+
+def test_get_watch_prints_a_row_as_a_job_changes(server: ServerProcess, tmp_path: Path) -> None:
+    watch = subprocess.Popen([str(BIN / "fedctl"), "--server", server.address, "get", "jobs", "-w", "-l", "w=1"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert watch.stdout is not None
+        first = watch.stdout.readline()  # the table first: no job has w=1 yet
+        assert "No resources found." in first
+        job = submit(server, tmp_path, "watched", "team-a", "{w: '1'}")
+        submit(server, tmp_path, "unwatched", "team-a", "{w: '2'}")
+        line = watch.stdout.readline()
+        assert line.startswith(job), line
+    finally:
+        watch.terminate()
+        watch.wait(30)
+
+
+def test_completion_of_kinds_and_names(server: ServerProcess, tmp_path: Path) -> None:
+    job = submit(server, tmp_path, "completed-name", "team-a", "{}")
+
+    def complete(words: str) -> list[str]:
+        done = subprocess.run([str(BIN / "fedctl")], capture_output=True, text=True, timeout=60, env={
+            **os.environ, "_FEDCTL_COMPLETE": "bash_complete", "COMP_WORDS": words,
+            "COMP_CWORD": str(len(words.split(" ")) - 1), "FEDERATION_SERVER": server.address})
+        return [line.split(",", 1)[1] for line in done.stdout.splitlines() if "," in line]
+
+    assert complete("fedctl get jo") == ["jobs"]
+    assert job in complete("fedctl get jobs ")
+    assert complete("fedctl describe queue research-b") == ["research-batch"]
+    assert job in complete(f"fedctl cancel {job[:6]}")
