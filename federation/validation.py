@@ -331,12 +331,15 @@ def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> Resource
 
 # Volcano's job plugins the member agent carries out, with the flags each takes (Volcano's own; a
 # flag Volcano would log and ignore is refused here, so a typo is not silently lost).
-JOB_PLUGINS: dict[str, dict[str, str]] = {  # plugin -> flag -> "bool" | "str" | "int"
+JOB_PLUGINS: dict[str, dict[str, str]] = {  # plugin -> flag -> "bool" | "str" | "int" (a port) | "seconds"
     "env": {},
-    "svc": {"publish-not-ready-addresses": "bool", "disable-network-policy": "bool"},
+    "svc": {"publish-not-ready-addresses": "bool", "disable-network-policy": "bool", "inject-hosts-env": "bool"},
     "ssh": {"no-root": "bool", "ssh-key-file-path": "str"},
-    "pytorch": {"master": "str", "worker": "str", "port": "int"},
+    "pytorch": {"master": "str", "worker": "str", "port": "int", "wait-master-enabled": "bool",
+                "wait-master-timeout": "seconds", "wait-master-image": "str"},
     "mpi": {"master": "str", "worker": "str", "port": "int"},
+    "ray": {"head": "str", "headContainer": "str", "worker": "str", "workerContainer": "str", "port": "int",
+            "dashboardPort": "int", "clientPort": "int"},
 }
 
 
@@ -358,6 +361,8 @@ def parse_plugin_args(plugin: str, args: Sequence[str]) -> dict[str, str]:
             raise ValueError(f"--{name} needs a value (--{name}=...)")
         elif kind == "int" and not (value.isascii() and value.isdigit() and 0 < int(value) < 65536):
             raise ValueError(f"--{name} must be a port number, got {value[:64]!r}")
+        elif kind == "seconds" and not (value.isascii() and value.isdigit() and 0 < int(value) <= 86_400):
+            raise ValueError(f"--{name} is a number of seconds (1-86400), got {value[:64]!r}")
         out[name] = value
     return out
 
@@ -418,9 +423,13 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
                   f"is not a job plugin the federation supports ({', '.join(JOB_PLUGINS)})")
             continue
         try:
-            parse_plugin_args(name, plugin.args)
+            args = parse_plugin_args(name, plugin.args)
         except ValueError as err:
             v.add(f"{path}.plugins[{name!r}]", str(err))
+            continue
+        head = args.get("head", "head")
+        if name == "ray" and head not in {t.name for t in spec.tasks}:  # Volcano fails every pod of such a job
+            v.add(f"{path}.plugins['ray']", f"the job has no head task {head[:64]!r} (--head names it)")
     if len(spec.request_id) > MAX_REQUEST_ID or not spec.request_id.isprintable():
         v.add(f"{path}.request_id", f"must be printable and at most {MAX_REQUEST_ID} characters")
     if len(v.items) > before:

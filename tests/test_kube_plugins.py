@@ -102,3 +102,63 @@ def test_the_ssh_config_names_every_host() -> None:
         "StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\n"
         "Host ddp-1-master-0\n  HostName ddp-1-master-0.ddp-1\n"
         "Host ddp-1-worker-0\n  HostName ddp-1-worker-0.ddp-1\nHost ddp-1-worker-1\n  HostName ddp-1-worker-1.ddp-1\n")
+
+
+async def test_ray_pytorch_wait_for_master_and_svc_without_hosts_env(kube: Testbed, tmp_path: Path) -> None:
+    """Issue 28 (4): the plugins and flags Volcano's own examples use, carried out as Volcano does."""
+    gpu_cluster(kube, (1, 1, 4))
+    b = await backend(kube, tmp_path)
+    agent = Agent("east", {}, b)
+    try:
+        await ready_nodes(b, 4)
+        ray = job({"ray": ["--headContainer=c", "--workerContainer=c"], "svc": ["--inject-hosts-env=false"]},
+                  {"head": 1, "worker": 2})
+        await agent.assign(ray, attempt=1)
+        await next_update(agent, agent_pb2.BOUND, [])
+        api = core(kube)
+        service = api.read_namespaced_service("ddp-1-head-svc", JOBS)
+        assert service.spec.selector == {"volcano.sh/job-name": "ddp-1", "volcano.sh/job-namespace": JOBS,
+                                         "volcano.sh/task-spec": "head"}
+        assert [(p.name, p.port) for p in service.spec.ports] == [("gcs", 6379), ("dashboard", 8265),
+                                                                  ("client-server", 10001)]
+        made = pods(kube)
+        head, worker = made["ddp-1-a1-head-0"], made["ddp-1-a1-worker-1"]
+        assert head.spec.containers[0].command[-1].startswith("ray start --head --block")
+        assert [p.container_port for p in head.spec.containers[0].ports] == [6379, 8265, 10001]
+        assert worker.spec.containers[0].command[-1] == "ray start --block --address=ddp-1-head-0.ddp-1:6379"
+        assert not [k for k in env(worker) if k.startswith("VC_")]  # --inject-hosts-env=false
+        mounts = [m.mount_path for m in worker.spec.containers[0].volume_mounts]
+        assert "/etc/volcano" in mounts  # the hosts file is still there
+        await agent.remove("ddp-1", 1, "done")
+        await eventually(lambda: not pods(kube), what="the ray job's pods to go")
+
+        torch = job({"pytorch": ["--wait-master-enabled=true", "--wait-master-timeout=600"]},
+                    {"master": 1, "worker": 2})
+        torch.id = "ddp-2"
+        await agent.assign(torch, attempt=1)
+        await eventually(lambda: len(pods(kube)) == 3, what="the pytorch job's pods")
+        made = pods(kube)
+        master, worker = made["ddp-2-a1-master-0"], made["ddp-2-a1-worker-0"]
+        assert not master.spec.init_containers
+        (wait,) = worker.spec.init_containers
+        assert (wait.name, wait.image) == ("wait-for-master", "busybox:1.36.1")
+        assert "nc -z ddp-2-master-0.ddp-2 23456" in wait.command[-1] and "600" in wait.command[-1]
+    finally:
+        await b.stop()
+
+
+def test_plugin_flags_are_checked_as_volcano_reads_them() -> None:
+    from federation.validation import Violations, check_job_spec
+
+    def problems(plugins: dict[str, list[str]], tasks: dict[str, int]) -> list[str]:
+        v = Violations()
+        check_job_spec(v, "spec", job(plugins, tasks).spec)
+        return [f"{i.field}: {i.description}" for i in v.items]
+
+    assert problems({"ray": []}, {"head": 1, "worker": 2}) == []
+    assert problems({"ray": ["--head=leader"]}, {"head": 1}) == [
+        "spec.plugins['ray']: the job has no head task 'leader' (--head names it)"]
+    assert problems({"pytorch": ["--wait-master-timeout=0"]}, {"master": 1}) == [
+        "spec.plugins['pytorch']: --wait-master-timeout is a number of seconds (1-86400), got '0'"]
+    assert problems({"svc": ["--inject-hosts-env=maybe"]}, {"w": 1}) == [
+        "spec.plugins['svc']: --inject-hosts-env is true or false, got 'maybe'"]

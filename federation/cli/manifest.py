@@ -225,8 +225,30 @@ def _task(r: _Reader, value: Any, path: str, task: common_pb2.TaskSpec, prefix: 
         task.tolerations.add(key=t.get("key", ""), operator=t.get("operator", ""), value=t.get("value", ""),
                              effect=t.get("effect", ""))
         o[f"{prefix}.tolerations[{i}]"] = f"{tpath}.tolerations[{i}]"
+    tmeta = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+    _volcano_annotations(r, tmeta.get("annotations"), f"{path}.template.metadata.annotations")
     if template:
         task.pod_template_json = json.dumps(template, sort_keys=True, default=str)
+
+
+# Annotations Volcano's scheduler reads; the federation's scheduler and the agent do not, so each is said.
+VOLCANO_ANNOTATIONS = {
+    "volcano.sh/preemptable": "preemption follows the job's priority class (preemptible)",
+    "volcano.sh/cooldown-time": "a priority class's protectedRunSeconds keeps a started job from preemption",
+    "volcano.sh/resource-strategy-scoring-type": "the agent places pods by topology and packing, not this score",
+    "volcano.sh/resource-strategy-weight": "the agent places pods by topology and packing, not this score",
+}
+VOLCANO_PREFIXES = ("volcano.sh/", "scheduling.volcano.sh/", "scheduling.k8s.io/group-name")
+
+
+def _volcano_annotations(r: _Reader, annotations: object, path: str) -> None:
+    """Volcano scheduler annotations are kept on the job or pod, but not acted on: said, never dropped silently."""
+    if not isinstance(annotations, dict):
+        return
+    for key in annotations:
+        if isinstance(key, str) and key.startswith(VOLCANO_PREFIXES):
+            why = VOLCANO_ANNOTATIONS.get(key, "Volcano's scheduler reads it; the federation's does not")
+            r.out.ignored.append(f"{path}[{quoted(key)}] (line {r.doc.line(f'{path}.{key}')}: {why})")
 
 
 def _selector(r: _Reader, text: str, path: str) -> dict[str, str]:
@@ -265,6 +287,7 @@ def job_from_document(doc: Document) -> Converted:
     spec.labels.update(r.str_map(meta.get("labels"), "metadata.labels"))
     o["labels"] = "metadata.labels"
     annotations = r.str_map(meta.get("annotations"), "metadata.annotations")
+    _volcano_annotations(r, annotations, "metadata.annotations")
     if CLUSTER_SELECTOR_ANNOTATION in annotations:
         apath = f"metadata.annotations.{CLUSTER_SELECTOR_ANNOTATION}"
         spec.cluster_selector.update(_selector(r, annotations.pop(CLUSTER_SELECTOR_ANNOTATION), apath))

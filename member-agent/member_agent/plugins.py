@@ -8,12 +8,18 @@ Secret are named after it exactly as Volcano names them after the job:
 - `svc`: each pod's hostname `<job>-<task>-<index>` and subdomain `<job>` (unless its template sets
   them), a headless Service `<job>` selecting the job's pods, a ConfigMap `<job>-svc` with each
   task's hosts (`<task>.host`, one per line: the MPI hostfile; `VC_<TASK>_HOSTS`, `VC_<TASK>_NUM`)
-  mounted at /etc/volcano and exported as environment variables, and a NetworkPolicy `<job>` letting
+  mounted at /etc/volcano and exported as environment variables (not with `--inject-hosts-env=false`: a
+  job of many tasks would pass the environment's size limit), and a NetworkPolicy `<job>` letting
   only the job's pods in (`--disable-network-policy` leaves it out).
 - `ssh`: a Secret `<job>-ssh` with an RSA key pair, authorized_keys and an ssh config naming every
   host, mounted at /root/.ssh (`--ssh-key-file-path`, or /etc/volcano/.ssh with `--no-root`).
 - `pytorch`: `MASTER_ADDR` (the master task's first pod), `MASTER_PORT` (23456), `WORLD_SIZE`
-  (master and worker replicas) and `RANK` (master 0, worker i is i+1), and the port opened.
+  (master and worker replicas) and `RANK` (master 0, worker i is i+1), and the port opened; with
+  `--wait-master-enabled`, each worker pod first runs an init container (`--wait-master-image`, busybox) that
+  waits until the master's port answers, at most `--wait-master-timeout` seconds (300).
+- `ray`: the head task's container (`--head`, `--headContainer`) runs `ray start --head` with its GCS,
+  dashboard and client ports (6379, 8265, 10001) opened, each worker container `ray start --address` at
+  the head's first pod, and a Service `<job>-head-svc` exposes the head's ports.
 - `mpi`: `MPI_HOST` (the workers' hosts, comma-separated) on the master, port 22 opened on every
   pod; Volcano's admission adds `svc` and `ssh` to an mpi job, and so does the server.
 """
@@ -29,6 +35,9 @@ from federation.validation import parse_plugin_args
 
 JOB_NAME_LABEL = "volcano.sh/job-name"
 JOB_NAMESPACE_LABEL = "volcano.sh/job-namespace"
+TASK_SPEC_LABEL = "volcano.sh/task-spec"
+WAIT_MASTER_IMAGE = "busybox:1.36.1"
+RAY_PORTS = (("port", "gcs", 6379), ("dashboardPort", "dashboard", 8265), ("clientPort", "client-server", 10001))
 CONFIG_MOUNT = "/etc/volcano"
 SSH_ROOT_PATH = "/root/.ssh"
 SSH_FILES = (("id_rsa", "id_rsa"), ("id_rsa.pub", "id_rsa.pub"), ("id_rsa.pub", "authorized_keys"),
@@ -96,6 +105,12 @@ def objects(job: str, namespace: str, spec: common_pb2.JobSpec, ssh_keys: tuple[
             out.append({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": job},
                         "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress"],
                                  "ingress": [{"from": [{"podSelector": {"matchLabels": selector}}]}]}})
+    ray = _args(spec, "ray")
+    if ray is not None:
+        out.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{job}-head-svc"}, "spec": {
+            "selector": {**selector, TASK_SPEC_LABEL: ray.get("head", "head")},
+            "ports": [{"name": name, "port": int(ray.get(flag, str(default))), "targetPort": name, "protocol": "TCP"}
+                      for flag, name, default in RAY_PORTS]}})
     if _args(spec, "ssh") is not None:
         private, public = ssh_keys or ("", "")
         out.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{job}-ssh"}, "type": "Opaque",
@@ -117,19 +132,21 @@ def decorate(pod: Obj, job: str, namespace: str, spec: common_pb2.JobSpec, task:
              index: int) -> None:
     """Add to one pod (a manifest with labels and spec) what the job's plugins add to it."""
     meta, pod_spec = pod["metadata"], pod["spec"]
-    meta.setdefault("labels", {}).update({JOB_NAME_LABEL: job, JOB_NAMESPACE_LABEL: namespace})
+    meta.setdefault("labels", {}).update({JOB_NAME_LABEL: job, JOB_NAMESPACE_LABEL: namespace,
+                                          TASK_SPEC_LABEL: task.name})
     containers = pod_spec.get("containers") or []
     every = [*containers, *(pod_spec.get("initContainers") or [])]
     if _args(spec, "env") is not None:
         for c in every:
             _env(c, "VK_TASK_INDEX", str(index))
             _env(c, "VC_TASK_INDEX", str(index))
-    if _args(spec, "svc") is not None:
+    svc = _args(spec, "svc")
+    if svc is not None:
         pod_spec.setdefault("hostname", f"{job}-{task.name}-{index}")
         pod_spec.setdefault("subdomain", job)
         config = f"{job}-svc"
         for c in every:
-            for t in spec.tasks:
+            for t in spec.tasks if svc.get("inject-hosts-env", "true") == "true" else ():
                 for kind in ("HOSTS", "NUM"):
                     name = f"VC_{_env_key(t.name).upper()}_{kind}"
                     _env(c, name, source={"configMapKeyRef": {"name": config, "key": name}})
@@ -161,6 +178,13 @@ def decorate(pod: Obj, job: str, namespace: str, spec: common_pb2.JobSpec, task:
                 _env(c, "WORLD_SIZE", str(world))
                 if rank is not None:
                     _env(c, "RANK", rank)
+            if task.name == worker and torch.get("wait-master-enabled") == "true":
+                _wait_for_master(pod_spec, hostname(job, by_name[master], 0), port,
+                                 int(torch.get("wait-master-timeout", "300")),
+                                 torch.get("wait-master-image", WAIT_MASTER_IMAGE))
+    ray = _args(spec, "ray")
+    if ray is not None:
+        _ray(pod_spec, job, spec, task, ray)
     mpi = _args(spec, "mpi")
     if mpi is not None:
         master, worker = mpi.get("master", "master"), mpi.get("worker", "worker")
@@ -170,3 +194,34 @@ def decorate(pod: Obj, job: str, namespace: str, spec: common_pb2.JobSpec, task:
             _open_port(c, port, "mpijob-port")
             if task.name == master and workers is not None:
                 _env(c, "MPI_HOST", ",".join(hosts(job, workers)))
+
+
+def _wait_for_master(pod_spec: Obj, master: str, port: int, timeout: int, image: str) -> None:
+    """The init container a worker waits for its master in (Volcano's `wait-for-master`), added once."""
+    inits = pod_spec.setdefault("initContainers", [])
+    if any(c.get("name") == "wait-for-master" for c in inits):
+        return
+    script = (f'deadline=$(( $(date +%s) + {timeout} ))\n'
+              f'until nc -z {master} {port} 2>/dev/null; do\n'
+              f'  if [ "$(date +%s)" -ge "$deadline" ]; then echo "{master}:{port} did not answer in {timeout}s"; '
+              'exit 1; fi\n'
+              f'  echo "waiting for the master at {master}:{port}"; sleep 2\n'
+              'done\n')
+    inits.append({"name": "wait-for-master", "image": image, "command": ["sh", "-c", script]})
+
+
+def _ray(pod_spec: Obj, job: str, spec: common_pb2.JobSpec, task: common_pb2.TaskSpec, args: Mapping[str, str]) -> None:
+    """The ray plugin: the head starts the cluster, each worker joins it at the head's first pod."""
+    head = args.get("head", "head")
+    ports = {flag: int(args.get(flag, str(default))) for flag, _, default in RAY_PORTS}
+    by_name = {t.name: t for t in spec.tasks}
+    for c in pod_spec.get("containers") or []:
+        if task.name == head and c.get("name") == args.get("headContainer", "head"):
+            for flag, name, _ in RAY_PORTS:
+                _open_port(c, ports[flag], name)
+            c["command"] = ["sh", "-c", f"ray start --head --block --dashboard-host=0.0.0.0 --port={ports['port']} "
+                                        f"--dashboard-port={ports['dashboardPort']} "
+                                        f"--ray-client-server-port={ports['clientPort']}"]
+        elif task.name == args.get("worker", "worker") and c.get("name") == args.get("workerContainer", "worker"):
+            c["command"] = ["sh", "-c", f"ray start --block --address={hostname(job, by_name[head], 0)}:"
+                                        f"{ports['port']}"]
