@@ -20,6 +20,8 @@ async def test_pods_reported_as_kubectl_shows_them_and_their_logs_read_from_the_
     agent = Agent("east", {}, b)
     try:
         await ready_nodes(b, 4)
+        # The test bed's HyperNode CRD (volcano.sh/apis v1.14.0) keeps spec.tierName: tiers have their names.
+        assert b.state.topology.tier_names == {"spine": 2, "leaf": 1}
         await agent.assign(gang("logged", 2, duration="600s"), attempt=1)
         seen: list[agent_pb2.JobUpdate] = []
         bound = await next_update(agent, agent_pb2.BOUND, seen)

@@ -5,7 +5,7 @@ module github.com/gpu-federation/testbed/volcano
 
 go 1.24.0
 
-require volcano.sh/apis v1.13.0
+require volcano.sh/apis v1.14.0
 
 require (
 	github.com/fatih/color v1.18.0 // indirect
@@ -40,10 +40,10 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/api v0.34.0 // indirect
+	k8s.io/api v0.34.1 // indirect
 	k8s.io/apiextensions-apiserver v0.34.0 // indirect
-	k8s.io/apimachinery v0.34.0 // indirect
-	k8s.io/code-generator v0.34.0 // indirect
+	k8s.io/apimachinery v0.34.1 // indirect
+	k8s.io/code-generator v0.34.1 // indirect
 	k8s.io/gengo/v2 v2.0.0-20250604051438-85fd79dbfd9f // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kube-openapi v0.0.0-20250710124328-f3f2b991d03b // indirect
