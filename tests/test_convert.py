@@ -28,14 +28,15 @@ EXPECTED: dict[str, list[str]] = {  # the kinds printed, then "not converted" fo
     "kueue/admin_single-clusterqueue-setup.yaml": ["Queue cluster-queue (weight 1)", NOT_CONVERTED],
     "kueue/getting-started_quick-start-job.yaml": ["Job sample-job (1 tasks, minAvailable 3)"],
     "kueue/getting-started_quick-start-setup.yaml": ["Queue cluster-queue (weight 1)", NOT_CONVERTED],
-    "kueue/jobs_ray-job-sample.yaml": [NOT_CONVERTED],
+    # The workloads Kueue queues, each one gang: KubeRay's RayJob as head, workers and a submitter pod.
+    "kueue/jobs_ray-job-sample.yaml": ["Job rayjob-sample (3 tasks, minAvailable 3)"],
     "kueue/jobs_sample-job.yaml": ["Job sample-job- (1 tasks, minAvailable 3)"],
-    "kueue/jobs_sample-jobset-tas-required.yaml": [NOT_CONVERTED],
-    "kueue/jobs_sample-jobset.yaml": [NOT_CONVERTED],
-    "kueue/jobs_sample-mpijob.yaml": [NOT_CONVERTED],
-    "kueue/jobs_sample-pytorchjob.yaml": [NOT_CONVERTED],
+    "kueue/jobs_sample-jobset-tas-required.yaml": ["Job jobset-tas-required (1 tasks, minAvailable 4)"],
+    "kueue/jobs_sample-jobset.yaml": ["Job sleep-job- (2 tasks, minAvailable 2)"],
+    "kueue/jobs_sample-mpijob.yaml": ["Job pi (2 tasks, minAvailable 3)"],
+    "kueue/jobs_sample-pytorchjob.yaml": ["Job pytorch-simple (2 tasks, minAvailable 2)"],
     "kueue/multikueue_multikueue-setup.yaml": ["Queue cluster-queue (weight 1)", *[NOT_CONVERTED] * 4],
-    "kueue/pods-kueue_kueue-pod-group.yaml": [NOT_CONVERTED, NOT_CONVERTED],
+    "kueue/pods-kueue_kueue-pod-group.yaml": ["Job sample-group (2 tasks, minAvailable 2)"],
     "kueue/tas_sample-job-preferred.yaml": ["Job tas-sample-preferred (1 tasks, minAvailable 40)"],
     "kueue/tas_sample-job-required.yaml": ["Job tas-sample-required (1 tasks, minAvailable 10)"],
     "kueue/tas_sample-queues.yaml": ["Queue tas-cluster-queue (weight 1)", NOT_CONVERTED, NOT_CONVERTED],
@@ -123,3 +124,54 @@ spec:
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and f"{bad}:16: spec.mystery: a ClusterQueue field with no counterpart" in \
         refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_kueue_workloads_keep_their_gangs_plugins_topology_and_queues() -> None:
+    """Issue 28 (5): each Kueue workload kind, field by field."""
+    def only(name: str, extra: str = "") -> dict:
+        text = (CORPUS / "kueue" / name).read_text() + extra
+        (job,) = [o for o in convert(load_documents(text, name)).objects if o["kind"] == "Job"]
+        return job
+
+    torch = only("jobs_sample-pytorchjob.yaml")
+    assert [(t["name"], t["replicas"]) for t in torch["spec"]["tasks"]] == [("master", 1), ("worker", 1)]
+    assert torch["spec"]["plugins"] == {"pytorch": ["--master=master", "--worker=worker"], "svc": []}
+    assert torch["spec"]["queue"] == "user-queue"
+    local_queue = "\n---\napiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {namespace: default, " \
+                  "name: user-queue}\nspec: {clusterQueue: team-a}\n"
+    assert only("jobs_sample-pytorchjob.yaml", local_queue)["spec"]["queue"] == "team-a"  # resolved
+    mpi = only("jobs_sample-mpijob.yaml")
+    assert [(t["name"], t["replicas"]) for t in mpi["spec"]["tasks"]] == [("launcher", 1), ("worker", 2)]
+    assert mpi["spec"]["plugins"]["mpi"] == ["--master=launcher", "--worker=worker"]
+    assert mpi["spec"]["plugins"]["ssh"] == ["--ssh-key-file-path=/home/mpiuser/.ssh"]
+    tas = only("jobs_sample-jobset-tas-required.yaml")
+    assert tas["spec"]["networkTopology"] == {"mode": "hard", "highestTierName": "topology-rack"}
+    assert tas["spec"]["tasks"][0]["replicas"] == 4
+    assert only("tas_sample-job-preferred.yaml")["spec"]["networkTopology"] == {
+        "mode": "soft", "highestTierName": "topology-block"}
+    ray = only("jobs_ray-job-sample.yaml")
+    assert [t["name"] for t in ray["spec"]["tasks"]] == ["head", "small-group", "submitter"]
+    assert ray["spec"]["plugins"]["ray"] == ["--headContainer=ray-head", "--worker=small-group",
+                                             "--workerContainer=ray-worker"]
+    submitter = ray["spec"]["tasks"][2]
+    assert submitter["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
+    command = submitter["template"]["spec"]["containers"][0]["command"][-1]
+    assert "ray job submit --address http://${VC_HEAD_HOSTS}:8265" in command
+    assert command.endswith("-- python /home/ray/samples/sample_code.py") and "--runtime-env-json" in command
+    group = only("pods-kueue_kueue-pod-group.yaml")
+    assert [t["name"] for t in group["spec"]["tasks"]] == ["sample-leader", "sample-worker"]
+    assert group["spec"]["minAvailable"] == 2
+
+
+def test_convert_exits_non_zero_when_nothing_converts(tmp_path: Path) -> None:
+    half = tmp_path / "half-group.yaml"
+    leader = [d for d in (CORPUS / "kueue" / "pods-kueue_kueue-pod-group.yaml").read_text().split("---\n") if d.strip()]
+    half.write_text(leader[0])
+    done = subprocess.run([str(REPO / ".venv" / "bin" / "fedctl"), "convert", "-f", str(half)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "pod group sample-group counts 2 pods but the input has 1" in done.stderr
+    flavor = tmp_path / "flavor.yaml"
+    flavor.write_text("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: default}\n")
+    done = subprocess.run([str(REPO / ".venv" / "bin" / "fedctl"), "convert", "-f", str(flavor)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "nothing converted" in done.stderr and "ResourceFlavor default" in done.stderr

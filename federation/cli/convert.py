@@ -1,16 +1,22 @@
 """`fedctl convert`: what users of Kueue, Armada and Volcano already have, as manifests the federation takes.
 
 Kueue `ClusterQueue`/`Cohort` and Armada and Volcano `Queue`s become the federation's Queues (`fedctl apply`);
-Kueue `batch/v1` Jobs and Armada job files become Volcano Jobs (`fedctl submit`). Each field maps to its
+the workloads Kueue queues (`batch/v1` Jobs, JobSets, Kubeflow PyTorchJobs and MPIJobs, KubeRay RayJobs, plain
+Pod groups) and Armada job files become Volcano Jobs (`fedctl submit`), each a gang of all its pods, with
+Kueue's topology requests as network topology. Each field maps to its
 counterpart; what is lost on the way is said in a note naming file and line; a field with no counterpart
 that would change what is scheduled is refused by name, as `fedctl apply` refuses it.
 """
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
 
 from federation.cli.manifest import FEDERATION_API, VOLCANO_API, VOLCANO_QUEUE_API, volcano_queue
 from federation.cli.yamldoc import Document, ManifestError, quoted
@@ -21,6 +27,10 @@ from federation.validation import DEFAULT_TENANT
 KUEUE_API = "kueue.x-k8s.io/"
 ARMADA_API = "armadaproject.io/"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_TOPOLOGY = {"kueue.x-k8s.io/podset-required-topology": "hard",
+                  "kueue.x-k8s.io/podset-preferred-topology": "soft"}
 ARMADA_GANG_ID = "armadaproject.io/gangId"
 ARMADA_GANG_CARDINALITY = "armadaproject.io/gangCardinality"
 
@@ -44,6 +54,9 @@ class _Converter:
                 self.local_queues[(str(meta.get("namespace", "default")), str(meta.get("name", "")))] = \
                     str(spec.get("clusterQueue", ""))
 
+        # Kueue pod groups: group name -> its pods as read, made one job once every document is read.
+        self.pod_groups: dict[str, list[tuple[Document, dict[str, Any]]]] = {}
+
     def note(self, doc: Document, path: str, text: str) -> None:
         self.out.notes.append(f"{doc.file}:{doc.line(path)}: {text}")
 
@@ -54,10 +67,12 @@ class _Converter:
             handler = self._handler(api, kind, data)
             if handler is None:
                 self.note(doc, "kind", f"{api or '?'}/{kind or '?'} is not converted (fedctl convert takes Kueue "
-                                       "ClusterQueue, Cohort and batch/v1 Jobs, Armada queues and job files, and "
-                                       "Volcano Queues)")
+                                       "ClusterQueue, Cohort, LocalQueue, and the workloads Kueue queues: batch/v1 "
+                                       "Jobs, JobSets, PyTorchJobs, MPIJobs, RayJobs and Pod groups; Armada queues "
+                                       "and job files; Volcano Queues)")
                 continue
             handler(doc, data)
+        self.pod_groups_done()
         return self.out
 
     def _handler(self, api: str, kind: str, data: dict[str, Any]) -> Callable[[Document, dict[str, Any]], None] | None:
@@ -67,6 +82,14 @@ class _Converter:
                     "MultiKueueConfig": self.kueue_only, "MultiKueueCluster": self.kueue_only}.get(kind)
         if api == "batch/v1" and kind == "Job":
             return self.kueue_job
+        if api.startswith("jobset.x-k8s.io/") and kind == "JobSet":
+            return self.jobset
+        if api.startswith("kubeflow.org/") and kind in ("PyTorchJob", "MPIJob"):
+            return self.kubeflow_job
+        if api.startswith("ray.io/") and kind == "RayJob":
+            return self.ray_job
+        if api == "v1" and kind == "Pod" and KUEUE_POD_GROUP in ((data.get("metadata") or {}).get("labels") or {}):
+            return self.pod_group_member
         if api == VOLCANO_QUEUE_API and kind == "Queue":
             return self.volcano_queue
         if api.startswith(ARMADA_API) and kind == "Queue":
@@ -196,13 +219,189 @@ class _Converter:
 
     # -- jobs --------------------------------------------------------------------------------------
 
-    def kueue_job(self, doc: Document, data: dict[str, Any]) -> None:
+    def _kueue_meta(self, doc: Document, data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """A Kueue workload's metadata as a Volcano Job's, and its queue: the ClusterQueue of the LocalQueue it
+        names (given in the same input), else a queue of the LocalQueue's name (noted)."""
         meta = dict(data.get("metadata") or {})
-        spec = data.get("spec") or {}
         labels = dict(meta.get("labels") or {})
         local = labels.pop(KUEUE_QUEUE_LABEL, None)
         namespace = str(meta.get("namespace", "default"))
-        queue = self.local_queues.get((namespace, str(local)), str(local)) if local else None
+        queue = None
+        if local:
+            queue = self.local_queues.get((namespace, str(local)))
+            if queue is None:
+                queue = str(local)
+                self.note(doc, f"metadata.labels.{KUEUE_QUEUE_LABEL}", f"LocalQueue {namespace}/{local} is not in "
+                          f"the input: queue {local} (give the LocalQueue manifests too, to resolve it to its "
+                          "ClusterQueue)")
+        kept = {k: meta[k] for k in ("name", "generateName", "namespace", "annotations") if k in meta}
+        return {**kept, **({"labels": labels} if labels else {})}, queue
+
+    def _topology(self, doc: Document, template: Any, path: str, job: dict[str, Any]) -> None:
+        """Kueue's topology request on a pod template -> the job's networkTopology (the tier named as the agent
+        names a tier it discovers from that node label: the label's name part)."""
+        annotations = ((template or {}).get("metadata") or {}).get("annotations") or {}
+        for key, mode in KUEUE_TOPOLOGY.items():
+            if key in annotations:
+                level = str(annotations[key])
+                tier = level.rsplit("/", 1)[-1]
+                wanted = {"mode": mode, "highestTierName": tier}
+                had = job["spec"].setdefault("networkTopology", wanted)
+                if had != wanted and had.get("mode") == "soft" and mode == "hard":
+                    job["spec"]["networkTopology"] = wanted  # the strictest request of the gang's pod sets
+                self.note(doc, f"{path}.metadata.annotations", f"{key}: {level} -> networkTopology mode {mode}, "
+                                                               f"highestTierName {tier} (a cluster's tier of that "
+                                                               "node label: its --topology-label or HyperNodes)")
+
+    def _job(self, doc: Document, data: dict[str, Any], tasks: list[dict[str, Any]], what: str,
+             plugins: dict[str, list[str]] | None = None) -> dict[str, Any]:
+        meta, queue = self._kueue_meta(doc, data)
+        total = sum(int(t["replicas"]) for t in tasks)
+        job: dict[str, Any] = {"apiVersion": VOLCANO_API, "kind": "Job", "metadata": meta,
+                               "spec": {"minAvailable": total, "tasks": tasks}}
+        if queue:
+            job["spec"]["queue"] = queue
+        if plugins:
+            job["spec"]["plugins"] = plugins
+        self.out.objects.append(job)
+        self.note(doc, "kind", f"{what} -> one Volcano Job of {len(tasks)} task(s), {total} pods started together "
+                               f"(minAvailable {total}, as Kueue admits a workload whole); queue {queue or 'default'}")
+        return job
+
+    def jobset(self, doc: Document, data: dict[str, Any]) -> None:
+        spec = data.get("spec") or {}
+        tasks, templates = [], []
+        for i, rj in enumerate(spec.get("replicatedJobs") or []):
+            path = f"spec.replicatedJobs[{i}]"
+            job_spec = ((rj.get("template") or {}).get("spec") or {})
+            parallelism = int(job_spec.get("parallelism", 1))
+            replicas = int(rj.get("replicas", 1)) * parallelism
+            template = job_spec.get("template") or {}
+            tasks.append({"name": _dns_label(str(rj.get("name", f"job-{i}"))), "replicas": replicas,
+                          "template": template})
+            templates.append((f"{path}.template.spec.template", template))
+            if int(job_spec.get("completions", parallelism)) != parallelism:
+                self.note(doc, f"{path}.template.spec.completions", "completions other than parallelism: each pod "
+                                                                    "runs once")
+        for key in ("network", "successPolicy", "failurePolicy", "startupPolicy", "suspend", "coordinator"):
+            if key in spec:
+                self.note(doc, f"spec.{key}", f"spec.{key} is not kept (the job's pods are one gang; the svc plugin "
+                                              "names them)" if key == "network" else f"spec.{key} is not kept")
+        job = self._job(doc, data, tasks, f"JobSet ({len(tasks)} replicated job(s))", {"svc": []})
+        for path, template in templates:
+            self._topology(doc, template, path, job)
+
+    KUBEFLOW_ROLES = {"PyTorchJob": ("pytorchReplicaSpecs", {"Master": "master", "Worker": "worker"}),
+                      "MPIJob": ("mpiReplicaSpecs", {"Launcher": "launcher", "Worker": "worker"})}
+
+    def kubeflow_job(self, doc: Document, data: dict[str, Any]) -> None:
+        kind = str(data["kind"])
+        field_name, roles = self.KUBEFLOW_ROLES[kind]
+        spec = data.get("spec") or {}
+        replica_specs = spec.get(field_name) or {}
+        tasks, templates = [], []
+        for role, replica in replica_specs.items():
+            path = f"spec.{field_name}.{role}"
+            if role not in roles:
+                raise doc.error(path, f"{kind} role {role!r} has no counterpart (roles: {', '.join(roles)})")
+            template = (replica or {}).get("template") or {}
+            tasks.append({"name": roles[role], "replicas": int((replica or {}).get("replicas", 1)),
+                          "template": template})
+            templates.append((f"{path}.template", template))
+            if "restartPolicy" in (replica or {}):
+                self.note(doc, f"{path}.restartPolicy", "restartPolicy is not kept: a failed pod restarts by the "
+                                                        "job's policies (Volcano's RestartPod on PodFailed to keep it)")
+        if kind == "PyTorchJob":
+            plugins = {"pytorch": [f"--master={roles['Master']}", f"--worker={roles['Worker']}"], "svc": []}
+        else:
+            ssh = [f"--ssh-key-file-path={spec['sshAuthMountPath']}"] if spec.get("sshAuthMountPath") else []
+            plugins = {"mpi": [f"--master={roles['Launcher']}", f"--worker={roles['Worker']}"], "svc": [], "ssh": ssh}
+            if "slotsPerWorker" in spec:
+                self.note(doc, "spec.slotsPerWorker", "slotsPerWorker is not written into the hostfile: the MPI "
+                                                      "launcher's -n says how many processes run")
+        for key in ("runPolicy", "elasticPolicy", "nprocPerNode", "launcherCreationPolicy", "mpiImplementation"):
+            if key in spec:
+                self.note(doc, f"spec.{key}", f"spec.{key} is not kept")
+        job = self._job(doc, data, tasks, f"{kind} ({', '.join(replica_specs)})", plugins)
+        for path, template in templates:
+            self._topology(doc, template, path, job)
+
+    def ray_job(self, doc: Document, data: dict[str, Any]) -> None:
+        """KubeRay's RayJob in its K8sJobMode: the Ray cluster (the ray plugin starts head and workers) and a
+        submitter pod running `ray job submit` against the head, whose completion completes the job."""
+        spec = data.get("spec") or {}
+        cluster = spec.get("rayClusterSpec") or {}
+        head = cluster.get("headGroupSpec") or {}
+        head_template = head.get("template") or {}
+        head_container = ((head_template.get("spec") or {}).get("containers") or [{}])[0]
+        if not spec.get("entrypoint"):
+            raise doc.error("spec.entrypoint", "a RayJob without an entrypoint runs nothing: submit a Volcano Job "
+                                               "with the ray plugin for a standing Ray cluster")
+        if "clusterSelector" in spec:
+            raise doc.error("spec.clusterSelector", "a RayJob on an existing Ray cluster has no counterpart: the "
+                                                    "federation starts the job's own cluster")
+        tasks = [{"name": "head", "replicas": 1, "template": head_template}]
+        workers = []
+        for i, group in enumerate(cluster.get("workerGroupSpecs") or []):
+            template = group.get("template") or {}
+            name = _dns_label(str(group.get("groupName", f"worker-{i}")))
+            replicas = int(group.get("replicas", group.get("minReplicas", 1)))
+            tasks.append({"name": name, "replicas": replicas, "template": template})
+            workers.append(name)
+            if "maxReplicas" in group:
+                self.note(doc, f"spec.rayClusterSpec.workerGroupSpecs[{i}].maxReplicas",
+                          f"group {name} runs its {replicas} replicas (no autoscaling to maxReplicas)")
+        if len(workers) > 1:
+            raise doc.error("spec.rayClusterSpec.workerGroupSpecs", "the ray plugin joins one worker task to the "
+                                                                  "head; split the groups into one RayJob each")
+        runtime = ""
+        if spec.get("runtimeEnvYAML"):
+            runtime = " --runtime-env-json " + shlex.quote(json.dumps(yaml.safe_load(str(spec["runtimeEnvYAML"]))))
+        submit = (f"ray job submit --address http://${{VC_HEAD_HOSTS}}:8265{runtime} -- {spec['entrypoint']}")
+        tasks.append({"name": "submitter", "replicas": 1,
+                      "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}],
+                      "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                          "name": "submitter", "image": head_container.get("image", "rayproject/ray"),
+                          "command": ["sh", "-c", f"until ray status --address ${{VC_HEAD_HOSTS}}:6379 >/dev/null "
+                                                  f"2>&1; do sleep 2; done; {submit}"]}]}}})
+        plugins = {"ray": [f"--headContainer={head_container.get('name', 'head')}"], "svc": []}
+        if workers:
+            worker_container = ((tasks[1]["template"].get("spec") or {}).get("containers") or [{}])[0]
+            plugins["ray"] += [f"--worker={workers[0]}", f"--workerContainer={worker_container.get('name', 'worker')}"]
+        for key in ("shutdownAfterJobFinishes", "ttlSecondsAfterFinished", "activeDeadlineSeconds",
+                    "submissionMode", "suspend"):
+            if key in spec:
+                self.note(doc, f"spec.{key}", f"spec.{key} is not kept (the job ends when its submitter does, "
+                                              "and its pods with it)")
+        self._job(doc, data, tasks, "RayJob (head, workers and a ray job submit pod, as KubeRay's K8sJobMode)",
+                  plugins)
+
+    def pod_group_member(self, doc: Document, data: dict[str, Any]) -> None:
+        """A Pod of a Kueue pod group: the group becomes one job when its last listed pod is read."""
+        meta = data.get("metadata") or {}
+        group = str((meta.get("labels") or {})[KUEUE_POD_GROUP])
+        self.pod_groups.setdefault(group, []).append((doc, data))
+
+    def pod_groups_done(self) -> None:
+        for group, members in self.pod_groups.items():
+            doc, first = members[0]
+            count = (first.get("metadata") or {}).get("annotations", {}).get(KUEUE_POD_GROUP_COUNT)
+            if count is not None and int(count) != len(members):
+                raise doc.error(f"metadata.annotations.{KUEUE_POD_GROUP_COUNT}",
+                                f"pod group {group} counts {count} pods but the input has {len(members)} of them: "
+                                "give every pod of the group")
+            tasks = []
+            for _, pod in members:
+                pmeta = pod.get("metadata") or {}
+                name = _dns_label(str(pmeta.get("name") or pmeta.get("generateName") or "pod"))
+                tasks.append({"name": name, "replicas": 1, "template": {"spec": pod.get("spec") or {}}})
+            data = {"metadata": {**{k: v for k, v in (first.get("metadata") or {}).items()
+                                    if k in ("namespace", "labels")}, "name": _dns_label(group)}}
+            self._job(doc, data, tasks, f"Pod group {group} ({len(tasks)} pods)")
+
+    def kueue_job(self, doc: Document, data: dict[str, Any]) -> None:
+        meta, queue = self._kueue_meta(doc, data)
+        spec = data.get("spec") or {}
         parallelism = int(spec.get("parallelism", 1))
         completions = spec.get("completions")
         if completions is not None and int(completions) != parallelism:
@@ -212,13 +411,13 @@ class _Converter:
                     "podFailurePolicy", "suspend"):
             if key in spec:
                 self.note(doc, f"spec.{key}", f"spec.{key} is not kept")
-        kept = {k: meta[k] for k in ("name", "generateName", "namespace", "annotations") if k in meta}
-        job = {"apiVersion": VOLCANO_API, "kind": "Job", "metadata": {**kept, **({"labels": labels} if labels else {})},
+        job = {"apiVersion": VOLCANO_API, "kind": "Job", "metadata": meta,
                "spec": {"minAvailable": parallelism, "tasks": [
                    {"name": "main", "replicas": parallelism, "template": spec.get("template") or {}}]}}
         if queue:
             job["spec"]["queue"] = queue
         self.out.objects.append(job)
+        self._topology(doc, spec.get("template"), "spec.template", job)
         self.note(doc, "spec.parallelism", f"parallelism {parallelism} -> one task of {parallelism} replicas, "
                                            f"started together (minAvailable {parallelism}, as Kueue admits them); "
                                            f"queue {queue or 'default'}")

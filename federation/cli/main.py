@@ -1044,6 +1044,8 @@ def convert_command(files: tuple[Path, ...]) -> None:
         click.echo(f"fedctl: note: {note}", err=True)
     if result.objects:
         click.echo(yaml.safe_dump_all(result.objects, sort_keys=False), nl=False)
+    else:  # nothing to apply or submit: a pipeline into fedctl must not go on as if it had something
+        fail([f"{', '.join(map(str, files))}: nothing converted (the notes above say why)"])
 
 
 cli.add_command(dev)
