@@ -259,3 +259,28 @@ def test_every_hypernode_file_of_the_corpus_loads_as_volcano_would_take_it() -> 
     assert files == sorted(TOPOLOGY_EXPECTED)
     got = {name: topology_outcome(CORPUS / name) for name in files}
     assert {n: o for n, o in got.items() if o != TOPOLOGY_EXPECTED[n]} == {}
+
+
+def test_fedctl_validate_checks_jobs_queues_and_topologies_without_a_server(tmp_path: Path) -> None:
+    """Issue 28 (6): `fedctl validate -f` reads HyperNode sets as the agent builds them, jobs as submit reads them."""
+    import subprocess
+
+    from tests.processes import BIN
+
+    def validate(*paths: Path) -> subprocess.CompletedProcess[str]:
+        args = [a for p in paths for a in ("-f", str(p))]
+        return subprocess.run([str(BIN / "fedctl"), "--server", "127.0.0.1:1", "validate", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    good = validate(CORPUS / "hypernode-sets" / "F_benchmark_script_4racks_2spines.yaml",
+                    Path(__file__).parent.parent / "examples" / "jobs" / "train-64gpu-hard.yaml")
+    assert good.returncode == 0, good.stderr
+    assert "topology valid: 16 nodes, 6 HyperNodes, tiers rack=1 spine=2" in good.stdout
+    assert "job/llama-pretrain valid" in good.stdout
+    sketch = validate(CORPUS / "hypernode-sets" / "G1_design_doc_s0-s6.yaml")
+    assert sketch.returncode == 1 and "topology refused: a HyperNode has no metadata.name" in sketch.stderr
+    broken = tmp_path / "job.yaml"
+    broken.write_text("apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  tasks:\n"
+                      "  - name: w\n    replicas: -1\n")
+    bad = validate(broken)
+    assert bad.returncode == 1 and f"{broken}:7: spec.tasks[0].replicas" in bad.stderr

@@ -1032,6 +1032,48 @@ def apply(client: Client, files: tuple[Path, ...], dry_run: str) -> None:
         click.echo(f"{kind.lower()}/{name} {verb}" + (" (dry run: server)" if dry_run == "server" else ""))
 
 
+@cli.command()
+@click.option("-f", "--filename", "files", multiple=True, required=True,
+              type=click.Path(path_type=Path, allow_dash=True), help="Manifest file (repeatable).")
+def validate(files: tuple[Path, ...]) -> None:
+    """Check manifests here, contacting nothing: Volcano Jobs as `submit` reads them, queues and the rest as
+    `apply` does, and Nodes and HyperNodes (a cluster's topology, the agent's --simulate files, Volcano's
+    discoverers' output) as the agent builds its topology from them. Exit 1 if any is refused."""
+    from member_agent.topology import TopologyError, build, load_objects
+
+    jobs: list[Converted] = []
+    topology: dict[str, list[Any]] = {}
+    for doc in _read_manifests(files):
+        data = doc.data if isinstance(doc.data, dict) else {}
+        kind, api = str(data.get("kind", "")), str(data.get("apiVersion", ""))
+        if kind == "Job" and api.startswith("batch.volcano.sh/"):
+            jobs.append(job_from_document(doc))
+        elif kind in ("Node", "HyperNode"):
+            topology.setdefault(doc.file, []).append(data)
+        else:
+            for made_kind, made in _to_apply(doc):
+                click.echo(f"{made_kind.lower()}/{made.message.name} valid")  # type: ignore[attr-defined]
+    if jobs:
+        _check_here(jobs)
+        for c in jobs:
+            click.echo(f"job/{c.message.name} valid")  # type: ignore[attr-defined]
+    refused = []
+    for file, objects in topology.items():
+        try:
+            nodes, hypernodes, _ = load_objects(objects)
+            built = build(nodes, hypernodes)
+        except TopologyError as err:
+            refused.append(f"{file}: topology refused: {err}")
+            continue
+        tiers = " ".join(f"{name}={tier}" for name, tier in sorted(built.tier_names.items()))
+        click.echo(f"{file}: topology valid: {len(nodes)} nodes, {len(hypernodes)} HyperNodes"
+                   + (f", tiers {tiers}" if tiers else ""))
+        for note in built.notes:
+            click.echo(f"fedctl: note: {file}: {note}", err=True)
+    if refused:
+        fail(refused)
+
+
 @cli.command("convert")
 @click.option("-f", "--filename", "files", multiple=True, required=True,
               type=click.Path(path_type=Path, allow_dash=True), help="Manifest file (repeatable).")
