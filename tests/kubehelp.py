@@ -74,10 +74,12 @@ def gang(name: str, pods: int, mode: str = "hard", tier: int = 1, duration: str 
 
 
 def drain(agent: Agent) -> list[agent_pb2.JobUpdate]:
+    """The agent's job updates so far, but its pod statuses (what users see, not what the federation decides on:
+    tests/test_kube_pods_logs.py)."""
     out = []
     while not agent.outbox.empty():
         message = agent.outbox.get_nowait()
-        if message.HasField("job_update"):
+        if message.HasField("job_update") and message.job_update.type != agent_pb2.POD_STATUS:
             out.append(message.job_update)
     return out
 

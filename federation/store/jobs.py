@@ -291,8 +291,14 @@ class JobStore:
         return row  # type: ignore[return-value]
 
     async def list(self, *, tenant: str = "", queue: str = "", phases: Sequence[str] = (),
-                   after_seq: int = 0, limit: int = 100) -> list[Any]:
-        query = _with_position().where(Job.seq > after_seq).order_by(Job.seq).limit(limit)
+                   after_seq: int = 0, limit: int = 100, newest_first: bool = False) -> list[Any]:
+        """A page of jobs in submission order after `after_seq` (`newest_first`: before it, newest first)."""
+        if newest_first:
+            query = _with_position().order_by(Job.seq.desc()).limit(limit)
+            if after_seq:
+                query = query.where(Job.seq < after_seq)
+        else:
+            query = _with_position().where(Job.seq > after_seq).order_by(Job.seq).limit(limit)
         if tenant:
             query = query.where(Job.tenant == tenant)
         if queue:
@@ -301,6 +307,16 @@ class JobStore:
             query = query.where(Job.phase.in_(phases))
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
+
+    async def phase_counts(self, *, tenant: str = "", queue: str = "") -> dict[str, int]:
+        """How many jobs of the tenant (and queue) are in each phase."""
+        query = select(Job.phase, func.count()).group_by(Job.phase)
+        if tenant:
+            query = query.where(Job.tenant == tenant)
+        if queue:
+            query = query.where(Job.queue == queue)
+        async with self.engine.connect() as conn:
+            return {str(phase): int(n) for phase, n in (await conn.execute(query)).all()}
 
     async def seq_of(self, job_id: str, tenant: str = "") -> int | None:
         """A job's place in submission order (None: no such job, or not `tenant`'s)."""

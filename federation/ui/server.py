@@ -23,7 +23,7 @@ import secrets
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import grpc
 import jinja2
 import secure
+import yaml
 from aiohttp import web
 from aiohttp_session import get_session, new_session
 from aiohttp_session import setup as setup_sessions
@@ -58,6 +59,7 @@ HSTS = secure.Secure(hsts=secure.StrictTransportSecurity().max_age(31_536_000))
 PAGE_SIZE = 50
 GPU = "nvidia.com/gpu"
 PHASES = [p.capitalize() for p in common_pb2.JobPhase.keys()[1:]]
+ENDED = (common_pb2.SUCCEEDED, common_pb2.FAILED, common_pb2.CANCELLED)
 
 
 class Api:
@@ -82,6 +84,25 @@ def _when(ts: Any) -> str:
 
 def _amounts(amounts: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(amounts.items())) or "-"
+
+
+def _span(elapsed: float | None) -> str:
+    """A duration as kubectl prints ages: 45s, 12m, 3h, 2d."""
+    if elapsed is None:
+        return "-"
+    seconds = int(elapsed)
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def _ran(job: Any, now: datetime) -> int | None:
+    """How long the job has run (till now, or till it ended); None before it started."""
+    if not job.status.start_time.seconds:
+        return None
+    end = job.status.finish_time.ToDatetime(UTC) if job.status.finish_time.seconds else now
+    return int((end - job.status.start_time.ToDatetime(UTC)).total_seconds())
 
 
 def _share_of(usage: Any, deserved: Any) -> dict[str, tuple[int, int]]:
@@ -113,7 +134,8 @@ class Dashboard:
         self.channel: grpc.aio.Channel | None = None
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                             autoescape=jinja2.select_autoescape(["html"]))
-        self.templates.filters.update(phase=_phase, when=_when, amounts=_amounts, expected=output.expected_start)
+        self.templates.filters.update(phase=_phase, when=_when, amounts=_amounts, expected=output.expected_start,
+                                      span=_span)
         self.runner: web.AppRunner | None = None
         self.port = 0
 
@@ -127,6 +149,7 @@ class Dashboard:
                         web.post("/logout", self.sign_out), web.get("/queues", self.queues),
                         web.get("/jobs", self.jobs), web.get("/jobs/rows", self.job_rows),
                         web.get("/jobs/{id}", self.job), web.get("/jobs/{id}/logs", self.logs),
+                        web.post("/jobs/{id}/cancel", self.cancel),
                         web.get("/clusters", self.clusters),
                         web.get("/events", self.events), web.static("/static", HERE / "static")])
         return app
@@ -250,18 +273,53 @@ class Dashboard:
         by_tenant: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             by_tenant.setdefault(row["queue"].tenant, []).append(row)
-        return await self._page(request, "queues.html", title="Queues", tenants=sorted(by_tenant.items()))
+        try:
+            tenants = {t.name: t for t in (await api(api.admin.ListTenants, admin_pb2.ListTenantsRequest())).tenants}
+        except grpc.aio.AioRpcError as err:
+            if err.code() not in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND):
+                raise
+            tenants = {}
+        summaries = {}
+        for name, queue_rows in by_tenant.items():
+            summaries[name] = await self._tenant_summary(api, name, tenants.get(name), queue_rows)
+        return await self._page(request, "queues.html", title="Queues", tenants=sorted(by_tenant.items()),
+                                summaries=summaries)
+
+    async def _tenant_summary(self, api: Api, name: str, tenant: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """A tenant's row above its queues: its weight and quotas, what its top-level queues hold against its
+        limit, and how many of its waiting jobs its own limit holds (of the first page of them)."""
+        usage: dict[str, int] = {}
+        for row in rows:
+            if not row["queue"].parent:
+                for resource, amount in row["status"].usage.items():
+                    usage[resource] = usage.get(resource, 0) + parse_amount(resource, amount)
+        limit = {r: parse_amount(r, a) for r, a in (tenant.limit.items() if tenant is not None else [])}
+        waiting = await api(api.jobs.ListJobs, jobs_pb2.ListJobsRequest(
+            tenant=name, phases=[common_pb2.PENDING], page_size=1000))
+        held = sum(f"tenant {name} at limit" in j.status.reason for j in waiting.jobs)
+        return {"tenant": tenant, "usage": {r: format_amount(r, v) for r, v in usage.items()},
+                "bars": {r: (usage.get(r, 0), limit[r]) for r in sorted(limit)},
+                "pending": sum(row["status"].pending for row in rows),
+                "running": sum(row["status"].running for row in rows if not row["queue"].parent),
+                "held": f"{held}+" if waiting.next_page_token else str(held)}
 
     async def _job_list(self, request: web.Request) -> dict[str, Any]:
         api = await self._api(request)
         q = request.query
         phases = [common_pb2.JobPhase.Value(p.upper()) for p in q.getall("phase", []) if p.capitalize() in PHASES]
+        oldest_first = q.get("order") == "oldest"
         listed = await api(api.jobs.ListJobs, jobs_pb2.ListJobsRequest(
             tenant=q.get("tenant", ""), queue=q.get("queue", ""), phases=phases, page_size=PAGE_SIZE,
-            page_token=q.get("page_token", "")))
+            page_token=q.get("page_token", ""), newest_first=not oldest_first, count_phases=True))
         cluster = q.get("cluster", "")
         jobs = [j for j in listed.jobs if not cluster or j.status.cluster == cluster]
-        return {"jobs": jobs, "next": listed.next_page_token, "filters": dict(q), "phases": PHASES}
+        now = datetime.now(UTC)
+        rows = [{"job": j, "gpus": sum(parse_amount(GPU, t.resources.get(GPU, "0")) * t.replicas
+                                       for t in j.spec.tasks),
+                 "age": (now - j.status.create_time.ToDatetime(UTC)).total_seconds(),  # sorts to the microsecond
+                 "ran": _ran(j, now)} for j in jobs]
+        return {"rows": rows, "next": listed.next_page_token, "filters": dict(q), "phases": PHASES,
+                "counts": [(p, listed.phase_counts.get(p, 0)) for p in PHASES], "oldest_first": oldest_first}
 
     async def jobs(self, request: web.Request) -> web.Response:
         return await self._page(request, "jobs.html", title="Jobs", **await self._job_list(request))
@@ -275,7 +333,21 @@ class Dashboard:
         job = await api(api.jobs.GetJob, jobs_pb2.GetJobRequest(id=job_id))
         explained = await api(api.jobs.ExplainJob, jobs_pb2.ExplainJobRequest(id=job_id))
         return await self._page(request, "job.html", title=job.id, job=job, explained=explained,
-                          events=await self._timeline(api, job_id))
+                                events=await self._timeline(api, job_id),
+                                manifest=yaml.safe_dump(output.as_dict(job.spec), sort_keys=False),
+                                ended=job.status.phase in ENDED)
+
+    async def cancel(self, request: web.Request) -> web.StreamResponse:
+        """Cancel from the job's page: a POST with the session's CSRF token; the API decides who may."""
+        session = await get_session(request)
+        form = await request.post()
+        if not self._same_origin(request) or not hmac.compare_digest(str(form.get("csrf", "")),
+                                                                     str(session.get("csrf", "-"))):
+            raise web.HTTPForbidden(text="cancel refused: the form is stale or was not posted from this site\n")
+        api = await self._api(request)
+        job_id = request.match_info["id"]
+        await api(api.jobs.CancelJob, jobs_pb2.CancelJobRequest(id=job_id, reason="cancelled from the dashboard"))
+        raise web.HTTPSeeOther(f"/jobs/{job_id}")
 
     async def logs(self, request: web.Request) -> web.Response:
         """A pod's last lines, read through the federation as `fedctl logs` does (the viewer's token)."""
@@ -341,6 +413,8 @@ class Dashboard:
                     at = parent_of.get(at, "")
             rows.append({"cluster": c, "shares": _share_of(c.used, c.allocatable), "tiers": tiers,
                          "children": children, "landed": landed, "unit": unit})
+        if job is not None:  # the job's cluster first, where the eye starts
+            rows.sort(key=lambda r: r["cluster"].name != job.status.cluster)
         nodes = {p.node for p in job.status.placements} if job is not None else set()
         return await self._page(request, "clusters.html", title="Clusters", rows=rows, job=job, nodes=sorted(nodes),
                           status=admin_pb2.ClusterStatus.Name)
