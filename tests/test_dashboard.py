@@ -156,7 +156,6 @@ def test_the_dashboard_answers_why_a_job_waits_and_where_its_gang_landed(site: S
                and b.find_element(By.CSS_SELECTOR, f"{row} td.phase").text == "Running")
     assert browser.execute_script("return window.notReloaded === true")
     assert hidden not in browser.page_source
-    _shot(browser, "jobs")
 
     # A job's page: phase, per-cluster explanation, pods and their nodes, the timeline.
     browser.get(f"{ui}/jobs/{job}")
@@ -165,7 +164,6 @@ def test_the_dashboard_answers_why_a_job_waits_and_where_its_gang_landed(site: S
     assert len(pods) == 2 and all(pods)
     timeline = browser.find_element(By.ID, "timeline").text
     assert "Submitted" in timeline and "Dispatched" in timeline and "Running" in timeline
-    _shot(browser, "job")
 
     # Clusters: the job's cluster singled out and its pods' nodes marked.
     browser.find_element(By.CSS_SELECTOR, "#cluster a").click()
@@ -178,7 +176,6 @@ def test_the_dashboard_answers_why_a_job_waits_and_where_its_gang_landed(site: S
     landed = [e.get_attribute("data-name") for e in selected.find_elements(By.CSS_SELECTOR, "span.hypernode.landed")]
     hypernode = browser.execute_script("return document.getElementById('highlight').innerText")
     assert landed and landed[-1] in hypernode and len(selected.find_elements(By.CSS_SELECTOR, "span.hypernode")) > 1
-    _shot(browser, "clusters")
 
     # Why a job waits: each cluster and the reason it does not fit there.
     waiting = site.submit("alpha", "alpha-huge", cpu=100)  # pods larger than any node of the cluster
@@ -201,7 +198,6 @@ def test_the_dashboard_answers_why_a_job_waits_and_where_its_gang_landed(site: S
                                   ".style.width").endswith("%")
     refused = [e["message"] for e in browser.get_log("browser") if "Content Security Policy" in e["message"]]
     assert not refused, refused
-    _shot(browser, "queues")
 
     # Another tenant's job, asked for by name: refused, as through the API.
     browser.get(f"{ui}/jobs/{hidden}")
