@@ -156,3 +156,28 @@ def test_completion_of_kinds_and_names(server: ServerProcess, tmp_path: Path) ->
     assert job in complete("fedctl get jobs ")
     assert complete("fedctl describe queue research-b") == ["research-batch"]
     assert job in complete(f"fedctl cancel {job[:6]}")
+
+
+def test_get_job_as_yaml_is_the_volcano_job_and_submits_again(server: ServerProcess, tmp_path: Path) -> None:
+    """`fedctl get job -o yaml` prints the Volcano Job with a status, as `kubectl get vcjob -o yaml` does, and
+    what it prints is a manifest `fedctl submit` takes again (its status and server-set metadata ignored)."""
+    import yaml
+
+    job = submit(server, tmp_path, "roundtrip", "team-a", "{team: a}")
+    printed = run(server, "get", "job", job, "-o", "yaml")
+    assert printed.returncode == 0, printed.stderr
+    obj = yaml.safe_load(printed.stdout)
+    assert (obj["apiVersion"], obj["kind"]) == ("batch.volcano.sh/v1alpha1", "Job")
+    assert obj["metadata"]["name"] == "roundtrip" and obj["metadata"]["namespace"] == "team-a"
+    assert obj["metadata"]["labels"] == {"team": "a"}
+    assert obj["metadata"]["annotations"]["federation.dev/job-id"] == job
+    assert obj["spec"]["queue"] == "research-batch"
+    (task,) = obj["spec"]["tasks"]
+    assert task["replicas"] == 1 and task["template"]["spec"]["containers"][0]["image"] == "example"
+    assert obj["status"]["state"]["phase"] in ("Pending", "Running")
+    again = tmp_path / "again.yaml"
+    again.write_text(printed.stdout)
+    resubmitted = run(server, "submit", "-f", str(again))
+    assert resubmitted.returncode == 0, resubmitted.stderr
+    several = yaml.safe_load(run(server, "get", "jobs", "-l", "team=a", "-o", "yaml").stdout)
+    assert several["kind"] == "List" and {i["kind"] for i in several["items"]} == {"Job"}

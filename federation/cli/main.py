@@ -24,6 +24,7 @@ import federation
 from federation.cli import convert, output, query, tlsprobe
 from federation.cli.dev import dev
 from federation.cli.manifest import Converted, admin_from_document, apply_documents, job_from_document
+from federation.cli.volcano_job import volcano_job
 from federation.cli.yamldoc import Document, ManifestError, iter_documents, load_documents
 from federation.cliargs import hoist
 from federation.durations import parse_duration
@@ -595,8 +596,9 @@ def _listing_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def get(client: Client, kind: str, names: tuple[str, ...], fmt: str, selector: str, namespace: str,
         all_namespaces: bool, sort_by: str, watch: bool) -> None:
     """Show objects of KIND (jobs, pods, events, queues, tenants, priorityclasses, flavors, clusters): the
-    ones NAMEd, or all. A job is shown with its pods. `get pods JOB...`: the pods of those jobs, as their
-    member clusters report them; `get events [JOB...]`: the event log so far."""
+    ones NAMEd, or all. A job is shown with its pods; with -o yaml, as the Volcano Job it came from, with a
+    status (-o json: the federation's record). `get pods JOB...`: the pods of those jobs, as their member
+    clusters report them; `get events [JOB...]`: the event log so far."""
     kind = _kind(kind)
     if namespace and all_namespaces:
         raise click.UsageError("-n and -A go one at a time")
@@ -625,7 +627,12 @@ def get(client: Client, kind: str, names: tuple[str, ...], fmt: str, selector: s
     else:
         items, whole = _listed(client, kind)
     items, whole = _narrowed(kind, items, whole, selector, namespace, sort_by)
-    output.emit(fmt, items, whole)
+    if kind == "job" and fmt == "yaml":  # as kubectl get vcjob -o yaml: Volcano Jobs (a List of several)
+        made = [volcano_job(j) for j in items]  # type: ignore[arg-type]
+        data = made[0] if names and len(made) == 1 else {"apiVersion": "v1", "kind": "List", "items": made}
+        click.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
+    else:
+        output.emit(fmt, items, whole)
     for job in items if kind == "job" and names and fmt == "table" else []:
         if job.status.pods:  # type: ignore[attr-defined]
             click.echo("\n" + output.pods_table([job]))  # type: ignore[list-item]
