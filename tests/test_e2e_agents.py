@@ -146,7 +146,11 @@ def test_fedctl_shows_placements(federation: Federation) -> None:
     wait_for("the job to succeed", lambda: federation.job(done.id).status.phase == common_pb2.SUCCEEDED)
     shown = fedctl(federation.server.address, "get", "job", done.id)
     assert "Succeeded" in shown.stdout and "h100" in shown.stdout
-    assert shown.stdout.count("worker") == 2  # one row per pod: task, index, node
+    rows = [line.split() for line in shown.stdout.splitlines()]
+    pods = [row for row in rows if len(row) > 6 and row[1].startswith(f"{done.id}-")]
+    # one row per pod, as its cluster last reported it: name, namespace, task, index, node, status
+    assert sorted(row[1] for row in pods) == [f"{done.id}-worker-0", f"{done.id}-worker-1"]
+    assert all(row[3] == "worker" and row[5].startswith("h100-") and row[6] == "Succeeded" for row in pods)
 
 
 def test_demo_runs_every_example_to_success_and_leaves_nothing_behind(tmp_path: Path) -> None:

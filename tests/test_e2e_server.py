@@ -134,7 +134,7 @@ def test_fedctl_submit_refuses_a_plugin_the_federation_does_not_carry_out(live: 
     done = fedctl(live, "submit", str(path))
     assert done.returncode != 0 and _jobs(live) == before
     assert done.stderr.strip() == (f"fedctl: {path}:{line_of(text, 'tensorflow')}: spec.plugins.tensorflow: is not a "
-                                   "job plugin the federation supports (env, svc, ssh, pytorch, mpi)")
+                                   "job plugin the federation supports (env, svc, ssh, pytorch, mpi, ray)")
 
 
 def test_fedctl_job_lifecycle(live: str, tmp_path: Path) -> None:

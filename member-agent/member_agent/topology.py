@@ -207,11 +207,60 @@ def _matching(selector: Selector, candidates: Mapping[str, Mapping[str, str]]) -
     return [name for name, labels in candidates.items() if selector.matches(name, labels)]
 
 
+def one_tree(nodes: Sequence[Node], hypernodes: Sequence[HyperNodeSpec]) -> tuple[list[HyperNodeSpec], list[str]]:
+    """The HyperNodes of one tree over each node, and a note for each tree left out.
+
+    Volcano's discoverers may write two trees over the same nodes (its label discoverer, one per topology
+    type, each with its own tier names); Volcano's scheduler keeps both. Placement here works on one tree per
+    cluster, so the trees (HyperNodes joined by membership) are taken largest first, and one that covers a node
+    an earlier tree covers with other tier names is left out, said in a note (a job naming its tiers then fits
+    nowhere and says so). HyperNodes of the same tier names claiming one node stay an error for `build`."""
+    node_labels = {n.name: n.labels for n in nodes}
+    hypernode_labels: dict[str, Mapping[str, str]] = {h.name: {} for h in hypernodes}
+    root = {h.name: h.name for h in hypernodes}
+
+    def find(name: str) -> str:
+        while root[name] != name:
+            root[name] = root[root[name]]
+            name = root[name]
+        return name
+
+    covered: dict[str, set[str]] = {h.name: set() for h in hypernodes}
+    for h in hypernodes:
+        for member in h.members:
+            if member.kind == "HyperNode":
+                for child in _matching(member.selector, hypernode_labels):
+                    root[find(child)] = find(h.name)
+            else:
+                covered[h.name].update(_matching(member.selector, node_labels))
+    trees: dict[str, list[HyperNodeSpec]] = {}
+    for h in hypernodes:
+        trees.setdefault(find(h.name), []).append(h)
+    kept: list[HyperNodeSpec] = []
+    taken: set[str] = set()
+    dropped: dict[tuple[str, ...], list[str]] = {}  # tier names -> the HyperNodes left out with them
+    order = sorted(trees.values(), key=lambda t: (-len(t), sorted({h.tier_name for h in t}), sorted(h.name for h in t)))
+    kept_tiers: set[str] = set()
+    for tree in order:
+        under = set().union(*(covered[h.name] for h in tree))
+        tiers = {h.tier_name for h in tree}
+        if under & taken and not tiers & kept_tiers:  # another topology type's tree, not a clash within one
+            dropped.setdefault(tuple(sorted(tiers)), []).extend(h.name for h in tree)
+            continue
+        kept.extend(tree)
+        taken |= under
+        kept_tiers |= tiers
+    notes = [f"{len(names)} HyperNodes of tier names {', '.join(n or '(none)' for n in tiers)} (e.g. "
+             f"{sorted(names)[0]!r}) are a second tree over nodes another tree holds: left out (one tree per "
+             "cluster here)" for tiers, names in sorted(dropped.items())]
+    return kept, notes
+
+
 def build(nodes: Sequence[Node], hypernodes: Sequence[HyperNodeSpec]) -> Topology:
     """Build and validate the tree; every problem found is reported, each naming its HyperNode. A member that
     matches nothing is only noted: Volcano's HyperNodes may name nodes before they join (or after they left)."""
     problems: list[str] = []
-    notes: list[str] = []
+    hypernodes, notes = one_tree(nodes, hypernodes)
     by_name = {n.name: n for n in nodes}
     if len(by_name) != len(nodes):
         problems.append("two Nodes share a name")
