@@ -253,10 +253,14 @@ def _quantity_pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
 def cli(ctx: click.Context, server: str | None, token: str | None, ca: str | None, cert: str | None,
         key: str | None) -> None:
     """Client of the federation scheduler."""
-    given = {"server": server, "token": token, "ca": ca, "cert": cert, "key": key}
+    ctx.obj = _client({"server": server, "token": token, "ca": ca, "cert": cert, "key": key})
+
+
+def _client(given: dict[str, str | None]) -> Client:
+    """A client from what the command line gave, else the config file's values."""
     config = read_config(config_path()) if any(v is None for v in given.values()) else {}
     values = {k: v if v is not None else config.get(k, "") for k, v in given.items()}
-    ctx.obj = Client(values["server"] or DEFAULT_SERVER, values["token"], values["ca"], values["cert"], values["key"])
+    return Client(values["server"] or DEFAULT_SERVER, values["token"], values["ca"], values["cert"], values["key"])
 
 
 pass_client = click.make_pass_decorator(Client)
@@ -425,11 +429,9 @@ KINDS = ("jobs", "pods", "events", "queues", "tenants", "priorityclasses", "flav
 
 
 def _completion_client() -> Client:
-    """A client as the command line would make one (flags are not parsed yet while completing)."""
-    config = read_config(config_path())
-    env = {k: os.environ.get(f"FEDERATION_{k.upper()}") or config.get(k, "") for k in ("server", "token", "ca",
-                                                                                      "cert", "key")}
-    return Client(env["server"] or DEFAULT_SERVER, env["token"], env["ca"], env["cert"], env["key"])
+    """A client as the command line would make one from its variables and config (flags are not parsed yet
+    while completing)."""
+    return _client({k: os.environ.get(f"FEDERATION_{k.upper()}") for k in ("server", "token", "ca", "cert", "key")})
 
 
 def _names(ctx: click.Context, incomplete: str, kind: str = "") -> list[Any]:

@@ -25,14 +25,23 @@ FORMATS = ("table", "wide", "json", "yaml", "jsonpath=TEMPLATE", "custom-columns
 def age(ts: Any, now: datetime | None = None) -> str:
     if not ts.seconds:
         return "-"
-    return _span(int(((now or datetime.now(UTC)) - ts.ToDatetime(UTC)).total_seconds()))
+    return span(((now or datetime.now(UTC)) - ts.ToDatetime(UTC)).total_seconds())
 
 
-def _span(seconds: int) -> str:
+def span(elapsed: float | None) -> str:
+    """A duration as kubectl prints ages: 45s, 12m, 3h, 2d ("-" for none)."""
+    if elapsed is None:
+        return "-"
+    seconds = int(elapsed)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{max(seconds, 0)}s"
+
+
+def gpus(job: common_pb2.Job) -> int:
+    """Every replica's GPUs (a stored spec's amounts are valid)."""
+    return sum(parse_amount(GPU, t.resources.get(GPU, "0")) * t.replicas for t in job.spec.tasks)
 
 
 def expected_start(status: common_pb2.JobStatus | Any, now: datetime | None = None, short: bool = False) -> str:
@@ -40,9 +49,9 @@ def expected_start(status: common_pb2.JobStatus | Any, now: datetime | None = No
     if not status.expected_start_time.seconds:
         return ""
     seconds = int((status.expected_start_time.ToDatetime(UTC) - (now or datetime.now(UTC))).total_seconds())
-    when = f"in about {_span(seconds)}" if seconds >= 60 else "now"
+    when = f"in about {span(seconds)}" if seconds >= 60 else "now"
     if short:
-        return f"{'~' + _span(seconds) if seconds >= 60 else 'now'} {status.expected_cluster}"
+        return f"{'~' + span(seconds) if seconds >= 60 else 'now'} {status.expected_cluster}"
     return f"starts {when} on {status.expected_cluster}"
 
 
@@ -136,9 +145,8 @@ GPU = "nvidia.com/gpu"
 
 def _wide_job_row(j: common_pb2.Job) -> list[Any]:
     s = j.status
-    gpus = sum(parse_amount(GPU, t.resources.get(GPU, "0")) * t.replicas for t in j.spec.tasks)  # stored: valid
     labels = ",".join(f"{k}={v}" for k, v in sorted(j.spec.labels.items())) or "-"
-    return [*_job_row(j)[:-1], gpus, sum(t.replicas for t in j.spec.tasks), s.attempt, s.retries,
+    return [*_job_row(j)[:-1], gpus(j), sum(t.replicas for t in j.spec.tasks), s.attempt, s.retries,
             ",".join(sorted({p.node for p in s.placements})) or "-", labels, s.reason or "-"]
 
 

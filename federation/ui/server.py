@@ -86,17 +86,6 @@ def _amounts(amounts: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(amounts.items())) or "-"
 
 
-def _span(elapsed: float | None) -> str:
-    """A duration as kubectl prints ages: 45s, 12m, 3h, 2d."""
-    if elapsed is None:
-        return "-"
-    seconds = int(elapsed)
-    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{max(seconds, 0)}s"
-
-
 def _ran(job: Any, now: datetime) -> int | None:
     """How long the job has run (till now, or till it ended); None before it started."""
     if not job.status.start_time.seconds:
@@ -135,7 +124,7 @@ class Dashboard:
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                             autoescape=jinja2.select_autoescape(["html"]))
         self.templates.filters.update(phase=_phase, when=_when, amounts=_amounts, expected=output.expected_start,
-                                      span=_span)
+                                      span=output.span)
         self.runner: web.AppRunner | None = None
         self.port = 0
 
@@ -200,6 +189,15 @@ class Dashboard:
         origin = request.headers.get("Origin")
         return origin is None or origin == f"{'https' if self.tls else 'http'}://{request.host}"
 
+    async def _posted_here(self, request: web.Request) -> tuple[Any, Any, bool]:
+        """The session, the posted form, and whether the form came from this site with the session's CSRF token."""
+        session = await get_session(request)
+        form = await request.post()
+        expected = str(session.get("csrf", ""))
+        ok = self._same_origin(request) and bool(expected) and hmac.compare_digest(str(form.get("csrf", "")),
+                                                                                   expected)
+        return session, form, ok
+
     @web.middleware
     async def _errors(self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                       ) -> web.StreamResponse:
@@ -225,11 +223,8 @@ class Dashboard:
                                 by_url="token" in request.query, signed_out=True)
 
     async def sign_in(self, request: web.Request) -> web.StreamResponse:
-        session = await get_session(request)
-        form = await request.post()
-        expected = str(session.get("csrf", ""))
-        if not self._same_origin(request) or not expected or \
-                not hmac.compare_digest(str(form.get("csrf", "")), expected):
+        session, form, ok = await self._posted_here(request)
+        if not ok:
             raise web.HTTPForbidden(text="sign-in refused: the form is stale or was not posted from this site; "
                                          "open /login again\n")
         token = str(form.get("token", "")).strip()
@@ -251,10 +246,8 @@ class Dashboard:
         raise web.HTTPSeeOther(local_path(str(form.get("next", ""))))
 
     async def sign_out(self, request: web.Request) -> web.StreamResponse:
-        session = await get_session(request)
-        form = await request.post()
-        if self._same_origin(request) and hmac.compare_digest(str(form.get("csrf", "")),
-                                                              str(session.get("csrf", "-"))):
+        session, _, ok = await self._posted_here(request)
+        if ok:
             session.invalidate()
         raise web.HTTPSeeOther("/login")
 
@@ -314,8 +307,7 @@ class Dashboard:
         cluster = q.get("cluster", "")
         jobs = [j for j in listed.jobs if not cluster or j.status.cluster == cluster]
         now = datetime.now(UTC)
-        rows = [{"job": j, "gpus": sum(parse_amount(GPU, t.resources.get(GPU, "0")) * t.replicas
-                                       for t in j.spec.tasks),
+        rows = [{"job": j, "gpus": output.gpus(j),
                  "age": (now - j.status.create_time.ToDatetime(UTC)).total_seconds(),  # sorts to the microsecond
                  "ran": _ran(j, now)} for j in jobs]
         return {"rows": rows, "next": listed.next_page_token, "filters": dict(q), "phases": PHASES,
@@ -339,10 +331,8 @@ class Dashboard:
 
     async def cancel(self, request: web.Request) -> web.StreamResponse:
         """Cancel from the job's page: a POST with the session's CSRF token; the API decides who may."""
-        session = await get_session(request)
-        form = await request.post()
-        if not self._same_origin(request) or not hmac.compare_digest(str(form.get("csrf", "")),
-                                                                     str(session.get("csrf", "-"))):
+        _, _, ok = await self._posted_here(request)
+        if not ok:
             raise web.HTTPForbidden(text="cancel refused: the form is stale or was not posted from this site\n")
         api = await self._api(request)
         job_id = request.match_info["id"]

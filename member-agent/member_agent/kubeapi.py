@@ -36,6 +36,17 @@ def _retried(err: BaseException) -> bool:
     return isinstance(err, KubeError) and err.status in RETRIED
 
 
+async def _refusal(response: Any, method: str, path: str) -> KubeError:
+    """The API server's refusal, from its Status body when it sent one."""
+    data = await response.read()
+    try:
+        status = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        status = {"message": data.decode(errors="replace")[:300]}
+    return KubeError(response.status, str(status.get("reason") or response.reason), str(status.get("message", "")),
+                     method, path)
+
+
 class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
@@ -67,15 +78,10 @@ class Kube:
             method, self.host + path, query_params=list(query), headers=await self._headers(content_type),
             body=body, _preload_content=False, _request_timeout=timeout)
         async with response:
-            data = await response.read()
             if 200 <= response.status < 300:
+                data = await response.read()
                 return orjson.loads(data) if data else {}
-            try:
-                status = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                status = {"message": data.decode(errors="replace")[:300]}
-            raise KubeError(response.status, str(status.get("reason") or response.reason),
-                            str(status.get("message", "")), method, path)
+            raise await _refusal(response, method, path)
 
     async def call(self, method: str, path: str, body: Any = None, query: Sequence[tuple[str, str]] = (),
                    content_type: str = "application/json", timeout: float = 60) -> Obj:
@@ -104,13 +110,7 @@ class Kube:
             _preload_content=False, _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
         async with response:
             if response.status != 200:
-                data = await response.read()
-                try:
-                    status = orjson.loads(data)
-                except orjson.JSONDecodeError:
-                    status = {"message": data.decode(errors="replace")[:300]}
-                raise KubeError(response.status, str(status.get("reason") or response.reason),
-                                str(status.get("message", "")), "GET", path)
+                raise await _refusal(response, "GET", path)
             async for chunk in response.content.iter_any():
                 yield chunk
 
@@ -122,13 +122,7 @@ class Kube:
             _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout))
         async with response:
             if response.status != 200:
-                data = await response.read()
-                try:
-                    status = orjson.loads(data)
-                except orjson.JSONDecodeError:
-                    status = {}
-                raise KubeError(response.status, str(status.get("reason") or response.reason),
-                                str(status.get("message", "")), "WATCH", path)
+                raise await _refusal(response, "WATCH", path)
             buffer = b""  # objects may be longer than aiohttp's line limit, so lines are split here
             async for chunk in response.content.iter_any():
                 buffer += chunk
