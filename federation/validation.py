@@ -62,6 +62,9 @@ DURATION_ANNOTATIONS = (EXPECTED_DURATION, CHECKPOINT_INTERVAL)
 ON_CLUSTER_LOST = "federation.dev/on-cluster-lost"
 MAX_POLICY_TIMEOUT = 30 * 86_400  # seconds: a lifecycle policy's timeout (a pod stuck for longer is stuck)
 ON_CLUSTER_LOST_VALUES = ("requeue", "wait")
+# "true": the gang is never placed on degraded hardware (nodes or HyperNodes a health monitor marked), even when
+# nothing else fits, and is moved off hardware that degrades under it. Default: degraded only when nothing else fits.
+AVOID_DEGRADED = "federation.dev/avoid-degraded"
 
 
 @dataclass(frozen=True)
@@ -413,6 +416,9 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
                         raise ValueError("must be more than zero")
                 except ValueError as err:
                     v.add(f"{path}.annotations[{key!r}]", str(err))
+        avoid = spec.annotations.get(AVOID_DEGRADED)
+        if avoid is not None and avoid not in ("true", "false"):
+            v.add(f"{path}.annotations[{AVOID_DEGRADED!r}]", "must be true or false")
         lost = spec.annotations.get(ON_CLUSTER_LOST)
         if lost is not None and lost not in ON_CLUSTER_LOST_VALUES:
             v.add(f"{path}.annotations[{ON_CLUSTER_LOST!r}]", f"must be one of {', '.join(ON_CLUSTER_LOST_VALUES)}")

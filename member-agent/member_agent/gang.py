@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from federation.resources import parse_resources
 from federation.v1 import common_pb2
+from federation.validation import AVOID_DEGRADED
 from member_agent.placement import GangRequest, PodPlacement, TaskRequest
 from member_agent.topology import Toleration, Topology
 
@@ -40,4 +41,4 @@ def gang_request(spec: common_pb2.JobSpec, topology: Topology,
     tier = _tier(spec.network_topology, topology)
     mode = spec.network_topology.mode if tier is not None or spec.network_topology.mode != "hard" else "soft"
     return GangRequest(tasks=tuple(tasks), min_available=spec.min_available, mode=mode, highest_tier=tier,
-                       running=tuple(running))
+                       running=tuple(running), avoid_degraded=spec.annotations.get(AVOID_DEGRADED) == "true")

@@ -19,7 +19,10 @@ cannot be placed; it changes nothing. The rules:
 - required pods (min_available, minPartitions) are placed all together or not at all; the others
   are added in the same pass when they fit under the chosen domain;
 - a partition stays inside one domain at or under its own tier limit;
-- ties break by name, so the same input always gives the same placement.
+- ties break by name, so the same input always gives the same placement;
+- health: a gang is first placed on healthy nodes only; when nothing healthy fits it, on degraded nodes
+  too (never for a gang that avoids degraded hardware), and a hard-tier gang never behind degraded links
+  (a HyperNode whose switches or cables are degraded); failed nodes are never used (not ready).
 
 Capacity is counted in pods of one shape: for each node, how many more pods of that request fit;
 summed up the tree, this count is exact for a gang of identical pods and a necessary condition
@@ -29,11 +32,12 @@ otherwise, so most domains are rejected without a trial.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from federation.resources import Resources, format_resources
-from member_agent.state import UNLIMITED, ClusterState, Shape
+from member_agent.nodehealth import summary
+from member_agent.state import ANY_SOUND, HEALTHY_ONLY, SOUND_LINKS, UNLIMITED, ClusterState, Shape
 from member_agent.topology import ROOT, Toleration, tolerates
 
 GENERAL = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})  # every other resource is a device
@@ -50,11 +54,13 @@ class TaskRequest:
     partition_size: int = 0  # 0: no partitions
     min_partitions: int = 0  # 0: all partitions
     partition_tier: int | None = None  # hard tier limit of each partition
+    health: int = ANY_SOUND  # which nodes it may be given (state.HEALTHY_ONLY...): set by `place`, level by level
 
     @cached_property
     def shape(self) -> Shape:
         """What decides where one pod fits: pods of equal shape share their fit counts."""
-        return tuple(sorted(self.request.items())), tuple(sorted(self.node_selector.items())), self.tolerations
+        return (tuple(sorted(self.request.items())), tuple(sorted(self.node_selector.items())), self.tolerations,
+                self.health)
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class GangRequest:
     mode: str = ""  # "hard" | "soft" | "" (no constraint)
     highest_tier: int | None = None
     running: tuple[PodPlacement, ...] = ()  # pods already placed (restarts, extra replicas)
+    avoid_degraded: bool = False  # healthy nodes only, even when nothing else fits (and for moves off them)
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,7 @@ class _Trial:
         count = memo.get(key)
         if count is None:
             self.state.counts.remember(task.shape)
-            if node not in self.state.ready:
+            if node not in self.state.ready or self.state.avoids(node, task.health):
                 count = 0
             else:
                 spec = self.topology.nodes[node]
@@ -150,7 +157,8 @@ class _Trial:
         memo = self._memo(domain, "cap")
         count = memo.get(key)
         if count is None and memo is self.state.counts.cap and task.shape not in self.state.counts.shapes:
-            self.state.count_everywhere(task.shape, task.request, task.node_selector, task.tolerations)
+            self.state.count_everywhere(task.shape, task.request, task.node_selector, task.tolerations,
+                                        task.health)
             count = memo.get(key)
         if count is None:
             d = self.topology.domains[domain]
@@ -395,6 +403,27 @@ class _Placer:
 
 
 def place(state: ClusterState, gang: GangRequest) -> Placement | Rejection:
+    """Healthy nodes first; degraded ones (not behind degraded links for a hard-tier gang) only when that fails."""
+    if not state.degraded and not state.degraded_links:
+        return _place(state, gang)
+    hard = gang.mode == "hard" and gang.highest_tier is not None
+    levels = [HEALTHY_ONLY] if gang.avoid_degraded else [HEALTHY_ONLY, SOUND_LINKS if hard else ANY_SOUND]
+    outcome: Placement | Rejection = Rejection("")
+    for level in levels:
+        tasks = tuple(replace(t, health=level) for t in gang.tasks)
+        outcome = _place(state, replace(gang, tasks=tasks))
+        if isinstance(outcome, Placement):
+            return outcome
+    if levels[-1] == ANY_SOUND:  # health did not stand in its way
+        return outcome
+    avoided = summary(state.degraded)
+    if state.degraded_links:
+        avoided.append(f"{len(state.degraded_links)} HyperNode(s) with degraded links ("
+                       f"{', '.join(sorted(state.degraded_links)[:3])})")
+    return Rejection(f"{outcome.reason}; avoided: {'; '.join(avoided)}" if avoided else outcome.reason)
+
+
+def _place(state: ClusterState, gang: GangRequest) -> Placement | Rejection:
     topology = state.topology
     groups = sorted(_groups(gang), key=lambda g: (-g.size, -sum(g.task.request.values()), g.task.name))
     if not groups:

@@ -14,11 +14,15 @@ import numpy as np
 from federation.resources import Resources
 from federation.scheduling.fit import TierFree
 from member_agent.fragmentation import Fragmentation
+from member_agent.nodehealth import DEGRADED, NodeHealth
 from member_agent.topology import ROOT, Node, Toleration, Topology, tolerates
 
-# (request, node selector, tolerations): what decides how many pods of a task fit on a node
-Shape = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...], tuple[Any, ...]]
+# (request, node selector, tolerations, health level): what decides how many pods of a task fit on a node
+Shape = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...], tuple[Any, ...], int]
 UNLIMITED = 1 << 30  # pods that request nothing fit anywhere
+# What a pod may be given, by level: any node that works; no node behind degraded links (a hard-tier gang's
+# fallback); healthy nodes only (everyone's first choice, and a gang's only one when it avoids degraded).
+ANY_SOUND, SOUND_LINKS, HEALTHY_ONLY = 0, 1, 2
 
 
 class PodCounts:
@@ -87,6 +91,55 @@ class ClusterState:
         # children before parents: a HyperNode's members are of lower tiers, the virtual root is above all
         self._bottom_up = [(domain_row[d.name], [domain_row[c] for c in d.children])
                            for d in sorted(topology.domains.values(), key=lambda d: (d.name == ROOT, d.tier))]
+        self.degraded: dict[str, NodeHealth] = {}  # nodes that work and may fail, and why
+        self.degraded_links: dict[str, str] = {}  # HyperNodes whose switches or cables are degraded, and why
+        self.behind_links: dict[str, str] = {}  # nodes under a degraded HyperNode -> that HyperNode
+        self._avoid = {level: np.zeros(len(self._rows), dtype=bool) for level in (ANY_SOUND, SOUND_LINKS,
+                                                                                  HEALTHY_ONLY)}
+
+    # -- health ----------------------------------------------------------------------------------
+
+    def set_health(self, degraded: dict[str, NodeHealth], links: dict[str, str]) -> bool:
+        """The nodes now degraded and the HyperNodes whose links are (a link fault of a node degrades its
+        lowest HyperNode); whether anything changed. Rare, so every count is simply forgotten."""
+        degraded = {n: h for n, h in degraded.items() if n in self._rows and h.state == DEGRADED}
+        links = {d: why for d, why in links.items() if d in self.topology.domains and d != ROOT}
+        for node, h in degraded.items():
+            parent = self.topology.node_parent[node]
+            if h.link and parent != ROOT:
+                links.setdefault(parent, f"{h.reasons[0] if h.reasons else 'link fault'} on {node}")
+        if degraded == self.degraded and links == self.degraded_links:
+            return False
+        self.degraded, self.degraded_links = degraded, links
+        self.behind_links = {}
+        for domain in sorted(links, key=lambda d: -self.topology.domains[d].tier):
+            for node in self._under(domain):
+                self.behind_links.setdefault(node, domain)
+        for level in self._avoid.values():
+            level[:] = False
+        for node in self.behind_links:
+            self._avoid[SOUND_LINKS][self._rows[node]] = True
+            self._avoid[HEALTHY_ONLY][self._rows[node]] = True
+        for node in degraded:
+            self._avoid[HEALTHY_ONLY][self._rows[node]] = True
+        self.counts.fit.clear()
+        self.counts.cap.clear()
+        self.counts.shapes.clear()
+        self._stale_node_max.update(self.topology.domains)
+        return True
+
+    def avoids(self, node: str, level: int) -> bool:
+        """Whether a pod of this health level may not be given `node`."""
+        if level == ANY_SOUND:
+            return False
+        return node in self.behind_links or (level == HEALTHY_ONLY and node in self.degraded)
+
+    def unhealthy(self) -> set[str]:
+        return set(self.degraded) | set(self.behind_links)
+
+    def _under(self, domain: str) -> list[str]:
+        d = self.topology.domains[domain]
+        return [*d.nodes, *(n for c in d.children for n in self._under(c))]
 
     def _changed(self, node: str) -> None:
         self.counts.forget([node, *self.topology.ancestors(node)])
@@ -151,7 +204,7 @@ class ClusterState:
         self._changed(node)
 
     def count_everywhere(self, shape: Shape, request: Mapping[str, int], selector: Mapping[str, str],
-                         tolerations: tuple[Toleration, ...]) -> None:
+                         tolerations: tuple[Toleration, ...], level: int = ANY_SOUND) -> None:
         """Remember, for every domain, how many pods of `shape` fit under it: the per-node rule of
         `placement._Trial.fit` (ready, selector, taints tolerated, the scarcest resource), on all nodes at once."""
         key = (tuple(sorted(selector.items())), tolerations)
@@ -170,7 +223,7 @@ class ClusterState:
             counts = np.full(len(self._rows), UNLIMITED, dtype=np.int64)
             for resource, amount in asked:
                 np.minimum(counts, np.maximum(self._free[:, self._columns[resource]], 0) // amount, out=counts)
-        counts[~(allowed & self._ready)] = 0
+        counts[~(allowed & self._ready) | self._avoid[level]] = 0
         under = np.bincount(self._parent_row, weights=counts, minlength=len(self._domain_list))
         totals = [round(x) for x in under]  # exact: sums stay far below 2**53
         for row, children in self._bottom_up:
@@ -180,22 +233,31 @@ class ClusterState:
         for domain, total in zip(self._domain_list, totals, strict=True):
             cap[(domain, shape)] = total
 
-    def summary(self) -> list[TierFree]:
+    def summary(self, healthy: bool = False) -> list[TierFree]:
         """For each tier, lowest first, the most of each resource free inside one of its domains, and the
         most one of its domains has at all (what a gang could have once everything running there ends).
+        `healthy`: counting only healthy nodes (not degraded, not behind degraded links), as the federation
+        prefers clusters where a gang fits on sound hardware.
 
         Tier 0 is the single node: whether the largest pod fits anywhere at all.
         """
         for domain in self._stale_node_max:
-            most: Resources = {}
-            for node in self.topology.domains[domain].nodes:
-                if node in self.ready:
-                    for resource, amount in self.free[node].items():
-                        most[resource] = max(most.get(resource, 0), amount)
-            self._node_max[domain] = most
+            self._node_max[domain] = self._most_on_a_node(domain, set())
         self._stale_node_max.clear()
+        node_max = self._node_max
+        unhealthy = self.unhealthy() if healthy else set()
+        less: dict[str, Resources] = {}  # per domain: what its unhealthy ready nodes have free
+        if unhealthy:
+            node_max = dict(node_max)
+            for node in unhealthy:
+                node_max[self.topology.node_parent[node]] = {}
+            for parent in {self.topology.node_parent[n] for n in unhealthy}:
+                node_max[parent] = self._most_on_a_node(parent, unhealthy)
+            for node in unhealthy & self.ready:
+                for domain in self.topology.ancestors(node):
+                    _add(less.setdefault(domain, {}), self.free[node])
         most_on_node: Resources = {}
-        for most in self._node_max.values():
+        for most in node_max.values():
             for resource, amount in most.items():
                 most_on_node[resource] = max(most_on_node.get(resource, 0), amount)
         if self._node_capacity is None:
@@ -208,13 +270,22 @@ class ClusterState:
             domains = self.topology.of_tier(tier)
             most, largest = {}, {}
             for d in domains:
+                taken = less.get(d.name, {})
                 for resource, amount in self.domain_free[d.name].items():
-                    most[resource] = max(most.get(resource, 0), amount)
+                    most[resource] = max(most.get(resource, 0), amount - taken.get(resource, 0))
                 for resource, amount in self.domain_allocatable[d.name].items():
                     largest[resource] = max(largest.get(resource, 0), amount)
             name = domains[0].tier_name if domains else ""
             out.append(TierFree(tier, name, {r: a for r, a in most.items() if a > 0}, largest))
         return out
+
+    def _most_on_a_node(self, domain: str, skip: set[str]) -> Resources:
+        most: Resources = {}
+        for node in self.topology.domains[domain].nodes:
+            if node in self.ready and node not in skip:
+                for resource, amount in self.free[node].items():
+                    most[resource] = max(most.get(resource, 0), amount)
+        return most
 
     def totals(self) -> tuple[Resources, Resources, Resources]:
         """(capacity, allocatable of ready nodes, used) over the whole cluster."""

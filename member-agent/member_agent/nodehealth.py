@@ -1,0 +1,179 @@
+"""Whether a node, and the links of a HyperNode, can be trusted with a gang: healthy, degraded, failed.
+
+Pure. Health is read the way NVIDIA's NVSentinel and Kubernetes' Node Problem Detector publish it: a taint
+says a node is bad, a node condition (status True) says why; a Volcano HyperNode's status conditions say
+whether its switches and cables are sound. Which condition types and taint keys mean what is configuration
+(`HealthRules`, a YAML file); the defaults are NVSentinel's and NPD's names:
+
+- failed: the node must not be given anything (a GPU fell off the bus, a fatal NVSwitch error, a kernel
+  deadlock, a read-only root file system, or a taint NVSentinel's fault quarantine applies);
+- degraded: it works and may fail (XID and SXID errors, ECC/row-remap, NVLink and PCIe replays, thermal or
+  power trouble, a restarting kubelet): used only when nothing healthy fits, and its gangs are moved off;
+- some conditions are about links (NVSwitch, NICs): they degrade the node's lowest HyperNode as a whole.
+
+A degraded condition carries the rate at which such a node fails (per hour), which the drain timing weighs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HEALTHY, DEGRADED, FAILED = "healthy", "degraded", "failed"
+RANK = {HEALTHY: 0, DEGRADED: 1, FAILED: 2}
+
+NVSENTINEL_FAILED = ("SysLogsGPUFallenOff", "GpuNvSwitchFatalWatch")
+NVSENTINEL_DEGRADED = ("SysLogsXIDError", "SysLogsSXIDError", "GpuMemWatch", "GpuNvlinkWatch", "GpuPcieWatch",
+                       "GpuThermalWatch", "GpuPowerWatch", "GpuInforomWatch", "GpuDriverWatch",
+                       "GpuNvSwitchNonFatalWatch")
+NPD_FAILED = ("KernelDeadlock", "ReadonlyFilesystem")
+NPD_DEGRADED = ("FrequentKubeletRestart", "FrequentContainerdRestart", "FrequentDockerRestart",
+                "CorruptDockerOverlay2")
+LINK_CONDITIONS = ("SysLogsSXIDError", "GpuNvSwitchFatalWatch", "GpuNvSwitchNonFatalWatch")
+FAILED_TAINTS = ("nvidia.com/gpu-error*", "nvidia.com/gpu-xid-error*", "nvidia.com/gpu-fatal*")
+DEGRADED_TAINTS = ("nvidia.com/gpu-degraded*",)
+DEGRADED_TAINT_VALUES = ("degraded",)  # a failed-taint key with this value says degraded (NVSentinel's pattern)
+HYPERNODE_DEGRADED = ("LinkDegraded", "Degraded", "NetworkDegraded")
+# A degraded node fails at this rate (per hour) until repaired: an XID or ECC warning is typically
+# followed by a hard failure within hours (Meta's Llama 3 report: most interruptions were GPU and HBM faults).
+DEFAULT_FAILURE_RATE = 0.1
+_XID = re.compile(r"\b[Ss]?XID[ :=#-]*(\d+)", re.IGNORECASE)
+
+
+class HealthConfigError(ValueError):
+    """A health rules file that cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class HealthRules:
+    failed_conditions: tuple[str, ...] = (*NVSENTINEL_FAILED, *NPD_FAILED)
+    degraded_conditions: tuple[str, ...] = (*NVSENTINEL_DEGRADED, *NPD_DEGRADED)
+    link_conditions: tuple[str, ...] = LINK_CONDITIONS
+    failed_taints: tuple[str, ...] = FAILED_TAINTS  # key globs
+    degraded_taints: tuple[str, ...] = DEGRADED_TAINTS
+    degraded_taint_values: tuple[str, ...] = DEGRADED_TAINT_VALUES
+    hypernode_conditions: tuple[str, ...] = HYPERNODE_DEGRADED  # status True: the HyperNode's links degraded
+    failure_rates: Mapping[str, float] = field(default_factory=dict)  # condition type or "XID n" -> per hour
+    default_failure_rate: float = DEFAULT_FAILURE_RATE
+
+    def rate(self, reason: str, condition: str) -> float:
+        return self.failure_rates.get(reason, self.failure_rates.get(condition, self.default_failure_rate))
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    state: str = HEALTHY
+    reasons: tuple[str, ...] = ()  # short and countable: "XID 79", "GpuNvlinkWatch", "taint nvidia.com/gpu-error"
+    link: bool = False  # a fault of the node's links: its lowest HyperNode is degraded as a whole
+    failure_rate: float = 0.0  # per hour, while degraded
+
+    def worst(self, other: NodeHealth) -> NodeHealth:
+        state = max(self.state, other.state, key=RANK.__getitem__)
+        return NodeHealth(state, tuple(dict.fromkeys(self.reasons + other.reasons)), self.link or other.link,
+                          max(self.failure_rate, other.failure_rate))
+
+
+SOUND = NodeHealth()
+
+
+def reason_of(condition: str, message: str) -> str:
+    """What a condition says in a word: its XID when the message names one (as NVSentinel's do), else its type."""
+    found = _XID.search(message or "")
+    if found:
+        return f"{'SXID' if found.group(0).upper().startswith('SXID') else 'XID'} {found.group(1)}"
+    return condition
+
+
+def node_health(conditions: Iterable[Mapping[str, Any]], taints: Iterable[Mapping[str, Any]],
+                rules: HealthRules) -> NodeHealth:
+    """A node's health from its status conditions and its taints."""
+    health = SOUND
+    for c in conditions:
+        kind = str(c.get("type", ""))
+        if str(c.get("status", "")) != "True":
+            continue
+        state = FAILED if kind in rules.failed_conditions else DEGRADED if kind in rules.degraded_conditions \
+            else None
+        if state is None:
+            continue
+        reason = reason_of(kind, str(c.get("message", "")))
+        health = health.worst(NodeHealth(state, (reason,), kind in rules.link_conditions,
+                                         rules.rate(reason, kind) if state == DEGRADED else 0.0))
+    for t in taints:
+        key, value = str(t.get("key", "")), str(t.get("value", ""))
+        if any(fnmatch.fnmatchcase(key, g) for g in rules.failed_taints):
+            state = DEGRADED if value in rules.degraded_taint_values else FAILED
+        elif any(fnmatch.fnmatchcase(key, g) for g in rules.degraded_taints):
+            state = DEGRADED
+        else:
+            continue
+        health = health.worst(NodeHealth(state, (f"taint {key}",), False,
+                                         rules.rate(key, key) if state == DEGRADED else 0.0))
+    return health
+
+
+def hypernode_degraded(conditions: Iterable[Mapping[str, Any]], rules: HealthRules) -> str:
+    """Why a HyperNode's links are degraded ("" when they are not), from its status conditions."""
+    for c in conditions:
+        kind = str(c.get("type", ""))
+        if kind in rules.hypernode_conditions and str(c.get("status", "")) == "True":
+            return reason_of(c.get("reason") or kind, str(c.get("message", "")))
+    return ""
+
+
+def summary(health: Mapping[str, NodeHealth]) -> list[str]:
+    """Counted, for people: ["3 nodes degraded (XID 79)", "1 node failed (SysLogsGPUFallenOff)"]."""
+    out = []
+    for state in (FAILED, DEGRADED):
+        nodes = [h for h in health.values() if h.state == state]
+        if not nodes:
+            continue
+        reasons = Counter(r for h in nodes for r in h.reasons[:1])
+        said = ", ".join(r for r, _ in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
+        out.append(f"{len(nodes)} node{'s' if len(nodes) > 1 else ''} {state} ({said})")
+    return out
+
+
+def _strings(data: Mapping[str, Any], section: str, key: str, where: str, default: Sequence[str]) -> tuple[str, ...]:
+    value = (data.get(section) or {}).get(key, None) if isinstance(data.get(section) or {}, Mapping) else None
+    if value is None:
+        return tuple(default)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise HealthConfigError(f"{where}: {section}.{key} must be a list of strings")
+    return tuple(value)
+
+
+def load_rules(path: Path) -> HealthRules:
+    """Rules from a YAML file; every list left out keeps its default (NVSentinel's and NPD's names)."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise HealthConfigError(f"{path}: {err}") from None
+    if not isinstance(data, Mapping):
+        raise HealthConfigError(f"{path}: must be a mapping (conditions, taints, hypernodes, failureRates)")
+    unknown = set(data) - {"conditions", "taints", "hypernodes", "failureRates"}
+    if unknown:
+        raise HealthConfigError(f"{path}: unknown field {sorted(unknown)[0]!r} (conditions, taints, hypernodes, "
+                                "failureRates)")
+    d = HealthRules()
+    rates = data.get("failureRates") or {}
+    if not isinstance(rates, Mapping) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in rates.values()):
+        raise HealthConfigError(f"{path}: failureRates must map condition types (or 'default') to rates per hour ≥ 0")
+    return HealthRules(
+        failed_conditions=_strings(data, "conditions", "failed", str(path), d.failed_conditions),
+        degraded_conditions=_strings(data, "conditions", "degraded", str(path), d.degraded_conditions),
+        link_conditions=_strings(data, "conditions", "link", str(path), d.link_conditions),
+        failed_taints=_strings(data, "taints", "failed", str(path), d.failed_taints),
+        degraded_taints=_strings(data, "taints", "degraded", str(path), d.degraded_taints),
+        degraded_taint_values=_strings(data, "taints", "degradedValues", str(path), d.degraded_taint_values),
+        hypernode_conditions=_strings(data, "hypernodes", "degraded", str(path), d.hypernode_conditions),
+        failure_rates={str(k): float(v) for k, v in rates.items() if k != "default"},
+        default_failure_rate=float(rates.get("default", d.default_failure_rate)))
