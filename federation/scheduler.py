@@ -76,7 +76,11 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
     tiers = [TierFree(t["tier"], t.get("tier_name", ""), t.get("max_free", {}), t.get("max_capacity", {}))
              for t in inv.get("topology", [])]
     domains = [DomainFree(h["name"], h["tier"], h["parent"], h["free"]) for h in inv.get("hypernodes", [])]
-    return ClusterView(row["name"], row["labels"], free, tiers, capacity=allocatable, domains=domains)
+    health = inv.get("health") or {}
+    healthy = [TierFree(t["tier"], t.get("tier_name", ""), t.get("max_free", {}), t.get("max_capacity", {}))
+               for t in health.get("healthy_topology", [])] or None
+    return ClusterView(row["name"], row["labels"], free, tiers, capacity=allocatable, domains=domains,
+                       healthy_tiers=healthy, health=health.get("summary", []))
 
 
 def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:

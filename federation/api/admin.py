@@ -18,13 +18,15 @@ from google.protobuf.message import Message
 from federation.api import convert
 from federation.api.status import servicer
 from federation.auth import current, require_admin, require_sees
-from federation.errors import InvalidArgument
+from federation.connections import Connections
+from federation.errors import FailedPrecondition, InvalidArgument, Unavailable
 from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.models import Base, Cluster, Flavor, PriorityClass, Queue, Tenant
 from federation.store.tokens import TokenStore
-from federation.v1 import admin_pb2, admin_pb2_grpc
+from federation.v1 import admin_pb2, admin_pb2_grpc, agent_pb2
 from federation.validation import (
+    MAX_PROTECTED_RUN_SECONDS,
     Violation,
     Violations,
     check_flavor,
@@ -33,6 +35,8 @@ from federation.validation import (
     check_queue,
     check_tenant,
 )
+
+NODE_ACTIONS = ("cordon", "drain", "uncordon")
 
 
 class _Kind:
@@ -71,7 +75,8 @@ MAX_TOKEN_TTL = timedelta(days=3650)
 @servicer
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, store: AdminStore, scheduler: Scheduler, tokens: TokenStore,
-                 forget_token: Callable[[str], None]) -> None:
+                 forget_token: Callable[[str], None], connections: Connections | None = None) -> None:
+        self.connections = connections or Connections()  # agents' streams on this replica: node orders go there
         self.store = store
         self.scheduler = scheduler
         self.tokens = tokens
@@ -184,6 +189,42 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     async def UncordonCluster(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return convert.cluster_to_proto(await self.store.set_cordoned(request.name, False, require_admin().name))
+
+    async def OrderNode(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        actor = require_admin().name
+        v = Violations()
+        if request.action not in NODE_ACTIONS:
+            v.add("action", f"must be one of {', '.join(NODE_ACTIONS)}")
+        if request.kind not in ("node", "hypernode"):
+            v.add("kind", "must be node or hypernode")
+        check_name(v, "cluster", request.cluster)
+        if not request.name:
+            v.add("name", "is required")
+        grace = 0.0
+        if request.HasField("grace"):
+            grace = request.grace.ToTimedelta().total_seconds()
+            if request.action != "drain" or not 0 < grace <= MAX_PROTECTED_RUN_SECONDS:
+                v.add("grace", f"is for a drain, more than zero and at most {MAX_PROTECTED_RUN_SECONDS // 86_400} days")
+        if v:
+            raise InvalidArgument(v.items)
+        row = await self.store.get(Cluster, request.cluster)
+        listed = [h["name"] for h in (row["inventory"] or {}).get("hypernodes", [])]
+        if request.kind == "hypernode" and listed and request.name not in listed:
+            raise InvalidArgument([Violation("name", f"cluster {request.cluster} has no HyperNode {request.name!r}")])
+        conn = self.connections.get(request.cluster)
+        if conn is None:
+            raise FailedPrecondition(f"cluster {request.cluster}'s agent is not connected to this server replica; "
+                                     "try again (or through the replica it is connected to)")
+        order = agent_pb2.NodeOrder(action=request.action, kind=request.kind, name=request.name, grace_seconds=grace)
+        if not self.connections.send(conn, agent_pb2.ControlMessage(node_order=order)):
+            raise Unavailable(f"cluster {request.cluster}'s agent is not reading its orders; try again")
+        await self.store.record_order(actor, request.cluster, request.action, request.kind, request.name, grace)
+        what = f"{request.kind}/{request.name} in cluster {request.cluster}"
+        if request.action == "drain":
+            return admin_pb2.OrderNodeResponse(message=(
+                f"{what}: cordoned; each gang on it moves at its next checkpoint"
+                + (f" (at most {grace:g}s from now)" if grace else "") + " (`fedctl describe job` says when)"))
+        return admin_pb2.OrderNodeResponse(message=f"{what}: {request.action}ed")
 
     async def CreateToken(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         actor = require_admin().name

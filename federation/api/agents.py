@@ -54,6 +54,11 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
                       "max_capacity": dict(t.max_capacity.amounts)} for t in inv.topology],
         "hypernodes": [{"name": h.name, "tier": h.tier, "parent": h.parent, "free": dict(h.free.amounts),
                         "allocatable": dict(h.allocatable.amounts)} for h in inv.hypernodes],
+        "health": {"degraded_nodes": inv.health.degraded_nodes, "failed_nodes": inv.health.failed_nodes,
+                   "summary": list(inv.health.summary), "degraded_hypernodes": list(inv.health.degraded_hypernodes),
+                   "healthy_topology": [{"tier": t.tier, "tier_name": t.tier_name, "max_free": dict(t.max_free.amounts),
+                                         "max_capacity": dict(t.max_capacity.amounts)}
+                                        for t in inv.health.healthy_topology]},
     }
 
 
@@ -95,7 +100,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         if applied.stop:
             self.connections.send(conn, agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
                 job_id=u.job_id, attempt=u.attempt, reason=applied.stop)))
-        if applied.rejected and not u.permanent:  # a permanent refusal is in the job's row for good
+        if (applied.rejected and not u.permanent) or applied.evacuated:  # a permanent refusal is in the row for good
             self.scheduler.rejected(u.job_id, conn.cluster, u.reason)
         if u.type == agent_pb2.ORPHANS_DELETED:
             metrics.ORPHAN_PODS_DELETED.labels(conn.cluster).inc(u.pods)

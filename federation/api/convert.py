@@ -87,7 +87,10 @@ def cluster_to_proto(row: Mapping[str, Any]) -> admin_pb2.Cluster:
                                             free=format_resources(h["free"]),
                                             allocatable=format_resources(h["allocatable"]))
                     for h in inv.get("hypernodes", [])],
-        drift=signed(row.get("drift") or {}))
+        drift=signed(row.get("drift") or {}), health=(inv.get("health") or {}).get("summary", []),
+        degraded_nodes=(inv.get("health") or {}).get("degraded_nodes", 0),
+        failed_nodes=(inv.get("health") or {}).get("failed_nodes", 0),
+        degraded_hypernodes=(inv.get("health") or {}).get("degraded_hypernodes", []))
 
 
 def token_to_proto(row: Mapping[str, Any]) -> admin_pb2.Token:

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from federation.scheduling.fit import ClusterView, JobView, TierFree, check
+from federation.scheduling.fit import ClusterView, JobView, TierFree, check, fits_healthy
 
 NO_TIER = 1 << 20  # the "fit tier" of a cluster where no HyperNode covers the gang
 ROWS_ONE_BY_ONE = 4  # clusters changed since a shape was last scored, up to which they are rescored in Python
 UNBOUNDED = np.iinfo(np.int64).max // 4  # a missing tier-0 summary: no per-node limit is known
+UNHEALTHY = 4.0 * NO_TIER  # a cluster where the gang fits only on degraded hardware comes after every other
 
 
 @dataclass
@@ -35,6 +36,7 @@ class ClusterTable:
         self.names = sorted(c.name for c in clusters)
         self.index = {name: i for i, name in enumerate(self.names)}
         by_name = {c.name: c for c in clusters}
+        self._views = by_name  # as reported (health included), for the choice by tier names
         self.labels = [by_name[n].labels for n in self.names]
         self.tier_names = [{t.tier: t.tier_name for t in by_name[n].tiers} for n in self.names]
         resources = sorted({r for c in clusters for r in c.free} | {r for c in clusters for t in c.tiers
@@ -51,10 +53,17 @@ class ClusterTable:
             c = by_name[name]
             for r, a in c.free.items():
                 self.free[i, self.resource[r]] = a
-            for t in c.tiers:
-                self.tiers[i, t.tier, :] = 0
-                for r, a in t.max_free.items():
-                    self.tiers[i, t.tier, self.resource[r]] = a
+            self._fill(self.tiers, i, c.tiers)
+        # The same over healthy hardware only, where some cluster has degraded hardware: a gang that fits a
+        # cluster only on degraded nodes (or behind degraded links) goes there only when no cluster fits it healthy.
+        self.healthy: np.ndarray | None = None
+        if any(c.healthy_tiers is not None for c in clusters):
+            self.healthy = self.tiers.copy()
+            for i, name in enumerate(self.names):
+                healthy = by_name[name].healthy_tiers
+                if healthy is not None:
+                    self.healthy[i, 1:, :] = -1
+                    self._fill(self.healthy, i, healthy)
         self.capacity = np.array([capacity.get(r, 0) for r in resources], dtype=np.float64)
         self.per_capacity = np.divide(1.0, self.capacity, out=np.zeros_like(self.capacity), where=self.capacity > 0)
         self._per_capacity: list[float] = self.per_capacity.tolist()
@@ -66,6 +75,16 @@ class ClusterTable:
         self._by_shape: dict[tuple[object, ...], _Scores] = {}
         self._changed: list[int] = []  # clusters in the order they took work this cycle (free only shrinks)
         self._unreserved: dict[tuple[object, ...], tuple[int, str | None]] = {}  # see fits_without_reservations
+
+    def _fill(self, table: np.ndarray, i: int, tiers: Sequence[TierFree]) -> None:
+        for t in tiers:
+            if t.tier > self.top:
+                continue
+            table[i, t.tier, :] = 0
+            for r, a in t.max_free.items():
+                k = self.resource.get(r)
+                if k is not None:
+                    table[i, t.tier, k] = a
 
     def __contains__(self, name: object) -> bool:
         return name in self.index
@@ -161,7 +180,14 @@ class ClusterTable:
         if job.mode == "hard" and fit_tier > job.highest_tier:
             return np.inf
         left = max(((free[k] - a) * self._per_capacity[k] for k, a in request), default=0.0)
-        return fit_tier * 2.0 + left
+        unhealthy = 0.0
+        if self.healthy is not None:
+            healthy = self.healthy[i].tolist()
+            limit = job.highest_tier if job.mode == "hard" else self.top
+            fits = all(healthy[0][self.resource[r]] >= a for r, a in job.largest_pod.items() if a > 0) and any(
+                all(healthy[t][k] >= a for k, a in request) for t in range(1, limit + 1))
+            unhealthy = 0.0 if fits else UNHEALTHY
+        return fit_tier * 2.0 + left + unhealthy
 
     def _scores(self, job: JobView, rows: slice | np.ndarray) -> np.ndarray | None:
         """Per cluster of `rows`, DESIGN §5's preference as one number (fitting tier, then the largest
@@ -182,7 +208,13 @@ class ClusterTable:
         asked = request > 0  # every fitting cluster has some of each, so capacity > 0 there
         left = ((free[:, asked] - request[asked]) * self.per_capacity[asked]).max(1) if asked.any() else 0.0
         # left is in [0, 1] where the gang fits: a tier outweighs any amount left over.
-        return np.where(mask, fit_tier * 2.0 + left, np.inf)
+        score = fit_tier * 2.0 + left
+        if self.healthy is not None:
+            healthy = self.healthy[rows]
+            limit = job.highest_tier if job.mode == "hard" else self.top
+            fits = (healthy[:, 0, :] >= largest).all(1) & (healthy[:, 1:limit + 1, :] >= request).all(2).any(1)
+            score = score + np.where(fits, 0.0, UNHEALTHY)
+        return np.where(mask, score, np.inf)
 
     def _best_slowly(self, job: JobView, refused: Mapping[str, str]) -> str | None:
         """The same choice, one cluster at a time, for what the arrays do not express (tiers by name)."""
@@ -196,8 +228,8 @@ class ClusterTable:
                     t.max_free.get(r, 0) >= a for r, a in job.request.items())), NO_TIER)
                 left = max(((view.free.get(r, 0) - a) / c for r, a in job.request.items()
                             if a > 0 and (c := self.capacity[self.resource[r]]) > 0), default=0.0)
-                fitting.append((fit, left, name))
-        return min(fitting)[2] if fitting else None
+                fitting.append((not fits_healthy(job, self._views[name]), fit, left, name))
+        return min(fitting)[3] if fitting else None
 
     def reasons(self, job: JobView, refused: Mapping[str, str]) -> list[str]:
         """Why the gang fits none of the clusters, one "cluster: reason" each."""
@@ -252,6 +284,8 @@ class ClusterTable:
         self.free[i] -= request
         asked = request > 0
         self.tiers[i][:, asked] = np.maximum(np.minimum(self.tiers[i][:, asked], self.free[i, asked]), 0)
+        if self.healthy is not None:
+            self.healthy[i][:, asked] = np.maximum(np.minimum(self.healthy[i][:, asked], self.free[i, asked]), 0)
 
 
 

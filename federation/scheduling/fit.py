@@ -41,6 +41,10 @@ class ClusterView:
     tiers: Sequence[TierFree] = ()  # lowest first: tier 0 is one node, the last is the whole cluster
     capacity: Resources = field(default_factory=dict)  # allocatable of its ready nodes, free or not
     domains: Sequence[DomainFree] = ()  # its HyperNodes, when its agent reports them (at most 1,000)
+    # As `tiers`, counting healthy nodes only, when some of its hardware is degraded (None: all is healthy);
+    # and what is degraded or failed there, for people ("3 nodes degraded (XID 79)").
+    healthy_tiers: Sequence[TierFree] | None = None
+    health: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,18 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
         return None
     best = within[-1].max_free if within else {}
     return f"no HyperNode of tier {limit} or below has enough free: " + _short(best, job.request)
+
+
+def fits_healthy(job: JobView, cluster: ClusterView) -> bool:
+    """Whether a gang that fits `cluster` fits on its healthy hardware alone (the cluster choice prefers those)."""
+    if cluster.healthy_tiers is None:
+        return True
+    view = ClusterView(cluster.name, cluster.labels, cluster.free, cluster.healthy_tiers)
+    if check(job, view) is not None:
+        return False
+    limit = tier_limit(job, view)
+    return any(covers(t.max_free, job.request) for t in view.healthy_tiers
+               if t.tier > 0 and (limit is None or t.tier <= limit))
 
 
 def tier_limit(job: JobView, cluster: ClusterView) -> int | None:
@@ -187,4 +203,9 @@ def explain(job: JobView, clusters: Sequence[ClusterState], refused: Mapping[str
             if why is None and held_by:
                 why = f"room enough, but {held_by}"
         out.append((c.view.name, why))
+    by_name = {c.view.name: c.view for c in clusters}
+    if any(why is None and fits_healthy(job, by_name[name]) for name, why in out):
+        out = [(name, f"skipped: {'; '.join(by_name[name].health) or 'degraded hardware'} (the gang fits there "
+                      "only on degraded hardware, and fits on healthy hardware elsewhere)")
+               if why is None and not fits_healthy(job, by_name[name]) else (name, why) for name, why in out]
     return out

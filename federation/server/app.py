@@ -152,7 +152,7 @@ class FederationServer:
         job_servicer = JobServicer(jobs, admin, self.hub, self.scheduler, changed, self.limiter, self.logs)
         register(jobs_pb2_grpc.add_JobServiceServicer_to_server, job_servicer, self.server)
         register(admin_pb2_grpc.add_AdminServiceServicer_to_server,
-                 AdminServicer(admin, self.scheduler, tokens, self.authenticator.forget), self.server)
+                 AdminServicer(admin, self.scheduler, tokens, self.authenticator.forget, self.connections), self.server)
         # Agents on the user port only in --insecure-dev; otherwise only on the mTLS listener, where
         # each must present a certificate naming the cluster it registers as.
         if self.insecure_dev:

@@ -176,6 +176,11 @@ class AdminStore:
                         {"cordoned": before["cordoned"]}, {"cordoned": row["cordoned"]})
             return row
 
+    async def record_order(self, actor: str, cluster: str, action: str, kind: str, name: str, grace: float) -> None:
+        """An operator's node order, in the audit log (the agent carries it out; its effects are the jobs' events)."""
+        async with self.engine.begin() as conn:
+            await audit(conn, actor, action, kind, f"{cluster}/{name}", None, {"cluster": cluster, "grace": grace})
+
     async def register_cluster(self, name: str, labels: dict[str, str], agent_version: str, instance: str = "",
                                heartbeat_timeout: float | None = None) -> Any:
         """Record a connecting agent's cluster; a returning cluster keeps its cordon.

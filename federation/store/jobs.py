@@ -71,6 +71,7 @@ class Applied:
     stop: str = ""  # the agent runs what it must not (cancelled, preempted or moved meanwhile): why it must stop
     rejected: bool = False  # the agent refused the job, which is Pending again
     requeued: bool = False  # the agent stopped the job itself (fenced), which is back in its queue
+    evacuated: bool = False  # moved off degraded hardware with no healthy room in the cluster: offer it elsewhere
 
 
 @dataclass(frozen=True)
@@ -590,7 +591,8 @@ class JobStore:
                 if row is not None and row["cluster"] == cluster and row["attempt"] == u.attempt:
                     await conn.execute(update(Job).where(Job.id == row["id"]).values(pods=_pod_statuses(u)))
                 return Applied()
-            alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED, agent_pb2.PODS_ADDED)
+            alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED, agent_pb2.PODS_ADDED,
+                               agent_pb2.DRAIN_PLANNED, agent_pb2.DRAINED)
             if row is None or row["cluster"] != cluster or row["attempt"] != u.attempt:
                 # Stale: another attempt, or another cluster, owns the job now (it was preempted or
                 # moved while this agent was away); whatever the agent still runs of it must stop.
@@ -634,6 +636,21 @@ class JobStore:
                           "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); "
                                     f"{len(u.placements)} pods"}
                 event, message = "PodsAdded", u.reason
+            elif kind == agent_pb2.DRAINED and phase == "RUNNING":
+                # Moved off degraded or drained hardware inside the cluster: not the job's fault, no retry counted.
+                values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier,
+                          "placements": _placements(u), "request": _held(row, u),
+                          "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); {u.reason}"}
+                event, message = "Drained", u.reason
+            elif kind == agent_pb2.EVACUATED and phase in ACTIVE_PHASES:
+                values = {"cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [],
+                          "request": _minimum(row["spec"]), "phase": "PENDING",
+                          "reason": f"evacuated from cluster {cluster}: {u.reason}"}
+                event = "Evacuated"
+            elif kind == agent_pb2.DRAIN_PLANNED and phase == "RUNNING":
+                await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "DrainPlanned", phase,
+                                                       u.reason, row["attempt"], cluster)])
+                return Applied()
             elif kind == agent_pb2.POD_FAILED:
                 pods = ", ".join(f"{p.task}[{p.index}] on {p.node}" for p in u.placements)
                 await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "PodFailed", phase,
@@ -644,4 +661,5 @@ class JobStore:
             await conn.execute(update(Job).where(Job.id == row["id"]).values(updated_at=func.now(), **values))
             await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], event, values["phase"],
                                                    message or values["reason"], row["attempt"], cluster)])
-        return Applied(rejected=event == "Rejected", requeued=event == "Lost")
+        return Applied(rejected=event == "Rejected", requeued=event in ("Lost", "Evacuated"),
+                       evacuated=event == "Evacuated")

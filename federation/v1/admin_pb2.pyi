@@ -195,7 +195,7 @@ class HyperNodeStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., tier: _Optional[int] = ..., parent: _Optional[str] = ..., free: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Cluster(_message.Message):
-    __slots__ = ("name", "labels", "status", "cordoned", "agent_version", "last_heartbeat", "capacity", "allocatable", "used", "topology", "nodes", "problem", "hypernodes", "drift")
+    __slots__ = ("name", "labels", "status", "cordoned", "agent_version", "last_heartbeat", "capacity", "allocatable", "used", "topology", "nodes", "problem", "hypernodes", "drift", "health", "degraded_nodes", "failed_nodes", "degraded_hypernodes")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +245,10 @@ class Cluster(_message.Message):
     PROBLEM_FIELD_NUMBER: _ClassVar[int]
     HYPERNODES_FIELD_NUMBER: _ClassVar[int]
     DRIFT_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_NODES_FIELD_NUMBER: _ClassVar[int]
+    FAILED_NODES_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_HYPERNODES_FIELD_NUMBER: _ClassVar[int]
     name: str
     labels: _containers.ScalarMap[str, str]
     status: ClusterStatus
@@ -259,7 +263,11 @@ class Cluster(_message.Message):
     problem: str
     hypernodes: _containers.RepeatedCompositeFieldContainer[HyperNodeStatus]
     drift: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[ClusterStatus, str]] = ..., cordoned: _Optional[bool] = ..., agent_version: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ..., used: _Optional[_Mapping[str, str]] = ..., topology: _Optional[_Iterable[_Union[TierSummary, _Mapping]]] = ..., nodes: _Optional[int] = ..., problem: _Optional[str] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeStatus, _Mapping]]] = ..., drift: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    health: _containers.RepeatedScalarFieldContainer[str]
+    degraded_nodes: int
+    failed_nodes: int
+    degraded_hypernodes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[ClusterStatus, str]] = ..., cordoned: _Optional[bool] = ..., agent_version: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ..., used: _Optional[_Mapping[str, str]] = ..., topology: _Optional[_Iterable[_Union[TierSummary, _Mapping]]] = ..., nodes: _Optional[int] = ..., problem: _Optional[str] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeStatus, _Mapping]]] = ..., drift: _Optional[_Mapping[str, str]] = ..., health: _Optional[_Iterable[str]] = ..., degraded_nodes: _Optional[int] = ..., failed_nodes: _Optional[int] = ..., degraded_hypernodes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class QueueStatus(_message.Message):
     __slots__ = ("queue", "tenant", "usage", "deserved", "dominant_share", "pending", "running", "history")
@@ -482,6 +490,26 @@ class UncordonClusterRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class OrderNodeRequest(_message.Message):
+    __slots__ = ("cluster", "action", "kind", "name", "grace")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GRACE_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    action: str
+    kind: str
+    name: str
+    grace: _duration_pb2.Duration
+    def __init__(self, cluster: _Optional[str] = ..., action: _Optional[str] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., grace: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class OrderNodeResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    def __init__(self, message: _Optional[str] = ...) -> None: ...
 
 class Token(_message.Message):
     __slots__ = ("id", "name", "tenant", "admin", "created_by", "create_time", "expire_time", "revoke_time")

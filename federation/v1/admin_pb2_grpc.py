@@ -161,6 +161,11 @@ class AdminServiceStub:
                 request_serializer=federation_dot_v1_dot_admin__pb2.UncordonClusterRequest.SerializeToString,
                 response_deserializer=federation_dot_v1_dot_admin__pb2.Cluster.FromString,
                 _registered_method=True)
+        self.OrderNode = channel.unary_unary(
+                '/federation.v1.AdminService/OrderNode',
+                request_serializer=federation_dot_v1_dot_admin__pb2.OrderNodeRequest.SerializeToString,
+                response_deserializer=federation_dot_v1_dot_admin__pb2.OrderNodeResponse.FromString,
+                _registered_method=True)
         self.CreateToken = channel.unary_unary(
                 '/federation.v1.AdminService/CreateToken',
                 request_serializer=federation_dot_v1_dot_admin__pb2.CreateTokenRequest.SerializeToString,
@@ -337,6 +342,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OrderNode(self, request, context):
+        """Cordon, drain or uncordon a node or HyperNode of a member cluster, carried out by its agent: a drain moves
+        each gang on it at its next checkpoint (at most grace later), as a health drain does.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateToken(self, request, context):
         """Bearer tokens (admin only). The secret is returned once, by CreateToken; only its hash is stored.
         """
@@ -490,6 +503,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.UncordonCluster,
                     request_deserializer=federation_dot_v1_dot_admin__pb2.UncordonClusterRequest.FromString,
                     response_serializer=federation_dot_v1_dot_admin__pb2.Cluster.SerializeToString,
+            ),
+            'OrderNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.OrderNode,
+                    request_deserializer=federation_dot_v1_dot_admin__pb2.OrderNodeRequest.FromString,
+                    response_serializer=federation_dot_v1_dot_admin__pb2.OrderNodeResponse.SerializeToString,
             ),
             'CreateToken': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateToken,
@@ -1188,6 +1206,33 @@ class AdminService:
             '/federation.v1.AdminService/UncordonCluster',
             federation_dot_v1_dot_admin__pb2.UncordonClusterRequest.SerializeToString,
             federation_dot_v1_dot_admin__pb2.Cluster.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OrderNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/federation.v1.AdminService/OrderNode',
+            federation_dot_v1_dot_admin__pb2.OrderNodeRequest.SerializeToString,
+            federation_dot_v1_dot_admin__pb2.OrderNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

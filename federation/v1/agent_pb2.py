@@ -26,7 +26,7 @@ from federation.v1 import common_pb2 as federation_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66\x65\x64\x65ration/v1/agent.proto\x12\rfederation.v1\x1a\x1a\x66\x65\x64\x65ration/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x02\n\x0c\x41gentMessage\x12+\n\x08register\x18\x01 \x01(\x0b\x32\x17.federation.v1.RegisterH\x00\x12-\n\tinventory\x18\x02 \x01(\x0b\x32\x18.federation.v1.InventoryH\x00\x12-\n\theartbeat\x18\x03 \x01(\x0b\x32\x18.federation.v1.HeartbeatH\x00\x12.\n\njob_update\x18\x04 \x01(\x0b\x32\x18.federation.v1.JobUpdateH\x00\x12-\n\treconcile\x18\x05 \x01(\x0b\x32\x18.federation.v1.ReconcileH\x00\x12,\n\tlog_chunk\x18\x06 \x01(\x0b\x32\x17.federation.v1.LogChunkH\x00\x42\x05\n\x03msg\"\xf9\x01\n\x08Register\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x33\n\x06labels\x18\x02 \x03(\x0b\x32#.federation.v1.Register.LabelsEntry\x12\x15\n\ragent_version\x18\x03 \x01(\t\x12&\n\x04jobs\x18\x04 \x03(\x0b\x32\x18.federation.v1.JobUpdate\x12\x10\n\x08instance\x18\x05 \x01(\t\x12\'\n\x07running\x18\x06 \x03(\x0b\x32\x16.federation.v1.Attempt\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"8\n\x07\x41ttempt\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0c\n\x04pods\x18\x03 \x01(\x05\"C\n\tReconcile\x12\r\n\x05round\x18\x01 \x01(\x03\x12\'\n\x07running\x18\x02 \x03(\x0b\x32\x16.federation.v1.Attempt\"\x7f\n\x0fResourceAmounts\x12<\n\x07\x61mounts\x18\x01 \x03(\x0b\x32+.federation.v1.ResourceAmounts.AmountsEntry\x1a.\n\x0c\x41mountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x93\x01\n\x08TierFree\x12\x0c\n\x04tier\x18\x01 \x01(\x05\x12\x11\n\ttier_name\x18\x02 \x01(\t\x12\x30\n\x08max_free\x18\x03 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\x12\x34\n\x0cmax_capacity\x18\x04 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\"\x9e\x01\n\rHyperNodeFree\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04tier\x18\x02 \x01(\x05\x12\x0e\n\x06parent\x18\x03 \x01(\t\x12,\n\x04\x66ree\x18\x04 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\x12\x33\n\x0b\x61llocatable\x18\x05 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\"\xe3\x02\n\tInventory\x12\x30\n\x08\x63\x61pacity\x18\x01 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\x12\x33\n\x0b\x61llocatable\x18\x02 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\x12,\n\x04used\x18\x03 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\x12\x0f\n\x07healthy\x18\x04 \x01(\x08\x12\r\n\x05nodes\x18\x05 \x01(\x05\x12\x13\n\x0bready_nodes\x18\x06 \x01(\x05\x12)\n\x08topology\x18\x07 \x03(\x0b\x32\x17.federation.v1.TierFree\x12\x30\n\nhypernodes\x18\x08 \x03(\x0b\x32\x1c.federation.v1.HyperNodeFree\x12/\n\x07managed\x18\t \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\"5\n\tHeartbeat\x12(\n\x04time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9c\x02\n\tJobUpdate\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12*\n\x04type\x18\x03 \x01(\x0e\x32\x1c.federation.v1.JobUpdateType\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x11\n\thypernode\x18\x05 \x01(\t\x12\x0c\n\x04tier\x18\x06 \x01(\x05\x12/\n\nplacements\x18\x07 \x03(\x0b\x32\x1b.federation.v1.PodPlacement\x12\x0f\n\x07retries\x18\x08 \x01(\x05\x12\x11\n\tpermanent\x18\t \x01(\x08\x12\x0c\n\x04pods\x18\n \x01(\x05\x12.\n\x0cpod_statuses\x18\x0b \x03(\x0b\x32\x18.federation.v1.PodStatus\"\x94\x01\n\x0bLogsRequest\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0c\n\x04task\x18\x04 \x01(\t\x12\r\n\x05index\x18\x05 \x01(\x05\x12\x0e\n\x06\x66ollow\x18\x06 \x01(\x08\x12\x10\n\x08previous\x18\x07 \x01(\x08\x12\x12\n\ntail_lines\x18\x08 \x01(\x03\"\x1f\n\nLogsCancel\x12\x11\n\tstream_id\x18\x01 \x01(\t\"G\n\x08LogChunk\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\":\n\x06\x41ssign\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x12.federation.v1.Job\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\"9\n\x06\x43\x61ncel\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\":\n\x07Preempt\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\"c\n\nRegistered\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12-\n\nreconciled\x18\x02 \x01(\x0b\x32\x19.federation.v1.Reconciled\x12\x15\n\rfence_seconds\x18\x03 \x01(\x01\"A\n\nReconciled\x12\r\n\x05round\x18\x01 \x01(\x03\x12$\n\x04live\x18\x02 \x03(\x0b\x32\x16.federation.v1.Attempt\"\x0e\n\x0cHeartbeatAck\"\x8a\x03\n\x0e\x43ontrolMessage\x12\'\n\x06\x61ssign\x18\x01 \x01(\x0b\x32\x15.federation.v1.AssignH\x00\x12\'\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x15.federation.v1.CancelH\x00\x12)\n\x07preempt\x18\x03 \x01(\x0b\x32\x16.federation.v1.PreemptH\x00\x12/\n\nregistered\x18\x04 \x01(\x0b\x32\x19.federation.v1.RegisteredH\x00\x12/\n\nreconciled\x18\x05 \x01(\x0b\x32\x19.federation.v1.ReconciledH\x00\x12\x34\n\rheartbeat_ack\x18\x06 \x01(\x0b\x32\x1b.federation.v1.HeartbeatAckH\x00\x12*\n\x04logs\x18\x07 \x01(\x0b\x32\x1a.federation.v1.LogsRequestH\x00\x12\x30\n\x0blogs_cancel\x18\x08 \x01(\x0b\x32\x19.federation.v1.LogsCancelH\x00\x42\x05\n\x03msg*\xde\x01\n\rJobUpdateType\x12\x1f\n\x1bJOB_UPDATE_TYPE_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\x0c\n\x08REJECTED\x10\x02\x12\t\n\x05\x42OUND\x10\x03\x12\x0e\n\nPOD_FAILED\x10\x04\x12\x11\n\rPOD_RESTARTED\x10\x05\x12\x11\n\rJOB_SUCCEEDED\x10\x06\x12\x0e\n\nJOB_FAILED\x10\x07\x12\x0e\n\nPODS_ADDED\x10\x08\x12\x13\n\x0fORPHANS_DELETED\x10\t\x12\n\n\x06\x46\x45NCED\x10\n\x12\x0e\n\nPOD_STATUS\x10\x0b\x32Y\n\x0c\x41gentService\x12I\n\x07\x43onnect\x12\x1b.federation.v1.AgentMessage\x1a\x1d.federation.v1.ControlMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66\x65\x64\x65ration/v1/agent.proto\x12\rfederation.v1\x1a\x1a\x66\x65\x64\x65ration/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x02\n\x0c\x41gentMessage\x12+\n\x08register\x18\x01 \x01(\x0b\x32\x17.federation.v1.RegisterH\x00\x12-\n\tinventory\x18\x02 \x01(\x0b\x32\x18.federation.v1.InventoryH\x00\x12-\n\theartbeat\x18\x03 \x01(\x0b\x32\x18.federation.v1.HeartbeatH\x00\x12.\n\njob_update\x18\x04 \x01(\x0b\x32\x18.federation.v1.JobUpdateH\x00\x12-\n\treconcile\x18\x05 \x01(\x0b\x32\x18.federation.v1.ReconcileH\x00\x12,\n\tlog_chunk\x18\x06 \x01(\x0b\x32\x17.federation.v1.LogChunkH\x00\x42\x05\n\x03msg\"\xf9\x01\n\x08Register\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x33\n\x06labels\x18\x02 \x03(\x0b\x32#.federation.v1.Register.LabelsEntry\x12\x15\n\ragent_version\x18\x03 \x01(\t\x12&\n\x04jobs\x18\x04 \x03(\x0b\x32\x18.federation.v1.JobUpdate\x12\x10\n\x08instance\x18\x05 \x01(\t\x12\'\n\x07running\x18\x06 \x03(\x0b\x32\x16.federation.v1.Attempt\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"8\n\x07\x41ttempt\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0c\n\x04pods\x18\x03 \x01(\x05\"C\n\tReconcile\x12\r\n\x05round\x18\x01 \x01(\x03\x12\'\n\x07running\x18\x02 \x03(\x0b\x32\x16.federation.v1.Attempt\"\x7f\n\x0fResourceAmounts\x12<\n\x07\x61mounts\x18\x01 \x03(\x0b\x32+.federation.v1.ResourceAmounts.AmountsEntry\x1a.\n\x0c\x41mountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x93\x01\n\x08TierFree\x12\x0c\n\x04tier\x18\x01 \x01(\x05\x12\x11\n\ttier_name\x18\x02 \x01(\t\x12\x30\n\x08max_free\x18\x03 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\x12\x34\n\x0cmax_capacity\x18\x04 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\"\x9e\x01\n\rHyperNodeFree\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04tier\x18\x02 \x01(\x05\x12\x0e\n\x06parent\x18\x03 \x01(\t\x12,\n\x04\x66ree\x18\x04 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\x12\x33\n\x0b\x61llocatable\x18\x05 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\"\x91\x03\n\tInventory\x12\x30\n\x08\x63\x61pacity\x18\x01 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\x12\x33\n\x0b\x61llocatable\x18\x02 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\x12,\n\x04used\x18\x03 \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\x12\x0f\n\x07healthy\x18\x04 \x01(\x08\x12\r\n\x05nodes\x18\x05 \x01(\x05\x12\x13\n\x0bready_nodes\x18\x06 \x01(\x05\x12)\n\x08topology\x18\x07 \x03(\x0b\x32\x17.federation.v1.TierFree\x12\x30\n\nhypernodes\x18\x08 \x03(\x0b\x32\x1c.federation.v1.HyperNodeFree\x12/\n\x07managed\x18\t \x01(\x0b\x32\x1e.federation.v1.ResourceAmounts\x12,\n\x06health\x18\n \x01(\x0b\x32\x1c.federation.v1.ClusterHealth\"\x9e\x01\n\rClusterHealth\x12\x16\n\x0e\x64\x65graded_nodes\x18\x01 \x01(\x05\x12\x14\n\x0c\x66\x61iled_nodes\x18\x02 \x01(\x05\x12\x0f\n\x07summary\x18\x03 \x03(\t\x12\x1b\n\x13\x64\x65graded_hypernodes\x18\x04 \x03(\t\x12\x31\n\x10healthy_topology\x18\x05 \x03(\x0b\x32\x17.federation.v1.TierFree\"5\n\tHeartbeat\x12(\n\x04time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9c\x02\n\tJobUpdate\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12*\n\x04type\x18\x03 \x01(\x0e\x32\x1c.federation.v1.JobUpdateType\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x11\n\thypernode\x18\x05 \x01(\t\x12\x0c\n\x04tier\x18\x06 \x01(\x05\x12/\n\nplacements\x18\x07 \x03(\x0b\x32\x1b.federation.v1.PodPlacement\x12\x0f\n\x07retries\x18\x08 \x01(\x05\x12\x11\n\tpermanent\x18\t \x01(\x08\x12\x0c\n\x04pods\x18\n \x01(\x05\x12.\n\x0cpod_statuses\x18\x0b \x03(\x0b\x32\x18.federation.v1.PodStatus\"\x94\x01\n\x0bLogsRequest\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0c\n\x04task\x18\x04 \x01(\t\x12\r\n\x05index\x18\x05 \x01(\x05\x12\x0e\n\x06\x66ollow\x18\x06 \x01(\x08\x12\x10\n\x08previous\x18\x07 \x01(\x08\x12\x12\n\ntail_lines\x18\x08 \x01(\x03\"\x1f\n\nLogsCancel\x12\x11\n\tstream_id\x18\x01 \x01(\t\"G\n\x08LogChunk\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\":\n\x06\x41ssign\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x12.federation.v1.Job\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\"9\n\x06\x43\x61ncel\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\":\n\x07Preempt\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\"c\n\nRegistered\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12-\n\nreconciled\x18\x02 \x01(\x0b\x32\x19.federation.v1.Reconciled\x12\x15\n\rfence_seconds\x18\x03 \x01(\x01\"A\n\nReconciled\x12\r\n\x05round\x18\x01 \x01(\x03\x12$\n\x04live\x18\x02 \x03(\x0b\x32\x16.federation.v1.Attempt\"\x0e\n\x0cHeartbeatAck\"N\n\tNodeOrder\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x15\n\rgrace_seconds\x18\x04 \x01(\x01\"\xba\x03\n\x0e\x43ontrolMessage\x12\'\n\x06\x61ssign\x18\x01 \x01(\x0b\x32\x15.federation.v1.AssignH\x00\x12\'\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x15.federation.v1.CancelH\x00\x12)\n\x07preempt\x18\x03 \x01(\x0b\x32\x16.federation.v1.PreemptH\x00\x12/\n\nregistered\x18\x04 \x01(\x0b\x32\x19.federation.v1.RegisteredH\x00\x12/\n\nreconciled\x18\x05 \x01(\x0b\x32\x19.federation.v1.ReconciledH\x00\x12\x34\n\rheartbeat_ack\x18\x06 \x01(\x0b\x32\x1b.federation.v1.HeartbeatAckH\x00\x12*\n\x04logs\x18\x07 \x01(\x0b\x32\x1a.federation.v1.LogsRequestH\x00\x12\x30\n\x0blogs_cancel\x18\x08 \x01(\x0b\x32\x19.federation.v1.LogsCancelH\x00\x12.\n\nnode_order\x18\t \x01(\x0b\x32\x18.federation.v1.NodeOrderH\x00\x42\x05\n\x03msg*\x8d\x02\n\rJobUpdateType\x12\x1f\n\x1bJOB_UPDATE_TYPE_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\x0c\n\x08REJECTED\x10\x02\x12\t\n\x05\x42OUND\x10\x03\x12\x0e\n\nPOD_FAILED\x10\x04\x12\x11\n\rPOD_RESTARTED\x10\x05\x12\x11\n\rJOB_SUCCEEDED\x10\x06\x12\x0e\n\nJOB_FAILED\x10\x07\x12\x0e\n\nPODS_ADDED\x10\x08\x12\x13\n\x0fORPHANS_DELETED\x10\t\x12\n\n\x06\x46\x45NCED\x10\n\x12\x0e\n\nPOD_STATUS\x10\x0b\x12\x11\n\rDRAIN_PLANNED\x10\x0c\x12\x0b\n\x07\x44RAINED\x10\r\x12\r\n\tEVACUATED\x10\x0e\x32Y\n\x0c\x41gentService\x12I\n\x07\x43onnect\x12\x1b.federation.v1.AgentMessage\x1a\x1d.federation.v1.ControlMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,8 +37,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REGISTER_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_RESOURCEAMOUNTS_AMOUNTSENTRY']._loaded_options = None
   _globals['_RESOURCEAMOUNTS_AMOUNTSENTRY']._serialized_options = b'8\001'
-  _globals['_JOBUPDATETYPE']._serialized_start=2946
-  _globals['_JOBUPDATETYPE']._serialized_end=3168
+  _globals['_JOBUPDATETYPE']._serialized_start=3281
+  _globals['_JOBUPDATETYPE']._serialized_end=3550
   _globals['_AGENTMESSAGE']._serialized_start=106
   _globals['_AGENTMESSAGE']._serialized_end=407
   _globals['_REGISTER']._serialized_start=410
@@ -58,31 +58,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HYPERNODEFREE']._serialized_start=1068
   _globals['_HYPERNODEFREE']._serialized_end=1226
   _globals['_INVENTORY']._serialized_start=1229
-  _globals['_INVENTORY']._serialized_end=1584
-  _globals['_HEARTBEAT']._serialized_start=1586
-  _globals['_HEARTBEAT']._serialized_end=1639
-  _globals['_JOBUPDATE']._serialized_start=1642
-  _globals['_JOBUPDATE']._serialized_end=1926
-  _globals['_LOGSREQUEST']._serialized_start=1929
-  _globals['_LOGSREQUEST']._serialized_end=2077
-  _globals['_LOGSCANCEL']._serialized_start=2079
-  _globals['_LOGSCANCEL']._serialized_end=2110
-  _globals['_LOGCHUNK']._serialized_start=2112
-  _globals['_LOGCHUNK']._serialized_end=2183
-  _globals['_ASSIGN']._serialized_start=2185
-  _globals['_ASSIGN']._serialized_end=2243
-  _globals['_CANCEL']._serialized_start=2245
-  _globals['_CANCEL']._serialized_end=2302
-  _globals['_PREEMPT']._serialized_start=2304
-  _globals['_PREEMPT']._serialized_end=2362
-  _globals['_REGISTERED']._serialized_start=2364
-  _globals['_REGISTERED']._serialized_end=2463
-  _globals['_RECONCILED']._serialized_start=2465
-  _globals['_RECONCILED']._serialized_end=2530
-  _globals['_HEARTBEATACK']._serialized_start=2532
-  _globals['_HEARTBEATACK']._serialized_end=2546
-  _globals['_CONTROLMESSAGE']._serialized_start=2549
-  _globals['_CONTROLMESSAGE']._serialized_end=2943
-  _globals['_AGENTSERVICE']._serialized_start=3170
-  _globals['_AGENTSERVICE']._serialized_end=3259
+  _globals['_INVENTORY']._serialized_end=1630
+  _globals['_CLUSTERHEALTH']._serialized_start=1633
+  _globals['_CLUSTERHEALTH']._serialized_end=1791
+  _globals['_HEARTBEAT']._serialized_start=1793
+  _globals['_HEARTBEAT']._serialized_end=1846
+  _globals['_JOBUPDATE']._serialized_start=1849
+  _globals['_JOBUPDATE']._serialized_end=2133
+  _globals['_LOGSREQUEST']._serialized_start=2136
+  _globals['_LOGSREQUEST']._serialized_end=2284
+  _globals['_LOGSCANCEL']._serialized_start=2286
+  _globals['_LOGSCANCEL']._serialized_end=2317
+  _globals['_LOGCHUNK']._serialized_start=2319
+  _globals['_LOGCHUNK']._serialized_end=2390
+  _globals['_ASSIGN']._serialized_start=2392
+  _globals['_ASSIGN']._serialized_end=2450
+  _globals['_CANCEL']._serialized_start=2452
+  _globals['_CANCEL']._serialized_end=2509
+  _globals['_PREEMPT']._serialized_start=2511
+  _globals['_PREEMPT']._serialized_end=2569
+  _globals['_REGISTERED']._serialized_start=2571
+  _globals['_REGISTERED']._serialized_end=2670
+  _globals['_RECONCILED']._serialized_start=2672
+  _globals['_RECONCILED']._serialized_end=2737
+  _globals['_HEARTBEATACK']._serialized_start=2739
+  _globals['_HEARTBEATACK']._serialized_end=2753
+  _globals['_NODEORDER']._serialized_start=2755
+  _globals['_NODEORDER']._serialized_end=2833
+  _globals['_CONTROLMESSAGE']._serialized_start=2836
+  _globals['_CONTROLMESSAGE']._serialized_end=3278
+  _globals['_AGENTSERVICE']._serialized_start=3552
+  _globals['_AGENTSERVICE']._serialized_end=3641
 # @@protoc_insertion_point(module_scope)

@@ -25,6 +25,9 @@ class JobUpdateType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ORPHANS_DELETED: _ClassVar[JobUpdateType]
     FENCED: _ClassVar[JobUpdateType]
     POD_STATUS: _ClassVar[JobUpdateType]
+    DRAIN_PLANNED: _ClassVar[JobUpdateType]
+    DRAINED: _ClassVar[JobUpdateType]
+    EVACUATED: _ClassVar[JobUpdateType]
 JOB_UPDATE_TYPE_UNSPECIFIED: JobUpdateType
 ACCEPTED: JobUpdateType
 REJECTED: JobUpdateType
@@ -37,6 +40,9 @@ PODS_ADDED: JobUpdateType
 ORPHANS_DELETED: JobUpdateType
 FENCED: JobUpdateType
 POD_STATUS: JobUpdateType
+DRAIN_PLANNED: JobUpdateType
+DRAINED: JobUpdateType
+EVACUATED: JobUpdateType
 
 class AgentMessage(_message.Message):
     __slots__ = ("register", "inventory", "heartbeat", "job_update", "reconcile", "log_chunk")
@@ -135,7 +141,7 @@ class HyperNodeFree(_message.Message):
     def __init__(self, name: _Optional[str] = ..., tier: _Optional[int] = ..., parent: _Optional[str] = ..., free: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ...) -> None: ...
 
 class Inventory(_message.Message):
-    __slots__ = ("capacity", "allocatable", "used", "healthy", "nodes", "ready_nodes", "topology", "hypernodes", "managed")
+    __slots__ = ("capacity", "allocatable", "used", "healthy", "nodes", "ready_nodes", "topology", "hypernodes", "managed", "health")
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +151,7 @@ class Inventory(_message.Message):
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     HYPERNODES_FIELD_NUMBER: _ClassVar[int]
     MANAGED_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     capacity: ResourceAmounts
     allocatable: ResourceAmounts
     used: ResourceAmounts
@@ -154,7 +161,22 @@ class Inventory(_message.Message):
     topology: _containers.RepeatedCompositeFieldContainer[TierFree]
     hypernodes: _containers.RepeatedCompositeFieldContainer[HyperNodeFree]
     managed: ResourceAmounts
-    def __init__(self, capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., used: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[int] = ..., ready_nodes: _Optional[int] = ..., topology: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeFree, _Mapping]]] = ..., managed: _Optional[_Union[ResourceAmounts, _Mapping]] = ...) -> None: ...
+    health: ClusterHealth
+    def __init__(self, capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., used: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[int] = ..., ready_nodes: _Optional[int] = ..., topology: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeFree, _Mapping]]] = ..., managed: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., health: _Optional[_Union[ClusterHealth, _Mapping]] = ...) -> None: ...
+
+class ClusterHealth(_message.Message):
+    __slots__ = ("degraded_nodes", "failed_nodes", "summary", "degraded_hypernodes", "healthy_topology")
+    DEGRADED_NODES_FIELD_NUMBER: _ClassVar[int]
+    FAILED_NODES_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_HYPERNODES_FIELD_NUMBER: _ClassVar[int]
+    HEALTHY_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    degraded_nodes: int
+    failed_nodes: int
+    summary: _containers.RepeatedScalarFieldContainer[str]
+    degraded_hypernodes: _containers.RepeatedScalarFieldContainer[str]
+    healthy_topology: _containers.RepeatedCompositeFieldContainer[TierFree]
+    def __init__(self, degraded_nodes: _Optional[int] = ..., failed_nodes: _Optional[int] = ..., summary: _Optional[_Iterable[str]] = ..., degraded_hypernodes: _Optional[_Iterable[str]] = ..., healthy_topology: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("time",)
@@ -276,8 +298,20 @@ class HeartbeatAck(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class NodeOrder(_message.Message):
+    __slots__ = ("action", "kind", "name", "grace_seconds")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GRACE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    kind: str
+    name: str
+    grace_seconds: float
+    def __init__(self, action: _Optional[str] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., grace_seconds: _Optional[float] = ...) -> None: ...
+
 class ControlMessage(_message.Message):
-    __slots__ = ("assign", "cancel", "preempt", "registered", "reconciled", "heartbeat_ack", "logs", "logs_cancel")
+    __slots__ = ("assign", "cancel", "preempt", "registered", "reconciled", "heartbeat_ack", "logs", "logs_cancel", "node_order")
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     PREEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -286,6 +320,7 @@ class ControlMessage(_message.Message):
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     LOGS_FIELD_NUMBER: _ClassVar[int]
     LOGS_CANCEL_FIELD_NUMBER: _ClassVar[int]
+    NODE_ORDER_FIELD_NUMBER: _ClassVar[int]
     assign: Assign
     cancel: Cancel
     preempt: Preempt
@@ -294,4 +329,5 @@ class ControlMessage(_message.Message):
     heartbeat_ack: HeartbeatAck
     logs: LogsRequest
     logs_cancel: LogsCancel
-    def __init__(self, assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., preempt: _Optional[_Union[Preempt, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., reconciled: _Optional[_Union[Reconciled, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., logs: _Optional[_Union[LogsRequest, _Mapping]] = ..., logs_cancel: _Optional[_Union[LogsCancel, _Mapping]] = ...) -> None: ...
+    node_order: NodeOrder
+    def __init__(self, assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., preempt: _Optional[_Union[Preempt, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., reconciled: _Optional[_Union[Reconciled, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., logs: _Optional[_Union[LogsRequest, _Mapping]] = ..., logs_cancel: _Optional[_Union[LogsCancel, _Mapping]] = ..., node_order: _Optional[_Union[NodeOrder, _Mapping]] = ...) -> None: ...

@@ -13,15 +13,17 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
+from federation.durations import parse_duration
 from federation.gangs import minimum_pods
 from federation.resources import Resources, add, parse_resources
 from federation.v1 import agent_pb2, common_pb2
-from federation.validation import MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
+from federation.validation import CHECKPOINT_INTERVAL, MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
+from member_agent.drain import drain_timing
 from member_agent.gang import gang_request
 from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
 from member_agent.metrics import (
@@ -33,7 +35,8 @@ from member_agent.metrics import (
     PODS_BOUND,
     TRANSIENT_RETRIES,
 )
-from member_agent.placement import PodPlacement, Rejection, place
+from member_agent.nodehealth import DEFAULT_FAILURE_RATE, summary
+from member_agent.placement import Placement, PodPlacement, Rejection, place
 from member_agent.state import ClusterState
 from member_agent.topology import ROOT
 
@@ -81,6 +84,8 @@ class AgentJob:
     # Events a policy will answer, by pod ((task, -1) for a task's or the gang's), with the timer of
     # the policy's timeout (None: acting now). A pod that recovers takes its event off.
     waiting: dict[tuple[str, int], tuple[Event, asyncio.TimerHandle | None]] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)  # when it last started (its checkpoints count from it)
+    accepted: frozenset[str] = frozenset()  # degraded nodes it was placed on knowingly (nothing healthy fitted)
 
 
 def _placements(pods: Sequence[PodPlacement]) -> list[common_pb2.PodPlacement]:
@@ -137,6 +142,9 @@ class Backend(Protocol):
              tail_lines: int) -> AsyncIterator[bytes]:
         """One pod's log, as the cluster serves it (LookupError: the job has no such pod here)."""
 
+    async def cordon(self, nodes: Sequence[str], cordon: bool) -> None:
+        """Mark these nodes unschedulable (or schedulable again), as `kubectl cordon` does."""
+
 
 @dataclass
 class Agent:
@@ -168,6 +176,9 @@ class Agent:
     fenced: bool = False  # the gangs were stopped for being cut off; contact again ends it
     _beats: deque[float] = field(default_factory=deque)  # heartbeats sent on this stream and not acknowledged
     _round: int = 0
+    _drains: dict[str, tuple[asyncio.TimerHandle, frozenset[str]]] = field(default_factory=dict)  # job -> its move
+    draining: dict[str, float | None] = field(default_factory=dict)  # nodes an operator drains -> deadline
+    _health_seen: tuple[int, int] = (0, 0)  # the state and its health version the drains were planned on
     _rounds: dict[int, list[agent_pb2.Attempt]] = field(default_factory=dict)  # reconcile round -> what it reported
 
     def __post_init__(self) -> None:
@@ -354,6 +365,8 @@ class Agent:
 
     def _send_inventory(self) -> None:
         self._inventory_due = None
+        if (id(self.state), self.state.health_version) != self._health_seen:
+            self.health_changed()
         self._send(self.inventory())
         if any(_short(job) for job in self.jobs.values()):
             self._spawn(self._grow())
@@ -408,8 +421,19 @@ class Agent:
         for job in self.jobs.values():
             for task, pods in Counter(p.task for p in job.pods).items():
                 managed = add(managed, job.requests[task], pods)
+        state = self.state
+        health = agent_pb2.ClusterHealth(
+            degraded_nodes=len(state.degraded), failed_nodes=len(state.failed),
+            summary=summary({**state.failed, **state.degraded}),
+            degraded_hypernodes=sorted(state.degraded_links))
+        if state.degraded or state.degraded_links:
+            health.healthy_topology.extend(
+                agent_pb2.TierFree(tier=t.tier, tier_name=t.tier_name,
+                                   max_free=agent_pb2.ResourceAmounts(amounts=t.max_free),
+                                   max_capacity=agent_pb2.ResourceAmounts(amounts=t.max_capacity))
+                for t in state.summary(healthy=True))
         return agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
-            managed=agent_pb2.ResourceAmounts(amounts=managed),
+            health=health, managed=agent_pb2.ResourceAmounts(amounts=managed),
             capacity=agent_pb2.ResourceAmounts(amounts=capacity),
             allocatable=agent_pb2.ResourceAmounts(amounts=allocatable),
             used=agent_pb2.ResourceAmounts(amounts=used), healthy=bool(self.state.ready),
@@ -464,6 +488,8 @@ class Agent:
             self.open_logs(message.logs)
         elif kind == "logs_cancel":
             self.close_logs(message.logs_cancel.stream_id)
+        elif kind == "node_order":
+            log.info("operator order: %s", await self.order_node(message.node_order))
 
     async def assign(self, job: common_pb2.Job, attempt: int) -> None:
         """The federation runs this attempt here: record it as desired and reconcile the job. A repeat, or an
@@ -528,7 +554,7 @@ class Agent:
         requests = _task_requests(job.spec)
         # Restarts count over the job's whole life (the server's count so far), not per attempt.
         bound = AgentJob(job, attempt, list(placement.pods), requests, placement.hypernode, placement.tier,
-                         retries=job.status.retries)
+                         retries=job.status.retries, accepted=self._knowingly(placement))
         for pod in bound.pods:
             self.state.allocate(pod.node, requests[pod.task])
         self._binding[job.id] = early = []
@@ -756,9 +782,11 @@ class Agent:
         await self.backend.delete(job)
         self._finish(job, succeeded, reason)
 
-    async def _restart(self, job: AgentJob, keys: set[tuple[str, int]]) -> str:
-        """Recreate these pods of the job, back under the HyperNode holding the rest; why not, if it fails."""
-        job.retries += 1
+    async def _restart(self, job: AgentJob, keys: set[tuple[str, int]], retry: bool = True,
+                       avoid_degraded: bool = False) -> str:
+        """Recreate these pods of the job, back under the HyperNode holding the rest; why not, if it fails.
+        A restart by policy counts as a retry; a move off degraded hardware does not, and avoids it."""
+        job.retries += retry
         old = [p for p in job.pods if (p.task, p.index) in keys]
         await self.backend.delete(job, old)
         if self.jobs.get(job.job.id) is not job:
@@ -768,11 +796,13 @@ class Agent:
             self._stand_down(job, (pod.task, pod.index))
         job.done -= keys
         job.pods = [p for p in job.pods if p not in old]
-        placement = place(self.state, gang_request(job.job.spec, self.state.topology, running=job.pods))
+        gang = gang_request(job.job.spec, self.state.topology, running=job.pods)
+        placement = place(self.state, replace(gang, avoid_degraded=True) if avoid_degraded else gang)
         if isinstance(placement, Rejection):
             return placement.reason
         for pod in placement.pods:
             self.state.allocate(pod.node, job.requests[pod.task])
+        job.accepted |= self._knowingly(placement)
         job.pods += placement.pods
         job.hypernode, job.tier = placement.hypernode, placement.tier
         self._watch_pending(job, placement.pods)  # before binding: they may start before it returns
@@ -786,8 +816,8 @@ class Agent:
             return "the job was removed meanwhile"
         return ""
 
-    def node_ready(self, node: str, ready: bool) -> bool:
-        """A lost node offers nothing and its pods fail (event Unknown); back, its pods recover."""
+    def node_ready(self, node: str, ready: bool, why: str = "") -> bool:
+        """A lost (or failed) node offers nothing and its pods fail (event Unknown); back, its pods recover."""
         if node not in self.state.free:
             return False
         self.state.set_ready(node, ready)
@@ -798,9 +828,137 @@ class Agent:
                 if ready:
                     self.pod_recovered(job.job.id, pod.task, pod.index)
                 else:
-                    self.pod_failed(job.job.id, pod.task, pod.index, f"node {node} lost", kind="Unknown")
+                    self.pod_failed(job.job.id, pod.task, pod.index, why or f"node {node} lost", kind="Unknown")
         self._send(self.inventory())
         return True
+
+
+    # -- health: moving gangs off degraded or drained hardware ----------------------------------
+
+    def _knowingly(self, placement: Placement) -> frozenset[str]:
+        """The unsound nodes a placement used: nothing healthy fitted, so its gang is not moved off them."""
+        return frozenset(p.node for p in placement.pods if p.node in self.state.degraded
+                         or p.node in self.state.behind_links)
+
+    def _unsound(self) -> dict[str, tuple[float, str]]:
+        """Nodes gangs should leave -> (their failure rate per hour, why)."""
+        state = self.state
+        out = {n: (DEFAULT_FAILURE_RATE, f"HyperNode {d} links degraded ({state.degraded_links[d]})")
+               for n, d in state.behind_links.items()}
+        out |= {n: (h.failure_rate, f"node {n} degraded ({', '.join(h.reasons)})") for n, h in state.degraded.items()}
+        out |= {n: (0.0, f"node {n} drained by an operator") for n in self.draining}
+        return out
+
+    def health_changed(self) -> None:
+        """Plan, for every gang on hardware that turned degraded or is being drained, when it moves (at its next
+        checkpoint, or at once when waiting risks more work: `drain.drain_timing`); call off the move of a gang
+        whose hardware recovered. Level-triggered: the whole plan from the state as it is now."""
+        self._health_seen = (id(self.state), self.state.health_version)
+        unsound, now = self._unsound(), time.monotonic()
+        for job_id in [j for j in self._drains if j not in self.jobs]:
+            self._drains.pop(job_id)[0].cancel()
+        for job in list(self.jobs.values()):
+            on = frozenset(p.node for p in job.pods if (p.task, p.index) not in job.done and p.node in unsound
+                           and (p.node not in job.accepted or p.node in self.draining))
+            planned = self._drains.get(job.job.id)
+            if planned is not None and planned[1] == on:
+                continue
+            if planned is not None:
+                planned[0].cancel()
+                del self._drains[job.job.id]
+            if not on:
+                continue
+            timing = drain_timing(now - job.started, _checkpoint(job), max(unsound[n][0] for n in on))
+            delay = timing.delay
+            deadlines = [d for n in on if (d := self.draining.get(n)) is not None]
+            if deadlines and min(deadlines) - now < delay:
+                delay = max(0.0, min(deadlines) - now)
+            why = "; ".join(sorted({unsound[n][1] for n in on}))
+            timer = asyncio.get_running_loop().call_later(delay, self._start_drain, job)
+            self._drains[job.job.id] = (timer, on)
+            log.info("job %s: %s: %s", job.job.id, why, timing.why)
+            self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
+                job_id=job.job.id, attempt=job.attempt, type=agent_pb2.DRAIN_PLANNED,
+                reason=f"{why}; {timing.why if delay == timing.delay else f'moving in {delay:.0f}s (drain grace)'}")))
+
+    def _start_drain(self, job: AgentJob) -> None:
+        self._serially(job.job.id, self._drain(job))
+
+    def _fits_without(self, job: AgentJob, keys: set[tuple[str, int]]) -> bool:
+        """Whether these pods of the job could be placed again on healthy hardware, the rest staying."""
+        old = [p for p in job.pods if (p.task, p.index) in keys]
+        for pod in old:
+            self.state.release(pod.node, job.requests[pod.task])
+        try:
+            rest = [p for p in job.pods if p not in old]
+            gang = replace(gang_request(job.job.spec, self.state.topology, running=rest), avoid_degraded=True)
+            return isinstance(place(self.state, gang), Placement)
+        finally:
+            for pod in old:
+                self.state.allocate(pod.node, job.requests[pod.task])
+
+    async def _drain(self, job: AgentJob) -> None:
+        """Move the gang off unsound hardware now: its pods there alone when healthy room under its HyperNode
+        takes them, else the whole gang elsewhere in this cluster, else back to the federation (EVACUATED)."""
+        async with self._action_lock:
+            planned = self._drains.pop(job.job.id, None)
+            if self.jobs.get(job.job.id) is not job or planned is None:
+                return
+            unsound = self._unsound()
+            live = {(p.task, p.index) for p in job.pods if (p.task, p.index) not in job.done}
+            moving = {(p.task, p.index) for p in job.pods if (p.task, p.index) in live and p.node in planned[1]
+                      and p.node in unsound}
+            if not moving:
+                return
+            why = "; ".join(sorted({unsound[p.node][1] for p in job.pods if (p.task, p.index) in moving}))
+            keys = moving if self._fits_without(job, moving) else live if self._fits_without(job, live) else None
+            failure = "no healthy room in this cluster" if keys is None else \
+                await self._restart(job, keys, retry=False, avoid_degraded=True)
+            if not failure:
+                job.started = time.monotonic()  # restarted from its checkpoint
+                job.accepted = frozenset()
+                self._send(self.inventory())
+                self._report(agent_pb2.JobUpdate(
+                    job_id=job.job.id, attempt=job.attempt, type=agent_pb2.DRAINED, hypernode=job.hypernode,
+                    tier=job.tier, retries=job.retries, placements=_placements(job.pods),
+                    reason=f"moved {len(keys or ())} pod(s) off: {why}"))
+                return
+            await self.backend.delete(job)
+            if self.jobs.get(job.job.id) is not job:
+                return
+            self._forget(job)
+            want = self.desired.get(job.job.id)
+            if want is not None and want.attempt == job.attempt:
+                del self.desired[job.job.id]
+            self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, type=agent_pb2.EVACUATED,
+                                             reason=f"{why}; {failure}: run it elsewhere"))
+            self._send_inventory()
+
+    async def order_node(self, order: agent_pb2.NodeOrder) -> str:
+        """An operator's cordon, drain or uncordon of a node or HyperNode; what was done, or why not."""
+        try:
+            nodes = [order.name] if order.kind == "node" else self.state.nodes_under(order.name)
+        except KeyError:
+            nodes = []
+        if not nodes or any(n not in self.state.free for n in nodes):
+            return f"{order.kind} {order.name} is not in cluster {self.cluster}"
+        await self.backend.cordon(nodes, order.action != "uncordon")
+        if order.action == "drain":
+            deadline = time.monotonic() + order.grace_seconds if order.grace_seconds > 0 else None
+            self.draining.update(dict.fromkeys(nodes, deadline))
+        elif order.action == "uncordon":
+            for node in nodes:
+                self.draining.pop(node, None)
+        self.health_changed()
+        self._send_inventory()
+        return f"{order.action} of {order.kind} {order.name} ({len(nodes)} node{'s' if len(nodes) > 1 else ''})"
+
+
+def _checkpoint(job: AgentJob) -> float | None:
+    try:
+        return parse_duration(job.job.spec.annotations.get(CHECKPOINT_INTERVAL, "")) or None
+    except ValueError:
+        return None
 
 
 PHASE_EVENTS = {"Failed": "PodFailed", "Evicted": "PodEvicted", "Unknown": "Unknown"}

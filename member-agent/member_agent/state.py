@@ -94,6 +94,8 @@ class ClusterState:
         self.degraded: dict[str, NodeHealth] = {}  # nodes that work and may fail, and why
         self.degraded_links: dict[str, str] = {}  # HyperNodes whose switches or cables are degraded, and why
         self.behind_links: dict[str, str] = {}  # nodes under a degraded HyperNode -> that HyperNode
+        self.failed: dict[str, NodeHealth] = {}  # nodes given nothing for their health (kept not ready)
+        self.health_version = 0  # counts changes of health, for whoever acts on them
         self._avoid = {level: np.zeros(len(self._rows), dtype=bool) for level in (ANY_SOUND, SOUND_LINKS,
                                                                                   HEALTHY_ONLY)}
 
@@ -110,6 +112,7 @@ class ClusterState:
                 links.setdefault(parent, f"{h.reasons[0] if h.reasons else 'link fault'} on {node}")
         if degraded == self.degraded and links == self.degraded_links:
             return False
+        self.health_version += 1
         self.degraded, self.degraded_links = degraded, links
         self.behind_links = {}
         for domain in sorted(links, key=lambda d: -self.topology.domains[d].tier):
@@ -140,6 +143,12 @@ class ClusterState:
     def _under(self, domain: str) -> list[str]:
         d = self.topology.domains[domain]
         return [*d.nodes, *(n for c in d.children for n in self._under(c))]
+
+    def nodes_under(self, hypernode: str) -> list[str]:
+        """Every node under a HyperNode (KeyError: no such HyperNode)."""
+        if hypernode == ROOT:
+            raise KeyError(hypernode)
+        return sorted(self._under(hypernode))
 
     def _changed(self, node: str) -> None:
         self.counts.forget([node, *self.topology.ancestors(node)])
