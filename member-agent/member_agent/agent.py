@@ -24,6 +24,7 @@ from federation.resources import Resources, add, parse_resources
 from federation.v1 import agent_pb2, common_pb2
 from federation.validation import CHECKPOINT_INTERVAL, MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
 from member_agent.drain import drain_timing
+from member_agent.faults import Fault
 from member_agent.gang import gang_request
 from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
 from member_agent.metrics import (
@@ -35,7 +36,7 @@ from member_agent.metrics import (
     PODS_BOUND,
     TRANSIENT_RETRIES,
 )
-from member_agent.nodehealth import DEFAULT_FAILURE_RATE, summary
+from member_agent.nodehealth import DEFAULT_FAILURE_RATE, DEGRADED, FAILED, NodeHealth, summary
 from member_agent.placement import Placement, PodPlacement, Rejection, place
 from member_agent.state import ClusterState
 from member_agent.topology import ROOT
@@ -131,7 +132,7 @@ class Backend(Protocol):
         """What the pods this agent manages that no job of it holds (yet) hold."""
 
     def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
-                     on_node: Callable[[str, bool], object], on_change: Callable[[], object]) -> None:
+                     on_node: Callable[..., object], on_change: Callable[[], object]) -> None:
         """Where to report a pod's phase (job id, attempt, task, index, phase, reason), a node's readiness,
         and any other change of what is free or where (other workloads' pods, cordons, new nodes)."""
 
@@ -933,6 +934,38 @@ class Agent:
             self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, type=agent_pb2.EVACUATED,
                                              reason=f"{why}; {failure}: run it elsewhere"))
             self._send_inventory()
+
+    def inject(self, fault: Fault) -> bool:
+        """A hardware fault, injected (a simulated cluster's fault schedule or admin port): the node or HyperNode
+        turns degraded, failed or healthy as a health monitor would report it. False: no such node here."""
+        state = self.state
+        if fault.kind == "hypernode":
+            if fault.name not in state.topology.domains or fault.name == ROOT:
+                return False
+            links = dict(state.link_faults)
+            links.pop(fault.name, None)
+            if fault.state == DEGRADED:
+                links[fault.name] = fault.reason or "LinkDegraded"
+            state.set_health(dict(state.degraded), links)
+        else:
+            if fault.name not in state.free:
+                return False
+            degraded = {n: h for n, h in state.degraded.items() if n != fault.name}
+            was_failed = state.failed.pop(fault.name, None) is not None
+            reason = fault.reason or fault.state
+            if fault.state == DEGRADED:
+                rate = DEFAULT_FAILURE_RATE if fault.rate is None else fault.rate
+                degraded[fault.name] = NodeHealth(DEGRADED, (reason,), failure_rate=rate)
+            elif fault.state == FAILED:
+                state.failed[fault.name] = NodeHealth(FAILED, (reason,))
+            state.set_health(degraded, dict(state.link_faults))
+            if fault.state == FAILED and not was_failed:
+                self.node_ready(fault.name, False, f"node {fault.name} failed ({reason})")
+            elif was_failed and fault.state != FAILED:
+                self.node_ready(fault.name, fault.name not in self.draining)
+        self.health_changed()
+        self._send_inventory()
+        return True
 
     async def order_node(self, order: agent_pb2.NodeOrder) -> str:
         """An operator's cordon, drain or uncordon of a node or HyperNode; what was done, or why not."""

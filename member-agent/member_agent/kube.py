@@ -38,15 +38,25 @@ from federation.durations import parse_duration
 from federation.resources import Resources, add, format_resources
 from federation.v1 import common_pb2
 from federation.validation import ON_CLUSTER_LOST
-from member_agent import plugins
+from member_agent import discovery, plugins
 from member_agent.agent import AgentJob, BindError
+from member_agent.discovery import OWNER
 from member_agent.informer import Informer, key
 from member_agent.kubeapi import Kube, KubeError, Obj
 from member_agent.metrics import CACHED
+from member_agent.nodehealth import DEGRADED, FAILED, HEALTHY, HealthRules, NodeHealth, hypernode_degraded, node_health
 from member_agent.placement import PodPlacement
 from member_agent.simulated import DURATION_ANNOTATION, START_DELAY_ANNOTATION, annotation, pod_requests
 from member_agent.state import ClusterState
-from member_agent.topology import Topology, TopologyError, build, discover_from_labels, parse_hypernode, parse_node
+from member_agent.topology import (
+    Topology,
+    TopologyError,
+    build,
+    discover_from_labels,
+    label_hypernodes,
+    parse_hypernode,
+    parse_node,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +71,13 @@ HYPERNODES = "/apis/topology.volcano.sh/v1alpha1/hypernodes"
 ENDED = ("Succeeded", "Failed")
 OVERCOMMITTED = ("cpu", "memory", "ephemeral-storage")  # every other resource is requested at its limit
 REBUILD_DELAY = 0.2  # a burst of node or HyperNode changes rebuilds the topology once
+SYNC_DELAY = 1.0  # a burst of changes writes the discovered HyperNodes (and their status) once
 
 # Every call the backend makes, for the start-up check of its role: (verb, group, resource, namespaced).
-ACCESS = (("list", "", "nodes", False), ("watch", "", "nodes", False),
+ACCESS = (("list", "", "nodes", False), ("watch", "", "nodes", False), ("patch", "", "nodes", False),
+          ("create", "topology.volcano.sh", "hypernodes", False), ("patch", "topology.volcano.sh", "hypernodes", False),
+          ("delete", "topology.volcano.sh", "hypernodes", False),
+          ("patch", "topology.volcano.sh", "hypernodes/status", False),
           ("list", "", "pods", False), ("watch", "", "pods", False),
           ("list", "topology.volcano.sh", "hypernodes", False), ("watch", "topology.volcano.sh", "hypernodes", False),
           ("create", "", "pods", True), ("delete", "", "pods", True), ("create", "", "pods/binding", True),
@@ -182,12 +196,14 @@ def _shown(status: Obj) -> Obj:
 
 
 def slim_node(node: Obj) -> Obj:
-    """What the agent reads of a node: labels, allocatable, taints, cordon and readiness."""
+    """What the agent reads of a node: labels, allocatable, taints, cordon, readiness and health conditions
+    (without their heartbeat times, which change every few seconds and would make every status a change)."""
     spec, status = node.get("spec") or {}, node.get("status") or {}
     return {"metadata": _meta(node),
             "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec},
             "status": {"allocatable": status.get("allocatable") or {},
-                       "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]}}
+                       "conditions": [{k: c[k] for k in ("type", "status", "reason", "message") if k in c}
+                                      for c in status.get("conditions") or []]}}
 
 
 def _ready(node: Obj) -> bool:
@@ -219,8 +235,16 @@ async def _all(calls: Iterable[Awaitable[Any]], limit: asyncio.Semaphore) -> lis
 
 class KubernetesBackend:
     def __init__(self, kube: Kube, cluster: str, namespace: str, scheduler: str,
-                 topology_labels: Sequence[str], concurrency: int = 64) -> None:
+                 topology_labels: Sequence[str], concurrency: int = 64, health: HealthRules | None = None,
+                 write_hypernodes: bool = False) -> None:
         self.kube = kube
+        # Discovered from labels, the tree is written to the cluster as HyperNode objects (and kept current)
+        # unless HyperNodes someone else wrote are there: then those are the tree.
+        self.write_hypernodes = write_hypernodes
+        self._sync_due: asyncio.TimerHandle | None = None
+        self._syncing: asyncio.Task[None] | None = None
+        self.rules = health or HealthRules()
+        self._health: dict[str, NodeHealth] = {}  # nodes not healthy -> why, from their conditions and taints
         self.cluster = cluster
         self.namespace = namespace
         self.scheduler = scheduler
@@ -240,11 +264,11 @@ class KubernetesBackend:
         self._rebuild_pending: asyncio.TimerHandle | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._on_pod: Callable[[str, int, str, int, str, str], object] = lambda *_: None
-        self._on_node: Callable[[str, bool], object] = lambda *_: None
+        self._on_node: Callable[..., object] = lambda *_: None
         self._on_change: Callable[[], object] = lambda: None
 
     def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
-                     on_node: Callable[[str, bool], object], on_change: Callable[[], object]) -> None:
+                     on_node: Callable[..., object], on_change: Callable[[], object]) -> None:
         self._on_pod, self._on_node, self._on_change = on_pod, on_node, on_change
 
     # -- starting --------------------------------------------------------------------------------
@@ -284,8 +308,14 @@ class KubernetesBackend:
             self._account(key(pod), pod, earlier=True)
         self.started = True
         self._count_cached()
+        if self.write_hypernodes:
+            await self.sync_hypernodes()
 
     async def stop(self) -> None:
+        if self._sync_due is not None:
+            self._sync_due.cancel()
+        if self._syncing is not None:
+            self._tasks.append(self._syncing)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -299,8 +329,16 @@ class KubernetesBackend:
 
     # -- the cluster state from the caches ----------------------------------------------------------
 
+    def _foreign(self) -> list[Obj]:
+        """HyperNodes in the cluster this agent did not write."""
+        return [o for o in self.hypernodes.items()
+                if ((o.get("metadata") or {}).get("labels") or {}).get(OWNER) != self.cluster]
+
     def _topology(self) -> Topology:
         nodes = [parse_node(o) for o in self.nodes.items()]
+        if self.write_hypernodes and self.topology_labels and not self._foreign():
+            # The tree the labels describe now; the HyperNode objects follow it (sync_hypernodes).
+            return build(nodes, label_hypernodes(nodes, self.topology_labels))
         hypernodes = [parse_hypernode(o) for o in self.hypernodes.items()]
         if hypernodes or not self.topology_labels:
             topology = build(nodes, hypernodes)
@@ -317,9 +355,96 @@ class KubernetesBackend:
                     state.allocate(name, previous.used_on(name))
         for obj in self.nodes.items():
             name = obj["metadata"]["name"]
-            self._ready[name] = _ready(obj)
+            self._note_health(name, obj)
+            health = self._health.get(name)
+            self._ready[name] = _ready(obj) and (health is None or health.state != FAILED)
             state.set_ready(name, self._ready[name] and not _cordoned(obj))
+        self._apply_health(state)
         return state
+
+    # -- health ------------------------------------------------------------------------------------
+
+    def _note_health(self, name: str, obj: Obj | None) -> bool:
+        """Read a node's health from its conditions and taints; whether it changed."""
+        health = node_health(((obj or {}).get("status") or {}).get("conditions") or [],
+                             ((obj or {}).get("spec") or {}).get("taints") or [], self.rules) if obj else None
+        before = self._health.get(name)
+        if health is None or health.state == HEALTHY:
+            self._health.pop(name, None)
+            return before is not None
+        self._health[name] = health
+        return before != health
+
+    def _failed(self) -> dict[str, NodeHealth]:
+        return {n: h for n, h in self._health.items() if h.state == FAILED}
+
+    def _apply_health(self, state: ClusterState) -> bool:
+        """The state's degraded nodes and links from the caches; whether anything changed."""
+        links = {}
+        for obj in self.hypernodes.items():
+            why = hypernode_degraded((obj.get("status") or {}).get("conditions") or [], self.rules)
+            if why:
+                links[obj["metadata"]["name"]] = why
+        state.failed = self._failed()
+        return state.set_health({n: h for n, h in self._health.items() if h.state == DEGRADED}, links)
+
+    # -- discovered HyperNodes, written to the cluster ---------------------------------------------
+
+    def _schedule_sync(self) -> None:
+        if self.write_hypernodes and self.started and self._sync_due is None:
+            self._sync_due = asyncio.get_running_loop().call_later(SYNC_DELAY, self._start_sync)
+
+    def _start_sync(self) -> None:
+        self._sync_due = None
+        if self._syncing is None or self._syncing.done():
+            self._syncing = asyncio.create_task(self._sync_logged())
+        else:  # one at a time; what changed meanwhile is synced after it
+            self._schedule_sync()
+
+    async def _sync_logged(self) -> None:
+        try:
+            await self.sync_hypernodes()
+        except (KubeError, OSError) as err:
+            log.warning("could not write the discovered HyperNodes: %s (tried again on the next change)", err)
+
+    async def sync_hypernodes(self) -> int:
+        """Make the cluster's HyperNode objects the discovered tree: create, change or delete this agent's own,
+        and set each one's status (node count, Ready, DegradedMembers) when it changed. Level-triggered and
+        idempotent; how many calls it made."""
+        if not self.topology_labels:
+            return 0
+        foreign = self._foreign()
+        if foreign:
+            log.info("%d HyperNodes this agent did not write are in the cluster (e.g. %s): using them, writing "
+                     "none", len(foreign), foreign[0]["metadata"]["name"])
+            return 0
+        nodes = [parse_node(o) for o in self.nodes.items()]
+        desired = {h.name: discovery.manifest(h, self.cluster) for h in label_hypernodes(nodes, self.topology_labels)}
+        actual = {o["metadata"]["name"]: o for o in self.hypernodes.items()}
+        calls = 0
+        for name, obj in desired.items():
+            have = actual.get(name)
+            if have is None:
+                await self.kube.create(HYPERNODES, obj)
+            elif have.get("spec") != obj["spec"]:
+                await self.kube.patch(f"{HYPERNODES}/{name}", {"spec": obj["spec"]})
+            else:
+                continue
+            calls += 1
+        for name in actual.keys() - desired.keys():
+            await self.kube.delete(f"{HYPERNODES}/{name}")
+            calls += 1
+        state, now = self.state, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        degraded = {n: h.reasons for n, h in state.degraded.items()}
+        for name in desired:
+            if name not in state.topology.domains:
+                continue
+            status = discovery.status(state.nodes_under(name), state.ready, degraded,
+                                      (actual.get(name) or {}).get("status"), now)
+            if not discovery.same_status((actual.get(name) or {}).get("status"), status):
+                await self.kube.patch(f"{HYPERNODES}/{name}/status", {"status": status})
+                calls += 1
+        return calls
 
     def _rebuild(self) -> None:
         self._rebuild_pending = None
@@ -329,6 +454,7 @@ class KubernetesBackend:
             log.error("the cluster's topology changed to one that cannot be used, keeping the previous one: %s", err)
             return
         log.info("topology rebuilt: %d nodes, tiers %s", len(self.state.topology.nodes), self.state.topology.tiers())
+        self._schedule_sync()
         self._on_change()
 
     def _schedule_rebuild(self) -> None:
@@ -351,16 +477,27 @@ class KubernetesBackend:
         elif before.taints != after.taints and name in self.state.free:
             self.state.replace_node(after)
             self._on_change()
-        ready = _ready(new)
+        if self._note_health(name, new) and self._apply_health(self.state):
+            log.info("node %s: %s", name, self._health.get(name, NodeHealth()).state)
+            self._schedule_sync()
+            self._on_change()
+        failed = self._health.get(name)
+        ready = _ready(new) and (failed is None or failed.state != FAILED)
         if ready != self._ready.get(name, True):
             self._ready[name] = ready
-            self._on_node(name, ready)
+            why = f"node {name} failed ({', '.join(failed.reasons)})" if failed and failed.state == FAILED else ""
+            self._on_node(name, ready, why)
         if name in self.state.free and (ready and not _cordoned(new)) != (name in self.state.ready):
             self.state.set_ready(name, ready and not _cordoned(new))
+            self._schedule_sync()
             self._on_change()
 
     def _hypernode_event(self, kind: str, old: Obj | None, new: Obj | None) -> None:
         self._count_cached()
+        if old is not None and new is not None and old.get("spec") == new.get("spec"):
+            if self.started and self._apply_health(self.state):  # only its status changed: its links' health
+                self._on_change()
+            return
         self._schedule_rebuild()
 
     # -- pods ---------------------------------------------------------------------------------------
@@ -460,6 +597,11 @@ class KubernetesBackend:
         except KubeError as err:
             raise LookupError(f"pod {meta['namespace']}/{meta['name']}: {err.status} {err.reason}: "
                               f"{err.message}") from None
+
+    async def cordon(self, nodes: Sequence[str], cordon: bool) -> None:
+        """`kubectl cordon` (or uncordon) each node: spec.unschedulable, which the node informer then reports."""
+        for name in nodes:
+            await self.kube.patch(f"/api/v1/nodes/{name}", {"spec": {"unschedulable": cordon or None}})
 
     def _job_of(self, pod: Obj) -> str | None:
         """Our pods are indexed by the hash of their job, so a job's pods are found without a scan."""

@@ -8,6 +8,7 @@ import logging
 import signal
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +20,9 @@ import grpc
 
 from member_agent import client, health
 from member_agent.agent import Agent, Backend
+from member_agent.discovery import preset_keys
+from member_agent.faults import STATES, Fault, load_faults
+from member_agent.nodehealth import HealthRules, load_rules
 from member_agent.simulated import SimulatedBackend, read_cluster_file
 from member_agent.topology import TopologyError
 
@@ -36,16 +40,27 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
 
 
 class _Admin(BaseHTTPRequestHandler):
-    """POST /faults/node/NAME/fail|restore and /faults/pod/JOB/TASK/INDEX/fail|recover."""
+    """POST /faults/node/NAME/fail|restore (the node is lost or back), /faults/node/NAME/healthy|degraded|failed
+    and /faults/hypernode/NAME/healthy|degraded (hardware health, `?reason=XID+79&rate=0.5`), and
+    /faults/pod/JOB/TASK/INDEX/fail|recover."""
 
     agent: Agent
     loop: asyncio.AbstractEventLoop
 
     def do_POST(self) -> None:
-        parts = self.path.strip("/").split("/")
+        path, _, query = self.path.partition("?")
+        parts = path.strip("/").split("/")
+        params = {k: v[-1] for k, v in urllib.parse.parse_qs(query).items()}
         result: bool | None = None
         if len(parts) == 4 and parts[:2] == ["faults", "node"] and parts[3] in ("fail", "restore"):
             result = self._call(self.agent.node_ready, parts[2], parts[3] == "restore")
+        elif len(parts) == 4 and parts[0] == "faults" and parts[1] in ("node", "hypernode") and parts[3] in STATES:
+            try:
+                rate = float(params["rate"]) if "rate" in params else None
+            except ValueError:
+                rate = None
+            result = self._call(self.agent.inject, Fault(0, parts[1], parts[2], parts[3], params.get("reason", ""),
+                                                         rate))
         elif len(parts) == 6 and parts[:2] == ["faults", "pod"] and parts[4].isdigit():
             job_id, task, index = parts[2], parts[3], int(parts[4])
             if parts[5] == "fail":
@@ -93,6 +108,15 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
               help="schedulerName of the pods it creates, so no other scheduler takes them.")
 @click.option("--topology-label", "topology_labels", multiple=True, metavar="KEY",
               help="Node label keys from the widest domain to tier 1, when the cluster has no HyperNodes.")
+@click.option("--discover", "discover", default="", metavar="PRESETS",
+              help="Build the topology from the node labels of these presets, widest first (aws, gke, gke-placement, "
+                   "nvlink, plain; e.g. aws,nvlink) and write it to the cluster as HyperNode objects, kept current.")
+@click.option("--health-rules", type=click.Path(path_type=Path, exists=True, dir_okay=False), metavar="FILE",
+              help="Which node conditions, taints and HyperNode conditions mean degraded or failed (YAML); default: "
+                   "NVSentinel's and Node Problem Detector's names.")
+@click.option("--faults", "faults_file", type=click.Path(path_type=Path, exists=True, dir_okay=False), metavar="FILE",
+              help="Inject these hardware faults at their times (simulated clusters): a YAML list of "
+                   "{at, node|hypernode, state, reason}.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="A label of this cluster, for jobs' cluster selectors.")
 @click.option("--heartbeat", type=float, default=2.0, show_default=True, help="Seconds between heartbeats.")
@@ -120,10 +144,9 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 @click.pass_context
 def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path | None, kubeconfig: Path | None,
         in_cluster: bool, namespace: str, scheduler_name: str, topology_labels: tuple[str, ...],
-        labels: tuple[str, ...], heartbeat: float, reconcile_period: float, fence_after: float | None,
-        admin_listen: str, health_listen: str, tls_ca: Path | None,
-        tls_cert: Path | None,
-        tls_key: Path | None, log_level: str) -> None:
+        discover: str, health_rules: Path | None, faults_file: Path | None, labels: tuple[str, ...],
+        heartbeat: float, reconcile_period: float, fence_after: float | None, admin_listen: str, health_listen: str,
+        tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None, log_level: str) -> None:
     """Member agent: places gangs topology-aware in one cluster and reports to the federation."""
     if ctx.invoked_subcommand is not None:
         return
@@ -138,6 +161,17 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
     credentials = grpc.ssl_channel_credentials(tls_ca.read_bytes(), tls_key.read_bytes(), tls_cert.read_bytes()) \
         if tls_ca and tls_cert and tls_key else None
     cluster_labels = _labels(labels)
+    try:
+        discovered = preset_keys(discover)
+        rules = load_rules(health_rules) if health_rules else HealthRules()
+        faults = load_faults(faults_file) if faults_file else []
+    except ValueError as err:  # an unknown preset, a bad rules or fault file: named with its field
+        raise click.ClickException(str(err)) from err
+    if discovered and topology_labels:
+        raise click.UsageError("give --discover or --topology-label, not both")
+    if faults and not cluster_file:
+        raise click.UsageError("--faults is for simulated clusters; on a test bed use python -m "
+                               "federation.testbed.faults")
     simulated = None
     if cluster_file is not None:
         try:
@@ -146,14 +180,16 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
             raise click.ClickException(f"{cluster_file}: {err}") from err
 
     async def agent_of() -> Agent:
-        backend = simulated or await _kubernetes(cluster, kubeconfig, namespace, scheduler_name, topology_labels)
+        backend = simulated or await _kubernetes(cluster, kubeconfig, namespace, scheduler_name,
+                                                 tuple(discovered) or topology_labels, rules, bool(discovered))
         return Agent(cluster, cluster_labels, backend, fence_after=fence_after)
 
-    asyncio.run(_run(agent_of, server, heartbeat, reconcile_period, admin_listen, health_listen, credentials))
+    asyncio.run(_run(agent_of, server, heartbeat, reconcile_period, admin_listen, health_listen, credentials,
+                     faults))
 
 
 async def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, scheduler: str,
-                      topology_labels: tuple[str, ...]) -> Backend:
+                      topology_labels: tuple[str, ...], rules: HealthRules, write_hypernodes: bool) -> Backend:
     """Connect, check the role grants every call the agent makes, and read the cluster."""
     from aiohttp import ClientError
     from kubernetes_asyncio.config import ConfigException
@@ -165,7 +201,8 @@ async def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, sch
         kube = await Kube.connect(str(kubeconfig) if kubeconfig else None)
     except (ConfigException, OSError, ValueError) as err:
         raise click.ClickException(f"cannot use {kubeconfig or 'the in-cluster configuration'}: {err}") from err
-    backend = KubernetesBackend(kube, cluster, namespace, scheduler, topology_labels)
+    backend = KubernetesBackend(kube, cluster, namespace, scheduler, topology_labels, health=rules,
+                                write_hypernodes=write_hypernodes)
     try:
         await backend.check_access()
         await backend.start()
@@ -179,7 +216,7 @@ async def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, sch
 
 
 async def _run(agent_of: Any, server: str, heartbeat: float, reconcile_period: float, admin_listen: str,
-               health_listen: str, credentials: grpc.ChannelCredentials | None) -> None:
+               health_listen: str, credentials: grpc.ChannelCredentials | None, faults: list[Fault]) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -199,6 +236,8 @@ async def _run(agent_of: Any, server: str, heartbeat: float, reconcile_period: f
           f"server {server}{' (mTLS)' if credentials else ''}", flush=True)
     task = asyncio.create_task(client.run(server, agent, heartbeat, connected, credentials,
                                                 reconcile_period))
+    for f in faults:  # the schedule counts from the agent's start
+        loop.call_later(f.at, lambda f=f: agent.inject(f) or log.warning("fault for unknown %s %s", f.kind, f.name))
     await stop.wait()
     task.cancel()
     backend_stop = getattr(agent.backend, "stop", None)
@@ -224,6 +263,24 @@ def _post(agent_address: str, path: str) -> None:
 
 _agent_option = click.option("--agent", "agent_address", required=True, metavar="HOST:PORT",
                              help="The agent's --admin-listen address.")
+
+
+def _health_fault(name: str, kind: str, state: str, summary: str) -> None:
+    @fault.command(name, help=summary)
+    @click.argument("name")
+    @click.option("--reason", default="", help="What a health monitor would say (e.g. 'XID 79').")
+    @_agent_option
+    def command(name: str, reason: str, agent_address: str) -> None:
+        query = f"?{urllib.parse.urlencode({'reason': reason})}" if reason else ""
+        _post(agent_address, f"/faults/{kind}/{name}/{state}{query}")
+        click.echo(f"{kind}/{name} {state}")
+
+
+_health_fault("degrade-node", "node", "degraded", "NODE's hardware degrades (works, may fail): its gangs move off it.")
+_health_fault("break-node", "node", "failed", "NODE's hardware fails (as NVSentinel reports it): it gets nothing.")
+_health_fault("heal-node", "node", "healthy", "NODE's hardware is healthy again.")
+_health_fault("degrade-link", "hypernode", "degraded", "HyperNode NAME's switches or cables degrade.")
+_health_fault("heal-link", "hypernode", "healthy", "HyperNode NAME's links are healthy again.")
 
 
 @fault.command("fail-node")

@@ -112,9 +112,10 @@ class SimulatedBackend:
         self.starting: dict[tuple[str, str, int], asyncio.Handle] = {}  # (job, task, index) -> its start
         self.members: dict[tuple[str, str], set[int]] = {}  # (job, task) -> the indices its completion ends
         self._on_pod: Callable[[str, int, str, int, str, str], object] = lambda *_: None
+        self.cordoned: set[str] = set()
 
     def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
-                     on_node: Callable[[str, bool], object], on_change: Callable[[], object]) -> None:
+                     on_node: Callable[..., object], on_change: Callable[[], object]) -> None:
         """Faults in a simulation are injected through the agent itself, so only pod phases come from here."""
         self._on_pod = on_pod
 
@@ -208,6 +209,15 @@ class SimulatedBackend:
 
     def waits_when_lost(self, job_id: str) -> bool:
         return False
+
+    async def cordon(self, nodes: Sequence[str], cordon: bool) -> None:
+        """A cordoned node offers nothing new; its pods stay (as with `kubectl cordon`)."""
+        for node in nodes:
+            if cordon:
+                self.cordoned.add(node)
+            else:
+                self.cordoned.discard(node)
+            self.state.set_ready(node, not cordon and node not in self.state.failed)
 
     @staticmethod
     def _cancel(handle: asyncio.Handle | None) -> None:

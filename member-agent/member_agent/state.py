@@ -95,6 +95,7 @@ class ClusterState:
         self.degraded_links: dict[str, str] = {}  # HyperNodes whose switches or cables are degraded, and why
         self.behind_links: dict[str, str] = {}  # nodes under a degraded HyperNode -> that HyperNode
         self.failed: dict[str, NodeHealth] = {}  # nodes given nothing for their health (kept not ready)
+        self.link_faults: dict[str, str] = {}  # HyperNodes reported degraded themselves (not through a node)
         self.health_version = 0  # counts changes of health, for whoever acts on them
         self._avoid = {level: np.zeros(len(self._rows), dtype=bool) for level in (ANY_SOUND, SOUND_LINKS,
                                                                                   HEALTHY_ONLY)}
@@ -106,6 +107,7 @@ class ClusterState:
         lowest HyperNode); whether anything changed. Rare, so every count is simply forgotten."""
         degraded = {n: h for n, h in degraded.items() if n in self._rows and h.state == DEGRADED}
         links = {d: why for d, why in links.items() if d in self.topology.domains and d != ROOT}
+        self.link_faults = dict(links)
         for node, h in degraded.items():
             parent = self.topology.node_parent[node]
             if h.link and parent != ROOT:

@@ -331,6 +331,12 @@ def discover_from_labels(nodes: Sequence[Node], keys: Sequence[str]) -> Topology
 
     The last key is tier 1. A node missing a key is attached to the deepest domain it has.
     """
+    return build(nodes, label_hypernodes(nodes, keys))
+
+
+def label_hypernodes(nodes: Sequence[Node], keys: Sequence[str]) -> list[HyperNodeSpec]:
+    """The HyperNodes node labels describe: one per value of each key, named `<key's last part>-<value>`,
+    members by exact name (what the agent writes to the cluster when it discovers the topology)."""
     hypernodes: dict[str, tuple[int, str, set[str], set[str]]] = {}  # name -> tier, tierName, nodes, children
     tier_of = {key: len(keys) - i for i, key in enumerate(keys)}
     for n in nodes:
@@ -339,7 +345,7 @@ def discover_from_labels(nodes: Sequence[Node], keys: Sequence[str]) -> Topology
             if key not in n.labels:
                 break
             name = f"{key.rsplit('/', 1)[-1]}-{n.labels[key]}".lower()
-            name = re.sub(r"[^a-z0-9-]", "-", name)
+            name = re.sub(r"[^a-z0-9-]", "-", name).strip("-")[:253]
             tier, _, members, children = hypernodes.setdefault(name, (tier_of[key], key, set(), set()))
             if parent is not None:
                 hypernodes[parent][3].add(name)
@@ -351,7 +357,7 @@ def discover_from_labels(nodes: Sequence[Node], keys: Sequence[str]) -> Topology
         specs.append(HyperNodeSpec(name, tier, key.rsplit("/", 1)[-1], tuple(
             [Member("Node", Selector(exact=m)) for m in sorted(members)]
             + [Member("HyperNode", Selector(exact=c)) for c in sorted(children)])))
-    return build(nodes, specs)
+    return specs
 
 
 def _items(objects: Iterable[Any]) -> Iterator[Mapping[str, Any]]:

@@ -1,0 +1,134 @@
+"""Proactive drain in the agent: a gang on hardware that turns degraded moves at its checkpoint, within its tier
+limit, in this cluster or (with no healthy room) back to the federation; an operator's drain waits the same way."""
+
+import asyncio
+import time
+
+import pytest
+
+from federation.v1 import agent_pb2, common_pb2
+from member_agent.agent import Agent
+from member_agent.clusters import tree
+from member_agent.drain import drain_timing
+from member_agent.faults import Fault, FaultError, parse_faults
+from member_agent.simulated import SimulatedBackend, load_cluster
+from tests.kubehelp import drain as updates
+from tests.test_agent_recovery import settle
+
+GPU = "nvidia.com/gpu"
+
+
+def make_agent(fanout: list[int]) -> Agent:
+    return Agent("h100", {}, SimulatedBackend(load_cluster(tree("h", fanout, {GPU: "8", "cpu": "64"})),
+                                              default_duration=3600))
+
+
+def job(pods: int, checkpoint: str = "", tier: int = 1, name: str = "train") -> common_pb2.Job:
+    spec = common_pb2.JobSpec(name=name, queue="q",
+                              network_topology=common_pb2.NetworkTopology(mode="hard", highest_tier_allowed=tier),
+                              tasks=[common_pb2.TaskSpec(name="worker", replicas=pods, resources={GPU: "8"})])
+    if checkpoint:
+        spec.annotations["federation.dev/checkpoint-interval"] = checkpoint
+    return common_pb2.Job(id=f"{name}-1", spec=spec)
+
+
+async def until(agent: Agent, kind: int, seen: list[agent_pb2.JobUpdate], timeout: float = 20) -> agent_pb2.JobUpdate:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen += updates(agent)
+        found = [u for u in seen if u.type == kind]
+        if found:
+            return found[-1]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no update {kind} in {[u.type for u in seen]}")
+
+
+def test_the_timing_rule_waits_for_the_checkpoint_unless_waiting_risks_more() -> None:
+    # 25 minutes into a 30-minute interval at 0.1 failures per hour: wait 5 minutes for the checkpoint.
+    wait = drain_timing(1500, 1800, 0.1)
+    assert wait.delay == pytest.approx(300)
+    # 1 minute after a checkpoint, at a high failure rate: the 29 minutes of waiting risk more than 60 s of work.
+    assert drain_timing(60, 1800, 2.0).delay == 0
+    # the same minute at a low rate: waiting is cheaper
+    assert drain_timing(60, 1800, 0.01).delay == pytest.approx(1740)
+    assert drain_timing(500, None, 0.1).delay == 0  # no checkpoint known: nothing to wait for
+    assert drain_timing(700, 1800, 0.0).delay == pytest.approx(1100)  # an operator's drain: the checkpoint
+
+
+def test_fault_schedules_parse_and_bad_ones_name_the_entry() -> None:
+    faults = parse_faults("- {at: 2m, node: n1, state: degraded, reason: XID 79}\n- {at: 30s, hypernode: s0, "
+                          "state: degraded}\n")
+    assert faults == [Fault(30, "hypernode", "s0", "degraded"), Fault(120, "node", "n1", "degraded", "XID 79")]
+    with pytest.raises(FaultError, match=r"faults\[0\]\.state"):
+        parse_faults("- {at: 1s, hypernode: s0, state: failed}\n")
+    with pytest.raises(FaultError, match=r"faults\[0\]: give exactly one of node or hypernode"):
+        parse_faults("- {at: 1s, state: failed}\n")
+
+
+async def test_a_gang_on_a_node_that_degrades_moves_at_its_checkpoint_inside_its_tier() -> None:
+    agent = make_agent([2, 4])  # 2 leaves of 4 nodes
+    await agent.assign(job(2, checkpoint="2s"), attempt=1)
+    seen = updates(agent)
+    bound = [u for u in seen if u.type == agent_pb2.BOUND][-1]
+    leaf = bound.hypernode
+    node = bound.placements[0].node
+    started = time.monotonic()
+    assert agent.inject(Fault(0, "node", node, "degraded", "XID 79", rate=0.01))
+    planned = await until(agent, agent_pb2.DRAIN_PLANNED, seen)
+    assert f"node {node} degraded (XID 79)" in planned.reason and "next checkpoint" in planned.reason
+    moved = await until(agent, agent_pb2.DRAINED, seen)
+    assert time.monotonic() - started >= 0.5  # it waited for the checkpoint rather than moving at once
+    nodes = {p.node for p in moved.placements}
+    assert node not in nodes and len(nodes) == 2
+    assert moved.hypernode == leaf and moved.tier == 1  # still inside one leaf, as its hard tier limit says
+    assert moved.retries == 0  # a move is not a retry
+    await settle(agent)
+
+
+async def test_with_no_healthy_room_the_gang_goes_back_to_the_federation() -> None:
+    agent = make_agent([1, 2])  # one leaf of 2 nodes
+    await agent.assign(job(2), attempt=1)
+    seen = updates(agent)
+    assert agent.inject(Fault(0, "node", "h0-0", "degraded", "XID 48"))
+    evacuated = await until(agent, agent_pb2.EVACUATED, seen)
+    assert "no healthy room in this cluster" in evacuated.reason and "XID 48" in evacuated.reason
+    assert not agent.jobs and not agent.state.used.get(GPU)
+    # It comes back (no other cluster took it): placed knowingly on the degraded node, and left there.
+    await agent.assign(job(2), attempt=2)
+    seen = updates(agent)
+    assert [u.type for u in seen][-1] == agent_pb2.BOUND
+    await asyncio.sleep(0.3)
+    agent.health_changed()
+    assert not [u for u in updates(agent) if u.type in (agent_pb2.DRAIN_PLANNED, agent_pb2.EVACUATED)]
+
+
+async def test_a_degraded_link_moves_the_gang_to_another_hypernode_and_recovery_calls_it_off() -> None:
+    agent = make_agent([3, 2])
+    await agent.assign(job(2, checkpoint="1h", name="a"), attempt=1)
+    seen = updates(agent)
+    leaf = [u for u in seen if u.type == agent_pb2.BOUND][-1].hypernode
+    agent.inject(Fault(0, "hypernode", leaf, "degraded", "CableErrors", rate=0.0))
+    planned = await until(agent, agent_pb2.DRAIN_PLANNED, seen)
+    assert f"HyperNode {leaf} links degraded (CableErrors)" in planned.reason
+    assert agent._drains
+    agent.inject(Fault(0, "hypernode", leaf, "healthy"))  # repaired before the checkpoint: it stays
+    assert not agent._drains
+
+
+async def test_an_operator_drain_moves_gangs_off_a_hypernode_within_its_grace() -> None:
+    agent = make_agent([2, 4])
+    await agent.assign(job(2, checkpoint="1h"), attempt=1)
+    seen = updates(agent)
+    leaf = [u for u in seen if u.type == agent_pb2.BOUND][-1].hypernode
+    said = await agent.order_node(agent_pb2.NodeOrder(action="drain", kind="hypernode", name=leaf,
+                                                      grace_seconds=0.5))
+    assert said == f"drain of hypernode {leaf} (4 nodes)"
+    moved = await until(agent, agent_pb2.DRAINED, seen)
+    assert {p.node for p in moved.placements}.isdisjoint(agent.state.nodes_under(leaf))
+    assert moved.hypernode != leaf
+    assert not set(agent.state.nodes_under(leaf)) & agent.state.ready  # cordoned
+    await agent.order_node(agent_pb2.NodeOrder(action="uncordon", kind="hypernode", name=leaf))
+    assert set(agent.state.nodes_under(leaf)) <= agent.state.ready and not agent.draining
+    assert await agent.order_node(agent_pb2.NodeOrder(action="cordon", kind="node", name="nope")) == \
+        "node nope is not in cluster h100"
+    await settle(agent)
