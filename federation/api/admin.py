@@ -202,8 +202,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             v.add("name", "is required")
         grace = 0.0
         if request.HasField("grace"):
-            grace = request.grace.ToTimedelta().total_seconds()
-            if request.action != "drain" or not 0 < grace <= MAX_PROTECTED_RUN_SECONDS:
+            grace = request.grace.seconds + request.grace.nanos / 1e9
+            if request.action != "drain" or not 0 < grace <= MAX_PROTECTED_RUN_SECONDS or \
+                    not 0 <= request.grace.nanos < 10**9:
                 v.add("grace", f"is for a drain, more than zero and at most {MAX_PROTECTED_RUN_SECONDS // 86_400} days")
         if v:
             raise InvalidArgument(v.items)

@@ -87,6 +87,7 @@ class AgentJob:
     waiting: dict[tuple[str, int], tuple[Event, asyncio.TimerHandle | None]] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)  # when it last started (its checkpoints count from it)
     accepted: frozenset[str] = frozenset()  # degraded nodes it was placed on knowingly (nothing healthy fitted)
+    moved: str = ""  # drawn at each move off degraded hardware: its new pods' names differ from those still going
 
 
 def _placements(pods: Sequence[PodPlacement]) -> list[common_pb2.PodPlacement]:
@@ -788,6 +789,8 @@ class Agent:
         """Recreate these pods of the job, back under the HyperNode holding the rest; why not, if it fails.
         A restart by policy counts as a retry; a move off degraded hardware does not, and avoids it."""
         job.retries += retry
+        if not retry:
+            job.moved = uuid.uuid4().hex[:5]
         old = [p for p in job.pods if (p.task, p.index) in keys]
         await self.backend.delete(job, old)
         if self.jobs.get(job.job.id) is not job:

@@ -133,7 +133,8 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
         if duration:
             annotations[name] = duration
     # A restarted pod gets a new name: the one it replaces may still be terminating.
-    name = f"{job.job.id}-a{job.attempt}-{task}-{index}" + (f"-r{job.retries}" if job.retries else "")
+    name = f"{job.job.id}-a{job.attempt}-{task}-{index}" + (f"-r{job.retries}" if job.retries else "") + (
+        f"-m{job.moved}" if job.moved else "")
     pod: Obj = {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
                 "spec": pod_spec}
