@@ -12,7 +12,7 @@ from sqlalchemy.engine import URL
 
 from federation.testbed.cluster import Testbed
 from federation.testbed.faults import apply
-from federation.v1 import admin_pb2, common_pb2, jobs_pb2
+from federation.v1 import admin_pb2, common_pb2, jobs_pb2, jobs_pb2_grpc
 from member_agent.faults import Fault
 from tests.kubehelp import GPU, gpu_cluster, pods
 from tests.test_e2e_agents import wait_for
@@ -38,10 +38,11 @@ def cluster(fed: Federation) -> admin_pb2.Cluster:
     return fed.admin.GetCluster(admin_pb2.GetClusterRequest(name="k8s"))
 
 
-def events(fed: Federation, job_id: str) -> list[common_pb2.JobEvent]:
+def events(jobs: jobs_pb2_grpc.JobServiceStub, job_id: str) -> list[common_pb2.JobEvent]:
+    """The job's events so far (a replay of its watch)."""
     out: list[common_pb2.JobEvent] = []
     try:
-        for event in fed.jobs.WatchJobs(jobs_pb2.WatchJobsRequest(after_sequence=0, job_id=job_id), timeout=2):
+        for event in jobs.WatchJobs(jobs_pb2.WatchJobsRequest(after_sequence=0, job_id=job_id), timeout=2):
             out.append(event)
     except grpc.RpcError as err:
         if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -87,10 +88,10 @@ def test_a_gang_on_a_node_that_turns_degraded_moves_by_its_checkpoint_inside_its
         bad = sorted(nodes)[0]
         degraded_at = time.monotonic()
         apply(kube.admin(), Fault(0, "node", bad, "degraded", "XID 48"))
-        wait_for("the move planned", lambda: [e for e in events(fed, job_id) if e.type == "DrainPlanned"])
-        planned = [e for e in events(fed, job_id) if e.type == "DrainPlanned"][0]
+        wait_for("the move planned", lambda: [e for e in events(fed.jobs, job_id) if e.type == "DrainPlanned"])
+        planned = next(e for e in events(fed.jobs, job_id) if e.type == "DrainPlanned")
         assert f"node {bad} degraded (XID 48)" in planned.message and "next checkpoint" in planned.message
-        wait_for("the gang moved", lambda: [e for e in events(fed, job_id) if e.type == "Drained"], timeout=90)
+        wait_for("the gang moved", lambda: [e for e in events(fed.jobs, job_id) if e.type == "Drained"], timeout=90)
         moved_after = time.monotonic() - degraded_at
         after = fed.status(job_id)
         assert after.phase == common_pb2.RUNNING and after.retries == 0  # moved, not failed: no retry counted

@@ -30,7 +30,8 @@ def _now() -> str:
 
 
 def _condition(kind: str, on: bool, message: str) -> dict[str, Any]:
-    return {"type": kind, "status": "True" if on else "False", "reason": f"{kind}{'IsNotHealthy' if on else 'IsHealthy'}",
+    return {"type": kind, "status": "True" if on else "False",
+            "reason": f"{kind}{'IsNotHealthy' if on else 'IsHealthy'}",
             "message": message if on else "No Health Failures", "lastHeartbeatTime": _now(),
             "lastTransitionTime": _now()}
 

@@ -1,0 +1,96 @@
+"""Health across the federation with real processes: the cluster choice prefers healthy hardware (and says why
+it skipped a cluster), and `fedctl drain` moves a gang off a node, to another cluster when its own has no room."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from sqlalchemy.engine import URL
+
+from federation.cli.dev import AgentProcess, ServerProcess
+from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
+from member_agent.clusters import tree
+from tests.processes import fedctl
+from tests.test_e2e_agents import wait_for
+from tests.test_e2e_health import events
+
+pytestmark = pytest.mark.e2e
+GPU = "nvidia.com/gpu"
+
+
+def cluster_file(tmp_path: Path, name: str, prefix: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump_all(tree(prefix, [1, 2], {GPU: "8", "cpu": "64"})))  # one leaf of two nodes
+    return path
+
+
+def spec(name: str, checkpoint: str = "") -> common_pb2.JobSpec:
+    annotations = {"federation.dev/sim-duration": "600s"}
+    if checkpoint:
+        annotations["federation.dev/checkpoint-interval"] = checkpoint
+    return common_pb2.JobSpec(name=name, queue="train", annotations=annotations,
+                              network_topology=common_pb2.NetworkTopology(mode="hard", highest_tier_allowed=1),
+                              tasks=[common_pb2.TaskSpec(name="worker", replicas=2, resources={GPU: "8"})])
+
+
+def test_the_federation_prefers_healthy_hardware_and_a_drain_moves_a_gang_to_another_cluster(
+        db_url: URL, tmp_path: Path) -> None:
+    faults = tmp_path / "faults.yaml"  # cluster a's node a0-0 reports XID 79 from the start
+    faults.write_text("- {at: 0s, node: a0-0, state: degraded, reason: XID 79}\n")
+    server = ServerProcess("--database-url", db_url.render_as_string(hide_password=False))
+    agents: list[AgentProcess] = []
+    try:
+        agents.append(AgentProcess("a", server.address, "--simulate", str(cluster_file(tmp_path, "a", "a")),
+                                   "--faults", str(faults), "--heartbeat", "0.5"))
+        agents.append(AgentProcess("b", server.address, "--simulate", str(cluster_file(tmp_path, "b", "b")),
+                                   "--heartbeat", "0.5"))
+        channel = grpc.insecure_channel(server.address)
+        jobs, admin = jobs_pb2_grpc.JobServiceStub(channel), admin_pb2_grpc.AdminServiceStub(channel)
+
+        def clusters() -> dict[str, admin_pb2.Cluster]:
+            return {c.name: c for c in admin.ListClusters(admin_pb2.ListClustersRequest()).clusters}
+
+        wait_for("both clusters Ready, a degraded", lambda: len(clusters()) == 2 and all(
+            c.status == admin_pb2.READY for c in clusters().values()) and clusters()["a"].degraded_nodes == 1)
+        assert list(clusters()["a"].health) == ["1 node degraded (XID 79)"]
+        admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml")))
+        admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="train", tenant="ml")))
+
+        def status(job_id: str) -> common_pb2.JobStatus:
+            return jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id)).status
+
+        # Both clusters fit the gang; by name a would come first, but there only on its degraded node.
+        first = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("first"))).job.id
+        wait_for("first Running", lambda: status(first).phase == common_pb2.RUNNING)
+        assert status(first).cluster == "b"
+        second = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("second", checkpoint="1h"))).job.id
+        wait_for("second Running in a (nothing healthy fits anywhere)", lambda: status(second).phase ==
+                 common_pb2.RUNNING)
+        assert status(second).cluster == "a" and {p.node for p in status(second).placements} == {"a0-0", "a0-1"}
+
+        # An operator drains a0-1: a has no other sound node, so the gang goes back to the federation; b is full
+        # until `first` is cancelled, then it runs there, no retry counted.
+        drained = fedctl(server.address, "drain", "node", "a0-1", "--cluster", "a", "--grace", "1s")
+        assert drained.returncode == 0, drained.stderr
+        assert "node/a0-1 in cluster a: cordoned" in drained.stdout
+        wait_for("second evacuated", lambda: [e for e in events(jobs, second) if e.type == "Evacuated"])
+        evacuated = next(e for e in events(jobs, second) if e.type == "Evacuated")
+        assert "node a0-1 drained by an operator" in evacuated.message
+        assert "no healthy room in this cluster" in evacuated.message
+        jobs.CancelJob(jobs_pb2.CancelJobRequest(id=first))
+        wait_for("second Running in b", lambda: status(second).phase == common_pb2.RUNNING and status(
+            second).cluster == "b")
+        assert status(second).retries == 0
+        bad = fedctl(server.address, "drain", "node", "a0-1", "--cluster", "nowhere")
+        assert bad.returncode != 0 and "nowhere" in bad.stderr
+        missing = fedctl(server.address, "drain", "node", "a0-1")
+        assert missing.returncode != 0 and "needs --cluster" in missing.stderr
+        undone = fedctl(server.address, "uncordon", "node", "a0-1", "--cluster", "a")
+        assert undone.returncode == 0 and "uncordoned" in undone.stdout, undone.stderr
+    finally:
+        for agent in agents:
+            agent.stop()
+        server.stop()
