@@ -22,7 +22,7 @@ from bench.common import machine, measured, out_dir, parser
 from bench.replay.trace import traces
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACED = {"openb", "replay"}  # these read the public traces (../shared/traces or $FEDERATION_TRACES)
+TRACED = {"openb", "replay", "health"}  # these read the public traces (../shared/traces or $FEDERATION_TRACES)
 # name: (module, what it measures); the order runs the quick, self-contained ones first
 BENCHMARKS = {
     "scale": ("bench.bench_scale", "how a scheduling cycle and a gang placement grow with size"),
@@ -33,6 +33,7 @@ BENCHMARKS = {
     "kube": ("bench.bench_kube", "binding gangs on a real Kubernetes API server with KWOK nodes"),
     "openb": ("bench.bench_openb", "GPU fragmentation on the Alibaba openb trace against first fit"),
     "replay": ("bench.trace_replay", "Microsoft ITP trace replay: fair vs FIFO vs topology-off"),
+    "health": ("bench.bench_health", "hardware failures at the Llama 3 rate: proactive drain vs restart-after-crash"),
 }
 
 

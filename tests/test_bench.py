@@ -48,3 +48,37 @@ def test_report_gathers_headlines_and_sections_and_names_failures(tmp_path: Path
     assert "| agent | placement, median | 30 ms |" in text
     assert "| api | **failed** (see its output) | |" in text
     assert "\n## Member agent\n" in text and "\n### Detail\n" in text
+
+
+def test_the_failure_model_draws_the_llama3_rate_and_both_policies_meet_the_same_failures() -> None:
+    from bench.replay.failures import LLAMA3_GPU_FAILURE_RATE, FailureModel, draw_failures, replay
+    from bench.replay.trace import TraceJob
+
+    model = FailureModel(repair=0.0)
+    nodes = [f"n{i}" for i in range(2_000)]
+    drawn = draw_failures(nodes, 365 * 86_400, model, seed=7)
+    expected = LLAMA3_GPU_FAILURE_RATE * 8 * len(nodes) * 365 * 24
+    assert abs(len(drawn) - expected) < 4 * expected ** 0.5  # a Poisson count: within four deviations
+    warned = [f for f in drawn if f.warned_at is not None]
+    assert abs(len(warned) / len(drawn) - model.warned) < 0.05
+    assert all(f.warned_at is not None and f.warned_at <= f.at for f in warned)
+    assert draw_failures(nodes[:10], 86_400, model, 3) == draw_failures(nodes[:10], 86_400, model, 3)
+
+    # One 64-GPU gang on 9 nodes (one spare); a node it runs on warns at 1h10, then fails at 4h10.
+    from bench.replay.capacity import Shape, build
+    from bench.replay.failures import Failure, gang_of
+    from member_agent.placement import Placement, place
+
+    shape = Shape(1, 1, 1, 9)
+    job = TraceJob("g", "t", 0.0, 10 * 3600.0, 64)
+    first = place(next(iter(build(shape).values())), gang_of(job, 8, shape.leaf_gpus))
+    assert isinstance(first, Placement)
+    failures = [Failure(4 * 3600.0 + 600, first.pods[0].node, 1 * 3600.0 + 600)]
+    crash = replay([job], shape, failures, FailureModel(lead=3 * 3600.0), "restart-after-crash")
+    drain = replay([job], shape, failures, FailureModel(lead=3 * 3600.0), "proactive-drain")
+    assert (crash.crashes, crash.moves) == (1, 0)
+    assert (drain.crashes, drain.moves, drain.moved_at_checkpoint) == (0, 1, 1)  # off it at its next checkpoint
+    assert crash.useful_gpu_h == drain.useful_gpu_h == 640
+    # The crash loses the 10 minutes since its checkpoint, 2 to notice and 5 to restart; the move only the restart.
+    assert crash.lost_gpu_h == pytest.approx(64 * (10 + 2 + 5) / 60)
+    assert drain.lost_gpu_h == pytest.approx(64 * 5 / 60)
