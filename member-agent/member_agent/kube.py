@@ -31,6 +31,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import aiohttp
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -40,6 +41,7 @@ from federation.v1 import common_pb2
 from federation.validation import ON_CLUSTER_LOST
 from member_agent import discovery, plugins
 from member_agent.agent import AgentJob, BindError
+from member_agent.dcgm import DEFAULT_THRESHOLDS, dcgm_health
 from member_agent.discovery import OWNER
 from member_agent.informer import Informer, key
 from member_agent.kubeapi import Kube, KubeError, Obj
@@ -237,8 +239,10 @@ async def _all(calls: Iterable[Awaitable[Any]], limit: asyncio.Semaphore) -> lis
 class KubernetesBackend:
     def __init__(self, kube: Kube, cluster: str, namespace: str, scheduler: str,
                  topology_labels: Sequence[str], concurrency: int = 64, health: HealthRules | None = None,
-                 write_hypernodes: bool = False) -> None:
+                 write_hypernodes: bool = False, dcgm_url: str = "", dcgm_period: float = 15.0) -> None:
         self.kube = kube
+        self.dcgm_url, self.dcgm_period = dcgm_url, dcgm_period  # dcgm-exporter's /metrics, when read
+        self._dcgm: dict[str, NodeHealth] = {}  # nodes DCGM's metrics say are not healthy
         # Discovered from labels, the tree is written to the cluster as HyperNode objects (and kept current)
         # unless HyperNodes someone else wrote are there: then those are the tree.
         self.write_hypernodes = write_hypernodes
@@ -309,6 +313,8 @@ class KubernetesBackend:
             self._account(key(pod), pod, earlier=True)
         self.started = True
         self._count_cached()
+        if self.dcgm_url:
+            self._tasks.append(asyncio.create_task(self._poll_dcgm()))
         if self.write_hypernodes:
             await self.sync_hypernodes()
 
@@ -366,9 +372,11 @@ class KubernetesBackend:
     # -- health ------------------------------------------------------------------------------------
 
     def _note_health(self, name: str, obj: Obj | None) -> bool:
-        """Read a node's health from its conditions and taints; whether it changed."""
+        """Read a node's health from its conditions and taints (and DCGM's metrics); whether it changed."""
         health = node_health(((obj or {}).get("status") or {}).get("conditions") or [],
                              ((obj or {}).get("spec") or {}).get("taints") or [], self.rules) if obj else None
+        if health is not None and name in self._dcgm:
+            health = health.worst(self._dcgm[name])
         before = self._health.get(name)
         if health is None or health.state == HEALTHY:
             self._health.pop(name, None)
@@ -478,20 +486,47 @@ class KubernetesBackend:
         elif before.taints != after.taints and name in self.state.free:
             self.state.replace_node(after)
             self._on_change()
-        if self._note_health(name, new) and self._apply_health(self.state):
+        self._follow(name, new)
+
+    def _follow(self, name: str, obj: Obj) -> None:
+        """A node's health, readiness and cordon, as now known, into the state (and its pods' fate)."""
+        if self._note_health(name, obj) and self._apply_health(self.state):
             log.info("node %s: %s", name, self._health.get(name, NodeHealth()).state)
             self._schedule_sync()
             self._on_change()
         failed = self._health.get(name)
-        ready = _ready(new) and (failed is None or failed.state != FAILED)
+        ready = _ready(obj) and (failed is None or failed.state != FAILED)
         if ready != self._ready.get(name, True):
             self._ready[name] = ready
             why = f"node {name} failed ({', '.join(failed.reasons)})" if failed and failed.state == FAILED else ""
             self._on_node(name, ready, why)
-        if name in self.state.free and (ready and not _cordoned(new)) != (name in self.state.ready):
-            self.state.set_ready(name, ready and not _cordoned(new))
+        if name in self.state.free and (ready and not _cordoned(obj)) != (name in self.state.ready):
+            self.state.set_ready(name, ready and not _cordoned(obj))
             self._schedule_sync()
             self._on_change()
+
+    async def _poll_dcgm(self) -> None:
+        """Read the DCGM exporter's metrics every period; nodes whose GPUs cross a threshold turn degraded or
+        failed (with their conditions' health, the worse wins). An endpoint that does not answer keeps the
+        last reading, and says so."""
+        thresholds = self.rules.dcgm_thresholds or DEFAULT_THRESHOLDS
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+            while True:
+                try:
+                    async with session.get(self.dcgm_url) as response:
+                        response.raise_for_status()
+                        text = await response.text()
+                    found = dcgm_health(text, thresholds, self.rules.dcgm_failed_xids, self.rules.default_failure_rate)
+                except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+                    log.warning("cannot read DCGM metrics from %s: %s (keeping the last reading)", self.dcgm_url, err)
+                else:
+                    changed = {n for n in found.keys() | self._dcgm.keys() if found.get(n) != self._dcgm.get(n)}
+                    self._dcgm = found
+                    for name in sorted(changed):
+                        obj = self.nodes.store.get(f"/{name}")
+                        if obj is not None and self.started:
+                            self._follow(name, obj)
+                await asyncio.sleep(self.dcgm_period)
 
     def _hypernode_event(self, kind: str, old: Obj | None, new: Obj | None) -> None:
         self._count_cached()

@@ -114,6 +114,10 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 @click.option("--health-rules", type=click.Path(path_type=Path, exists=True, dir_okay=False), metavar="FILE",
               help="Which node conditions, taints and HyperNode conditions mean degraded or failed (YAML); default: "
                    "NVSentinel's and Node Problem Detector's names.")
+@click.option("--dcgm-metrics", "dcgm_url", default="", metavar="URL",
+              help="Also read node health from NVIDIA dcgm-exporter's Prometheus metrics at this URL (every 15 s): "
+                   "XIDs, ECC and row remaps, NVLink and PCIe replays, thermal throttling, against the thresholds "
+                   "of --health-rules (Kubernetes backend).")
 @click.option("--faults", "faults_file", type=click.Path(path_type=Path, exists=True, dir_okay=False), metavar="FILE",
               help="Inject these hardware faults at their times (simulated clusters): a YAML list of "
                    "{at, node|hypernode, state, reason}.")
@@ -144,7 +148,7 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 @click.pass_context
 def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path | None, kubeconfig: Path | None,
         in_cluster: bool, namespace: str, scheduler_name: str, topology_labels: tuple[str, ...],
-        discover: str, health_rules: Path | None, faults_file: Path | None, labels: tuple[str, ...],
+        discover: str, health_rules: Path | None, dcgm_url: str, faults_file: Path | None, labels: tuple[str, ...],
         heartbeat: float, reconcile_period: float, fence_after: float | None, admin_listen: str, health_listen: str,
         tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None, log_level: str) -> None:
     """Member agent: places gangs topology-aware in one cluster and reports to the federation."""
@@ -181,7 +185,8 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
 
     async def agent_of() -> Agent:
         backend = simulated or await _kubernetes(cluster, kubeconfig, namespace, scheduler_name,
-                                                 tuple(discovered) or topology_labels, rules, bool(discovered))
+                                                 tuple(discovered) or topology_labels, rules, bool(discovered),
+                                                 dcgm_url)
         return Agent(cluster, cluster_labels, backend, fence_after=fence_after)
 
     asyncio.run(_run(agent_of, server, heartbeat, reconcile_period, admin_listen, health_listen, credentials,
@@ -189,7 +194,8 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
 
 
 async def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, scheduler: str,
-                      topology_labels: tuple[str, ...], rules: HealthRules, write_hypernodes: bool) -> Backend:
+                      topology_labels: tuple[str, ...], rules: HealthRules, write_hypernodes: bool,
+                      dcgm_url: str) -> Backend:
     """Connect, check the role grants every call the agent makes, and read the cluster."""
     from aiohttp import ClientError
     from kubernetes_asyncio.config import ConfigException
@@ -202,7 +208,7 @@ async def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, sch
     except (ConfigException, OSError, ValueError) as err:
         raise click.ClickException(f"cannot use {kubeconfig or 'the in-cluster configuration'}: {err}") from err
     backend = KubernetesBackend(kube, cluster, namespace, scheduler, topology_labels, health=rules,
-                                write_hypernodes=write_hypernodes)
+                                write_hypernodes=write_hypernodes, dcgm_url=dcgm_url)
     try:
         await backend.check_access()
         await backend.start()

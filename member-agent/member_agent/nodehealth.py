@@ -62,6 +62,9 @@ class HealthRules:
     hypernode_conditions: tuple[str, ...] = HYPERNODE_DEGRADED  # status True: the HyperNode's links degraded
     failure_rates: Mapping[str, float] = field(default_factory=dict)  # condition type or "XID n" -> per hour
     default_failure_rate: float = DEFAULT_FAILURE_RATE
+    # DCGM exporter metrics, when the agent reads them (member_agent.dcgm): the fatal XIDs and the thresholds
+    dcgm_failed_xids: tuple[int, ...] = (48, 79, 95)
+    dcgm_thresholds: tuple[Any, ...] = ()  # dcgm.Threshold; () means dcgm.DEFAULT_THRESHOLDS
 
     def rate(self, reason: str, condition: str) -> float:
         return self.failure_rates.get(reason, self.failure_rates.get(condition, self.default_failure_rate))
@@ -158,10 +161,10 @@ def load_rules(path: Path) -> HealthRules:
         raise HealthConfigError(f"{path}: {err}") from None
     if not isinstance(data, Mapping):
         raise HealthConfigError(f"{path}: must be a mapping (conditions, taints, hypernodes, failureRates)")
-    unknown = set(data) - {"conditions", "taints", "hypernodes", "failureRates"}
+    unknown = set(data) - {"conditions", "taints", "hypernodes", "failureRates", "dcgm"}
     if unknown:
         raise HealthConfigError(f"{path}: unknown field {sorted(unknown)[0]!r} (conditions, taints, hypernodes, "
-                                "failureRates)")
+                                "failureRates, dcgm)")
     d = HealthRules()
     rates = data.get("failureRates") or {}
     if not isinstance(rates, Mapping) or not all(
@@ -176,4 +179,36 @@ def load_rules(path: Path) -> HealthRules:
         degraded_taint_values=_strings(data, "taints", "degradedValues", str(path), d.degraded_taint_values),
         hypernode_conditions=_strings(data, "hypernodes", "degraded", str(path), d.hypernode_conditions),
         failure_rates={str(k): float(v) for k, v in rates.items() if k != "default"},
-        default_failure_rate=float(rates.get("default", d.default_failure_rate)))
+        default_failure_rate=float(rates.get("default", d.default_failure_rate)),
+        **_dcgm(data.get("dcgm"), str(path)))
+
+
+def _dcgm(data: Any, where: str) -> dict[str, Any]:
+    """The dcgm section: {failedXids: [..], thresholds: [{metric, above, state, reason, link}]}."""
+    from member_agent.dcgm import Threshold  # the metrics reader depends on these rules, not the reverse
+
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping) or set(data) - {"failedXids", "thresholds"}:
+        raise HealthConfigError(f"{where}: dcgm must be a mapping of failedXids and thresholds")
+    out: dict[str, Any] = {}
+    if "failedXids" in data:
+        xids = data["failedXids"]
+        if not isinstance(xids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in xids):
+            raise HealthConfigError(f"{where}: dcgm.failedXids must be a list of XID numbers")
+        out["dcgm_failed_xids"] = tuple(xids)
+    if "thresholds" in data:
+        found = []
+        for i, t in enumerate(data["thresholds"] or []):
+            at = f"{where}: dcgm.thresholds[{i}]"
+            if not isinstance(t, Mapping) or not isinstance(t.get("metric"), str):
+                raise HealthConfigError(f"{at}: needs metric (a DCGM field name, e.g. DCGM_FI_DEV_PCIE_REPLAY_COUNTER)")
+            above = t.get("above", 0)
+            if isinstance(above, bool) or not isinstance(above, int | float):
+                raise HealthConfigError(f"{at}.above: must be a number")
+            if t.get("state", DEGRADED) not in (DEGRADED, FAILED):
+                raise HealthConfigError(f"{at}.state: must be degraded or failed")
+            found.append(Threshold(t["metric"], float(above), t.get("state", DEGRADED),
+                                   str(t.get("reason") or t["metric"]), bool(t.get("link", False))))
+        out["dcgm_thresholds"] = tuple(found)
+    return out

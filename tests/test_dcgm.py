@@ -1,0 +1,88 @@
+"""Node health from NVIDIA dcgm-exporter's metrics: thresholds over the exposition text, and the agent reading a
+real HTTP endpoint beside the test bed's API server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from federation.testbed.cluster import Testbed
+from member_agent.dcgm import Threshold, dcgm_health
+from member_agent.kube import KubernetesBackend
+from member_agent.kubeapi import Kube
+from member_agent.nodehealth import DEGRADED, FAILED, HealthConfigError, load_rules
+from tests.kubehelp import JOBS, eventually, gpu_cluster, ready_nodes
+
+# As dcgm-exporter prints them (default counters, with the node's name in Hostname).
+EXPOSITION = """\
+# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.
+# TYPE DCGM_FI_DEV_XID_ERRORS gauge
+DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-0a",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n0-0-0"} 0
+DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-0b",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="n0-0-0"} %s
+# HELP DCGM_FI_DEV_PCIE_REPLAY_COUNTER Total number of PCIe retries.
+# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter
+DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu="0",UUID="GPU-1a",device="nvidia0",modelName="NVIDIA H100",Hostname="n0-1-0"} %s
+# HELP DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL Total number of NVLink retries.
+# TYPE DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL counter
+DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL{gpu="2",UUID="GPU-1c",device="nvidia2",Hostname="n0-1-1"} 3
+"""
+
+
+def test_thresholds_say_which_nodes_are_degraded_or_failed() -> None:
+    found = dcgm_health(EXPOSITION % (13, 250))
+    assert set(found) == {"n0-0-0", "n0-1-0"}  # 3 NVLink replays are under the threshold of 100
+    assert (found["n0-0-0"].state, found["n0-0-0"].reasons) == (DEGRADED, ("XID 13",))
+    assert (found["n0-1-0"].state, found["n0-1-0"].reasons) == (DEGRADED, ("PCIe replays on GPU 0",))
+    assert dcgm_health(EXPOSITION % (79, 0))["n0-0-0"].state == FAILED  # fallen off the bus
+    strict = dcgm_health(EXPOSITION % (0, 0), [Threshold("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 1, DEGRADED,
+                                                         "NVLink replays", link=True)])
+    assert strict["n0-1-1"].link and list(strict) == ["n0-1-1"]
+    with pytest.raises(ValueError):
+        dcgm_health("DCGM_FI_DEV_XID_ERRORS{gpu= 1\n")
+
+
+def test_the_rules_file_sets_dcgm_thresholds(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("dcgm:\n  failedXids: [13]\n  thresholds:\n    - {metric: DCGM_FI_DEV_PCIE_REPLAY_COUNTER, "
+                     "above: 1000, state: failed, reason: PCIe}\n")
+    loaded = load_rules(rules)
+    found = dcgm_health(EXPOSITION % (13, 250), loaded.dcgm_thresholds, loaded.dcgm_failed_xids)
+    assert found["n0-0-0"].state == FAILED and "n0-1-0" not in found
+    rules.write_text("dcgm:\n  thresholds:\n    - {metric: X, above: lots}\n")
+    with pytest.raises(HealthConfigError, match=r"dcgm\.thresholds\[0\]\.above"):
+        load_rules(rules)
+
+
+async def test_the_agent_reads_a_dcgm_endpoint_and_its_nodes_follow(kube: Testbed, tmp_path: Path) -> None:
+    gpu_cluster(kube)
+    values = {"xid": 0, "pcie": 0}
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=EXPOSITION % (values["xid"], values["pcie"]), content_type="text/plain")
+
+    app = web.Application()
+    app.add_routes([web.get("/metrics", metrics)])
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    config = kube.agent_kubeconfig(tmp_path / "agent.kubeconfig")
+    b = KubernetesBackend(await Kube.connect(str(config)), "east", JOBS, "federation-agent", (),
+                          dcgm_url=f"http://127.0.0.1:{port}/metrics", dcgm_period=0.2)
+    await b.start()
+    try:
+        await ready_nodes(b, 4)
+        assert not b.state.degraded and not b.state.failed
+        values.update(xid=79, pcie=500)
+        await eventually(lambda: "n0-0-0" in b.state.failed and "n0-1-0" in b.state.degraded, what="DCGM's verdicts")
+        assert "n0-0-0" not in b.state.ready  # a failed node is given nothing
+        assert b.state.degraded["n0-1-0"].reasons == ("PCIe replays on GPU 0",)
+        values.update(xid=0, pcie=0)  # the counters cleared (a GPU reset): healthy again
+        await eventually(lambda: not b.state.failed and not b.state.degraded and "n0-0-0" in b.state.ready,
+                         what="healthy again")
+    finally:
+        await b.stop()
+        await runner.cleanup()
