@@ -130,10 +130,11 @@ TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = 
     admin_pb2.PriorityClass: (("NAME", "VALUE", "PREEMPTIBLE", "PROTECTED", "DEFAULT", "DESCRIPTION"), lambda p: [
         p.name, p.value, p.preemptible, f"{p.protected_run_seconds}s" if p.protected_run_seconds else "-",
         p.global_default, p.description or "-"]),
-    admin_pb2.Cluster: (("NAME", "STATUS", "CORDONED", "NODES", "ALLOCATABLE", "USED", "DRIFT", "HEARTBEAT"),
+    admin_pb2.Cluster: (("NAME", "STATUS", "CORDONED", "NODES", "ALLOCATABLE", "USED", "DRIFT", "HEALTH", "HEARTBEAT"),
                         lambda c: [c.name, pascal_case(admin_pb2.ClusterStatus.Name(c.status)), c.cordoned, c.nodes,
                                    quantities(c.allocatable), quantities(c.used), quantities(c.drift),
-                                   age(c.last_heartbeat)]),
+                                   "; ".join([*c.health, *(f"links degraded: {h}" for h in c.degraded_hypernodes)])
+                                   or "healthy", age(c.last_heartbeat)]),
     admin_pb2.Token: (("ID", "NAME", "FOR", "STATE", "EXPIRES", "AGE", "CREATED BY"), _token_row),
     admin_pb2.AuditEvent: (("ID", "AGE", "ACTOR", "ACTION", "KIND", "NAME"), lambda e: [
         e.id, age(e.time), e.actor, e.action, e.kind, e.name]),
