@@ -123,3 +123,29 @@ def test_a_link_fault_on_a_node_degrades_its_hypernode_and_the_summary_sees_heal
     assert isinstance(place(state, gang(3, mode="hard", highest_tier=1)), Placement)
     state.set_health({}, {})  # repaired: everything counts again
     assert isinstance(place(state, gang(4, mode="hard", highest_tier=1)), Placement)
+
+
+def test_the_cluster_choice_prefers_healthy_room_and_explain_says_why_it_skipped() -> None:
+    from federation.scheduling.choice import ClusterTable
+    from federation.scheduling.fit import ClusterState as Fed
+    from federation.scheduling.fit import ClusterView, JobView, TierFree, explain
+
+    tiers = [TierFree(0, "node", {GPU: 8}), TierFree(1, "leaf", {GPU: 32}), TierFree(2, "cluster", {GPU: 64})]
+    healthy = [TierFree(0, "node", {GPU: 8}), TierFree(1, "leaf", {GPU: 16}), TierFree(2, "cluster", {GPU: 48})]
+    # "a" is fuller (the better fit, and first by name) but the gang fits there only on degraded nodes.
+    a = ClusterView("a", {}, {GPU: 40}, tiers, healthy_tiers=healthy, health=["2 nodes degraded (XID 79)"])
+    b = ClusterView("b", {}, {GPU: 64}, tiers)
+    gang = JobView("j", {GPU: 32}, {GPU: 8}, {}, "hard", 1)
+    for views in ([a, b], [b, a]):
+        table = ClusterTable(views, {GPU: 128})
+        assert table.best(gang, {}) == "b"
+        assert table._best_slowly(gang, {}) == "b"
+    assert ClusterTable([a], {GPU: 64}).best(gang, {}) == "a"  # nothing healthy anywhere: degraded will do
+    small = JobView("s", {GPU: 16}, {GPU: 8}, {}, "hard", 1)
+    assert ClusterTable([a, b], {GPU: 128}).best(small, {}) == "a"  # fits a's healthy leaf: no reason to skip it
+    rows = dict(explain(gang, [Fed(a, True, False), Fed(b, True, False)]))
+    assert rows["b"] is None
+    assert rows["a"] == ("skipped: 2 nodes degraded (XID 79) (the gang fits there only on degraded hardware, and "
+                         "fits on healthy hardware elsewhere)")
+    alone = dict(explain(gang, [Fed(a, True, False)]))
+    assert alone["a"] is None
