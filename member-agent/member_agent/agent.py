@@ -21,6 +21,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from federation.durations import parse_duration
 from federation.gangs import minimum_pods
 from federation.resources import Resources, add, parse_resources
+from federation.scheduling.fit import TierFree
 from federation.v1 import agent_pb2, common_pb2
 from federation.validation import CHECKPOINT_INTERVAL, MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
 from member_agent.drain import drain_timing
@@ -407,10 +408,7 @@ class Agent:
     def inventory(self) -> agent_pb2.AgentMessage:
         self._inventory_sent = time.monotonic()
         capacity, allocatable, used = self.state.totals()
-        topology = [agent_pb2.TierFree(tier=t.tier, tier_name=t.tier_name,
-                                       max_free=agent_pb2.ResourceAmounts(amounts=t.max_free),
-                                       max_capacity=agent_pb2.ResourceAmounts(amounts=t.max_capacity))
-                    for t in self.state.summary()]
+        topology = _tier_messages(self.state.summary())
         domains = [d for d in self.state.topology.domains.values() if d.name != ROOT]
         if len(domains) > MAX_REPORTED_HYPERNODES:  # too many to send every time: only the tiers' summary
             domains = []
@@ -429,11 +427,7 @@ class Agent:
             summary=summary({**state.failed, **state.degraded}),
             degraded_hypernodes=sorted(state.degraded_links))
         if state.degraded or state.degraded_links:
-            health.healthy_topology.extend(
-                agent_pb2.TierFree(tier=t.tier, tier_name=t.tier_name,
-                                   max_free=agent_pb2.ResourceAmounts(amounts=t.max_free),
-                                   max_capacity=agent_pb2.ResourceAmounts(amounts=t.max_capacity))
-                for t in state.summary(healthy=True))
+            health.healthy_topology.extend(_tier_messages(state.summary(healthy=True)))
         return agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
             health=health, managed=agent_pb2.ResourceAmounts(amounts=managed),
             capacity=agent_pb2.ResourceAmounts(amounts=capacity),
@@ -988,6 +982,12 @@ class Agent:
         self.health_changed()
         self._send_inventory()
         return f"{order.action} of {order.kind} {order.name} ({len(nodes)} node{'s' if len(nodes) > 1 else ''})"
+
+
+def _tier_messages(tiers: Sequence[TierFree]) -> list[agent_pb2.TierFree]:
+    return [agent_pb2.TierFree(tier=t.tier, tier_name=t.tier_name,
+                               max_free=agent_pb2.ResourceAmounts(amounts=t.max_free),
+                               max_capacity=agent_pb2.ResourceAmounts(amounts=t.max_capacity)) for t in tiers]
 
 
 def _checkpoint(job: AgentJob) -> float | None:
