@@ -72,12 +72,13 @@ async def test_a_gang_on_a_node_that_degrades_moves_at_its_checkpoint_inside_its
     bound = [u for u in seen if u.type == agent_pb2.BOUND][-1]
     leaf = bound.hypernode
     node = bound.placements[0].node
+    await asyncio.sleep(0.5)  # half a second of work since it started: moving now would lose it
     started = time.monotonic()
     assert agent.inject(Fault(0, "node", node, "degraded", "XID 79", rate=0.01))
     planned = await until(agent, agent_pb2.DRAIN_PLANNED, seen)
     assert f"node {node} degraded (XID 79)" in planned.reason and "next checkpoint" in planned.reason
     moved = await until(agent, agent_pb2.DRAINED, seen)
-    assert time.monotonic() - started >= 0.5  # it waited for the checkpoint rather than moving at once
+    assert time.monotonic() - started >= 1.0  # it waited for the checkpoint (1.5 s on) rather than moving at once
     nodes = {p.node for p in moved.placements}
     assert node not in nodes and len(nodes) == 2
     assert moved.hypernode == leaf and moved.tier == 1  # still inside one leaf, as its hard tier limit says
