@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -67,6 +68,12 @@ class Site:
         manifest = self.tmp / f"{name}.yaml"
         manifest.write_text(JOB.format(name=name, queue=f"{tenant}-q", cpu=cpu))
         return self.fedctl(self.tokens[tenant], "submit", "-f", str(manifest)).stdout.split()[0].removeprefix("job/")
+
+
+def patient_wait(browser: object, seconds: float) -> WebDriverWait:
+    """A wait that reads the page again when live updates replaced the element it was reading (stale)."""
+    return WebDriverWait(browser, seconds, ignored_exceptions=(StaleElementReferenceException,
+                                                               NoSuchElementException))
 
 
 @pytest.fixture
@@ -137,7 +144,7 @@ def _shot(browser: webdriver.Chrome, name: str) -> None:
 def test_the_dashboard_answers_why_a_job_waits_and_where_its_gang_landed(site: Site,
                                                                          browser: webdriver.Chrome) -> None:
     ui = site.server.dashboard
-    wait = WebDriverWait(browser, 30)
+    wait = patient_wait(browser, 30)
     hidden = site.submit("beta", "beta-secret")
     browser.get(f"{ui}/queues")
     assert "401" in browser.find_element(By.ID, "error").text  # no token, nothing shown

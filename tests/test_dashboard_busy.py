@@ -8,9 +8,8 @@ from __future__ import annotations
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.test_dashboard import Site, _shot, browser, sign_in, site  # noqa: F401  (fixtures)
+from tests.test_dashboard import Site, _shot, browser, patient_wait, sign_in, site  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +22,7 @@ def fits(chrome: webdriver.Chrome) -> bool:
 def test_the_dashboard_on_a_busy_day(site: Site, browser: webdriver.Chrome) -> None:  # noqa: F811
     site.fedctl(site.tokens["admin"], "tenant", "update", "alpha", "--limit", "cpu=16")
     jobs = [site.submit("alpha", f"busy-{i}") for i in range(3)]  # 16 CPUs each: one runs, its limit holds two
-    ui, wait = site.server.dashboard, WebDriverWait(browser, 60)
+    ui, wait = site.server.dashboard, patient_wait(browser, 60)
     sign_in(browser, ui, site.tokens["alpha"])
     for width in (1280, 1920):
         browser.set_window_size(width, 1000)

@@ -12,10 +12,9 @@ import time
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.processes import BIN
-from tests.test_dashboard import Site, browser, sign_in, site  # noqa: F401  (fixtures)
+from tests.test_dashboard import Site, browser, patient_wait, sign_in, site  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.e2e
 
@@ -73,8 +72,11 @@ def test_pods_and_logs_through_the_federation(site: Site, browser: webdriver.Chr
     ui = site.server.dashboard
     sign_in(browser, ui, alpha)
     browser.get(f"{ui}/jobs/{job}")
-    rows = browser.find_elements(By.CSS_SELECTOR, "table.pods tbody tr")
-    assert [r.find_element(By.CSS_SELECTOR, "td.pod-phase").text for r in rows] == ["Running", "Running"]
-    rows[1].find_element(By.CSS_SELECTOR, "a.log").click()
-    WebDriverWait(browser, 30).until(lambda b: b.find_elements(By.ID, "log"))
+    # Read at once in the page: live updates may replace the table between two WebDriver calls.
+    phases, logs = browser.execute_script(
+        "return [[...document.querySelectorAll('table.pods tbody tr td.pod-phase')].map(e => e.textContent.trim()),"
+        " [...document.querySelectorAll('table.pods tbody tr a.log')].map(a => a.href)]")
+    assert phases == ["Running", "Running"]
+    browser.get(logs[1])
+    patient_wait(browser, 30).until(lambda b: b.find_elements(By.ID, "log"))
     assert f"simulated pod {job}-worker-1" in browser.find_element(By.ID, "log").text
