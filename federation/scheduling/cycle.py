@@ -660,20 +660,30 @@ class _Cycle:
         q = self.queues[queue]
         limited = bool(self.tenants[q.tenant].limit or any(self.queues[n].limit for n in self.chain[queue]))
         nowhere = self.clusters.nowhere if self.clusters else {}
-        waiting = self.out.waiting
+        waiting, limits, impossible_ids = self.out.waiting, self.out.limited, self.out.cannot_run
+        # Nothing this walk reads changes during it (usage, reservations, what fits nowhere), so a verdict holds
+        # for every job of the same shape in this queue: worked out once per shape, not once per job.
+        verdicts: dict[tuple[object, ...], tuple[str | None, bool, tuple[str, Resources, str] | None]] = {}
         i = start
         while i < len(jobs):
             job = jobs[i]
             if job.id in self.remembered:
                 break
-            impossible = self.cannot_run(job, queue)
-            if impossible:
-                self.out.cannot_run.add(job.id)
-            why = impossible or (limited and self.over_limit(job, queue)) or (
-                job.view.shape in nowhere and (self.behind(job) or nowhere[job.view.shape])) or (
-                not self.clusters and NO_READY_CLUSTER)
+            shape = job.view.shape
+            verdict = verdicts.get(shape)
+            if verdict is None:
+                impossible = self.cannot_run(job, queue)
+                why = impossible or (limited and self.over_limit(job, queue)) or (
+                    shape in nowhere and (self.behind(job) or nowhere[shape])) or (
+                    not self.clusters and NO_READY_CLUSTER)
+                verdict = verdicts[shape] = (why or None, bool(impossible), limits.get(job.id))
+            why, impossible_, limit = verdict
+            if impossible_:
+                impossible_ids.add(job.id)
             if not why:
                 break
+            if limit is not None:
+                limits[job.id] = limit
             waiting[job.id] = why
             i += 1
         return i
