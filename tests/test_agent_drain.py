@@ -133,3 +133,21 @@ async def test_an_operator_drain_moves_gangs_off_a_hypernode_within_its_grace() 
     assert await agent.order_node(agent_pb2.NodeOrder(action="cordon", kind="node", name="nope")) == \
         "node nope is not in cluster h100"
     await settle(agent)
+
+
+async def test_a_node_that_fails_fails_its_pods_and_the_policy_restarts_them_elsewhere() -> None:
+    agent = make_agent([1, 4])
+    gang = job(2)
+    gang.spec.policies.append(common_pb2.LifecyclePolicy(events=["Unknown"], action="RestartPod"))
+    await agent.assign(gang, attempt=1)
+    seen = updates(agent)
+    node = [u for u in seen if u.type == agent_pb2.BOUND][-1].placements[0].node
+    assert agent.inject(Fault(0, "node", node, "failed", "XID 79"))
+    failed = await until(agent, agent_pb2.POD_FAILED, seen)
+    assert failed.reason == f"Unknown: node {node} failed (XID 79)"
+    restarted = await until(agent, agent_pb2.POD_RESTARTED, seen)
+    assert node not in {p.node for p in restarted.placements} and len(restarted.placements) == 2
+    assert node not in agent.state.ready and agent.state.failed[node].reasons == ("XID 79",)
+    agent.inject(Fault(0, "node", node, "healthy"))
+    assert node in agent.state.ready and not agent.state.failed
+    await settle(agent)

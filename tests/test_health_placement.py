@@ -63,6 +63,9 @@ def test_rules_are_configuration_and_a_bad_file_names_its_field(tmp_path: Path) 
     bad.write_text("conditions:\n  degraded: MyGpuWatch\n")
     with pytest.raises(HealthConfigError, match=r"conditions\.degraded must be a list"):
         load_rules(bad)
+    bad.write_text("conditions: [MyGpuWatch]\n")  # a list where a mapping belongs is refused, not ignored
+    with pytest.raises(HealthConfigError, match="conditions must be a mapping"):
+        load_rules(bad)
     bad.write_text("taint: {}\n")
     with pytest.raises(HealthConfigError, match="unknown field 'taint'"):
         load_rules(bad)

@@ -145,7 +145,10 @@ def summary(health: Mapping[str, NodeHealth]) -> list[str]:
 
 
 def _strings(data: Mapping[str, Any], section: str, key: str, where: str, default: Sequence[str]) -> tuple[str, ...]:
-    value = (data.get(section) or {}).get(key, None) if isinstance(data.get(section) or {}, Mapping) else None
+    part = data.get(section) or {}
+    if not isinstance(part, Mapping):
+        raise HealthConfigError(f"{where}: {section} must be a mapping (e.g. {section}: {{{key}: [...]}})")
+    value = part.get(key)
     if value is None:
         return tuple(default)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
