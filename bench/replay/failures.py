@@ -26,7 +26,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bench.replay.capacity import GPU, GPUS_PER_NODE, Shape, build
 from bench.replay.trace import TraceJob
@@ -89,7 +89,6 @@ class Run:
     held: float = 0.0  # GPU-seconds held so far
     crashes: int = 0
     moves: int = 0
-    done: bool = False
 
 
 @dataclass
@@ -102,7 +101,6 @@ class Outcome:
     failures: int = 0
     failures_hitting_gangs: int = 0
     unfinished: int = 0
-    details: dict[str, float] = field(default_factory=dict)
 
     @property
     def lost_gpu_h(self) -> float:
@@ -200,7 +198,6 @@ def replay(jobs: Sequence[TraceJob], shape: Shape, failures: Sequence[Failure], 
             if eid not in live:
                 continue
             stop(run, lost_since_checkpoint=False)
-            run.done = True
             out.useful_gpu_h += run.job.duration * run.job.gpus / HOUR
             out.held_gpu_h += run.held / HOUR
             admit()

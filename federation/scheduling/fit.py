@@ -204,8 +204,9 @@ def explain(job: JobView, clusters: Sequence[ClusterState], refused: Mapping[str
                 why = f"room enough, but {held_by}"
         out.append((c.view.name, why))
     by_name = {c.view.name: c.view for c in clusters}
-    if any(why is None and fits_healthy(job, by_name[name]) for name, why in out):
+    healthy = {name: fits_healthy(job, by_name[name]) for name, why in out if why is None}
+    if any(healthy.values()):
         out = [(name, f"skipped: {'; '.join(by_name[name].health) or 'degraded hardware'} (the gang fits there "
                       "only on degraded hardware, and fits on healthy hardware elsewhere)")
-               if why is None and not fits_healthy(job, by_name[name]) else (name, why) for name, why in out]
+               if healthy.get(name) is False else (name, why) for name, why in out]
     return out

@@ -112,7 +112,6 @@ class SimulatedBackend:
         self.starting: dict[tuple[str, str, int], asyncio.Handle] = {}  # (job, task, index) -> its start
         self.members: dict[tuple[str, str], set[int]] = {}  # (job, task) -> the indices its completion ends
         self._on_pod: Callable[[str, int, str, int, str, str], object] = lambda *_: None
-        self.cordoned: set[str] = set()
 
     def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
                      on_node: Callable[..., object], on_change: Callable[[], object]) -> None:
@@ -213,10 +212,6 @@ class SimulatedBackend:
     async def cordon(self, nodes: Sequence[str], cordon: bool) -> None:
         """A cordoned node offers nothing new; its pods stay (as with `kubectl cordon`)."""
         for node in nodes:
-            if cordon:
-                self.cordoned.add(node)
-            else:
-                self.cordoned.discard(node)
             self.state.set_ready(node, not cordon and node not in self.state.failed)
 
     @staticmethod

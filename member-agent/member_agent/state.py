@@ -42,10 +42,13 @@ class PodCounts:
     def remember(self, shape: Shape) -> None:
         if shape not in self.shapes:
             if len(self.shapes) >= self.MAX_SHAPES:
-                self.fit.clear()
-                self.cap.clear()
-                self.shapes.clear()
+                self.clear()
             self.shapes.add(shape)
+
+    def clear(self) -> None:
+        self.fit.clear()
+        self.cap.clear()
+        self.shapes.clear()
 
     def forget(self, places: list[str]) -> None:
         for place in places:
@@ -127,9 +130,7 @@ class ClusterState:
             self._avoid[HEALTHY_ONLY][self._rows[node]] = True
         for node in degraded:
             self._avoid[HEALTHY_ONLY][self._rows[node]] = True
-        self.counts.fit.clear()
-        self.counts.cap.clear()
-        self.counts.shapes.clear()
+        self.counts.clear()
         self._stale_node_max.update(self.topology.domains)
         return True
 
