@@ -13,9 +13,10 @@ job priority, then earlier submission.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import Protocol
 
 from federation.resources import FLAVOR, Resources, base, format_resources
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
@@ -23,6 +24,7 @@ from federation.scheduling.fairshare import EPSILON, Claim, Tree, dominant_share
 from federation.scheduling.fit import ClusterView, DomainFree, JobView, cannot_run, covers
 from federation.scheduling.flavors import FlavorInfo, Flavors
 from federation.scheduling.forecast import remaining
+from federation.scheduling.queues import Impossible, Limits, QueueManager, Reasons, Verdict, Walk
 
 RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # a victim's work lost is counted in these
 # A move for a gang may lose at most this long of the gang's own GPUs in others' work.
@@ -136,12 +138,15 @@ class Decisions:
     preempt: dict[str, str] = field(default_factory=dict)  # running job -> reason
     making_room: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster preempted for it
     lost: dict[str, float] = field(default_factory=dict)  # preempted job -> GPU-seconds of work lost by it
-    waiting: dict[str, str] = field(default_factory=dict)  # pending job -> why it waits
+    # pending job -> why it waits, in the order the cycle met them (from a walk over the queue manager: worked
+    # out only for the jobs asked about)
+    waiting: MutableMapping[str, str] = field(default_factory=dict)
     reserved: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster whose room is held for it
-    cannot_run: set[str] = field(default_factory=set)  # waiting jobs no cluster or quota could run as things stand
+    # waiting jobs no cluster or quota could run as things stand
+    cannot_run: set[str] | Impossible = field(default_factory=set)
     # waiting job -> the limit holding it: (its owner, "queue NAME" or "tenant NAME"; how much of each resource
     # that owner must free before the job fits under it; the reason): the forecast and ExplainJob read it
-    limited: dict[str, tuple[str, Resources, str]] = field(default_factory=dict)
+    limited: MutableMapping[str, tuple[str, Resources, str]] = field(default_factory=dict)
     shares: Tree | None = None
     usage: dict[str, Resources] = field(default_factory=dict)  # queue -> in use after this cycle
 
@@ -165,6 +170,12 @@ def _level(usage: Mapping[str, int], share: Mapping[str, float], level: Mapping[
     after = dominant_share(usage, share, wanted)
     over = after > 1 + EPSILON
     return over, excess(usage, share, level, wanted) if over else dominant_share(usage, share, half), after
+
+
+def _held_by(job: PendingJob, owner: str, usage: Mapping[str, int], over: Mapping[str, int],
+             why: str) -> tuple[str, Resources, str]:
+    needed = {r: usage.get(r, 0) + job.view.request.get(r, 0) - cap for r, cap in over.items()}
+    return owner, needed, why
 
 
 def _fmt(amounts: Mapping[str, int]) -> str:
@@ -192,13 +203,13 @@ class _Cycle:
         self.pool = PreemptiblePool(self.clusters, sorted(self.queues))
         self.out = Decisions()
         self.remembered = snap.making_room.keys() | snap.refused.keys()  # jobs a past cycle's outcome follows
-        self.preempted = [job for job in snap.pending if job.cause]
         self.over_share: set[str] = set()  # reclaimable queues holding more than they deserve (once shares are known)
         self.lowered: set[str] = set()  # queues whose tenant's usage a preemption lowered since the last turn
         self.heads_reserving: set[str] = set()  # queues whose head has had its turn at reclaim and reservation
         # Per gang shape, as the clusters stand; and per shape and queue, with the queue's and tenant's limits.
         self._cannot_run_anywhere: dict[tuple[object, ...], str | None] = {}
         self._cannot_run: dict[tuple[tuple[object, ...], str], str | None] = {}
+        self._limited: dict[str, bool] = {}
         self.holders: dict[str, list[tuple[str, str]]] = {}  # cluster -> (job, its tenant) whose room is held there
         self.flavors = Flavors(snap.flavors, {**snap.labels, **{c.name: c.labels for c in snap.clusters}})
         self.holds: dict[str, Resources] = {}  # running job -> what it counts against (flavors included)
@@ -242,13 +253,12 @@ class _Cycle:
             found = self._wanted[job.id] = self.flavors.wanted(job.view, queue.flavors if queue else ())
         return found
 
-    def compute_shares(self) -> None:
+    def compute_shares(self, backlog: Backlog) -> None:
         demand = {q: dict(u) for q, u in self.queue_usage.items()}
-        for job in self.snap.pending:
-            into = demand.get(job.queue)
-            if into is not None:
+        for queue, into in demand.items():
+            for job, count in backlog.demand(queue):
                 for r, a in self.wanted(job).items():
-                    into[r] = into.get(r, 0) + a
+                    into[r] = into.get(r, 0) + a * count
         queues_of: dict[str, list[Claim]] = {}
         children_of: dict[str, list[Claim]] = {}
         for q in self.snap.queues:
@@ -552,90 +562,91 @@ class _Cycle:
             return f"tenant {q.tenant} is disabled"
         return None
 
-    def run(self) -> Decisions:
-        self.compute_shares()
-        by_queue: dict[str, list[PendingJob]] = {}
-        for job in self.snap.pending:
-            by_queue.setdefault(job.queue, []).append(job)
-        for jobs in by_queue.values():
-            jobs.sort(key=attrgetter("rank"))
+    def run(self, backlog: Backlog) -> Decisions:
+        self.compute_shares(backlog)
         heap: list[tuple[float, ...]] = []
-        heads = {q: 0 for q in by_queue}
-        tokens = {q: 0 for q in by_queue}  # an entry is current only while its token is the queue's latest
+        queues = backlog.queues()
+        tokens = dict.fromkeys(queues, 0)  # an entry is current only while its token is the queue's latest
 
         version = self.usage_version
         tenant_of = {q: info.tenant for q, info in self.queues.items()}
 
         def push(queue: str, key: tuple[float, ...] | None = None) -> None:
-            jobs = by_queue[queue]
-            if heads[queue] < len(jobs):
+            head = backlog.head(queue)
+            if head is not None:
                 tokens[queue] += 1
-                heapq.heappush(heap, (*(key or self.key(queue, jobs[heads[queue]])), version.get(tenant_of[queue], 0),
+                heapq.heappush(heap, (*(key or self.key(queue, head)), version.get(tenant_of[queue], 0),
                                       tokens[queue], queue))
 
-        closed = {queue: why for queue in by_queue if (why := self._closed(queue))}
+        closed = {queue: why for queue in queues if (why := self._closed(queue))}
         # Jobs room was made for come first, whatever their queue's turn: the gangs evicted for them must not
         # take their room back by their own queue's priority (issue 26: reclaimed 6 times in 18 s).
-        owed = sorted((j for j in self.snap.pending if j.id in self.snap.making_room and j.queue not in closed),
+        owed = sorted((j for j in backlog.owed(self.snap.making_room) if j.queue not in closed),
                       key=lambda j: (-self.queue_priority(j.queue), j.rank))
         for job in owed:
-            by_queue[job.queue].remove(job)
+            backlog.remove(job)
             self.consider(job, job.queue)
-        for queue in sorted(by_queue):
+        for queue in queues:
             reason = closed.get(queue)
             if reason:
-                for job in by_queue[queue]:
-                    self.out.waiting[job.id] = reason
-                heads[queue] = len(by_queue[queue])
+                backlog.close(queue, reason, self.out)
             else:
                 push(queue)
         while heap:
             *popped, seen, token, queue = heapq.heappop(heap)
             if token != tokens[queue]:
                 continue  # superseded by a later push
-            jobs = by_queue[queue]
-            job = jobs[heads[queue]]
+            job = backlog.head(queue)
+            assert job is not None
             if version.get(tenant_of[queue], 0) != seen and (now := self.key(queue, job)) > tuple(popped):
                 # Its tenant's share grew since the queue was pushed (a sibling queue was served): take
                 # its turn again with the share as it is now, so every level stays in water-filling order.
                 push(queue, now)
                 continue
-            heads[queue] += 1
+            backlog.take(queue)
             self.consider(job, queue)
             # A job that certainly stays where it is changes nothing, so its turn in the order does not
             # matter: settle it now instead of sending it round the heap (most of a large backlog).
-            heads[queue] = self.settle(jobs, heads[queue], queue)
+            backlog.settle(queue, self)
             push(queue)
             for other in self.lowered:  # preemption lowered these queues' tenants' shares: their turn may be now
-                if other in by_queue and other != queue:
+                if other in tokens and other != queue:
                     push(other)
             self.lowered.clear()
-        for job in self.preempted:
-            why = self.out.waiting.get(job.id)
-            if why is not None:
-                self.out.waiting[job.id] = f"{job.cause}; {why}"
+        backlog.finish(self.out)
         self.out.usage = self.queue_usage
         return self.out
 
     def over_limit(self, job: PendingJob, queue: str) -> str | None:
         """Why a limit holds the job now (its queue's, a parent's or its tenant's), recorded in `limited`."""
+        held = self.limit(job, queue)
+        if held is None:
+            return None
+        self.out.limited[job.id] = held
+        return held[2]
+
+    def limited(self, queue: str) -> bool:
+        """Whether a limit applies to the queue's jobs at all (its own, a parent's, its tenant's)."""
+        found = self._limited.get(queue)
+        if found is None:
+            q = self.queues[queue]
+            found = self._limited[queue] = bool(self.tenants[q.tenant].limit or
+                                                any(self.queues[n].limit for n in self.chain[queue]))
+        return found
+
+    def limit(self, job: PendingJob, queue: str) -> tuple[str, Resources, str] | None:
+        """The limit holding the job now: its owner, how much of each resource the owner must free first, why."""
         q = self.queues[queue]
         for name in self.chain[queue]:
             over = _over(self.queue_usage[name], job.view.request, self.queues[name].limit)
             if over:
                 why = f"queue at limit {_fmt(over)}" if name == queue else f"parent queue {name} at limit {_fmt(over)}"
-                return self._held_by(job, f"queue {name}", self.queue_usage[name], over, why)
+                return _held_by(job, f"queue {name}", self.queue_usage[name], over, why)
         over = _over(self.tenant_usage[q.tenant], job.view.request, self.tenants[q.tenant].limit)
         if over:
-            return self._held_by(job, f"tenant {q.tenant}", self.tenant_usage[q.tenant], over,
-                                 f"tenant {q.tenant} at limit {_fmt(over)}")
+            return _held_by(job, f"tenant {q.tenant}", self.tenant_usage[q.tenant], over,
+                            f"tenant {q.tenant} at limit {_fmt(over)}")
         return None
-
-    def _held_by(self, job: PendingJob, owner: str, usage: Mapping[str, int], over: Mapping[str, int],
-                 why: str) -> str:
-        needed = {r: usage.get(r, 0) + job.view.request.get(r, 0) - cap for r, cap in over.items()}
-        self.out.limited[job.id] = (owner, needed, why)
-        return why
 
     def cannot_run(self, job: PendingJob, queue: str) -> str | None:
         """Why no cluster or quota could run the job as the federation stands, even with nothing else
@@ -647,23 +658,33 @@ class _Cycle:
             shape = job.view.shape
             if shape not in self._cannot_run_anywhere:
                 self._cannot_run_anywhere[shape] = cannot_run(job.view, self.snap.clusters)
-            self._cannot_run[key] = self._cannot_run_anywhere[shape] or over_own_limit(
-                job.view, [self.queues[name] for name in self.chain[queue]], self.tenants[self.queues[queue].tenant])
+            own = over_own_limit(job.view, [self.queues[name] for name in self.chain[queue]],
+                                 self.tenants[self.queues[queue].tenant]) if self.limited(queue) else None
+            self._cannot_run[key] = self._cannot_run_anywhere[shape] or own
         return self._cannot_run[key]
+
+    def verdict(self, job: PendingJob, queue: str) -> Verdict:
+        """Whether the job certainly waits as things stand now, and why: it cannot run at all, a limit holds it,
+        its shape was already found to fit nowhere in this cycle, or no cluster is ready (None: not certain).
+        The same for every job of its shape in its queue while nothing changes (usage, reservations, what fits
+        nowhere), so a walk works it out once per shape."""
+        impossible = self.cannot_run(job, queue)
+        held = self.limit(job, queue) if not impossible and self.limited(queue) else None
+        nowhere = self.clusters.nowhere if self.clusters else {}
+        shape = job.view.shape
+        why = impossible or (held and held[2]) or (shape in nowhere and (self.behind(job) or nowhere[shape])) or (
+            not self.clusters and NO_READY_CLUSTER)
+        return why or None, bool(impossible), held
 
     def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int:
         """Give a reason to each job from `start` on that certainly must wait; return where that stops.
 
-        Certain: it cannot run at all, it is over a limit, it is of a shape already found to fit nowhere
-        in this cycle, or no cluster is ready. A job with a refusal or room being made for it is never certain.
+        Certain: see `verdict`. A job with a refusal or room being made for it is never certain.
         """
-        q = self.queues[queue]
-        limited = bool(self.tenants[q.tenant].limit or any(self.queues[n].limit for n in self.chain[queue]))
-        nowhere = self.clusters.nowhere if self.clusters else {}
         waiting, limits, impossible_ids = self.out.waiting, self.out.limited, self.out.cannot_run
-        # Nothing this walk reads changes during it (usage, reservations, what fits nowhere), so a verdict holds
-        # for every job of the same shape in this queue: worked out once per shape, not once per job.
-        verdicts: dict[tuple[object, ...], tuple[str | None, bool, tuple[str, Resources, str] | None]] = {}
+        # Nothing this walk reads changes during it, so a verdict holds for every job of the same shape in this
+        # queue: worked out once per shape, not once per job.
+        verdicts: dict[tuple[object, ...], Verdict] = {}
         i = start
         while i < len(jobs):
             job = jobs[i]
@@ -672,13 +693,9 @@ class _Cycle:
             shape = job.view.shape
             verdict = verdicts.get(shape)
             if verdict is None:
-                impossible = self.cannot_run(job, queue)
-                why = impossible or (limited and self.over_limit(job, queue)) or (
-                    shape in nowhere and (self.behind(job) or nowhere[shape])) or (
-                    not self.clusters and NO_READY_CLUSTER)
-                verdict = verdicts[shape] = (why or None, bool(impossible), limits.get(job.id))
-            why, impossible_, limit = verdict
-            if impossible_:
+                verdict = verdicts[shape] = self.verdict(job, queue)
+            why, impossible, limit = verdict
+            if impossible:
                 impossible_ids.add(job.id)
             if not why:
                 break
@@ -854,13 +871,120 @@ def queue_chains(queues: Sequence[QueueInfo]) -> dict[str, list[str]]:
     return chains
 
 
+class Backlog(Protocol):
+    """The waiting jobs as one cycle walks them: a cursor per queue, over its jobs in order."""
+
+    def queues(self) -> list[str]: ...
+    def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]: ...
+    def owed(self, making_room: Mapping[str, str]) -> list[PendingJob]: ...
+    def remove(self, job: PendingJob) -> None: ...
+    def head(self, queue: str) -> PendingJob | None: ...
+    def take(self, queue: str) -> None: ...
+    def close(self, queue: str, reason: str, out: Decisions) -> None: ...
+    def settle(self, queue: str, cycle: _Cycle) -> None: ...
+    def finish(self, out: Decisions) -> None: ...
+
+
+class _Lists:
+    """Every waiting job sorted into its queue's list, and each one that certainly waits visited: the cycle from
+    scratch, whose cost grows with the backlog. Kept as the oracle the queue manager's walk is tested against."""
+
+    def __init__(self, pending: Sequence[PendingJob]) -> None:
+        self.pending = pending
+        self.by_queue: dict[str, list[PendingJob]] = {}
+        for job in pending:
+            self.by_queue.setdefault(job.queue, []).append(job)
+        for jobs in self.by_queue.values():
+            jobs.sort(key=attrgetter("rank"))
+        self.heads = dict.fromkeys(self.by_queue, 0)
+
+    def queues(self) -> list[str]:
+        return sorted(self.by_queue)
+
+    def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]:
+        return ((job, 1) for job in self.by_queue.get(queue, ()))
+
+    def owed(self, making_room: Mapping[str, str]) -> list[PendingJob]:
+        return [job for job in self.pending if job.id in making_room]
+
+    def remove(self, job: PendingJob) -> None:
+        self.by_queue[job.queue].remove(job)
+
+    def head(self, queue: str) -> PendingJob | None:
+        jobs, i = self.by_queue[queue], self.heads[queue]
+        return jobs[i] if i < len(jobs) else None
+
+    def take(self, queue: str) -> None:
+        self.heads[queue] += 1
+
+    def close(self, queue: str, reason: str, out: Decisions) -> None:
+        for job in self.by_queue[queue]:
+            out.waiting[job.id] = reason
+        self.heads[queue] = len(self.by_queue[queue])
+
+    def settle(self, queue: str, cycle: _Cycle) -> None:
+        self.heads[queue] = cycle.settle(self.by_queue[queue], self.heads[queue], queue)
+
+    def finish(self, out: Decisions) -> None:
+        for job in self.pending:
+            if job.cause and (why := out.waiting.get(job.id)) is not None:
+                out.waiting[job.id] = f"{job.cause}; {why}"
+
+
+class _Walked:
+    """The queue manager's jobs as a `Backlog`: only queue heads and each shape's first job are visited."""
+
+    def __init__(self, manager: QueueManager, snap: Snapshot, out: Decisions) -> None:
+        owed = {j for j in snap.making_room if j in manager}
+        self.manager = manager
+        self.walk = Walk(manager, snap.making_room.keys() | snap.refused.keys(), owed)
+        out.waiting, out.limited, out.cannot_run = Reasons(self.walk), Limits(self.walk), Impossible(self.walk)
+
+    def queues(self) -> list[str]:
+        return self.manager.queues()
+
+    def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]:
+        return self.manager.demand(queue)
+
+    def owed(self, making_room: Mapping[str, str]) -> list[PendingJob]:
+        return [self.manager.jobs[j] for j in self.walk.owed]
+
+    def remove(self, job: PendingJob) -> None:
+        """Owed jobs stay in the manager; the walk skips them."""
+
+    def head(self, queue: str) -> PendingJob | None:
+        return self.walk.head(queue)
+
+    def take(self, queue: str) -> None:
+        self.walk.take(queue)
+
+    def close(self, queue: str, reason: str, out: Decisions) -> None:
+        self.walk.close(queue, reason)
+
+    def settle(self, queue: str, cycle: _Cycle) -> None:
+        self.walk.settle(queue, cycle.verdict)
+
+    def finish(self, out: Decisions) -> None:
+        """Causes are put in front of reasons as they are read."""
+
+
 def schedule(snapshot: Snapshot) -> Decisions:
-    return _Cycle(snapshot).run()
+    """One cycle from scratch over `snapshot.pending` (every waiting job visited)."""
+    cycle = _Cycle(snapshot)
+    return cycle.run(_Lists(snapshot.pending))
+
+
+def schedule_backlog(snapshot: Snapshot, manager: QueueManager) -> Decisions:
+    """One cycle over the queue manager's waiting jobs (`snapshot.pending` is not read): the same decisions as
+    `schedule` with those jobs as `pending`, at a cost that follows the queue heads and shapes, not the backlog.
+    The decisions' reasons are read from the manager, which must not change while they are in use."""
+    cycle = _Cycle(snapshot)
+    return cycle.run(_Walked(manager, snapshot, cycle.out))
 
 
 def shares(snapshot: Snapshot) -> tuple[Tree, dict[str, Resources], dict[str, Resources]]:
     """Deserved shares, and usage per queue and per tenant, exactly as a cycle would see them."""
     cycle = _Cycle(snapshot)
-    cycle.compute_shares()
+    cycle.compute_shares(_Lists(snapshot.pending))
     assert cycle.out.shares is not None
     return cycle.out.shares, cycle.queue_usage, cycle.tenant_usage

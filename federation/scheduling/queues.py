@@ -1,0 +1,342 @@
+"""The queue manager: every waiting job, kept in order across cycles, so a cycle's work follows what changed.
+
+Kueue keeps each queue as a heap between cycles and looks at queue heads only. Here each queue is a sorted list
+(higher priority, then earlier submission) kept up to date from the job events (`add`, `remove`), with, per
+queue, the same list split by gang shape. A cycle (`Walk`) then never visits the jobs that certainly wait: equal
+shapes get equal verdicts while nothing changes (it cannot run, a limit holds it, its shape fits nowhere this
+cycle, no cluster is ready), so past the job the cycle just decided, the next one that needs deciding is the first
+job, after it, of a shape whose verdict is not certain (or a job with a past outcome to follow). The jobs in
+between are recorded as one `Settled` range with their shapes' verdicts, and their reasons are read from it only
+when someone asks (`Reasons`): the server's writes, ExplainJob, the forecast's first jobs.
+
+Pure: no clock, no I/O. Decisions are exactly those of the from-scratch walk (`cycle.schedule`), which the
+differential test checks on random event sequences.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, ItemsView, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from sortedcontainers import SortedKeyList
+
+if TYPE_CHECKING:
+    from federation.scheduling.cycle import PendingJob
+
+Shape = tuple[object, ...]
+# A shape's verdict in one settling walk: why it waits (None: not certain, decide it), whether it can never run
+# as things stand, and the limit holding it (owner, what the owner must free, why) if one does.
+Verdict = tuple[str | None, bool, tuple[str, Mapping[str, int], str] | None]
+_rank = attrgetter("rank")
+T = TypeVar("T")
+
+
+class QueueManager:
+    """Waiting jobs by queue, in order, and by queue and shape; changed only by job events."""
+
+    def __init__(self, jobs: Sequence[PendingJob] = ()) -> None:
+        self.jobs: dict[str, PendingJob] = {}
+        self.order: dict[str, SortedKeyList] = {}  # queue -> its jobs by rank
+        self.shapes: dict[str, dict[Shape, SortedKeyList]] = {}  # queue -> shape -> its jobs of that shape by rank
+        self.caused: dict[str, PendingJob] = {}  # jobs back from a preemption, whose reason starts with its cause
+        for job in jobs:
+            self.add(job)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.jobs
+
+    def add(self, job: PendingJob) -> None:
+        """A job waits (or waits again: a job already held is replaced, e.g. its priority changed)."""
+        if job.id in self.jobs:
+            self.remove(job.id)
+        self.jobs[job.id] = job
+        self.order.setdefault(job.queue, SortedKeyList(key=_rank)).add(job)
+        self.shapes.setdefault(job.queue, {}).setdefault(job.view.shape, SortedKeyList(key=_rank)).add(job)
+        if job.cause:
+            self.caused[job.id] = job
+
+    def remove(self, job_id: str) -> PendingJob | None:
+        """A job no longer waits (dispatched, cancelled, gone): the job, or None if it was not here."""
+        job = self.jobs.pop(job_id, None)
+        if job is None:
+            return None
+        self.caused.pop(job_id, None)
+        order = self.order[job.queue]
+        order.remove(job)
+        shapes = self.shapes[job.queue]
+        same = shapes[job.view.shape]
+        same.remove(job)
+        if not same:
+            del shapes[job.view.shape]
+        if not order:
+            del self.order[job.queue], self.shapes[job.queue]
+        return job
+
+    def queues(self) -> list[str]:
+        """Queues with waiting jobs, by name."""
+        return sorted(self.order)
+
+    def count(self, queue: str) -> int:
+        order = self.order.get(queue)
+        return len(order) if order is not None else 0
+
+    def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]:
+        """One job of each shape waiting in the queue, and how many of that shape wait: what shares count."""
+        for same in self.shapes.get(queue, {}).values():
+            yield same[0], len(same)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """Jobs of one queue that certainly wait, from `lo` up to `hi` (ranks; None: to its end), as one walk found
+    them: their reason is their shape's verdict, or `reason` for all of them (a closed queue)."""
+    queue: str
+    lo: tuple[int, int]
+    hi: tuple[int, int] | None
+    verdicts: Mapping[Shape, Verdict]
+    reason: str | None = None
+
+    def verdict(self, job: PendingJob) -> Verdict:
+        if self.reason is not None:
+            return self.reason, False, None
+        return self.verdicts[job.view.shape]
+
+
+class Walk:
+    """One cycle's pass over the queue manager: a cursor per queue, and the ranges it settled. The manager must not
+    change while the walk and the decisions read from it are in use (the server holds both inside one cycle)."""
+
+    def __init__(self, manager: QueueManager, remembered: set[str] | frozenset[str],
+                 owed: set[str] | frozenset[str]) -> None:
+        self.manager = manager
+        self.owed = owed  # decided before the walk (room was made for them): skipped by it
+        self.cursor: dict[str, int] = dict.fromkeys(manager.order, 0)
+        # queue -> indices of its jobs with a past cycle's outcome to follow (never settled with others), in order
+        self.stops: dict[str, list[int]] = {}
+        for job_id in remembered:
+            job = manager.jobs.get(job_id)
+            if job is not None and job_id not in owed:
+                self.stops.setdefault(job.queue, []).append(manager.order[job.queue].bisect_key_left(job.rank))
+        for stops in self.stops.values():
+            stops.sort()
+        self.log: list[str | Settled] = []  # in walk order: a job decided on its own, or a range settled
+        self.settled: dict[str, list[Settled]] = {}  # queue -> its ranges, in rank order
+
+    def head(self, queue: str) -> PendingJob | None:
+        order, i = self.manager.order[queue], self.cursor[queue]
+        while i < len(order) and order[i].id in self.owed:
+            i += 1
+        self.cursor[queue] = i
+        return order[i] if i < len(order) else None
+
+    def take(self, queue: str) -> None:
+        self.cursor[queue] += 1
+
+    def close(self, queue: str, reason: str) -> None:
+        """Every job of the queue waits for the same reason (the queue is closed, gone, its tenant disabled)."""
+        order = self.manager.order[queue]
+        self._record(Settled(queue, order[0].rank, None, {}, reason))
+        self.cursor[queue] = len(order)
+
+    def settle(self, queue: str, verdict: Callable[[PendingJob, str], Verdict]) -> None:
+        """Move the queue's cursor past every job that certainly waits, recording them as one range."""
+        order, i = self.manager.order[queue], self.cursor[queue]
+        if i >= len(order):
+            return
+        start = order[i].rank
+        stops = self.stops.get(queue, ())
+        k = bisect.bisect_left(stops, i)
+        stop = order[stops[k]].rank if k < len(stops) else None
+        nexts = []  # each shape's first job from the cursor on
+        for same in self.manager.shapes[queue].values():
+            j = same.bisect_key_left(start)
+            while j < len(same) and same[j].id in self.owed:
+                j += 1
+            if j < len(same):
+                nexts.append(same[j])
+        nexts.sort(key=_rank)
+        verdicts: dict[Shape, Verdict] = {}
+        for job in nexts:
+            if stop is not None and job.rank >= stop:
+                break
+            found = verdict(job, queue)
+            if found[0] is None:
+                stop = job.rank
+                break
+            verdicts[job.view.shape] = found
+        end = len(order) if stop is None else order.bisect_key_left(stop)
+        if end > i:
+            self._record(Settled(queue, start, stop, verdicts))
+            self.cursor[queue] = end
+
+    def _record(self, settled: Settled) -> None:
+        self.log.append(settled)
+        self.settled.setdefault(settled.queue, []).append(settled)
+
+    def decided(self, job_id: str) -> None:
+        """A job decided on its own: its place in the walk's order."""
+        self.log.append(job_id)
+
+    def find(self, job: PendingJob) -> Settled | None:
+        """The range that settled the job, if one did."""
+        ranges = self.settled.get(job.queue)
+        if not ranges:
+            return None
+        k = bisect.bisect_right(ranges, job.rank, key=attrgetter("lo")) - 1
+        if k < 0:
+            return None
+        found = ranges[k]
+        return found if found.hi is None or job.rank < found.hi else None
+
+    def members(self, settled: Settled) -> Iterator[PendingJob]:
+        order = self.manager.order[settled.queue]
+        hi = settled.hi
+        for job in order.irange_key(settled.lo, hi, inclusive=(True, False)) if hi is not None \
+                else order.irange_key(settled.lo):
+            if job.id not in self.owed:
+                yield job
+
+
+class _Lazy(Generic[T]):
+    """What a walk says of each waiting job, one field of its verdict, read on demand: the jobs decided on their
+    own are held as given; a settled job's is read from its range."""
+
+    def __init__(self, walk: Walk, field: Callable[[PendingJob, Verdict], T | None]) -> None:
+        self.walk = walk
+        self.field = field
+        self.explicit: dict[str, T] = {}
+
+    def _settled(self, job_id: str) -> T | None:
+        job = self.walk.manager.jobs.get(job_id)
+        if job is None or job_id in self.walk.owed:
+            return None
+        found = self.walk.find(job)
+        return None if found is None else self.field(job, found.verdict(job))
+
+    def _order(self) -> Iterator[str]:
+        return (job_id for job_id, _ in self._pairs())
+
+    def _pairs(self) -> Iterator[tuple[str, T]]:
+        """Every job with a value, and the value, in the walk's order: one pass over its log."""
+        for entry in self.walk.log:
+            if isinstance(entry, str):
+                found = self.explicit.get(entry)
+                if found is not None:
+                    yield entry, found
+            else:
+                for job in self.walk.members(entry):
+                    value = self.field(job, entry.verdict(job))
+                    if value is not None:
+                        yield job.id, value
+
+
+class _Items(ItemsView):
+    """A lazy mapping's items in one pass, not one look-up per key."""
+
+    def __init__(self, mapping: _Lazy) -> None:
+        super().__init__(mapping)
+        self.lazy = mapping
+
+    def __iter__(self) -> Iterator:
+        return self.lazy._pairs()
+
+
+class Reasons(_Lazy[str], MutableMapping[str, str]):
+    """Waiting job -> why it waits, in the order the walk met them; a job back from a preemption has its cause
+    first. Only what is asked for is worked out."""
+
+    def __init__(self, walk: Walk) -> None:
+        super().__init__(walk, lambda job, v: v[0])
+
+    def _pairs(self) -> Iterator[tuple[str, str]]:
+        caused = self.walk.manager.caused
+        for job_id, why in super()._pairs():
+            job = caused.get(job_id)
+            yield job_id, f"{job.cause}; {why}" if job is not None else why
+
+    def items(self) -> _Items:  # type: ignore[override]
+        return _Items(self)
+
+    def __getitem__(self, job_id: str) -> str:
+        why = self.explicit.get(job_id)
+        if why is None:
+            why = self._settled(job_id)
+            if why is None:
+                raise KeyError(job_id)
+        job = self.walk.manager.caused.get(job_id)
+        return f"{job.cause}; {why}" if job is not None else why
+
+    def __setitem__(self, job_id: str, why: str) -> None:
+        if job_id not in self.explicit:
+            self.walk.decided(job_id)
+        self.explicit[job_id] = why
+
+    def __delitem__(self, job_id: str) -> None:
+        raise TypeError("a walk's reasons are not taken back")
+
+    def __iter__(self) -> Iterator[str]:
+        return self._order()
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._order())
+
+    def __contains__(self, job_id: object) -> bool:
+        return isinstance(job_id, str) and (job_id in self.explicit or self._settled(job_id) is not None)
+
+
+class Limits(_Lazy[tuple[str, Mapping[str, int], str]], MutableMapping[str, tuple[str, Mapping[str, int], str]]):
+    """Waiting job -> the limit holding it, as `Decisions.limited`."""
+
+    def __init__(self, walk: Walk) -> None:
+        super().__init__(walk, lambda job, v: v[2])
+
+    def items(self) -> _Items:  # type: ignore[override]
+        return _Items(self)
+
+    def __getitem__(self, job_id: str) -> tuple[str, Mapping[str, int], str]:
+        found = self.explicit.get(job_id)
+        if found is None:
+            found = self._settled(job_id)
+            if found is None:
+                raise KeyError(job_id)
+        return found
+
+    def __setitem__(self, job_id: str, held: tuple[str, Mapping[str, int], str]) -> None:
+        self.explicit[job_id] = held
+
+    def __delitem__(self, job_id: str) -> None:
+        raise TypeError("a walk's limits are not taken back")
+
+    def __iter__(self) -> Iterator[str]:
+        return self._order()
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._order())
+
+    def __contains__(self, job_id: object) -> bool:
+        return isinstance(job_id, str) and (job_id in self.explicit or self._settled(job_id) is not None)
+
+
+class Impossible(_Lazy[bool]):
+    """Waiting jobs that cannot run as things stand, as `Decisions.cannot_run` (a set)."""
+
+    def __init__(self, walk: Walk) -> None:
+        super().__init__(walk, lambda job, v: True if v[1] else None)
+
+    def add(self, job_id: str) -> None:
+        self.explicit[job_id] = True
+
+    def __contains__(self, job_id: object) -> bool:
+        return isinstance(job_id, str) and (job_id in self.explicit or self._settled(job_id) is not None)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._order()
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._order())
