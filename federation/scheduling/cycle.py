@@ -581,7 +581,7 @@ class _Cycle:
         closed = {queue: why for queue in queues if (why := self._closed(queue))}
         # Jobs room was made for come first, whatever their queue's turn: the gangs evicted for them must not
         # take their room back by their own queue's priority (issue 26: reclaimed 6 times in 18 s).
-        owed = sorted((j for j in backlog.owed(self.snap.making_room) if j.queue not in closed),
+        owed = sorted(backlog.owed(self.snap.making_room, self.remembered, closed),
                       key=lambda j: (-self.queue_priority(j.queue), j.rank))
         for job in owed:
             backlog.remove(job)
@@ -876,7 +876,8 @@ class Backlog(Protocol):
 
     def queues(self) -> list[str]: ...
     def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]: ...
-    def owed(self, making_room: Mapping[str, str]) -> list[PendingJob]: ...
+    def owed(self, making_room: Mapping[str, str], remembered: set[str], closed: Mapping[str, str]
+             ) -> list[PendingJob]: ...
     def remove(self, job: PendingJob) -> None: ...
     def head(self, queue: str) -> PendingJob | None: ...
     def take(self, queue: str) -> None: ...
@@ -904,8 +905,9 @@ class _Lists:
     def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]:
         return ((job, 1) for job in self.by_queue.get(queue, ()))
 
-    def owed(self, making_room: Mapping[str, str]) -> list[PendingJob]:
-        return [job for job in self.pending if job.id in making_room]
+    def owed(self, making_room: Mapping[str, str], remembered: set[str], closed: Mapping[str, str]
+             ) -> list[PendingJob]:
+        return [job for job in self.pending if job.id in making_room and job.queue not in closed]
 
     def remove(self, job: PendingJob) -> None:
         self.by_queue[job.queue].remove(job)
@@ -934,10 +936,9 @@ class _Lists:
 class _Walked:
     """The queue manager's jobs as a `Backlog`: only queue heads and each shape's first job are visited."""
 
-    def __init__(self, manager: QueueManager, snap: Snapshot, out: Decisions) -> None:
-        owed = {j for j in snap.making_room if j in manager}
+    def __init__(self, manager: QueueManager, out: Decisions) -> None:
         self.manager = manager
-        self.walk = Walk(manager, snap.making_room.keys() | snap.refused.keys(), owed)
+        self.walk = Walk(manager)
         out.waiting, out.limited, out.cannot_run = Reasons(self.walk), Limits(self.walk), Impossible(self.walk)
 
     def queues(self) -> list[str]:
@@ -946,8 +947,12 @@ class _Walked:
     def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]:
         return self.manager.demand(queue)
 
-    def owed(self, making_room: Mapping[str, str]) -> list[PendingJob]:
-        return [self.manager.jobs[j] for j in self.walk.owed]
+    def owed(self, making_room: Mapping[str, str], remembered: set[str], closed: Mapping[str, str]
+             ) -> list[PendingJob]:
+        jobs = self.manager.jobs
+        owed = [jobs[j] for j in making_room if j in jobs and jobs[j].queue not in closed]
+        self.walk.begin(remembered, {job.id for job in owed})
+        return owed
 
     def remove(self, job: PendingJob) -> None:
         """Owed jobs stay in the manager; the walk skips them."""
@@ -979,7 +984,7 @@ def schedule_backlog(snapshot: Snapshot, manager: QueueManager) -> Decisions:
     `schedule` with those jobs as `pending`, at a cost that follows the queue heads and shapes, not the backlog.
     The decisions' reasons are read from the manager, which must not change while they are in use."""
     cycle = _Cycle(snapshot)
-    return cycle.run(_Walked(manager, snapshot, cycle.out))
+    return cycle.run(_Walked(manager, cycle.out))
 
 
 def shares(snapshot: Snapshot) -> tuple[Tree, dict[str, Resources], dict[str, Resources]]:

@@ -16,7 +16,7 @@ differential test checks on random event sequences.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, ItemsView, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -112,21 +112,24 @@ class Walk:
     """One cycle's pass over the queue manager: a cursor per queue, and the ranges it settled. The manager must not
     change while the walk and the decisions read from it are in use (the server holds both inside one cycle)."""
 
-    def __init__(self, manager: QueueManager, remembered: set[str] | frozenset[str],
-                 owed: set[str] | frozenset[str]) -> None:
+    def __init__(self, manager: QueueManager) -> None:
         self.manager = manager
-        self.owed = owed  # decided before the walk (room was made for them): skipped by it
+        self.owed: set[str] = set()  # decided before the walk (room was made for them): skipped by it
         self.cursor: dict[str, int] = dict.fromkeys(manager.order, 0)
         # queue -> indices of its jobs with a past cycle's outcome to follow (never settled with others), in order
         self.stops: dict[str, list[int]] = {}
-        for job_id in remembered:
-            job = manager.jobs.get(job_id)
-            if job is not None and job_id not in owed:
-                self.stops.setdefault(job.queue, []).append(manager.order[job.queue].bisect_key_left(job.rank))
-        for stops in self.stops.values():
-            stops.sort()
         self.log: list[str | Settled] = []  # in walk order: a job decided on its own, or a range settled
         self.settled: dict[str, list[Settled]] = {}  # queue -> its ranges, in rank order
+
+    def begin(self, remembered: Iterable[str], owed: set[str]) -> None:
+        """Before the walk: the jobs with a past cycle's outcome to follow, and those of them decided first."""
+        self.owed = owed
+        for job_id in remembered:
+            job = self.manager.jobs.get(job_id)
+            if job is not None and job_id not in owed:
+                self.stops.setdefault(job.queue, []).append(self.manager.order[job.queue].bisect_key_left(job.rank))
+        for stops in self.stops.values():
+            stops.sort()
 
     def head(self, queue: str) -> PendingJob | None:
         order, i = self.manager.order[queue], self.cursor[queue]

@@ -1,0 +1,182 @@
+"""Differential property (issue 30): the queue manager's walk decides exactly as the cycle from scratch.
+
+Random event sequences (jobs submitted and cancelled, gangs ending, limits raised and lowered, queues closed and
+opened, clusters filling and emptying, refusals, room made by preemption) drive one `QueueManager`, kept across
+cycles by those events alone, and the same jobs as a plain list. Every cycle both schedulers run on the same
+snapshot; their dispatches, preemptions, reservations, work lost, usage, and every waiting job's reason, limit
+and can-never-run verdict must be equal, in the same order. The from-scratch walk (`schedule`) is the oracle.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from federation.scheduling.cycle import (
+    Decisions,
+    PendingJob,
+    QueueInfo,
+    RunningJob,
+    Snapshot,
+    TenantInfo,
+    schedule,
+    schedule_backlog,
+)
+from federation.scheduling.fit import ClusterView, DomainFree, JobView, TierFree
+from federation.scheduling.queues import QueueManager, Reasons
+
+GPU = "nvidia.com/gpu"
+NODE = 8
+
+
+def cluster(name: str, region: str, free_nodes: int, nodes: int = 8) -> ClusterView:
+    """A cluster of `nodes` 8-GPU nodes in two leaves, `free_nodes` of them free (filling the first leaf first)."""
+    free = free_nodes * NODE
+    leaf = nodes // 2
+    leaves = [min(free_nodes, leaf), max(free_nodes - leaf, 0)]
+    return ClusterView(
+        name, {"region": region}, {GPU: free},
+        [TierFree(0, "node", {GPU: NODE if free else 0}), TierFree(1, "leaf", {GPU: max(leaves) * NODE}),
+         TierFree(2, "cluster", {GPU: free})],
+        {GPU: nodes * NODE},
+        [DomainFree(f"{name}-leaf{i}", 1, f"{name}-spine", {GPU: n * NODE}) for i, n in enumerate(leaves)]
+        + [DomainFree(f"{name}-spine", 2, "", {GPU: free})])
+
+
+class World:
+    """Tenants, queues, clusters and jobs, changed by random events; the manager sees only add and remove."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.tenants = [TenantInfo("t0", 2), TenantInfo("t1", 1, limit={GPU: 48} if rng.random() < 0.5 else {})]
+        self.queues = [QueueInfo("t0-a", "t0", 1, priority=1), QueueInfo("t0-b", "t0", 2),
+                       QueueInfo("t0-p", "t0", 1), QueueInfo("t0-c", "t0", 1, parent="t0-p"),
+                       QueueInfo("t1-a", "t1", 1, limit={GPU: 32}), QueueInfo("t1-b", "t1", 3)]
+        self.free = {"c0": 8, "c1": 4, "c2": 6}
+        self.pending: dict[str, PendingJob] = {}
+        self.running: dict[str, RunningJob] = {}
+        self.manager = QueueManager()
+        self.refused: dict[str, dict[str, str]] = {}
+        self.making_room: dict[str, str] = {}
+        self.seq = 0
+
+    def submit(self, n: int) -> None:
+        leaves = [q.name for q in self.queues if q.name != "t0-p"] + ["t0-p", "gone"]
+        for _ in range(n):
+            self.seq += 1
+            gpus = self.rng.choice([1, 4, 8, 16, 16, 32, 200])
+            pod = min(gpus, NODE)
+            mode, tier = self.rng.choice([("", 0), ("hard", 1), ("soft", 1)]) if gpus > NODE else ("", 0)
+            selector = {"region": self.rng.choice(["a", "b"])} if self.rng.random() < 0.2 else {}
+            job = PendingJob(JobView(f"j{self.seq}", {GPU: gpus}, {GPU: pod}, selector, mode, tier),
+                             self.rng.choice(leaves), self.rng.choice([0, 0, 5]), self.seq)
+            self.pending[job.id] = job
+            self.manager.add(job)
+
+    def cancel(self) -> None:
+        if self.pending:
+            job_id = self.rng.choice(sorted(self.pending))
+            del self.pending[job_id]
+            assert self.manager.remove(job_id) is not None
+
+    def end(self) -> None:
+        for job_id in self.rng.sample(sorted(self.running), len(self.running) // 3):
+            gang = self.running.pop(job_id)
+            self.free[gang.cluster] += gang.request[GPU] // NODE or 1
+
+    def reconfigure(self) -> None:
+        i = self.rng.randrange(len(self.queues))
+        q = self.queues[i]
+        change = self.rng.choice(["limit", "state", "priority"])
+        if change == "limit":
+            q = QueueInfo(q.name, q.tenant, q.weight, q.priority, limit={} if q.limit else {GPU: 24}, parent=q.parent)
+        elif change == "state":
+            q = QueueInfo(q.name, q.tenant, q.weight, q.priority, limit=q.limit,
+                          state="CLOSED" if q.state == "OPEN" else "OPEN", parent=q.parent)
+        else:
+            q = QueueInfo(q.name, q.tenant, q.weight, 2 - q.priority, limit=q.limit, parent=q.parent)
+        self.queues[i] = q
+
+    def refuse(self) -> None:
+        if self.pending:
+            job_id = self.rng.choice(sorted(self.pending))
+            self.refused.setdefault(job_id, {})[self.rng.choice(sorted(self.free))] = "rejected it recently: test"
+
+    def snapshot(self, pending: list[PendingJob]) -> Snapshot:
+        clusters = [cluster(name, "a" if name != "c1" else "b", max(free, 0)) for name, free in self.free.items()]
+        capacity = {GPU: sum(c.capacity[GPU] for c in clusters)}
+        return Snapshot(self.tenants, self.queues, pending, list(self.running.values()), clusters, capacity,
+                        refused={j: r for j, r in self.refused.items() if j in self.pending},
+                        making_room={j: c for j, c in self.making_room.items() if j in self.pending})
+
+    def apply(self, d: Decisions, now: int) -> None:
+        for job_id, name in d.assign.items():
+            job = self.pending.pop(job_id)
+            self.manager.remove(job_id)
+            self.making_room.pop(job_id, None)
+            self.running[job_id] = RunningJob(job_id, job.queue, name, job.priority, job.seq, job.view.request,
+                                              preemptible=job.seq % 4 != 0, ran_for=float(now % 7) * 100)
+            self.free[name] -= job.view.request[GPU] // NODE or 1
+        for job_id, why in d.preempt.items():
+            gang = self.running.pop(job_id)
+            self.free[gang.cluster] += gang.request[GPU] // NODE or 1
+            job = PendingJob(JobView(job_id, dict(gang.request), {GPU: min(gang.request[GPU], NODE)}), gang.queue,
+                             gang.priority, gang.seq, cause=f"preempted: {why}")
+            self.pending[job_id] = job
+            self.manager.add(job)
+        self.making_room.update(d.making_room)
+
+
+def same(oracle: Decisions, walked: Decisions) -> None:
+    assert walked.assign == oracle.assign
+    assert list(walked.preempt.items()) == list(oracle.preempt.items())
+    assert walked.making_room == oracle.making_room
+    assert walked.lost == oracle.lost
+    assert list(walked.reserved.items()) == list(oracle.reserved.items())
+    assert list(walked.waiting.items()) == list(oracle.waiting.items())  # every reason, in the order met
+    assert list(walked.limited.items()) == list(oracle.limited.items())
+    assert set(walked.cannot_run) == set(oracle.cannot_run)
+    assert walked.usage == oracle.usage
+    for job_id in oracle.waiting:  # looked up one by one (ExplainJob, the server's writes) as well as walked
+        assert walked.waiting[job_id] == oracle.waiting[job_id]
+        assert (job_id in walked.cannot_run) == (job_id in oracle.cannot_run)
+        assert walked.limited.get(job_id) == oracle.limited.get(job_id)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_walk_decides_as_the_cycle_from_scratch(seed: int) -> None:
+    rng = random.Random(seed)
+    world = World(rng)
+    world.submit(rng.randrange(5, 60))
+    for step in range(12):
+        for event in rng.choices(["submit", "cancel", "end", "reconfigure", "refuse"], k=rng.randrange(1, 5)):
+            if event == "submit":
+                world.submit(rng.randrange(1, 15))
+            else:
+                getattr(world, event)()
+        listed = list(world.pending.values())
+        rng.shuffle(listed)  # the oracle's input order must not matter
+        oracle = schedule(world.snapshot(listed))
+        walked = schedule_backlog(world.snapshot([]), world.manager)
+        same(oracle, walked)
+        world.apply(oracle, step)
+
+
+def test_a_backlog_of_one_shape_is_walked_once_per_cycle() -> None:
+    """The point of the walk: past its head, a queue of jobs that fit nowhere is not visited job by job."""
+    world = World(random.Random(1))
+    world.free = {"c0": 0, "c1": 0, "c2": 0}
+    for i in range(2_000):
+        job = PendingJob(JobView(f"w{i}", {GPU: 16}, {GPU: 8}), "t0-b", 0, i)
+        world.pending[job.id] = job
+        world.manager.add(job)
+    walked = schedule_backlog(world.snapshot([]), world.manager)
+    oracle = schedule(world.snapshot(list(world.pending.values())))
+    same(oracle, walked)
+    reasons = walked.waiting
+    assert isinstance(reasons, Reasons)
+    assert len(reasons.explicit) == 1  # its head decided on its own; the other 1,999 are read from one range
+    assert len(reasons.walk.log) == 2 and len(reasons) == 2_000
