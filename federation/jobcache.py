@@ -20,6 +20,7 @@ from federation.durations import seconds_or_none
 from federation.resources import parse_resources
 from federation.scheduling.cycle import PendingJob
 from federation.scheduling.fit import JobView
+from federation.scheduling.queues import QueueManager
 from federation.store.jobs import ACTIVE_PHASES, WAITING_PHASES, JobStore
 from federation.validation import EXPECTED_DURATION
 
@@ -69,7 +70,9 @@ class HoldingJob:
 class JobCache:
     def __init__(self, jobs: JobStore) -> None:
         self.jobs = jobs
-        self.waiting: dict[str, PendingJob] = {}
+        # Waiting jobs in their queues' order, kept across cycles from the events (the cycle walks its heads).
+        self.backlog = QueueManager()
+        self.version = 0  # how often `backlog` changed: a cycle reads it only as its snapshot saw it
         self.holding: dict[str, HoldingJob] = {}
         # The reason PostgreSQL holds for each waiting job; None when an event may have changed it.
         self.reasons: dict[str, str | None] = {}
@@ -77,6 +80,10 @@ class JobCache:
         self.refusals: dict[str, dict[str, str]] = {}  # waiting job -> clusters that refused it for good, and why
         self._cursor: int | None = None
         self._lock = asyncio.Lock()
+
+    @property
+    def waiting(self) -> Mapping[str, PendingJob]:
+        return self.backlog.jobs
 
     async def refresh(self, upto: int | None = None) -> bool:
         """Bring `waiting`, `holding` and `reasons` up to date with PostgreSQL, as of the event numbered
@@ -94,7 +101,9 @@ class JobCache:
 
     async def _load(self) -> None:
         cursor = await self.jobs.last_event_seq()  # before the rows: later events are applied again
-        self.waiting, self.holding, self.reasons, self.expected, self.refusals = {}, {}, {}, {}, {}
+        self.holding, self.reasons, self.expected, self.refusals = {}, {}, {}, {}
+        self.backlog = QueueManager()
+        self.version += 1
         await self._add_waiting(await self.jobs.pending(SCAN_LIMIT))
         self._add_holding(await self.jobs.holding())
         self._cursor = cursor
@@ -121,7 +130,8 @@ class JobCache:
             phase = event["phase"]
             self.reasons[job_id] = None
             if phase not in WAITING_PHASES:
-                self.waiting.pop(job_id, None)
+                if self.backlog.remove(job_id) is not None:
+                    self.version += 1
                 self.reasons.pop(job_id, None)
                 self.expected.pop(job_id, None)
                 self.refusals.pop(job_id, None)
@@ -148,8 +158,9 @@ class JobCache:
             specs = await self.jobs.specs([r["id"] for r in batch])
             causes = await self.jobs.preemption_causes([r["id"] for r in batch if r["phase"] == "PREEMPTED"])
             for r in batch:
-                self.waiting[r["id"]] = PendingJob(job_view(specs[r["id"]]), r["queue"], r["priority"], r["seq"],
-                                                   causes.get(r["id"], ""))
+                self.backlog.add(PendingJob(job_view(specs[r["id"]]), r["queue"], r["priority"], r["seq"],
+                                            causes.get(r["id"], "")))
+                self.version += 1
                 self.reasons[r["id"]] = r["reason"]
                 if r["refusals"]:
                     self.refusals[r["id"]] = dict(r["refusals"])

@@ -14,8 +14,9 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from itertools import islice
+from itertools import chain, islice
 from typing import Any, Generic, TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -29,6 +30,7 @@ from federation.resources import add, format_resources
 from federation.scheduling import outlook
 from federation.scheduling.cycle import (
     Decisions,
+    PendingJob,
     QueueInfo,
     RunningJob,
     Snapshot,
@@ -36,6 +38,7 @@ from federation.scheduling.cycle import (
     inadmissible,
     queue_chains,
     schedule,
+    schedule_backlog,
     shares,
 )
 from federation.scheduling.fairshare import dominant_share
@@ -169,6 +172,7 @@ class Scheduler:
         self.held: dict[str, tuple[dict[str, int], list[tuple[str, str]]]] = {}
         self.holds: dict[str, str] = {}  # waiting job -> what holds it whatever is free, by the last cycle
         self._cycles = 0
+        self._snapshot_version = -1  # the job cache's version the last snapshot saw
         self._leading = False
         self._history: dict[str, deque[tuple[float, float]]] = {}  # queue -> (unix time, dominant share)
         self.forecast: dict[str, tuple[datetime, str]] = {}  # waiting job -> expected start, and cluster
@@ -221,6 +225,7 @@ class Scheduler:
         rows, upto = await self.admin.clusters(self.heartbeat_timeout)
         await self.cache.refresh(upto)  # and those up to the moment of the inventories, no further
         pending, active = list(self.cache.waiting.values()), list(self.cache.holding.values())
+        self._snapshot_version = self.cache.version
         classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
         if time.monotonic() - self._run_times_at >= RUN_TIMES_PERIOD:
             self._run_times = await self.jobs.mean_run_times()
@@ -289,12 +294,29 @@ class Scheduler:
         clock = _Steps()
         snapshot = await self.snapshot()
         clock.step("snapshot")
-        decisions = schedule(snapshot)
+        backlog = self.cache.backlog
+        if self.cache.version == self._snapshot_version:
+            decisions = schedule_backlog(snapshot, backlog)
+            pending: Mapping[str, PendingJob] = self.cache.waiting
+            waiting = Counter({q.name: 0 for q in snapshot.queues} | {q: backlog.count(q) for q in backlog.order})
+        else:  # another reader caught the cache up since the snapshot: decide on the snapshot's own list
+            decisions = schedule(snapshot)
+            pending = {job.id: job for job in snapshot.pending}
+            waiting = Counter({q.name: 0 for q in snapshot.queues})
+            waiting.update(job.queue for job in snapshot.pending)
+        waiting.subtract(pending[j].queue for j in decisions.assign)
         clock.step("decide")
+        # Read before anything awaits: the walk's reasons come from the backlog, which the next refresh changes.
+        reasons = self.cache.changed_reasons(decisions.waiting)
         self.holds = outlook.holds(decisions)
+        order = list(islice((j for j in decisions.waiting if j not in decisions.cannot_run), FORECAST_JOBS))
+        jobs = {j: pending[j] for j in chain(decisions.assign, decisions.reserved, order)}
+        forecast = replace(decisions, waiting={}, cannot_run=set(),
+                           limited={j: held for j in order if (held := decisions.limited.get(j)) is not None})
         tenant_of = {q.name: q.tenant for q in snapshot.queues}
-        self.held = {cluster: (room, [(j, tenant_of.get(self.cache.waiting[j].queue, "")) for j in holders])
-                     for cluster, (room, holders) in outlook.reserved_room(decisions, self.cache.waiting).items()}
+        self.held = {cluster: (room, [(j, tenant_of.get(jobs[j].queue, "")) for j in holders])
+                     for cluster, (room, holders) in outlook.reserved_room(decisions, jobs).items()}
+        clock.step("explain")
         for job_id, cluster in decisions.making_room.items():
             self._making_room.put(job_id, cluster)
         for job_id in decisions.assign:
@@ -306,24 +328,22 @@ class Scheduler:
         if decisions.assign or decisions.preempt:
             self.on_change()
         clock.step("write")
-        reasons = self.cache.changed_reasons(decisions.waiting)
         await self.jobs.set_waiting(reasons, fence)
         self.cache.reasons_written(reasons)
-        clock.step("explain")
+        clock.step("reasons")
         self._cycles += 1
         if self._cycles % HEAP_SETTLE_CYCLES == 1:
             _settle_heap()
             clock.step("heap")
-        order = list(islice((j for j in decisions.waiting if j not in decisions.cannot_run), FORECAST_JOBS))
         # Every FORECAST_PERIOD, and at once for a job new to it, but never more than a tenth of the time.
         since, spacing = time.monotonic() - self._forecast_at, FORECAST_SPACING * self._forecast_seconds
         if since >= max(FORECAST_PERIOD, spacing) or (not self._forecast_asked.issuperset(order) and since >= spacing):
             started = time.monotonic()
-            await self._forecast(snapshot, decisions, order)
+            await self._forecast(snapshot, forecast, order, jobs)
             self._forecast_seconds = time.monotonic() - started
             clock.step("forecast")
         self.steps = clock.seconds
-        self._record(snapshot, decisions, sum(clock.seconds.values()))
+        self._record(decisions, waiting, snapshot.running, sum(clock.seconds.values()))
         return decisions
 
     def _running(self, job: HoldingJob, priority_class: Mapping[str, Any], now: datetime) -> RunningJob:
@@ -345,11 +365,12 @@ class Scheduler:
             return self._run_times[queue]
         return sum(self._run_times.values()) / len(self._run_times) if self._run_times else DEFAULT_RUN_TIME
 
-    async def _forecast(self, snapshot: Snapshot, decisions: Decisions, order: Sequence[str]) -> None:
+    async def _forecast(self, snapshot: Snapshot, decisions: Decisions, order: Sequence[str],
+                        pending: Mapping[str, PendingJob]) -> None:
         """Expected start times for `order`: the first FORECAST_JOBS waiting jobs in the order this cycle served
-        them (those that could never run left out). Run every FORECAST_PERIOD, and as soon as a job joins them."""
+        them (those that could never run left out). Run every FORECAST_PERIOD, and as soon as a job joins them.
+        `pending`: those jobs, and the ones the cycle dispatched or reserved room for, by id."""
         now = datetime.now(UTC)
-        pending = {job.id: job for job in snapshot.pending}
         sent = [Holding(cluster, pending[job_id].view.request,
                         self.run_time(pending[job_id].queue, self.cache.expected.get(job_id)), pending[job_id].queue)
                 for job_id, cluster in decisions.assign.items()]
@@ -357,7 +378,8 @@ class Scheduler:
                                                         (now - h.since).total_seconds() if h.since else 0.0), h.queue)
                 for h in self.cache.holding.values() if h.id not in decisions.preempt]
         waiting = outlook.waiting(snapshot, decisions, order,
-                                  lambda job: self.run_time(job.queue, self.cache.expected.get(job.id)), [*sent, *held])
+                                  lambda job: self.run_time(job.queue, self.cache.expected.get(job.id)), [*sent, *held],
+                                  pending)
         starts = await asyncio.to_thread(after_cycle, snapshot.clusters, sent, held, waiting)
         self.forecast = {j: (now + timedelta(seconds=s.seconds), s.cluster) for j, s in starts.items()}
         self._forecast_at = time.monotonic()
@@ -367,16 +389,16 @@ class Scheduler:
         """When and where a waiting job is expected to start, by the last forecast (the leader's)."""
         return self.forecast.get(job_id)
 
-    def _record(self, snapshot: Snapshot, decisions: Decisions, seconds: float) -> None:
+    def _record(self, decisions: Decisions, waiting: Counter[str], running: Sequence[RunningJob],
+                seconds: float) -> None:
+        """Metrics of one cycle. `waiting`: per queue, the jobs still waiting after it."""
         metrics.CYCLE_SECONDS.observe(seconds)
         metrics.JOBS_SCHEDULED.inc(len(decisions.assign))
         metrics.JOBS_PREEMPTED.inc(len(decisions.preempt))
-        queue_of = {job.id: job.queue for job in snapshot.running}
+        queue_of = {job.id: job.queue for job in running}
         for job_id, lost in decisions.lost.items():
             metrics.PREEMPTION_LOST_GPU_HOURS.labels(queue_of[job_id]).inc(lost / 3600)
             metrics.LOST_GPU_HOURS.inc(lost / 3600)
-        waiting = Counter({q.name: 0 for q in snapshot.queues})
-        waiting.update(job.queue for job in snapshot.pending if job.id not in decisions.assign)
         for queue, count in waiting.items():
             metrics.QUEUE_PENDING.labels(queue).set(count)
         metrics.PENDING.set(sum(waiting.values()))
@@ -414,7 +436,7 @@ class Scheduler:
         """Usage, deserved share and counts of one queue (its row), computed now as a cycle would."""
         name = queue["name"]
         snapshot = await self.snapshot()
-        tree, usage, _ = shares(snapshot)
+        tree, usage, _ = shares(snapshot, self.cache.backlog)
         deserved = {r: round(a) for r, a in tree.queues.get(name, {}).items()}
         share = dominant_share(usage.get(name, {}), tree.queues.get(name, {}))
         return admin_pb2.QueueStatus(
@@ -423,7 +445,7 @@ class Scheduler:
             dominant_share=share if share != float("inf") else -1.0,
             history=[admin_pb2.ShareSample(time=Timestamp(seconds=int(t), nanos=int(t % 1 * 1e9)), dominant_share=v)
                      for t, v in self._history.get(name, ())],
-            pending=sum(1 for j in snapshot.pending if j.queue == name),
+            pending=self.cache.backlog.count(name),
             running=sum(1 for j in snapshot.running if j.queue == name))
 
     @staticmethod

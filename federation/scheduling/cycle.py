@@ -253,7 +253,7 @@ class _Cycle:
             found = self._wanted[job.id] = self.flavors.wanted(job.view, queue.flavors if queue else ())
         return found
 
-    def compute_shares(self, backlog: Backlog) -> None:
+    def compute_shares(self, backlog: Demand) -> None:
         demand = {q: dict(u) for q, u in self.queue_usage.items()}
         for queue, into in demand.items():
             for job, count in backlog.demand(queue):
@@ -871,11 +871,16 @@ def queue_chains(queues: Sequence[QueueInfo]) -> dict[str, list[str]]:
     return chains
 
 
-class Backlog(Protocol):
+class Demand(Protocol):
+    """What waits in each queue, as shares count it: one job of each shape, and how many."""
+
+    def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]: ...
+
+
+class Backlog(Demand, Protocol):
     """The waiting jobs as one cycle walks them: a cursor per queue, over its jobs in order."""
 
     def queues(self) -> list[str]: ...
-    def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]: ...
     def owed(self, making_room: Mapping[str, str], remembered: set[str], closed: Mapping[str, str]
              ) -> list[PendingJob]: ...
     def remove(self, job: PendingJob) -> None: ...
@@ -987,9 +992,11 @@ def schedule_backlog(snapshot: Snapshot, manager: QueueManager) -> Decisions:
     return cycle.run(_Walked(manager, cycle.out))
 
 
-def shares(snapshot: Snapshot) -> tuple[Tree, dict[str, Resources], dict[str, Resources]]:
-    """Deserved shares, and usage per queue and per tenant, exactly as a cycle would see them."""
+def shares(snapshot: Snapshot, backlog: QueueManager | None = None) -> tuple[Tree, dict[str, Resources],
+                                                                             dict[str, Resources]]:
+    """Deserved shares, and usage per queue and per tenant, exactly as a cycle would see them (its waiting jobs:
+    `backlog`'s if given, else `snapshot.pending`)."""
     cycle = _Cycle(snapshot)
-    cycle.compute_shares(_Lists(snapshot.pending))
+    cycle.compute_shares(backlog if backlog is not None else _Lists(snapshot.pending))
     assert cycle.out.shares is not None
     return cycle.out.shares, cycle.queue_usage, cycle.tenant_usage

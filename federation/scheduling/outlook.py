@@ -16,10 +16,12 @@ from federation.scheduling.fit import ClusterView, check, could_hold, covers
 from federation.scheduling.forecast import Holding, Waiting, limit_clears
 
 
-def after_dispatch(snap: Snapshot, d: Decisions) -> list[ClusterView]:
-    """The clusters as the cycle leaves them: what it dispatched taken off their free resources."""
+def after_dispatch(snap: Snapshot, d: Decisions, pending: Mapping[str, PendingJob] | None = None
+                   ) -> list[ClusterView]:
+    """The clusters as the cycle leaves them: what it dispatched taken off their free resources. `pending`: the
+    waiting jobs by id, at least those dispatched (default: `snap.pending`)."""
     gone: dict[str, dict[str, int]] = {}
-    pending = {job.id: job for job in snap.pending}
+    pending = pending if pending is not None else {job.id: job for job in snap.pending}
     for job_id, cluster in d.assign.items():
         into = gone.setdefault(cluster, {})
         for r, a in pending[job_id].view.request.items():
@@ -50,13 +52,14 @@ def reserved_room(d: Decisions, pending: Mapping[str, PendingJob]) -> dict[str, 
 
 
 def waiting(snap: Snapshot, d: Decisions, order: Sequence[str], runs_for: Callable[[PendingJob], float],
-            holding: Sequence[Holding]) -> list[Waiting]:
+            holding: Sequence[Holding], pending: Mapping[str, PendingJob] | None = None) -> list[Waiting]:
     """The forecast's view of the jobs of `order` still waiting after the cycle `d`, in that order. `holding`:
-    every gang holding resources once the cycle is carried out, with its queue and when it is expected to end."""
-    pending = {job.id: job for job in snap.pending}
+    every gang holding resources once the cycle is carried out, with its queue and when it is expected to end.
+    `pending`: the waiting jobs by id, at least those of `order`, dispatched or reserved (default: `snap.pending`)."""
+    pending = pending if pending is not None else {job.id: job for job in snap.pending}
     chains = queue_chains(snap.queues)
     tenant_of = {q.name: q.tenant for q in snap.queues}
-    clusters = after_dispatch(snap, d)
+    clusters = after_dispatch(snap, d, pending)
     reserved = reserved_room(d, pending)
     could: dict[tuple[object, ...], frozenset[str]] = {}
     out = []
