@@ -34,6 +34,7 @@ BENCHMARKS = {
     "openb": ("bench.bench_openb", "GPU fragmentation on the Alibaba openb trace against first fit"),
     "replay": ("bench.trace_replay", "Microsoft ITP trace replay: fair vs FIFO vs topology-off"),
     "health": ("bench.bench_health", "hardware failures at the Llama 3 rate: proactive drain vs restart-after-crash"),
+    "backlog": ("bench.bench_backlog", "a cycle whose cost follows change: queue manager walk vs cycle from scratch"),
 }
 
 
