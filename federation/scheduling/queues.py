@@ -156,6 +156,17 @@ class Walk:
         stops = self.stops.get(queue, ())
         k = bisect.bisect_left(stops, i)
         stop = order[stops[k]].rank if k < len(stops) else None
+        verdicts: dict[Shape, Verdict] = {}
+        j = i
+        while j < len(order) and order[j].id in self.owed:
+            j += 1
+        if j < len(order) and (stop is None or order[j].rank < stop):
+            # The next job first, on its own: when it needs deciding (most of a cycle that places much) nothing
+            # is settled, and each shape's first job need not be looked for.
+            found = verdict(order[j], queue)
+            if found[0] is None:
+                return
+            verdicts[order[j].view.shape] = found
         nexts = []  # each shape's first job from the cursor on
         for same in self.manager.shapes[queue].values():
             j = same.bisect_key_left(start)
@@ -164,11 +175,10 @@ class Walk:
             if j < len(same):
                 nexts.append(same[j])
         nexts.sort(key=_rank)
-        verdicts: dict[Shape, Verdict] = {}
         for job in nexts:
             if stop is not None and job.rank >= stop:
                 break
-            found = verdict(job, queue)
+            found = verdicts.get(job.view.shape) or verdict(job, queue)
             if found[0] is None:
                 stop = job.rank
                 break
