@@ -1,19 +1,22 @@
 """Differential property (issue 30): the queue manager's walk decides exactly as the cycle from scratch.
 
-Random event sequences (jobs submitted and cancelled, gangs ending, limits raised and lowered, queues closed and
-opened, clusters filling and emptying, refusals, room made by preemption) drive one `QueueManager`, kept across
-cycles by those events alone, and the same jobs as a plain list. Every cycle both schedulers run on the same
-snapshot; their dispatches, preemptions, reservations, work lost, usage, and every waiting job's reason, limit
-and can-never-run verdict must be equal, in the same order. The from-scratch walk (`schedule`) is the oracle.
+Random event sequences, with and without flavors (jobs submitted and cancelled, gangs ending, limits raised and
+lowered, queues closed and opened, clusters filling and emptying, refusals, room made by preemption) drive one
+`QueueManager`, kept across cycles by those events alone, and the same jobs as a plain list. Every cycle both
+schedulers run on the same snapshot; their dispatches, preemptions, reservations, work lost, usage, and every
+waiting job's reason, limit and can-never-run verdict must be equal, in the same order. The from-scratch walk
+(`schedule`) is the oracle.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from federation.resources import FLAVOR
 from federation.scheduling.cycle import (
     Decisions,
     PendingJob,
@@ -25,6 +28,7 @@ from federation.scheduling.cycle import (
     schedule_backlog,
 )
 from federation.scheduling.fit import ClusterView, DomainFree, JobView, TierFree
+from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.queues import QueueManager, Reasons
 
 GPU = "nvidia.com/gpu"
@@ -55,6 +59,12 @@ class World:
                        QueueInfo("t0-p", "t0", 1), QueueInfo("t0-c", "t0", 1, parent="t0-p"),
                        QueueInfo("t1-a", "t1", 1, limit={GPU: 32}), QueueInfo("t1-b", "t1", 3)]
         self.free = {"c0": 8, "c1": 4, "c2": 6}
+        # Half the worlds have GPU flavors by region, one queue preferring each and a flavored limit.
+        self.flavors = [FlavorInfo("fast", GPU, {"region": "b"}), FlavorInfo("slow", GPU, {"region": "a"})] \
+            if rng.random() < 0.5 else []
+        if self.flavors:
+            self.queues[1] = QueueInfo("t0-b", "t0", 2, flavors=("fast", "slow"))
+            self.queues[5] = QueueInfo("t1-b", "t1", 3, flavors=("slow",), limit={f"{GPU}{FLAVOR}slow": 40})
         self.pending: dict[str, PendingJob] = {}
         self.running: dict[str, RunningJob] = {}
         self.manager = QueueManager()
@@ -91,12 +101,11 @@ class World:
         q = self.queues[i]
         change = self.rng.choice(["limit", "state", "priority"])
         if change == "limit":
-            q = QueueInfo(q.name, q.tenant, q.weight, q.priority, limit={} if q.limit else {GPU: 24}, parent=q.parent)
+            q = replace(q, limit={} if q.limit else {GPU: 24})
         elif change == "state":
-            q = QueueInfo(q.name, q.tenant, q.weight, q.priority, limit=q.limit,
-                          state="CLOSED" if q.state == "OPEN" else "OPEN", parent=q.parent)
+            q = replace(q, state="CLOSED" if q.state == "OPEN" else "OPEN")
         else:
-            q = QueueInfo(q.name, q.tenant, q.weight, 2 - q.priority, limit=q.limit, parent=q.parent)
+            q = replace(q, priority=2 - q.priority)
         self.queues[i] = q
 
     def refuse(self) -> None:
@@ -109,7 +118,8 @@ class World:
         capacity = {GPU: sum(c.capacity[GPU] for c in clusters)}
         return Snapshot(self.tenants, self.queues, pending, list(self.running.values()), clusters, capacity,
                         refused={j: r for j, r in self.refused.items() if j in self.pending},
-                        making_room={j: c for j, c in self.making_room.items() if j in self.pending})
+                        making_room={j: c for j, c in self.making_room.items() if j in self.pending},
+                        flavors=self.flavors)
 
     def apply(self, d: Decisions, now: int) -> None:
         for job_id, name in d.assign.items():

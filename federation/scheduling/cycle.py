@@ -256,6 +256,9 @@ class _Cycle:
     def compute_shares(self, backlog: Demand) -> None:
         demand = {q: dict(u) for q, u in self.queue_usage.items()}
         for queue, into in demand.items():
+            if not self.flavors:
+                _add(into, backlog.requested(queue))
+                continue
             for job, count in backlog.demand(queue):
                 for r, a in self.wanted(job).items():
                     into[r] = into.get(r, 0) + a * count
@@ -872,9 +875,11 @@ def queue_chains(queues: Sequence[QueueInfo]) -> dict[str, list[str]]:
 
 
 class Demand(Protocol):
-    """What waits in each queue, as shares count it: one job of each shape, and how many."""
+    """What waits in each queue, as shares count it: one job of each shape, and how many; or, without flavors,
+    what they ask for together."""
 
     def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]: ...
+    def requested(self, queue: str) -> Mapping[str, int]: ...
 
 
 class Backlog(Demand, Protocol):
@@ -909,6 +914,12 @@ class _Lists:
 
     def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]:
         return ((job, 1) for job in self.by_queue.get(queue, ()))
+
+    def requested(self, queue: str) -> Mapping[str, int]:
+        total: dict[str, int] = {}
+        for job in self.by_queue.get(queue, ()):
+            _add(total, job.view.request)
+        return total
 
     def owed(self, making_room: Mapping[str, str], remembered: set[str], closed: Mapping[str, str]
              ) -> list[PendingJob]:
@@ -951,6 +962,9 @@ class _Walked:
 
     def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]:
         return self.manager.demand(queue)
+
+    def requested(self, queue: str) -> Mapping[str, int]:
+        return self.manager.requested(queue)
 
     def owed(self, making_room: Mapping[str, str], remembered: set[str], closed: Mapping[str, str]
              ) -> list[PendingJob]:

@@ -42,6 +42,7 @@ class QueueManager:
         self.order: dict[str, SortedKeyList] = {}  # queue -> its jobs by rank
         self.shapes: dict[str, dict[Shape, SortedKeyList]] = {}  # queue -> shape -> its jobs of that shape by rank
         self.caused: dict[str, PendingJob] = {}  # jobs back from a preemption, whose reason starts with its cause
+        self.totals: dict[str, dict[str, int]] = {}  # queue -> what its jobs ask for together
         for job in jobs:
             self.add(job)
 
@@ -60,6 +61,9 @@ class QueueManager:
         self.shapes.setdefault(job.queue, {}).setdefault(job.view.shape, SortedKeyList(key=_rank)).add(job)
         if job.cause:
             self.caused[job.id] = job
+        total = self.totals.setdefault(job.queue, {})
+        for r, a in job.view.request.items():
+            total[r] = total.get(r, 0) + a
 
     def remove(self, job_id: str) -> PendingJob | None:
         """A job no longer waits (dispatched, cancelled, gone): the job, or None if it was not here."""
@@ -76,6 +80,13 @@ class QueueManager:
             del shapes[job.view.shape]
         if not order:
             del self.order[job.queue], self.shapes[job.queue]
+        total = self.totals[job.queue]
+        for r, a in job.view.request.items():
+            total[r] -= a
+            if not total[r]:
+                del total[r]  # as a sum over the jobs left would have it
+        if not total:
+            del self.totals[job.queue]
         return job
 
     def queues(self) -> list[str]:
@@ -85,6 +96,9 @@ class QueueManager:
     def count(self, queue: str) -> int:
         order = self.order.get(queue)
         return len(order) if order is not None else 0
+
+    def requested(self, queue: str) -> Mapping[str, int]:
+        return self.totals.get(queue, {})
 
     def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]:
         """One job of each shape waiting in the queue, and how many of that shape wait: what shares count."""
@@ -167,22 +181,22 @@ class Walk:
             if found[0] is None:
                 return
             verdicts[order[j].view.shape] = found
-        nexts = []  # each shape's first job from the cursor on
-        for same in self.manager.shapes[queue].values():
-            j = same.bisect_key_left(start)
-            while j < len(same) and same[j].id in self.owed:
-                j += 1
-            if j < len(same):
-                nexts.append(same[j])
-        nexts.sort(key=_rank)
-        for job in nexts:
-            if stop is not None and job.rank >= stop:
-                break
-            found = verdicts.get(job.view.shape) or verdict(job, queue)
+        # Every shape with jobs left past the cursor gets its verdict (any of its jobs will do); only the shapes
+        # that need deciding are looked for, and the first of their jobs ends the range. In a queue whose every
+        # shape certainly waits (most queues, most cycles, in a full federation) nothing is looked for at all.
+        for shape, same in self.manager.shapes[queue].items():
+            found = verdicts.get(shape)
+            if found is None:
+                last = same[-1]
+                if last.rank < start:
+                    continue
+                found = verdicts[shape] = verdict(last, queue)
             if found[0] is None:
-                stop = job.rank
-                break
-            verdicts[job.view.shape] = found
+                j = same.bisect_key_left(start)
+                while j < len(same) and same[j].id in self.owed:
+                    j += 1
+                if j < len(same) and (stop is None or same[j].rank < stop):
+                    stop = same[j].rank
         end = len(order) if stop is None else order.bisect_key_left(stop)
         if end > i:
             self._record(Settled(queue, start, stop, verdicts))
