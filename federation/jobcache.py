@@ -153,20 +153,22 @@ class JobCache:
 
     async def _add_waiting(self, rows: list[Any]) -> None:
         """Add these waiting jobs, with the views made from their specs (and, for preempted ones, why)."""
+        added = []
         for start in range(0, len(rows), BATCH):
             batch = rows[start:start + BATCH]
             specs = await self.jobs.specs([r["id"] for r in batch])
             causes = await self.jobs.preemption_causes([r["id"] for r in batch if r["phase"] == "PREEMPTED"])
             for r in batch:
-                self.backlog.add(PendingJob(job_view(specs[r["id"]]), r["queue"], r["priority"], r["seq"],
-                                            causes.get(r["id"], "")))
-                self.version += 1
+                added.append(PendingJob(job_view(specs[r["id"]]), r["queue"], r["priority"], r["seq"],
+                                        causes.get(r["id"], "")))
                 self.reasons[r["id"]] = r["reason"]
                 if r["refusals"]:
                     self.refusals[r["id"]] = dict(r["refusals"])
                 expected = seconds_or_none(specs[r["id"]]["spec"].get("annotations", {}).get(EXPECTED_DURATION))
                 if expected is not None:
                     self.expected[r["id"]] = expected
+        self.backlog.extend(added)  # sorted once on a load, not job by job
+        self.version += 1
 
     def _add_holding(self, rows: list[Any]) -> None:
         for r in rows:

@@ -190,3 +190,25 @@ def test_a_backlog_of_one_shape_is_walked_once_per_cycle() -> None:
     assert isinstance(reasons, Reasons)
     assert len(reasons.explicit) == 1  # its head decided on its own; the other 1,999 are read from one range
     assert len(reasons.walk.log) == 2 and len(reasons) == 2_000
+
+
+def test_a_load_at_once_is_the_same_manager_as_job_by_job() -> None:
+    """A new leader loads every waiting job at once (`extend`): the same queues, shapes, totals and causes as the
+    events one by one would leave, including a job given twice and jobs joining a queue already held."""
+    world = World(random.Random(3))
+    world.submit(300)
+    jobs = list(world.pending.values())
+    again = PendingJob(jobs[5].view, jobs[5].queue, 9, jobs[5].seq, cause="preempted: test")
+    one_by_one = QueueManager()
+    for job in [*jobs, again]:
+        one_by_one.add(job)
+    at_once = QueueManager(jobs[:100])
+    at_once.extend([*jobs[100:], again])
+
+    def contents(m: QueueManager) -> tuple[object, ...]:
+        return ({q: [j.id for j in order] for q, order in m.order.items()},
+                {q: {s: [j.id for j in same] for s, same in shapes.items()} for q, shapes in m.shapes.items()},
+                m.totals, sorted(m.caused), sorted(m.jobs))
+
+    assert contents(at_once) == contents(one_by_one)
+    assert at_once.jobs[again.id].priority == 9

@@ -43,8 +43,7 @@ class QueueManager:
         self.shapes: dict[str, dict[Shape, SortedKeyList]] = {}  # queue -> shape -> its jobs of that shape by rank
         self.caused: dict[str, PendingJob] = {}  # jobs back from a preemption, whose reason starts with its cause
         self.totals: dict[str, dict[str, int]] = {}  # queue -> what its jobs ask for together
-        for job in jobs:
-            self.add(job)
+        self.extend(jobs)
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -64,6 +63,27 @@ class QueueManager:
         total = self.totals.setdefault(job.queue, {})
         for r, a in job.view.request.items():
             total[r] = total.get(r, 0) + a
+
+    def extend(self, jobs: Iterable[PendingJob]) -> None:
+        """Many jobs at once (a new leader's load): each list sorted once, not grown one job at a time."""
+        fresh: dict[str, list[PendingJob]] = {}
+        for job in {job.id: job for job in jobs}.values():  # a job given twice: the later one, as `add` would
+            if job.id in self.jobs or job.queue in self.order:
+                self.add(job)
+            else:
+                self.jobs[job.id] = job
+                fresh.setdefault(job.queue, []).append(job)
+        for queue, listed in fresh.items():
+            self.order[queue] = SortedKeyList(listed, key=_rank)
+            by_shape: dict[Shape, list[PendingJob]] = {}
+            total = self.totals[queue] = {}
+            for job in listed:
+                by_shape.setdefault(job.view.shape, []).append(job)
+                if job.cause:
+                    self.caused[job.id] = job
+                for r, a in job.view.request.items():
+                    total[r] = total.get(r, 0) + a
+            self.shapes[queue] = {shape: SortedKeyList(same, key=_rank) for shape, same in by_shape.items()}
 
     def remove(self, job_id: str) -> PendingJob | None:
         """A job no longer waits (dispatched, cancelled, gone): the job, or None if it was not here."""
