@@ -8,153 +8,46 @@ or a reason; nothing here reads a clock or a database.
 Order: higher queue priority first; among equals, the queue whose tenant, then itself, would have
 the lowest dominant share (of its deserved share) once its head job starts; inside a queue, higher
 job priority, then earlier submission.
+
+The parts, each its own module: the model (`model.py`), the waiting jobs as a walk sees them (`backlog.py`, over
+the queue manager of `queues.py`), cluster choice (`choice.py`, `fit.py`, `flavors.py`), deserved shares
+(`fairshare.py`), reclaim, preemption and moves (`preemption.py`), reservations (`reservations.py`) and the
+start-time forecast (`forecast.py`, `outlook.py`). This module is the loop that serves queue heads in order.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
-from operator import attrgetter
-from typing import Protocol
+from collections.abc import Mapping, Sequence
 
 from federation.resources import FLAVOR, Resources, base, format_resources
+from federation.scheduling.backlog import Backlog, Demand, Lists, Walked
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
 from federation.scheduling.fairshare import EPSILON, Claim, Tree, dominant_share, excess, hierarchical
-from federation.scheduling.fit import ClusterView, DomainFree, JobView, cannot_run, covers
-from federation.scheduling.flavors import FlavorInfo, Flavors
-from federation.scheduling.forecast import remaining
-from federation.scheduling.queues import Impossible, Limits, QueueManager, Reasons, Verdict, Walk
+from federation.scheduling.fit import ClusterView, JobView, cannot_run
+from federation.scheduling.flavors import Flavors
+from federation.scheduling.model import (
+    MOVE_BUDGET_SECONDS,
+    NO_READY_CLUSTER,
+    REPREEMPT_GRACE,
+    RESOURCE_FOR_FEWEST,
+    Decisions,
+    PendingJob,
+    QueueInfo,
+    RunningJob,
+    Snapshot,
+    TenantInfo,
+    add_into,
+    queue_chains,
+)
+from federation.scheduling.preemption import Preemption
+from federation.scheduling.queues import QueueManager, Verdict
+from federation.scheduling.reservations import Reservations
 
-RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # a victim's work lost is counted in these
-# A move for a gang may lose at most this long of the gang's own GPUs in others' work.
-MOVE_BUDGET_SECONDS = 300.0
-# Seconds a gang back from a preemption is spared by reclaim (RunningJob.protected): the hysteresis that stops
-# queue priority and reclaim handing one gang back and forth.
-REPREEMPT_GRACE = 120.0
-NO_READY_CLUSTER = "no member cluster is ready"
-
-
-@dataclass(frozen=True)
-class TenantInfo:
-    name: str
-    weight: int = 1
-    guarantee: Mapping[str, int] = field(default_factory=dict)
-    limit: Mapping[str, int] = field(default_factory=dict)  # empty: no limit
-    disabled: bool = False
-
-
-@dataclass(frozen=True)
-class QueueInfo:
-    name: str
-    tenant: str
-    weight: int = 1
-    priority: int = 0
-    guarantee: Mapping[str, int] = field(default_factory=dict)
-    limit: Mapping[str, int] = field(default_factory=dict)
-    reclaimable: bool = True
-    state: str = "OPEN"
-    flavors: tuple[str, ...] = ()  # the flavors its jobs may use, in order of preference; () = any
-    parent: str = ""  # a queue of the same tenant whose share this one takes part of ("" = the tenant's)
-
-
-@dataclass(frozen=True, slots=True)
-class PendingJob:
-    view: JobView
-    queue: str
-    priority: int
-    seq: int
-    cause: str = ""  # why it was preempted, when it was: kept at the front of its reason until it runs again
-    # Derived, as fields rather than properties: read hundreds of thousands of times a cycle.
-    id: str = field(init=False, compare=False)
-    rank: tuple[int, int] = field(init=False, compare=False)  # place in its queue: priority, then submission
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "id", self.view.id)
-        object.__setattr__(self, "rank", (-self.priority, self.seq))
-
-
-@dataclass(frozen=True, slots=True)
-class RunningJob:
-    id: str
-    queue: str
-    cluster: str
-    priority: int
-    seq: int
-    request: Mapping[str, int]
-    preemptible: bool
-    # What evicting it costs, as of the snapshot (the edge reads the clock, the core does not):
-    ran_for: float = 0.0  # seconds since it started
-    checkpoint: float | None = None  # seconds between its checkpoints (its annotation); None: it keeps none
-    expected: float | None = None  # expected whole run in seconds (annotation, or its queue's past jobs); None: unknown
-    protected_for: float = 0.0  # seconds until another queue may reclaim it (its priority class's protected run time)
-    hypernode: str = ""  # the lowest HyperNode holding all its pods ("" unknown)
-    preempted_before: bool = False  # it was preempted or reclaimed before this run: see `protected`
-
-    @property
-    def protected(self) -> bool:
-        """Spared by reclaim: in its priority class's protected run time, or back from a preemption less than
-        REPREEMPT_GRACE ago. The second is hysteresis: a gang reclaimed for one queue and placed again by its
-        own queue's priority is not reclaimed again at once for the same shortfall (the two rules would
-        otherwise hand it back and forth every cycle while capacity frees up)."""
-        return self.protected_for > 0 or (self.preempted_before and self.ran_for < REPREEMPT_GRACE)
-
-    @property
-    def since_checkpoint(self) -> float:
-        """Seconds of its work that evicting it now would lose (all it did, without checkpoints)."""
-        return self.ran_for % self.checkpoint if self.checkpoint else self.ran_for
-
-    @property
-    def at_risk(self) -> float:
-        """GPU-seconds of work lost if it is evicted now."""
-        return self.since_checkpoint * self.request.get(RESOURCE_FOR_FEWEST, 0)
-
-    def pays_to_reclaim(self) -> bool:
-        """Whether evicting it gains its queue's rival more than it costs: the work lost since its last checkpoint
-        against the time the rival would otherwise wait for it to end (its expected remaining run). Unknown run
-        times do not hold reclaim back."""
-        return self.expected is None or self.since_checkpoint < remaining(self.expected, self.ran_for)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    tenants: Sequence[TenantInfo]
-    queues: Sequence[QueueInfo]
-    pending: Sequence[PendingJob]
-    running: Sequence[RunningJob]  # Dispatched or Running: they hold resources
-    clusters: Sequence[ClusterView]  # Ready and not cordoned
-    capacity: Mapping[str, int]  # of those clusters, for deserved shares
-    refused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # job -> cluster -> agent's reason
-    # job -> cluster where gangs were preempted for it and may not have exited yet (the agent's
-    # inventory still counts them): it waits there instead of preempting again.
-    making_room: Mapping[str, str] = field(default_factory=dict)
-    flavors: Sequence[FlavorInfo] = ()
-    labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # every member cluster's, Ready or not
-
-
-@dataclass
-class Decisions:
-    assign: dict[str, str] = field(default_factory=dict)  # job -> cluster
-    preempt: dict[str, str] = field(default_factory=dict)  # running job -> reason
-    making_room: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster preempted for it
-    lost: dict[str, float] = field(default_factory=dict)  # preempted job -> GPU-seconds of work lost by it
-    # pending job -> why it waits, in the order the cycle met them (from a walk over the queue manager: worked
-    # out only for the jobs asked about)
-    waiting: MutableMapping[str, str] = field(default_factory=dict)
-    reserved: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster whose room is held for it
-    # waiting jobs no cluster or quota could run as things stand
-    cannot_run: set[str] | Impossible = field(default_factory=set)
-    # waiting job -> the limit holding it: (its owner, "queue NAME" or "tenant NAME"; how much of each resource
-    # that owner must free before the job fits under it; the reason): the forecast and ExplainJob read it
-    limited: MutableMapping[str, tuple[str, Resources, str]] = field(default_factory=dict)
-    shares: Tree | None = None
-    usage: dict[str, Resources] = field(default_factory=dict)  # queue -> in use after this cycle
-
-
-def _add(into: dict[str, int], amounts: Mapping[str, int], sign: int = 1) -> None:
-    for r, a in amounts.items():
-        into[r] = into.get(r, 0) + sign * a
-
+# The cycle's names, for those who import them from here (its model, constants and entry points).
+__all__ = ["MOVE_BUDGET_SECONDS", "NO_READY_CLUSTER", "REPREEMPT_GRACE", "RESOURCE_FOR_FEWEST", "Decisions",
+           "PendingJob", "QueueInfo", "RunningJob", "Snapshot", "TenantInfo", "inadmissible", "over_own_limit",
+           "queue_chains", "schedule", "schedule_backlog", "shares"]
 
 def _over(usage: Mapping[str, int], extra: Mapping[str, int], limit: Mapping[str, int]) -> dict[str, int]:
     """Resources of `limit` that usage + extra would exceed (a flavor's limit is judged with the cluster)."""
@@ -181,8 +74,7 @@ def _held_by(job: PendingJob, owner: str, usage: Mapping[str, int], over: Mappin
 def _fmt(amounts: Mapping[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in format_resources(amounts).items())
 
-
-class _Cycle:
+class _Cycle(Preemption, Reservations):
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
         self.tenants = {t.name: t for t in snap.tenants}
@@ -257,7 +149,7 @@ class _Cycle:
         demand = {q: dict(u) for q, u in self.queue_usage.items()}
         for queue, into in demand.items():
             if not self.flavors:
-                _add(into, backlog.requested(queue))
+                add_into(into, backlog.requested(queue))
                 continue
             for job, count in backlog.demand(queue):
                 for r, a in self.wanted(job).items():
@@ -310,205 +202,13 @@ class _Cycle:
         return None, self.clusters.reasons(job.view, {**never, **refused})
 
     # -- reclaim and preemption --------------------------------------------------------------
-
-    def _reclaimable(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> set[str]:
-        """Queues other than the job's own that it may take back from: reclaimable ones over their share, of its
-        tenant, or of others when its tenant is within its share too; none unless its queue is within its own."""
-        tenant = self.queues[job.queue].tenant
-        return {q for q in self.over_share if q != job.queue and queue_within
-                and (self.queues[q].tenant == tenant or tenant_within)}
-
-    def _take(self, job: PendingJob, gangs: Sequence[RunningJob], over: set[str], freed: dict[str, int],
-              kept: set[str]) -> list[RunningJob]:
-        """Gangs of `gangs` (in victim order) to evict until `freed` covers the job, adding theirs to `freed`.
-        `kept` collects why eligible-looking gangs were passed over ("share": their queue or tenant would drop
-        below its share; "work": protected, or evicting would lose more than waiting costs)."""
-        assert self.out.shares is not None
-        tenant = self.queues[job.queue].tenant
-        chosen: list[RunningJob] = []
-        borrowed: dict[str, dict[str, int]] = {}  # queue or tenant -> its usage once the victims are gone
-        for victim in gangs:
-            if not over and victim.priority >= job.priority:
-                break  # without reclaim only the job's own queue yields, below its priority: sorted, so done
-            if victim.id in self.out.preempt or not (
-                    victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
-                continue
-            if victim.queue != job.queue and (victim.protected or not victim.pays_to_reclaim()):
-                kept.add("work")
-                continue
-            if victim.queue != job.queue and not self._may_reclaim(victim, job.queue, tenant, borrowed,
-                                                                   self.out.shares.queues):
-                kept.add("share")
-                continue
-            chosen.append(victim)
-            _add(freed, victim.request)
-            if covers(freed, job.view.request):
-                break
-        return chosen
-
-    def victims(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> tuple[str, list[RunningJob]] | str:
-        """Whole gangs to evict in one cluster so that `job` then fits, losing the least work; else why none.
-
-        Inside its own queue, a job may preempt lower-priority preemptible jobs. A queue within its deserved
-        share may also take back what other queues borrowed: running gangs of reclaimable queues over their
-        deserved share, of preemptible classes, as long as those queues keep their deserved share and at
-        least the share the job's queue will have with it. From a sibling queue (the same tenant) that is
-        all; from another tenant's queue, the job's tenant must be within its share too, and the victim's
-        tenant keeps its own. Reclaim spares gangs in their protected run time and gangs whose work since
-        their last checkpoint is more than the wait their eviction saves. "Fits" is judged on whole-gang
-        totals; the agent's placement decides the topology.
-        """
-        over = self._reclaimable(job, queue_within, tenant_within)
-        best: tuple[int, float, int, int, str, list[RunningJob]] | None = None
-        kept: set[str] = set()
-        candidates = self.pool.could_make_room(job.view.request, [job.queue, *over])
-        refused = self.snap.refused.get(job.id, {})  # a cluster that refused the job gets no evictions for it
-        for cluster in candidates:
-            labels = self.clusters.labels[self.clusters.index[cluster]]
-            if cluster in refused or any(labels.get(k) != v for k, v in job.view.cluster_selector.items()):
-                continue
-            freed = self.clusters.free_dict(cluster)
-            if covers(freed, job.view.request):
-                continue  # its totals fit already (the topology does not): evicting is judged on totals
-            gangs = self.preemptible[cluster] if over else self.preemptible_in.get((cluster, job.queue), ())
-            chosen = self._take(job, gangs, over, freed, kept)
-            if chosen and covers(freed, job.view.request):
-                evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
-                key = (self._highest_queue(chosen), sum(v.at_risk for v in chosen), evicted, len(chosen), cluster,
-                       chosen)
-                if best is None or key[:5] < best[:5]:
-                    best = key
-        if best is not None:
-            return best[4], best[5]
-        return self._not_reclaimed(job, queue_within, over, kept, bool(candidates))
-
-    def victims_in_hypernode(self, job: PendingJob, queue_within: bool,
-                             tenant_within: bool) -> tuple[str, list[RunningJob]] | str:
-        """For a gang with a hard tier limit: whole gangs to evict inside one HyperNode at or under the limit so
-        that the gang fits in it (topology-aware preemption), by the same rules as `victims`; else why none.
-
-        Evicting by whole-cluster totals cannot promise such a gang a HyperNode: it could evict and still not
-        fit, then evict again. A HyperNode's own free resources and the gangs running inside it can: the one
-        whose freeing loses the least work, then the lowest tier, then the fewest GPUs evicted.
-        """
-        over = self._reclaimable(job, queue_within, tenant_within)
-        request = job.view.request
-        best: tuple[int, float, int, int, str, str, list[RunningJob]] | None = None
-        kept: set[str] = set()
-        reported = False
-        refused = self.snap.refused.get(job.id, {})
-        for view in self.snap.clusters:
-            selector = job.view.cluster_selector
-            if view.name in refused or not view.domains or any(view.labels.get(k) != v for k, v in selector.items()):
-                continue
-            reported = True
-            cluster_free = self.clusters.free_dict(view.name)  # a HyperNode has no more than its cluster left
-            gangs = self.preemptible.get(view.name, ()) if over else self.preemptible_in.get((view.name, job.queue), ())
-            inside = _under_each_hypernode(view, gangs)
-            for domain, freed in _hypernodes_short_of(job.view, view, cluster_free, inside):
-                chosen = self._take(job, inside[domain.name], over, freed, kept)
-                if chosen and covers(freed, request):
-                    evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
-                    key = (self._highest_queue(chosen), sum(v.at_risk for v in chosen), domain.tier, evicted,
-                           view.name, domain.name, chosen)
-                    if best is None or key[:6] < best[:6]:
-                        best = key
-        if best is not None:
-            return best[4], best[6]
-        if not reported:
-            return "not reclaimed: a gang with a hard tier limit evicts only inside a HyperNode, and no cluster " \
-                   "that could hold it reports its HyperNodes"
-        return self._not_reclaimed(job, queue_within, over, kept, True, " inside a HyperNode within its tier limit")
-
-    def moves_in_hypernode(self, job: PendingJob) -> tuple[str, list[RunningJob]] | None:
-        """For a gang with a hard tier limit, within its shares, that its cluster's free resources would hold but
-        no HyperNode within its limit does (the free room is scattered): gangs no larger than one of its pods to
-        evict inside one such HyperNode, to restart at once on the room the cluster has outside it; None if none.
-
-        Without it such a gang waits for a HyperNode to drain by chance while its tenant, owed the GPUs, stays
-        short (the ITP replay: hours at a time, with 200 of 1,440 GPUs idle). Only gangs that could be reclaimed
-        on cost are moved (out of their protected run time, losing less work than waiting for them to end
-        costs), of no higher priority than the gang; the HyperNode chosen is the one losing least work.
-        """
-        request, pod = job.view.request, job.view.largest_pod
-        budget = request.get(RESOURCE_FOR_FEWEST, 0) * MOVE_BUDGET_SECONDS
-        best: tuple[float, int, int, str, str, list[RunningJob]] | None = None
-        refused = self.snap.refused.get(job.id, {})
-        for view in self.snap.clusters:
-            selector = job.view.cluster_selector
-            if view.name in refused or not view.domains or any(view.labels.get(k) != v for k, v in selector.items()):
-                continue
-            cluster_free = self.clusters.free_dict(view.name)
-            if not covers(cluster_free, request):
-                continue  # short of room, not of room in one place: reclaim's business, not moving's
-            inside = _under_each_hypernode(view, [
-                v for v in self.preemptible.get(view.name, ()) if v.id not in self.out.preempt and v.priority <=
-                job.priority and not v.protected and v.pays_to_reclaim() and covers(pod, v.request)])
-            for domain, freed in _hypernodes_short_of(job.view, view, cluster_free, inside):
-                chosen = []
-                for victim in inside[domain.name]:
-                    chosen.append(victim)
-                    _add(freed, victim.request)
-                    if covers(freed, request):
-                        break
-                lost = sum(v.at_risk for v in chosen)
-                if covers(freed, request) and lost <= budget:
-                    evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
-                    key = (lost, domain.tier, evicted, view.name, domain.name, chosen)
-                    if best is None or key[:5] < best[:5]:
-                        best = key
-        return (best[3], best[5]) if best is not None else None
-
-    def _not_reclaimed(self, job: PendingJob, queue_within: bool, over: set[str], kept: set[str],
-                       any_candidates: bool, where: str = "") -> str:
-        """Why reclaim or preemption found nothing to evict for the job."""
-        tenant = self.queues[job.queue].tenant
-        if not queue_within:
-            return f"not reclaimed: queue {job.queue} would be over its deserved share"
-        if not over and not any(self.queue_usage[q] for q in self.over_share if q != job.queue):
-            return "not reclaimed: no reclaimable queue holds more than its deserved share"
-        if not over:
-            return f"not reclaimed: tenant {tenant} would be over its deserved share"
-        if "share" in kept:
-            return "not reclaimed: the queues over their share would drop below it"
-        if "work" in kept:
-            return "not reclaimed: the gangs that would make room are in their protected run time, or would lose " \
-                   "more work since their last checkpoint than waiting for them to end costs"
-        if not any_candidates:
-            return "not reclaimed: the queues over their share run no preemptible gangs that would make room"
-        return f"not reclaimed: evicting what the queues over their share borrowed would still not make room{where}"
-
-    def _may_reclaim(self, victim: RunningJob, job_queue: str, tenant: str, borrowed: dict[str, dict[str, int]],
-                     deserved: Mapping[str, Mapping[str, float]]) -> bool:
-        """Whether taking `victim` back leaves its queue, its parents (those not the job's queue's too) and,
-        from another tenant, that tenant at or above
-        its deserved share (Volcano's proportion plugin; Kueue's LessThanOrEqualToFinalShare), else queues
-        take the same GPUs from each other back and forth, each eviction making the next. Counts it taken
-        when it may be."""
-        assert self.out.shares is not None
-        theirs = self.queues[victim.queue].tenant
-        mine = set(self.chain[job_queue])
-        checks = [(f"queue/{q}", self.queue_usage[q], deserved.get(q, {})) for q in self.chain[victim.queue]
-                  if q not in mine]  # the victim's queue, and its parents the job's queue does not share
-        if theirs != tenant:
-            checks.append((f"tenant/{theirs}", self.tenant_usage[theirs], self.out.shares.tenants.get(theirs, {})))
-        held = self.holds[victim.id]
-        for key, usage, share in checks:
-            after = dict(borrowed.get(key, usage))
-            _add(after, held, -1)
-            if dominant_share(after, share) < 1.0 - 1e-9:
-                return False
-        for key, usage, _ in checks:
-            _add(borrowed.setdefault(key, dict(usage)), held, -1)
-        return True
-
     def use(self, queue: str, request: Mapping[str, int], sign: int = 1) -> None:
         """Count a gang starting (+1) or leaving (-1) against its queue and tenant."""
         for q in self.chain[queue]:
-            _add(self.queue_usage[q], request, sign)
+            add_into(self.queue_usage[q], request, sign)
             self.queue_version[q] = self.queue_version.get(q, 0) + 1
         tenant = self.queues[queue].tenant
-        _add(self.tenant_usage[tenant], request, sign)
+        add_into(self.tenant_usage[tenant], request, sign)
         self.usage_version[tenant] = self.usage_version.get(tenant, 0) + 1
         if self.out.shares is not None and self.queues[queue].reclaimable:
             if dominant_share(self.queue_usage[queue], self.out.shares.queues.get(queue, {})) > 1:
@@ -708,25 +408,6 @@ class _Cycle:
             i += 1
         return i
 
-    def hold(self, job: PendingJob, cluster: str, why: str) -> None:
-        """Keep the room `job` needs in `cluster` for it: later jobs go elsewhere or into what is left."""
-        self.clusters.hold(job.view, cluster)
-        self.out.reserved[job.id] = cluster
-        self.holders.setdefault(cluster, []).append((job.id, self.queues[job.queue].tenant))
-        self.out.waiting[job.id] = why
-
-    def behind(self, job: PendingJob) -> str | None:
-        """When the job would fit a cluster but for the room reserved there, which job holds it (named only
-        to its own tenant)."""
-        if not self.holders:
-            return None
-        cluster = self.clusters.fits_without_reservations(job.view)
-        if cluster is None:
-            return None
-        holder, tenant = self.holders[cluster][0]
-        who = holder if tenant == self.queues[job.queue].tenant else "a job of another tenant"
-        return f"behind {who}, which holds the room it needs in cluster {cluster}"
-
     def consider(self, job: PendingJob, queue: str) -> None:
         why = self.cannot_run(job, queue)
         if why:
@@ -781,65 +462,6 @@ class _Cycle:
             "no ready cluster fits: " + summary(reasons)
         self.out.waiting[job.id] = why + (f"; {why_not}" if why_not and queue_within else "")
 
-    def evict(self, job: PendingJob, queue: str, cluster: str, gangs: Sequence[RunningJob],
-              moving: bool = False) -> None:
-        tenant = self.queues[queue].tenant
-        for victim in gangs:
-            why = "moved" if moving else "reclaimed" if victim.queue != queue else "preempted"
-            self.out.lost[victim.id] = victim.at_risk
-            if self.queues[victim.queue].tenant == tenant:
-                self.out.preempt[victim.id] = f"{why} for {job.id} (priority {job.priority}) in queue {queue}"
-            elif moving:
-                self.out.preempt[victim.id] = "moved to restart elsewhere in its cluster, making one HyperNode whole " \
-                                              "for a job of another tenant"
-            else:  # a tenant reads only its own tenant's names
-                self.out.preempt[victim.id] = f"{why} for a job of another tenant, below its deserved share"
-            self.use(victim.queue, self.holds[victim.id], -1)
-            self.pool.add(victim.cluster, victim.queue, victim.request, -1)
-            theirs = self.queues[victim.queue].tenant
-            self.lowered.update(q for q, info in self.queues.items() if info.tenant == theirs)
-        # Worded as in later cycles (above), so that the reason is not rewritten next cycle.
-        self.out.making_room[job.id] = cluster
-        self.hold(job, cluster, f"waiting for preempted job(s) to exit in cluster {cluster}")
-
-    def _reservation_cluster(self, job: JobView, refused: Mapping[str, str]) -> str | None:
-        """Where the job fits best once what runs there ends: among clusters that could hold it at all and
-        have not refused it, the one with most of its request free now."""
-        options = []
-        for view in self.snap.clusters:
-            if view.name in refused or cannot_run(job, [view]) is not None:
-                continue
-            name = view.name
-            options.append((-min((self.clusters.free_of(name, r) / a for r, a in job.request.items() if a),
-                                 default=0), name))
-        return min(options)[1] if options else None
-
-
-def _under_each_hypernode(view: ClusterView, gangs: Sequence[RunningJob]) -> dict[str, list[RunningJob]]:
-    """HyperNode -> the gangs running under it (each under its own HyperNode and every one above), in order."""
-    parent = {d.name: d.parent for d in view.domains}
-    inside: dict[str, list[RunningJob]] = {}
-    for gang in gangs:
-        domain, seen = gang.hypernode, set()
-        while domain and domain not in seen:
-            seen.add(domain)
-            inside.setdefault(domain, []).append(gang)
-            domain = parent.get(domain, "")
-    return inside
-
-
-def _hypernodes_short_of(job: JobView, view: ClusterView, cluster_free: Mapping[str, int],
-                         inside: Mapping[str, list[RunningJob]]) -> Iterator[tuple[DomainFree, dict[str, int]]]:
-    """HyperNodes of `view` within the gang's tier limit, holding gangs of `inside`, that cannot hold it now, each
-    with what is free in it (no more than its cluster has left). Where it fits already nothing is evicted: the
-    agent's placement decides."""
-    for domain in view.domains:
-        if not 1 <= domain.tier <= job.highest_tier or domain.name not in inside:
-            continue
-        freed = {r: max(min(a, cluster_free.get(r, 0)), 0) for r, a in domain.free.items()}
-        if not covers(freed, job.request):
-            yield domain, freed
-
 
 def over_own_limit(job: JobView, queues: Sequence[QueueInfo], tenant: TenantInfo) -> str | None:
     """Why the gang alone is more than its queue's, a parent queue's or its tenant's limit allows (it could
@@ -858,144 +480,10 @@ def inadmissible(job: JobView, clusters: Sequence[ClusterView], queues: Sequence
     `queues`: its queue, then that queue's parents."""
     return cannot_run(job, clusters) or over_own_limit(job, queues, tenant)
 
-
-def queue_chains(queues: Sequence[QueueInfo]) -> dict[str, list[str]]:
-    """Each queue, then its parent, its parent's parent and so on. A parent that is missing, of another tenant
-    or on a loop ends the chain (the admin API refuses them; this keeps a cycle safe whatever it is given)."""
-    by_name = {q.name: q for q in queues}
-    chains: dict[str, list[str]] = {}
-    for q in queues:
-        chain = [q.name]
-        parent = by_name.get(q.parent)
-        while parent is not None and parent.tenant == q.tenant and parent.name not in chain:
-            chain.append(parent.name)
-            parent = by_name.get(parent.parent)
-        chains[q.name] = chain
-    return chains
-
-
-class Demand(Protocol):
-    """What waits in each queue, as shares count it: one job of each shape, and how many; or, without flavors,
-    what they ask for together."""
-
-    def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]: ...
-    def requested(self, queue: str) -> Mapping[str, int]: ...
-
-
-class Backlog(Demand, Protocol):
-    """The waiting jobs as one cycle walks them: a cursor per queue, over its jobs in order."""
-
-    def queues(self) -> list[str]: ...
-    def owed(self, making_room: Mapping[str, str], remembered: set[str], closed: Mapping[str, str]
-             ) -> list[PendingJob]: ...
-    def remove(self, job: PendingJob) -> None: ...
-    def head(self, queue: str) -> PendingJob | None: ...
-    def take(self, queue: str) -> None: ...
-    def close(self, queue: str, reason: str, out: Decisions) -> None: ...
-    def settle(self, queue: str, cycle: _Cycle) -> None: ...
-    def finish(self, out: Decisions) -> None: ...
-
-
-class _Lists:
-    """Every waiting job sorted into its queue's list, and each one that certainly waits visited: the cycle from
-    scratch, whose cost grows with the backlog. Kept as the oracle the queue manager's walk is tested against."""
-
-    def __init__(self, pending: Sequence[PendingJob]) -> None:
-        self.pending = pending
-        self.by_queue: dict[str, list[PendingJob]] = {}
-        for job in pending:
-            self.by_queue.setdefault(job.queue, []).append(job)
-        for jobs in self.by_queue.values():
-            jobs.sort(key=attrgetter("rank"))
-        self.heads = dict.fromkeys(self.by_queue, 0)
-
-    def queues(self) -> list[str]:
-        return sorted(self.by_queue)
-
-    def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]:
-        return ((job, 1) for job in self.by_queue.get(queue, ()))
-
-    def requested(self, queue: str) -> Mapping[str, int]:
-        total: dict[str, int] = {}
-        for job in self.by_queue.get(queue, ()):
-            _add(total, job.view.request)
-        return total
-
-    def owed(self, making_room: Mapping[str, str], remembered: set[str], closed: Mapping[str, str]
-             ) -> list[PendingJob]:
-        return [job for job in self.pending if job.id in making_room and job.queue not in closed]
-
-    def remove(self, job: PendingJob) -> None:
-        self.by_queue[job.queue].remove(job)
-
-    def head(self, queue: str) -> PendingJob | None:
-        jobs, i = self.by_queue[queue], self.heads[queue]
-        return jobs[i] if i < len(jobs) else None
-
-    def take(self, queue: str) -> None:
-        self.heads[queue] += 1
-
-    def close(self, queue: str, reason: str, out: Decisions) -> None:
-        for job in self.by_queue[queue]:
-            out.waiting[job.id] = reason
-        self.heads[queue] = len(self.by_queue[queue])
-
-    def settle(self, queue: str, cycle: _Cycle) -> None:
-        self.heads[queue] = cycle.settle(self.by_queue[queue], self.heads[queue], queue)
-
-    def finish(self, out: Decisions) -> None:
-        for job in self.pending:
-            if job.cause and (why := out.waiting.get(job.id)) is not None:
-                out.waiting[job.id] = f"{job.cause}; {why}"
-
-
-class _Walked:
-    """The queue manager's jobs as a `Backlog`: only queue heads and each shape's first job are visited."""
-
-    def __init__(self, manager: QueueManager, out: Decisions) -> None:
-        self.manager = manager
-        self.walk = Walk(manager)
-        out.waiting, out.limited, out.cannot_run = Reasons(self.walk), Limits(self.walk), Impossible(self.walk)
-
-    def queues(self) -> list[str]:
-        return self.manager.queues()
-
-    def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]:
-        return self.manager.demand(queue)
-
-    def requested(self, queue: str) -> Mapping[str, int]:
-        return self.manager.requested(queue)
-
-    def owed(self, making_room: Mapping[str, str], remembered: set[str], closed: Mapping[str, str]
-             ) -> list[PendingJob]:
-        jobs = self.manager.jobs
-        owed = [jobs[j] for j in making_room if j in jobs and jobs[j].queue not in closed]
-        self.walk.begin(remembered, {job.id for job in owed})
-        return owed
-
-    def remove(self, job: PendingJob) -> None:
-        """Owed jobs stay in the manager; the walk skips them."""
-
-    def head(self, queue: str) -> PendingJob | None:
-        return self.walk.head(queue)
-
-    def take(self, queue: str) -> None:
-        self.walk.take(queue)
-
-    def close(self, queue: str, reason: str, out: Decisions) -> None:
-        self.walk.close(queue, reason)
-
-    def settle(self, queue: str, cycle: _Cycle) -> None:
-        self.walk.settle(queue, cycle.verdict)
-
-    def finish(self, out: Decisions) -> None:
-        """Causes are put in front of reasons as they are read."""
-
-
 def schedule(snapshot: Snapshot) -> Decisions:
     """One cycle from scratch over `snapshot.pending` (every waiting job visited)."""
     cycle = _Cycle(snapshot)
-    return cycle.run(_Lists(snapshot.pending))
+    return cycle.run(Lists(snapshot.pending))
 
 
 def schedule_backlog(snapshot: Snapshot, manager: QueueManager) -> Decisions:
@@ -1003,7 +491,7 @@ def schedule_backlog(snapshot: Snapshot, manager: QueueManager) -> Decisions:
     `schedule` with those jobs as `pending`, at a cost that follows the queue heads and shapes, not the backlog.
     The decisions' reasons are read from the manager, which must not change while they are in use."""
     cycle = _Cycle(snapshot)
-    return cycle.run(_Walked(manager, cycle.out))
+    return cycle.run(Walked(manager, cycle.out))
 
 
 def shares(snapshot: Snapshot, backlog: QueueManager | None = None) -> tuple[Tree, dict[str, Resources],
@@ -1011,6 +499,6 @@ def shares(snapshot: Snapshot, backlog: QueueManager | None = None) -> tuple[Tre
     """Deserved shares, and usage per queue and per tenant, exactly as a cycle would see them (its waiting jobs:
     `backlog`'s if given, else `snapshot.pending`)."""
     cycle = _Cycle(snapshot)
-    cycle.compute_shares(backlog if backlog is not None else _Lists(snapshot.pending))
+    cycle.compute_shares(backlog if backlog is not None else Lists(snapshot.pending))
     assert cycle.out.shares is not None
     return cycle.out.shares, cycle.queue_usage, cycle.tenant_usage

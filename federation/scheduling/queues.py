@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from sortedcontainers import SortedKeyList
 
 if TYPE_CHECKING:
-    from federation.scheduling.cycle import PendingJob
+    from federation.scheduling.model import PendingJob
 
 Shape = tuple[object, ...]
 # A shape's verdict in one settling walk: why it waits (None: not certain, decide it), whether it can never run

@@ -1,0 +1,158 @@
+"""What a scheduling cycle is given and what it decides: plain data, shared by the cycle's modules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+
+from federation.resources import Resources
+from federation.scheduling.fairshare import Tree
+from federation.scheduling.fit import ClusterView, JobView
+from federation.scheduling.flavors import FlavorInfo
+from federation.scheduling.forecast import remaining
+from federation.scheduling.queues import Impossible
+
+RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # a victim's work lost is counted in these
+# A move for a gang may lose at most this long of the gang's own GPUs in others' work.
+MOVE_BUDGET_SECONDS = 300.0
+# Seconds a gang back from a preemption is spared by reclaim (RunningJob.protected): the hysteresis that stops
+# queue priority and reclaim handing one gang back and forth.
+REPREEMPT_GRACE = 120.0
+NO_READY_CLUSTER = "no member cluster is ready"
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    name: str
+    weight: int = 1
+    guarantee: Mapping[str, int] = field(default_factory=dict)
+    limit: Mapping[str, int] = field(default_factory=dict)  # empty: no limit
+    disabled: bool = False
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    name: str
+    tenant: str
+    weight: int = 1
+    priority: int = 0
+    guarantee: Mapping[str, int] = field(default_factory=dict)
+    limit: Mapping[str, int] = field(default_factory=dict)
+    reclaimable: bool = True
+    state: str = "OPEN"
+    flavors: tuple[str, ...] = ()  # the flavors its jobs may use, in order of preference; () = any
+    parent: str = ""  # a queue of the same tenant whose share this one takes part of ("" = the tenant's)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    view: JobView
+    queue: str
+    priority: int
+    seq: int
+    cause: str = ""  # why it was preempted, when it was: kept at the front of its reason until it runs again
+    # Derived, as fields rather than properties: read hundreds of thousands of times a cycle.
+    id: str = field(init=False, compare=False)
+    rank: tuple[int, int] = field(init=False, compare=False)  # place in its queue: priority, then submission
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", self.view.id)
+        object.__setattr__(self, "rank", (-self.priority, self.seq))
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    id: str
+    queue: str
+    cluster: str
+    priority: int
+    seq: int
+    request: Mapping[str, int]
+    preemptible: bool
+    # What evicting it costs, as of the snapshot (the edge reads the clock, the core does not):
+    ran_for: float = 0.0  # seconds since it started
+    checkpoint: float | None = None  # seconds between its checkpoints (its annotation); None: it keeps none
+    expected: float | None = None  # expected whole run in seconds (annotation, or its queue's past jobs); None: unknown
+    protected_for: float = 0.0  # seconds until another queue may reclaim it (its priority class's protected run time)
+    hypernode: str = ""  # the lowest HyperNode holding all its pods ("" unknown)
+    preempted_before: bool = False  # it was preempted or reclaimed before this run: see `protected`
+
+    @property
+    def protected(self) -> bool:
+        """Spared by reclaim: in its priority class's protected run time, or back from a preemption less than
+        REPREEMPT_GRACE ago. The second is hysteresis: a gang reclaimed for one queue and placed again by its
+        own queue's priority is not reclaimed again at once for the same shortfall (the two rules would
+        otherwise hand it back and forth every cycle while capacity frees up)."""
+        return self.protected_for > 0 or (self.preempted_before and self.ran_for < REPREEMPT_GRACE)
+
+    @property
+    def since_checkpoint(self) -> float:
+        """Seconds of its work that evicting it now would lose (all it did, without checkpoints)."""
+        return self.ran_for % self.checkpoint if self.checkpoint else self.ran_for
+
+    @property
+    def at_risk(self) -> float:
+        """GPU-seconds of work lost if it is evicted now."""
+        return self.since_checkpoint * self.request.get(RESOURCE_FOR_FEWEST, 0)
+
+    def pays_to_reclaim(self) -> bool:
+        """Whether evicting it gains its queue's rival more than it costs: the work lost since its last checkpoint
+        against the time the rival would otherwise wait for it to end (its expected remaining run). Unknown run
+        times do not hold reclaim back."""
+        return self.expected is None or self.since_checkpoint < remaining(self.expected, self.ran_for)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    tenants: Sequence[TenantInfo]
+    queues: Sequence[QueueInfo]
+    pending: Sequence[PendingJob]
+    running: Sequence[RunningJob]  # Dispatched or Running: they hold resources
+    clusters: Sequence[ClusterView]  # Ready and not cordoned
+    capacity: Mapping[str, int]  # of those clusters, for deserved shares
+    refused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # job -> cluster -> agent's reason
+    # job -> cluster where gangs were preempted for it and may not have exited yet (the agent's
+    # inventory still counts them): it waits there instead of preempting again.
+    making_room: Mapping[str, str] = field(default_factory=dict)
+    flavors: Sequence[FlavorInfo] = ()
+    labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # every member cluster's, Ready or not
+
+
+@dataclass
+class Decisions:
+    assign: dict[str, str] = field(default_factory=dict)  # job -> cluster
+    preempt: dict[str, str] = field(default_factory=dict)  # running job -> reason
+    making_room: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster preempted for it
+    lost: dict[str, float] = field(default_factory=dict)  # preempted job -> GPU-seconds of work lost by it
+    # pending job -> why it waits, in the order the cycle met them (from a walk over the queue manager: worked
+    # out only for the jobs asked about)
+    waiting: MutableMapping[str, str] = field(default_factory=dict)
+    reserved: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster whose room is held for it
+    # waiting jobs no cluster or quota could run as things stand
+    cannot_run: set[str] | Impossible = field(default_factory=set)
+    # waiting job -> the limit holding it: (its owner, "queue NAME" or "tenant NAME"; how much of each resource
+    # that owner must free before the job fits under it; the reason): the forecast and ExplainJob read it
+    limited: MutableMapping[str, tuple[str, Resources, str]] = field(default_factory=dict)
+    shares: Tree | None = None
+    usage: dict[str, Resources] = field(default_factory=dict)  # queue -> in use after this cycle
+
+
+def queue_chains(queues: Sequence[QueueInfo]) -> dict[str, list[str]]:
+    """Each queue, then its parent, its parent's parent and so on. A parent that is missing, of another tenant
+    or on a loop ends the chain (the admin API refuses them; this keeps a cycle safe whatever it is given)."""
+    by_name = {q.name: q for q in queues}
+    chains: dict[str, list[str]] = {}
+    for q in queues:
+        chain = [q.name]
+        parent = by_name.get(q.parent)
+        while parent is not None and parent.tenant == q.tenant and parent.name not in chain:
+            chain.append(parent.name)
+            parent = by_name.get(parent.parent)
+        chains[q.name] = chain
+    return chains
+
+
+def add_into(into: dict[str, int], amounts: Mapping[str, int], sign: int = 1) -> None:
+    """Add (or with sign -1 take) `amounts` into `into`, in place: the cycle's bookkeeping, done thousands of times."""
+    for r, a in amounts.items():
+        into[r] = into.get(r, 0) + sign * a

@@ -1,0 +1,283 @@
+"""Reclaim, preemption and moves: which running gangs a waiting job may evict, and what evicting them costs.
+
+A part of the cycle (`cycle._Cycle` is built of it): it reads and changes the cycle's usage, pool of preemptible
+gangs and decisions, and nothing else. Victims: of the lowest-priority queue first (as Volcano reclaims since
+v1.10), then lowest priority, least work lost, youngest; reclaim leaves every queue and tenant it takes from at or
+above its deserved share, spares protected gangs and gangs whose lost work costs more than waiting for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from federation.scheduling.fairshare import dominant_share
+from federation.scheduling.fit import ClusterView, DomainFree, JobView, covers
+from federation.scheduling.model import (
+    MOVE_BUDGET_SECONDS,
+    RESOURCE_FOR_FEWEST,
+    PendingJob,
+    RunningJob,
+    add_into,
+)
+
+if TYPE_CHECKING:
+    from federation.scheduling.choice import ClusterTable, PreemptiblePool
+    from federation.scheduling.model import Decisions, QueueInfo, Snapshot
+
+
+class Preemption:
+    """The cycle's reclaim and preemption (a mixin of `cycle._Cycle`, whose state it shares)."""
+
+    snap: Snapshot
+    queues: dict[str, QueueInfo]
+    clusters: ClusterTable
+    pool: PreemptiblePool
+    out: Decisions
+    chain: dict[str, list[str]]
+    queue_usage: dict[str, dict[str, int]]
+    tenant_usage: dict[str, dict[str, int]]
+    holds: dict[str, dict[str, int]]
+    over_share: set[str]
+    lowered: set[str]
+    preemptible: dict[str, list[RunningJob]]
+    preemptible_in: dict[tuple[str, str], list[RunningJob]]
+    # and the cycle's use (usage up or down), hold (a reservation) and _highest_queue (of victims)
+
+    def _reclaimable(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> set[str]:
+        """Queues other than the job's own that it may take back from: reclaimable ones over their share, of its
+        tenant, or of others when its tenant is within its share too; none unless its queue is within its own."""
+        tenant = self.queues[job.queue].tenant
+        return {q for q in self.over_share if q != job.queue and queue_within
+                and (self.queues[q].tenant == tenant or tenant_within)}
+
+    def _take(self, job: PendingJob, gangs: Sequence[RunningJob], over: set[str], freed: dict[str, int],
+              kept: set[str]) -> list[RunningJob]:
+        """Gangs of `gangs` (in victim order) to evict until `freed` covers the job, adding theirs to `freed`.
+        `kept` collects why eligible-looking gangs were passed over ("share": their queue or tenant would drop
+        below its share; "work": protected, or evicting would lose more than waiting costs)."""
+        assert self.out.shares is not None
+        tenant = self.queues[job.queue].tenant
+        chosen: list[RunningJob] = []
+        borrowed: dict[str, dict[str, int]] = {}  # queue or tenant -> its usage once the victims are gone
+        for victim in gangs:
+            if not over and victim.priority >= job.priority:
+                break  # without reclaim only the job's own queue yields, below its priority: sorted, so done
+            if victim.id in self.out.preempt or not (
+                    victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
+                continue
+            if victim.queue != job.queue and (victim.protected or not victim.pays_to_reclaim()):
+                kept.add("work")
+                continue
+            if victim.queue != job.queue and not self._may_reclaim(victim, job.queue, tenant, borrowed,
+                                                                   self.out.shares.queues):
+                kept.add("share")
+                continue
+            chosen.append(victim)
+            add_into(freed, victim.request)
+            if covers(freed, job.view.request):
+                break
+        return chosen
+
+    def victims(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> tuple[str, list[RunningJob]] | str:
+        """Whole gangs to evict in one cluster so that `job` then fits, losing the least work; else why none.
+
+        Inside its own queue, a job may preempt lower-priority preemptible jobs. A queue within its deserved
+        share may also take back what other queues borrowed: running gangs of reclaimable queues over their
+        deserved share, of preemptible classes, as long as those queues keep their deserved share and at
+        least the share the job's queue will have with it. From a sibling queue (the same tenant) that is
+        all; from another tenant's queue, the job's tenant must be within its share too, and the victim's
+        tenant keeps its own. Reclaim spares gangs in their protected run time and gangs whose work since
+        their last checkpoint is more than the wait their eviction saves. "Fits" is judged on whole-gang
+        totals; the agent's placement decides the topology.
+        """
+        over = self._reclaimable(job, queue_within, tenant_within)
+        best: tuple[int, float, int, int, str, list[RunningJob]] | None = None
+        kept: set[str] = set()
+        candidates = self.pool.could_make_room(job.view.request, [job.queue, *over])
+        refused = self.snap.refused.get(job.id, {})  # a cluster that refused the job gets no evictions for it
+        for cluster in candidates:
+            labels = self.clusters.labels[self.clusters.index[cluster]]
+            if cluster in refused or any(labels.get(k) != v for k, v in job.view.cluster_selector.items()):
+                continue
+            freed = self.clusters.free_dict(cluster)
+            if covers(freed, job.view.request):
+                continue  # its totals fit already (the topology does not): evicting is judged on totals
+            gangs = self.preemptible[cluster] if over else self.preemptible_in.get((cluster, job.queue), ())
+            chosen = self._take(job, gangs, over, freed, kept)
+            if chosen and covers(freed, job.view.request):
+                evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
+                key = (self._highest_queue(chosen), sum(v.at_risk for v in chosen), evicted, len(chosen), cluster,
+                       chosen)
+                if best is None or key[:5] < best[:5]:
+                    best = key
+        if best is not None:
+            return best[4], best[5]
+        return self._not_reclaimed(job, queue_within, over, kept, bool(candidates))
+
+    def victims_in_hypernode(self, job: PendingJob, queue_within: bool,
+                             tenant_within: bool) -> tuple[str, list[RunningJob]] | str:
+        """For a gang with a hard tier limit: whole gangs to evict inside one HyperNode at or under the limit so
+        that the gang fits in it (topology-aware preemption), by the same rules as `victims`; else why none.
+
+        Evicting by whole-cluster totals cannot promise such a gang a HyperNode: it could evict and still not
+        fit, then evict again. A HyperNode's own free resources and the gangs running inside it can: the one
+        whose freeing loses the least work, then the lowest tier, then the fewest GPUs evicted.
+        """
+        over = self._reclaimable(job, queue_within, tenant_within)
+        request = job.view.request
+        best: tuple[int, float, int, int, str, str, list[RunningJob]] | None = None
+        kept: set[str] = set()
+        reported = False
+        refused = self.snap.refused.get(job.id, {})
+        for view in self.snap.clusters:
+            selector = job.view.cluster_selector
+            if view.name in refused or not view.domains or any(view.labels.get(k) != v for k, v in selector.items()):
+                continue
+            reported = True
+            cluster_free = self.clusters.free_dict(view.name)  # a HyperNode has no more than its cluster left
+            gangs = self.preemptible.get(view.name, ()) if over else self.preemptible_in.get((view.name, job.queue), ())
+            inside = _under_each_hypernode(view, gangs)
+            for domain, freed in _hypernodes_short_of(job.view, view, cluster_free, inside):
+                chosen = self._take(job, inside[domain.name], over, freed, kept)
+                if chosen and covers(freed, request):
+                    evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
+                    key = (self._highest_queue(chosen), sum(v.at_risk for v in chosen), domain.tier, evicted,
+                           view.name, domain.name, chosen)
+                    if best is None or key[:6] < best[:6]:
+                        best = key
+        if best is not None:
+            return best[4], best[6]
+        if not reported:
+            return "not reclaimed: a gang with a hard tier limit evicts only inside a HyperNode, and no cluster " \
+                   "that could hold it reports its HyperNodes"
+        return self._not_reclaimed(job, queue_within, over, kept, True, " inside a HyperNode within its tier limit")
+
+    def moves_in_hypernode(self, job: PendingJob) -> tuple[str, list[RunningJob]] | None:
+        """For a gang with a hard tier limit, within its shares, that its cluster's free resources would hold but
+        no HyperNode within its limit does (the free room is scattered): gangs no larger than one of its pods to
+        evict inside one such HyperNode, to restart at once on the room the cluster has outside it; None if none.
+
+        Without it such a gang waits for a HyperNode to drain by chance while its tenant, owed the GPUs, stays
+        short (the ITP replay: hours at a time, with 200 of 1,440 GPUs idle). Only gangs that could be reclaimed
+        on cost are moved (out of their protected run time, losing less work than waiting for them to end
+        costs), of no higher priority than the gang; the HyperNode chosen is the one losing least work.
+        """
+        request, pod = job.view.request, job.view.largest_pod
+        budget = request.get(RESOURCE_FOR_FEWEST, 0) * MOVE_BUDGET_SECONDS
+        best: tuple[float, int, int, str, str, list[RunningJob]] | None = None
+        refused = self.snap.refused.get(job.id, {})
+        for view in self.snap.clusters:
+            selector = job.view.cluster_selector
+            if view.name in refused or not view.domains or any(view.labels.get(k) != v for k, v in selector.items()):
+                continue
+            cluster_free = self.clusters.free_dict(view.name)
+            if not covers(cluster_free, request):
+                continue  # short of room, not of room in one place: reclaim's business, not moving's
+            inside = _under_each_hypernode(view, [
+                v for v in self.preemptible.get(view.name, ()) if v.id not in self.out.preempt and v.priority <=
+                job.priority and not v.protected and v.pays_to_reclaim() and covers(pod, v.request)])
+            for domain, freed in _hypernodes_short_of(job.view, view, cluster_free, inside):
+                chosen = []
+                for victim in inside[domain.name]:
+                    chosen.append(victim)
+                    add_into(freed, victim.request)
+                    if covers(freed, request):
+                        break
+                lost = sum(v.at_risk for v in chosen)
+                if covers(freed, request) and lost <= budget:
+                    evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
+                    key = (lost, domain.tier, evicted, view.name, domain.name, chosen)
+                    if best is None or key[:5] < best[:5]:
+                        best = key
+        return (best[3], best[5]) if best is not None else None
+
+    def _not_reclaimed(self, job: PendingJob, queue_within: bool, over: set[str], kept: set[str],
+                       any_candidates: bool, where: str = "") -> str:
+        """Why reclaim or preemption found nothing to evict for the job."""
+        tenant = self.queues[job.queue].tenant
+        if not queue_within:
+            return f"not reclaimed: queue {job.queue} would be over its deserved share"
+        if not over and not any(self.queue_usage[q] for q in self.over_share if q != job.queue):
+            return "not reclaimed: no reclaimable queue holds more than its deserved share"
+        if not over:
+            return f"not reclaimed: tenant {tenant} would be over its deserved share"
+        if "share" in kept:
+            return "not reclaimed: the queues over their share would drop below it"
+        if "work" in kept:
+            return "not reclaimed: the gangs that would make room are in their protected run time, or would lose " \
+                   "more work since their last checkpoint than waiting for them to end costs"
+        if not any_candidates:
+            return "not reclaimed: the queues over their share run no preemptible gangs that would make room"
+        return f"not reclaimed: evicting what the queues over their share borrowed would still not make room{where}"
+
+    def _may_reclaim(self, victim: RunningJob, job_queue: str, tenant: str, borrowed: dict[str, dict[str, int]],
+                     deserved: Mapping[str, Mapping[str, float]]) -> bool:
+        """Whether taking `victim` back leaves its queue, its parents (those not the job's queue's too) and,
+        from another tenant, that tenant at or above
+        its deserved share (Volcano's proportion plugin; Kueue's LessThanOrEqualToFinalShare), else queues
+        take the same GPUs from each other back and forth, each eviction making the next. Counts it taken
+        when it may be."""
+        assert self.out.shares is not None
+        theirs = self.queues[victim.queue].tenant
+        mine = set(self.chain[job_queue])
+        checks = [(f"queue/{q}", self.queue_usage[q], deserved.get(q, {})) for q in self.chain[victim.queue]
+                  if q not in mine]  # the victim's queue, and its parents the job's queue does not share
+        if theirs != tenant:
+            checks.append((f"tenant/{theirs}", self.tenant_usage[theirs], self.out.shares.tenants.get(theirs, {})))
+        held = self.holds[victim.id]
+        for key, usage, share in checks:
+            after = dict(borrowed.get(key, usage))
+            add_into(after, held, -1)
+            if dominant_share(after, share) < 1.0 - 1e-9:
+                return False
+        for key, usage, _ in checks:
+            add_into(borrowed.setdefault(key, dict(usage)), held, -1)
+        return True
+
+    def evict(self, job: PendingJob, queue: str, cluster: str, gangs: Sequence[RunningJob],
+              moving: bool = False) -> None:
+        tenant = self.queues[queue].tenant
+        for victim in gangs:
+            why = "moved" if moving else "reclaimed" if victim.queue != queue else "preempted"
+            self.out.lost[victim.id] = victim.at_risk
+            if self.queues[victim.queue].tenant == tenant:
+                self.out.preempt[victim.id] = f"{why} for {job.id} (priority {job.priority}) in queue {queue}"
+            elif moving:
+                self.out.preempt[victim.id] = "moved to restart elsewhere in its cluster, making one HyperNode whole " \
+                                              "for a job of another tenant"
+            else:  # a tenant reads only its own tenant's names
+                self.out.preempt[victim.id] = f"{why} for a job of another tenant, below its deserved share"
+            self.use(victim.queue, self.holds[victim.id], -1)
+            self.pool.add(victim.cluster, victim.queue, victim.request, -1)
+            theirs = self.queues[victim.queue].tenant
+            self.lowered.update(q for q, info in self.queues.items() if info.tenant == theirs)
+        # Worded as in later cycles (above), so that the reason is not rewritten next cycle.
+        self.out.making_room[job.id] = cluster
+        self.hold(job, cluster, f"waiting for preempted job(s) to exit in cluster {cluster}")
+
+
+def _under_each_hypernode(view: ClusterView, gangs: Sequence[RunningJob]) -> dict[str, list[RunningJob]]:
+    """HyperNode -> the gangs running under it (each under its own HyperNode and every one above), in order."""
+    parent = {d.name: d.parent for d in view.domains}
+    inside: dict[str, list[RunningJob]] = {}
+    for gang in gangs:
+        domain, seen = gang.hypernode, set()
+        while domain and domain not in seen:
+            seen.add(domain)
+            inside.setdefault(domain, []).append(gang)
+            domain = parent.get(domain, "")
+    return inside
+
+
+def _hypernodes_short_of(job: JobView, view: ClusterView, cluster_free: Mapping[str, int],
+                         inside: Mapping[str, list[RunningJob]]) -> Iterator[tuple[DomainFree, dict[str, int]]]:
+    """HyperNodes of `view` within the gang's tier limit, holding gangs of `inside`, that cannot hold it now, each
+    with what is free in it (no more than its cluster has left). Where it fits already nothing is evicted: the
+    agent's placement decides."""
+    for domain in view.domains:
+        if not 1 <= domain.tier <= job.highest_tier or domain.name not in inside:
+            continue
+        freed = {r: max(min(a, cluster_free.get(r, 0)), 0) for r, a in domain.free.items()}
+        if not covers(freed, job.request):
+            yield domain, freed
