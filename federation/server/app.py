@@ -21,6 +21,7 @@ from federation.api.status import register
 from federation.auth import Authenticator, AuthInterceptor, RateLimiter, insecure_dev
 from federation.connections import Connections
 from federation.events import EventHub
+from federation.history import ARCHIVE_AFTER, RETENTION, History
 from federation.leader import LEASE, Leadership, announce
 from federation.logrelay import LogRelay
 from federation.oidc import OidcConfig, OidcVerifier
@@ -96,7 +97,8 @@ class FederationServer:
                  lost_grace: float = LOST_GRACE, *, insecure_dev: bool = False, submit_rate: float = SUBMIT_RATE,
                  submit_burst: int = SUBMIT_BURST, agent_listen: str = "", agent_tls: AgentTls | None = None,
                  oidc: OidcConfig | None = None, api_tls: ApiTls | None = None, leader_lease: float = LEASE,
-                 drift_after: float = DRIFT_AFTER) -> None:
+                 drift_after: float = DRIFT_AFTER, archive_after: float = ARCHIVE_AFTER,
+                 retention: float = RETENTION) -> None:
         if bool(agent_listen) != (agent_tls is not None):
             raise ValueError("an agent listener needs its TLS files, and TLS files need an agent listener")
         self.url = url
@@ -104,6 +106,8 @@ class FederationServer:
         self.heartbeat_timeout = heartbeat_timeout
         self.lost_grace = lost_grace
         self.drift_after = drift_after
+        self.archive_after = archive_after
+        self.retention = retention
         self.insecure_dev = insecure_dev
         self.limiter = RateLimiter(submit_rate, submit_burst)
         self.agent_listen = agent_listen
@@ -149,6 +153,7 @@ class FederationServer:
         self.scheduler = Scheduler(jobs, admin, lambda: self.leadership.is_leader, changed,
                                    heartbeat_timeout=self.heartbeat_timeout, lost_grace=self.lost_grace,
                                    fence=lambda: self.leadership.fence, drift_after=self.drift_after)
+        self.history = History(jobs, lambda: self.leadership.is_leader, self.archive_after, self.retention)
         job_servicer = JobServicer(jobs, admin, self.hub, self.scheduler, changed, self.limiter, self.logs)
         register(jobs_pb2_grpc.add_JobServiceServicer_to_server, job_servicer, self.server)
         register(admin_pb2_grpc.add_AdminServiceServicer_to_server,
@@ -192,6 +197,7 @@ class FederationServer:
         self.relay.start()
         self.leadership.start()
         self.scheduler.start()
+        self.history.start()
         return self.port
 
     def _noticed(self) -> None:
@@ -221,6 +227,7 @@ class FederationServer:
     async def stop(self, grace: float = 5.0) -> None:
         await self.health.enter_graceful_shutdown()
         await self.scheduler.stop()
+        await self.history.stop()
         await self.leadership.stop()
         await self.relay.stop()
         if self._announcing is not None:

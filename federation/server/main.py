@@ -23,6 +23,7 @@ from federation import certs, metrics
 from federation.cliargs import hoist
 from federation.durations import parse_duration
 from federation.errors import FederationError
+from federation.history import ARCHIVE_AFTER, RETENTION
 from federation.leader import LEASE
 from federation.oidc import OidcConfig
 from federation.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE
@@ -110,6 +111,13 @@ def cli(log_level: str) -> None:
               show_default=True, help="Seconds a difference between what a cluster's agent reports its gangs hold "
                                       "and what the federation believes runs there must last to be reported as "
                                       "drift (metric, `fedctl get clusters`, dashboard).")
+@click.option("--archive-after", envvar="FEDERATION_ARCHIVE_AFTER", type=click.FloatRange(min=0),
+              default=ARCHIVE_AFTER, show_default=True,
+              help="Seconds after a job ends before it moves to the history (finished_jobs): out of the tables the "
+                   "submit path and the scheduler read; GetJob and `fedctl get jobs --all` still show it.")
+@click.option("--retention", envvar="FEDERATION_RETENTION", type=click.FloatRange(min=0), default=RETENTION,
+              show_default=True, help="Seconds after a job ends before it and its events are deleted (0: kept "
+                                      "for ever).")
 @click.option("--leader-lease", envvar="FEDERATION_LEADER_LEASE", type=click.FloatRange(min=0.2, max=120),
               default=LEASE, show_default=True,
               help="Seconds the scheduling leader's lease lasts: a leader that cannot renew it (frozen, cut off "
@@ -150,7 +158,8 @@ def cli(log_level: str) -> None:
               show_default=True, help="The value of --oidc-admin-claim that makes the caller an admin.")
 def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str,
           ui_listen: str, ui_tls_cert: Path | None, ui_tls_key: Path | None, heartbeat_timeout: float,
-          lost_grace: float, drift_after: float, leader_lease: float, insecure_dev: bool,
+          lost_grace: float, drift_after: float, archive_after: float, retention: float, leader_lease: float,
+          insecure_dev: bool,
           submit_rate: float, submit_burst: int, agent_listen: str, tls_cert: Path | None, tls_key: Path | None,
           agent_ca: Path | None, client_ca: Path | None, oidc_issuer: str, oidc_audience: str, oidc_jwks: Path | None,
           oidc_tenant_claim: str, oidc_admin_claim: str, oidc_admin_value: str) -> None:
@@ -195,7 +204,7 @@ def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: b
             server = FederationServer(url, listen, heartbeat_timeout, lost_grace, insecure_dev=insecure_dev,
                                       submit_rate=submit_rate, submit_burst=submit_burst, agent_listen=agent_listen,
                                       agent_tls=tls, oidc=oidc, api_tls=api_tls, leader_lease=leader_lease,
-                                      drift_after=drift_after)
+                                      drift_after=drift_after, archive_after=archive_after, retention=retention)
         except ValueError as err:
             raise click.ClickException(str(err)) from None
         try:

@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from google.protobuf import json_format
-from sqlalchemy import Table, and_, case, func, or_, select, text, update
+from sqlalchemy import Table, and_, bindparam, case, delete, func, literal, or_, select, text, union_all, update
 from sqlalchemy.dialects.postgresql import distinct_on, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -29,13 +29,22 @@ from sqlalchemy.orm import aliased
 from federation import failpoints, gangs
 from federation.errors import FailedPrecondition, NotFound
 from federation.leader import Fence
-from federation.store.models import Cluster, EventCounter, Job, JobEvent, SubmitKey, TenantEventCounter
+from federation.store.models import (
+    Cluster,
+    EventCounter,
+    Job,
+    JobEvent,
+    SubmitKey,
+    TenantEventCounter,
+    finished_jobs,
+)
 from federation.v1 import agent_pb2, common_pb2
 from federation.validation import CHECKPOINT_INTERVAL, DEFAULT_MAX_RETRY, EXPECTED_DURATION, ON_CLUSTER_LOST
 
 TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
 ACTIVE_PHASES = ("DISPATCHED", "RUNNING", "RESTARTING")
 WAITING_PHASES = ("PENDING", "PREEMPTED")  # in a queue, waiting to be scheduled
+ARCHIVE_BATCH = 10_000  # jobs moved to the history, or expired from it, per transaction
 LAST_EVENT_SEQ = select(EventCounter.last_seq).where(EventCounter.id == 1)
 ORDER_EVENTS = ("Dispatched", "Preempted", "Cancelled", "Requeued", "Lost")  # orders to an agent (federation.orders)
 
@@ -178,6 +187,11 @@ def _silent_clusters(seconds: float) -> Any:
                                           Cluster.last_heartbeat < func.now() - timedelta(seconds=seconds)))
 
 
+def _finished() -> Any:
+    """Jobs of the history, as `_with_position` gives live ones (an ended job has no place in a queue)."""
+    return select(finished_jobs, literal(0).label("queue_position"))
+
+
 def _with_position() -> Any:
     """Jobs with `queue_position`: a waiting job's place in its queue (priority, then submission), from 1.
 
@@ -246,6 +260,13 @@ class JobStore:
                 while (candidate := job_id(jobs[i].name)) in id_of.values():
                     pass
                 id_of[i] = candidate
+            # An id the history holds is not given again (a live one undoes the batch on the primary key).
+            while taken := set((await conn.execute(
+                    select(finished_jobs.c.id).where(finished_jobs.c.id.in_(list(id_of.values()))))).scalars()):
+                for i in [i for i, candidate in id_of.items() if candidate in taken]:
+                    while (candidate := job_id(jobs[i].name)) in taken or candidate in id_of.values():
+                        pass
+                    id_of[i] = candidate
 
             # Keys in a fixed order, so that concurrent batches cannot deadlock on them.
             keys = sorted(first_of)
@@ -285,47 +306,94 @@ class JobStore:
         return results
 
     async def get(self, job_id: str) -> Job:
+        """A job, live or finished and moved to the history (`archive`)."""
         async with self.engine.connect() as conn:
             row = (await conn.execute(_with_position().where(Job.id == job_id))).mappings().first()
+            if row is None:
+                row = (await conn.execute(_finished().where(finished_jobs.c.id == job_id))).mappings().first()
         if row is None:
             raise NotFound(f"job {job_id!r} not found")
         return row  # type: ignore[return-value]
 
     async def list(self, *, tenant: str = "", queue: str = "", phases: Sequence[str] = (),
                    after_seq: int = 0, limit: int = 100, newest_first: bool = False) -> list[Any]:
-        """A page of jobs in submission order after `after_seq` (`newest_first`: before it, newest first)."""
-        if newest_first:
-            query = _with_position().order_by(Job.seq.desc()).limit(limit)
-            if after_seq:
-                query = query.where(Job.seq < after_seq)
-        else:
-            query = _with_position().where(Job.seq > after_seq).order_by(Job.seq).limit(limit)
-        if tenant:
-            query = query.where(Job.tenant == tenant)
-        if queue:
-            query = query.where(Job.queue == queue)
-        if phases:
-            query = query.where(Job.phase.in_(phases))
+        """A page of jobs in submission order after `after_seq` (`newest_first`: before it, newest first), the
+        finished ones moved to the history included: each table gives its first page, merged by submission."""
+        pages = []
+        for query, columns in ((_with_position(), Job.__table__.c), (_finished(), finished_jobs.c)):
+            if columns is finished_jobs.c and phases and not set(phases) & set(TERMINAL_PHASES):
+                continue  # only ended jobs are in the history
+            if newest_first:
+                query = query.order_by(columns.seq.desc()).limit(limit)
+                if after_seq:
+                    query = query.where(columns.seq < after_seq)
+            else:
+                query = query.where(columns.seq > after_seq).order_by(columns.seq).limit(limit)
+            if tenant:
+                query = query.where(columns.tenant == tenant)
+            if queue:
+                query = query.where(columns.queue == queue)
+            if phases:
+                query = query.where(columns.phase.in_(phases))
+            pages.append(query)
         async with self.engine.connect() as conn:
-            return list((await conn.execute(query)).mappings().all())
+            rows = [row for query in pages for row in (await conn.execute(query)).mappings().all()]
+        rows.sort(key=lambda row: row["seq"], reverse=newest_first)
+        return rows[:limit]
 
     async def phase_counts(self, *, tenant: str = "", queue: str = "") -> dict[str, int]:
-        """How many jobs of the tenant (and queue) are in each phase."""
-        query = select(Job.phase, func.count()).group_by(Job.phase)
-        if tenant:
-            query = query.where(Job.tenant == tenant)
-        if queue:
-            query = query.where(Job.queue == queue)
+        """How many jobs of the tenant (and queue) are in each phase, the history's included."""
+        counts: Counter[str] = Counter()
         async with self.engine.connect() as conn:
-            return {str(phase): int(n) for phase, n in (await conn.execute(query)).all()}
+            for columns in (Job.__table__.c, finished_jobs.c):
+                query = select(columns.phase, func.count()).group_by(columns.phase)
+                if tenant:
+                    query = query.where(columns.tenant == tenant)
+                if queue:
+                    query = query.where(columns.queue == queue)
+                counts.update({str(phase): int(n) for phase, n in (await conn.execute(query)).all()})
+        return dict(counts)
 
     async def seq_of(self, job_id: str, tenant: str = "") -> int | None:
-        """A job's place in submission order (None: no such job, or not `tenant`'s)."""
-        query = select(Job.seq).where(Job.id == job_id)
-        if tenant:
-            query = query.where(Job.tenant == tenant)
+        """A job's place in submission order (None: no such job, or not `tenant`'s), live or in the history."""
         async with self.engine.connect() as conn:
-            return (await conn.execute(query)).scalar_one_or_none()
+            for columns in (Job.__table__.c, finished_jobs.c):
+                query = select(columns.seq).where(columns.id == job_id)
+                if tenant:
+                    query = query.where(columns.tenant == tenant)
+                found = (await conn.execute(query)).scalar_one_or_none()
+                if found is not None:
+                    return found
+        return None
+
+    async def archive(self, ended_before: float, batch: int = ARCHIVE_BATCH) -> int:
+        """Move jobs that ended more than `ended_before` seconds ago to the history, in one transaction: they leave
+        the table the submit path and the scheduler read. How many moved (at most `batch`)."""
+        columns = ", ".join(c.name for c in Job.__table__.columns)
+        moved = text(f"""
+            WITH ended AS (
+                SELECT id FROM jobs WHERE phase IN :terminal AND finished_at < now() - make_interval(secs => :age)
+                ORDER BY seq LIMIT :batch FOR UPDATE SKIP LOCKED),
+            gone AS (DELETE FROM jobs WHERE id IN (SELECT id FROM ended) RETURNING {columns})
+            INSERT INTO finished_jobs ({columns}) SELECT {columns} FROM gone""").bindparams(
+            bindparam("terminal", expanding=True))
+        async with self.engine.begin() as conn:
+            result = await conn.execute(moved, {"terminal": list(TERMINAL_PHASES), "age": ended_before,
+                                                "batch": batch})
+        return result.rowcount
+
+    async def expire(self, retention: float, batch: int = ARCHIVE_BATCH) -> int:
+        """Delete finished jobs of the history, and their events, that ended more than `retention` seconds ago.
+        How many went (at most `batch`)."""
+        async with self.engine.begin() as conn:
+            ids = (await conn.execute(
+                select(finished_jobs.c.id)
+                .where(finished_jobs.c.finished_at < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, retention))
+                .order_by(finished_jobs.c.finished_at).limit(batch).with_for_update(skip_locked=True))).scalars().all()
+            if ids:
+                await conn.execute(delete(JobEvent).where(JobEvent.job_id.in_(ids)))
+                await conn.execute(delete(finished_jobs).where(finished_jobs.c.id.in_(ids)))
+        return len(ids)
 
     async def seq_of_tenant_event(self, tenant: str, tenant_seq: int) -> int:
         """The federation's number of the tenant's last event numbered `tenant_seq` or below (0: none)."""
@@ -338,6 +406,8 @@ class JobStore:
         """Cancel a job that has not ended; cancelling a cancelled job again is harmless."""
         async with self.engine.begin() as conn:
             row = (await conn.execute(select(Job).where(Job.id == job_id).with_for_update())).mappings().first()
+            if row is None:  # ended long ago, in the history, or no such job
+                row = (await conn.execute(_finished().where(finished_jobs.c.id == job_id))).mappings().first()
             if row is None:
                 raise NotFound(f"job {job_id!r} not found")
             if row["phase"] == "CANCELLED":
@@ -414,12 +484,12 @@ class JobStore:
             return {r.id: r for r in rows.mappings()}
 
     async def mean_run_times(self, window: timedelta = timedelta(days=7)) -> dict[str, float]:
-        """Per queue, the mean run time in seconds of its jobs that succeeded within `window`: what a job
-        without an expected duration is assumed to take."""
-        ran = func.extract("epoch", Job.finished_at - Job.started_at)
-        query = select(Job.queue, func.avg(ran)).where(
-            Job.phase == "SUCCEEDED", Job.started_at.is_not(None), Job.finished_at > func.now() - window,
-        ).group_by(Job.queue)
+        """Per queue, the mean run time in seconds of its jobs that succeeded within `window` (live or in the
+        history): what a job without an expected duration is assumed to take."""
+        ended = union_all(*(select(c.queue, func.extract("epoch", c.finished_at - c.started_at).label("ran")).where(
+            c.phase == "SUCCEEDED", c.started_at.is_not(None), c.finished_at > func.now() - window)
+            for c in (Job.__table__.c, finished_jobs.c))).subquery()
+        query = select(ended.c.queue, func.avg(ended.c.ran)).group_by(ended.c.queue)
         async with self.engine.connect() as conn:
             return {queue: float(seconds) for queue, seconds in (await conn.execute(query)).all()}
 

@@ -10,7 +10,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Identity, Index, Integer, String, Text, func, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    func,
+    text,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -140,6 +154,17 @@ class Job(Base):
     dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+# Jobs that ended more than `--archive-after` ago (`federation.history`): the same columns as `jobs`, out of the
+# tables the submit path and the scheduler read; GetJob and ListJobs read both. Deleted after `--retention`.
+finished_jobs = Table(
+    "finished_jobs", Base.metadata,
+    *(Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable) for c in Job.__table__.columns),
+    Index("ix_finished_jobs_seq", "seq", unique=True),
+    Index("ix_finished_jobs_tenant_seq", "tenant", "seq"),
+    Index("ix_finished_jobs_finished_at", "finished_at"),
+)
 
 
 class JobEvent(Base):
