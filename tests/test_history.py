@@ -3,6 +3,8 @@ and expire after the retention. Real PostgreSQL, the API over a real socket."""
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 from sqlalchemy import func, select, text, update
@@ -13,6 +15,7 @@ from federation.store.jobs import JobStore
 from federation.store.models import Job, JobEvent, finished_jobs
 from federation.v1 import common_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
+from tests.processes import fedctl
 from tests.test_api_admin import rpc_error
 from tests.test_api_jobs import spec
 
@@ -42,22 +45,35 @@ async def test_ended_jobs_move_to_the_history_and_still_answer(api: Api) -> None
     archived = await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=ids[1]))
     assert archived == before[ids[1]]
     assert archived.status.phase == common_pb2.CANCELLED
-    # Listed in submission order across both tables, a page at a time (the token of an archived job included).
+    # Without the history, the live jobs only; with it, in submission order across both tables, a page at a time
+    # (the token of an archived job included).
+    live = await api.jobs.ListJobs(jobs_pb2.ListJobsRequest(count_phases=True))
+    assert [job.id for job in live.jobs] == [ids[0], ids[3]] and dict(live.phase_counts) == {"Pending": 2}
     seen, token = [], ""
     while True:
-        page = await api.jobs.ListJobs(jobs_pb2.ListJobsRequest(page_size=1, page_token=token))
+        page = await api.jobs.ListJobs(jobs_pb2.ListJobsRequest(page_size=1, page_token=token, include_history=True))
         seen += [job.id for job in page.jobs]
         token = page.next_page_token
         if not token:
             break
     assert seen == ids
-    newest = await api.jobs.ListJobs(jobs_pb2.ListJobsRequest(page_size=3, newest_first=True))
+    newest = await api.jobs.ListJobs(jobs_pb2.ListJobsRequest(page_size=3, newest_first=True, include_history=True))
     assert [job.id for job in newest.jobs] == ids[::-1][:3]
-    waiting = await api.jobs.ListJobs(jobs_pb2.ListJobsRequest(phases=[common_pb2.PENDING], count_phases=True))
+    waiting = await api.jobs.ListJobs(jobs_pb2.ListJobsRequest(phases=[common_pb2.PENDING], count_phases=True,
+                                                               include_history=True))
     assert [job.id for job in waiting.jobs] == [ids[0], ids[3]]
     assert dict(waiting.phase_counts) == {"Pending": 2, "Cancelled": 2}
-    ended = await api.jobs.ListJobs(jobs_pb2.ListJobsRequest(phases=[common_pb2.CANCELLED]))
+    ended = await api.jobs.ListJobs(jobs_pb2.ListJobsRequest(phases=[common_pb2.CANCELLED], include_history=True))
     assert [job.id for job in ended.jobs] == ids[1:3]
+    # fedctl: `get jobs` the live ones, `get jobs --all` the history too, a job NAMEd wherever it is.
+    columns = "custom-columns=ID:.id,PHASE:.status.phase"
+    shown = await asyncio.to_thread(fedctl, api.address, "get", "jobs", "-o", columns)
+    every = await asyncio.to_thread(fedctl, api.address, "get", "jobs", "--all", "-o", columns)
+    named = await asyncio.to_thread(fedctl, api.address, "get", "job", ids[1], "-o", columns)
+    assert shown.returncode == every.returncode == named.returncode == 0, (shown.stderr, every.stderr, named.stderr)
+    assert [line.split()[0] for line in shown.stdout.splitlines()[1:]] == [ids[0], ids[3]]
+    assert [line.split()[0] for line in every.stdout.splitlines()[1:]] == ids
+    assert named.stdout.splitlines()[1].split()[0] == ids[1]
     # Cancelling it again is as harmless as before it moved; the live jobs still cancel.
     again = await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=ids[1]))
     assert again.status.phase == common_pb2.CANCELLED

@@ -482,13 +482,13 @@ def _admin_call(client: Client, verb: str, kind: str, **fields: Any) -> Any:
 
 
 def _all_jobs(client: Client, tenant: str = "", queue: str = "", phases: tuple[str, ...] = (),
-              limit: int | None = None) -> list[common_pb2.Job]:
+              limit: int | None = None, history: bool = False) -> list[common_pb2.Job]:
     jobs: list[common_pb2.Job] = []
     token = ""
     while True:
         page = client.jobs.ListJobs(jobs_pb2.ListJobsRequest(
             tenant=tenant, queue=queue, phases=[common_pb2.JobPhase.Value(p.upper()) for p in phases],
-            page_size=min(limit or 500, 500), page_token=token))
+            page_size=min(limit or 500, 500), page_token=token, include_history=history))
         jobs.extend(page.jobs)
         token = page.next_page_token
         if not token or (limit and len(jobs) >= limit):
@@ -507,10 +507,10 @@ def _one(client: Client, kind: str, name: str) -> Message:
     return _admin_call(client, "Get", kind, name=name)
 
 
-def _listed(client: Client, kind: str) -> tuple[list[Message], Message]:
-    """Every object of `kind`, and the response that held them."""
+def _listed(client: Client, kind: str, history: bool = False) -> tuple[list[Message], Message]:
+    """Every object of `kind`, and the response that held them (`history`: jobs of the history too)."""
     if kind == "job":
-        jobs = _all_jobs(client)
+        jobs = _all_jobs(client, history=history)
         return list(jobs), jobs_pb2.ListJobsResponse(jobs=jobs)
     rpc = "ListClusters" if kind == "cluster" else ADMIN_LIST[kind]
     response = getattr(client.admin, rpc)(getattr(admin_pb2, f"{rpc}Request")())
@@ -591,7 +591,9 @@ def _listing_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--sort-by", default="", metavar="PATH", help="Sort by a field, as -o json names it "
                                                                        "(.status.createTime)."),
             click.option("-w", "--watch", is_flag=True, help="After the list, a row for each job as it changes "
-                                                             "(Ctrl-C to stop)."))):
+                                                             "(Ctrl-C to stop)."),
+            click.option("--all", "history", is_flag=True, help="Jobs of the history too: those that ended more "
+                                                                "than the server's --archive-after ago."))):
         fn = option(fn)
     return fn
 
@@ -604,7 +606,7 @@ def _listing_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_listing_options
 @pass_client
 def get(client: Client, kind: str, names: tuple[str, ...], fmt: str, selector: str, namespace: str,
-        all_namespaces: bool, sort_by: str, watch: bool) -> None:
+        all_namespaces: bool, sort_by: str, watch: bool, history: bool) -> None:
     """Show objects of KIND (jobs, pods, events, queues, tenants, priorityclasses, flavors, clusters): the
     ones NAMEd, or all. A job is shown with its pods; with -o yaml, as the Volcano Job it came from, with a
     status (-o json: the federation's record). `get pods JOB...`: the pods of those jobs, as their member
@@ -614,6 +616,8 @@ def get(client: Client, kind: str, names: tuple[str, ...], fmt: str, selector: s
         raise click.UsageError("-n and -A go one at a time")
     if watch and kind != "job":
         raise click.UsageError("-w watches jobs")
+    if history and (kind != "job" or names):
+        raise click.UsageError("--all lists jobs (a job NAMEd is shown wherever it is)")
     if kind == "event":
         events = _events(client, names)
         if fmt in ("table", "wide"):
@@ -635,7 +639,7 @@ def get(client: Client, kind: str, names: tuple[str, ...], fmt: str, selector: s
         objects: list[Message] = [_one(client, kind, name) for name in names]
         items, whole = objects, objects[0] if len(objects) == 1 else None
     else:
-        items, whole = _listed(client, kind)
+        items, whole = _listed(client, kind, history)
     items, whole = _narrowed(kind, items, whole, selector, namespace, sort_by)
     if kind == "job" and fmt == "yaml":  # as kubectl get vcjob -o yaml: Volcano Jobs (a List of several)
         made = [volcano_job(j) for j in items]  # type: ignore[arg-type]
@@ -664,17 +668,18 @@ def get(client: Client, kind: str, names: tuple[str, ...], fmt: str, selector: s
 @_listing_options
 @pass_client
 def list_(client: Client, kind: str, tenant: str, queue: str, phases: tuple[str, ...], limit: int | None,
-          fmt: str, selector: str, namespace: str, all_namespaces: bool, sort_by: str, watch: bool) -> None:
+          fmt: str, selector: str, namespace: str, all_namespaces: bool, sort_by: str, watch: bool,
+          history: bool) -> None:
     """List objects of KIND (jobs in submission order, with filters; queues, tenants, ...), as `get KIND`."""
     kind = _kind(kind)
     if kind != "job":
-        if tenant or queue or phases or limit:
-            raise click.UsageError("--tenant, --queue, --phase and --limit filter jobs")
+        if tenant or queue or phases or limit or history:
+            raise click.UsageError("--tenant, --queue, --phase, --limit and --all filter jobs")
         if kind in ("pod", "event"):
             raise click.UsageError(f"fedctl get {kind}s JOB... shows them")
         items, whole = _listed(client, kind)
     else:
-        jobs = _all_jobs(client, tenant, queue, phases, limit)
+        jobs = _all_jobs(client, tenant, queue, phases, limit, history)
         items, whole = list(jobs), jobs_pb2.ListJobsResponse(jobs=jobs)
     if watch and kind != "job":
         raise click.UsageError("-w watches jobs")

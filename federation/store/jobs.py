@@ -316,12 +316,14 @@ class JobStore:
         return row  # type: ignore[return-value]
 
     async def list(self, *, tenant: str = "", queue: str = "", phases: Sequence[str] = (),
-                   after_seq: int = 0, limit: int = 100, newest_first: bool = False) -> list[Any]:
-        """A page of jobs in submission order after `after_seq` (`newest_first`: before it, newest first), the
-        finished ones moved to the history included: each table gives its first page, merged by submission."""
+                   after_seq: int = 0, limit: int = 100, newest_first: bool = False, history: bool = False
+                   ) -> list[Any]:
+        """A page of jobs in submission order after `after_seq` (`newest_first`: before it, newest first); with
+        `history`, the ended ones moved to the history too: each table gives its first page, merged by
+        submission."""
         pages = []
         for query, columns in ((_with_position(), Job.__table__.c), (_finished(), finished_jobs.c)):
-            if columns is finished_jobs.c and phases and not set(phases) & set(TERMINAL_PHASES):
+            if columns is finished_jobs.c and (not history or (phases and not set(phases) & set(TERMINAL_PHASES))):
                 continue  # only ended jobs are in the history
             if newest_first:
                 query = query.order_by(columns.seq.desc()).limit(limit)
@@ -341,11 +343,11 @@ class JobStore:
         rows.sort(key=lambda row: row["seq"], reverse=newest_first)
         return rows[:limit]
 
-    async def phase_counts(self, *, tenant: str = "", queue: str = "") -> dict[str, int]:
-        """How many jobs of the tenant (and queue) are in each phase, the history's included."""
+    async def phase_counts(self, *, tenant: str = "", queue: str = "", history: bool = False) -> dict[str, int]:
+        """How many jobs of the tenant (and queue) are in each phase (with `history`, the history's too)."""
         counts: Counter[str] = Counter()
         async with self.engine.connect() as conn:
-            for columns in (Job.__table__.c, finished_jobs.c):
+            for columns in (Job.__table__.c, finished_jobs.c) if history else (Job.__table__.c,):
                 query = select(columns.phase, func.count()).group_by(columns.phase)
                 if tenant:
                     query = query.where(columns.tenant == tenant)
