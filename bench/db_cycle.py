@@ -61,9 +61,8 @@ def _job(queue: str, tenant: str, rng: random.Random) -> NewJob:
                   spec_to_json(spec), "", "")
 
 
-async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, rounds: int) -> dict[str, Any]:
-    engine = database.async_engine(url)
-    rng = random.Random(seed)
+async def setup(engine: Any, jobs: int, clusters: int, rng: random.Random) -> JobStore:
+    """The synthetic federation in a fresh database: clusters with inventories, tenants, queues, `jobs` pending."""
     async with engine.begin() as conn:
         await conn.execute(insert(Cluster), [{"name": f"c{i:03d}", "labels": {}, "status": "READY",
                                               "last_heartbeat": datetime.now(UTC),
@@ -79,6 +78,13 @@ async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, round
             t, q = rng.randrange(100), rng.randrange(10)
             batch.append(_job(f"t{t:03d}-q{q}", f"t{t:03d}", rng))
         await store.submit(batch)
+    return store
+
+
+async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, rounds: int) -> dict[str, Any]:
+    engine = database.async_engine(url)
+    rng = random.Random(seed)
+    store = await setup(engine, jobs, clusters, rng)
     leading = {"scheduler": True}
     scheduler = Scheduler(store, AdminStore(engine), lambda: leading["scheduler"], lambda: None,
                           heartbeat_timeout=3600)

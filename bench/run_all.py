@@ -35,6 +35,7 @@ BENCHMARKS = {
     "replay": ("bench.trace_replay", "Microsoft ITP trace replay: fair vs FIFO vs topology-off"),
     "health": ("bench.bench_health", "hardware failures at the Llama 3 rate: proactive drain vs restart-after-crash"),
     "backlog": ("bench.bench_backlog", "a cycle whose cost follows change: queue manager walk vs cycle from scratch"),
+    "history": ("bench.bench_history", "a long history: submit path and cycle, ended jobs archived vs left in jobs"),
 }
 
 
