@@ -141,6 +141,9 @@ class Settled:
             return self.reason, False, None
         return self.verdicts[job.view.shape]
 
+    def verdicts_given(self) -> Iterable[Verdict]:
+        return ((self.reason, False, None),) if self.reason is not None else self.verdicts.values()
+
 
 class Walk:
     """One cycle's pass over the queue manager: a cursor per queue, and the ranges it settled. The manager must not
@@ -254,7 +257,7 @@ class _Lazy(Generic[T]):
     """What a walk says of each waiting job, one field of its verdict, read on demand: the jobs decided on their
     own are held as given; a settled job's is read from its range."""
 
-    def __init__(self, walk: Walk, field: Callable[[PendingJob, Verdict], T | None]) -> None:
+    def __init__(self, walk: Walk, field: Callable[[PendingJob | None, Verdict], T | None]) -> None:
         self.walk = walk
         self.field = field
         self.explicit: dict[str, T] = {}
@@ -276,8 +279,8 @@ class _Lazy(Generic[T]):
                 found = self.explicit.get(entry)
                 if found is not None:
                     yield entry, found
-            else:
-                for job in self.walk.members(entry):
+            elif any(self.field(None, v) is not None for v in entry.verdicts_given()):
+                for job in self.walk.members(entry):  # a range whose verdicts say nothing of this field is skipped
                     value = self.field(job, entry.verdict(job))
                     if value is not None:
                         yield job.id, value
