@@ -155,12 +155,14 @@ class Scheduler:
     def __init__(self, jobs: JobStore, admin: AdminStore, is_leader: Callable[[], bool],
                  on_change: Callable[[], None], period: float = 1.0,
                  heartbeat_timeout: float = HEARTBEAT_TIMEOUT, lost_grace: float = LOST_GRACE,
-                 fence: Callable[[], Fence | None] = lambda: None, drift_after: float = DRIFT_AFTER) -> None:
+                 fence: Callable[[], Fence | None] = lambda: None, drift_after: float = DRIFT_AFTER,
+                 burst: int = 0) -> None:
         self.jobs, self.admin = jobs, admin
         self.is_leader = is_leader
         self.fence = fence  # the lease every write of a cycle is made under
         self.on_change = on_change  # relays the orders written, wakes watchers, tells the other replicas
         self.heartbeat_timeout = heartbeat_timeout
+        self.burst = burst  # dispatches per cycle at most (0: no limit): see Snapshot.burst
         self.lost_grace = lost_grace
         self._loop = WakeLoop("scheduler", period, self.tick, rest=CYCLE_REST)
         self.wake, self.start, self.stop = self._loop.wake, self._loop.start, self._loop.stop
@@ -261,6 +263,7 @@ class Scheduler:
             flavors=[FlavorInfo(f["name"], f["resource"], f["cluster_selector"])
                      for f in await self.admin.list(Flavor)],
             labels={c["name"]: c["labels"] for c in rows},
+            burst=self.burst,
         )
 
     async def _watch_drift(self, rows: Sequence[Mapping[str, Any]], active: Sequence[HoldingJob]) -> None:
@@ -327,6 +330,8 @@ class Scheduler:
         await self.jobs.dispatch(decisions.assign, fence)
         if decisions.assign or decisions.preempt:
             self.on_change()
+        if decisions.cut_short:
+            self.wake()  # the burst ran out: the rest of the queues next, without waiting for the period
         clock.step("write")
         await self.jobs.set_waiting(reasons, fence)
         self.cache.reasons_written(reasons)

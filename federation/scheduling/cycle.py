@@ -316,6 +316,9 @@ class _Cycle(Preemption, Reservations):
                 if other in tokens and other != queue:
                     push(other)
             self.lowered.clear()
+            if self.snap.burst and len(self.out.assign) >= self.snap.burst:
+                self.out.cut_short = bool(heap)
+                break
         backlog.finish(self.out)
         self.out.usage = self.queue_usage
         return self.out

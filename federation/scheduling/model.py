@@ -116,6 +116,9 @@ class Snapshot:
     making_room: Mapping[str, str] = field(default_factory=dict)
     flavors: Sequence[FlavorInfo] = ()
     labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # every member cluster's, Ready or not
+    # At most this many dispatches per cycle (Armada's scheduling burst; 0: no limit): the cycle stops there, the
+    # jobs it did not reach keep their reasons, and the next cycle goes on in the same order.
+    burst: int = 0
 
 
 @dataclass
@@ -135,6 +138,7 @@ class Decisions:
     limited: MutableMapping[str, tuple[str, Resources, str]] = field(default_factory=dict)
     shares: Tree | None = None
     usage: dict[str, Resources] = field(default_factory=dict)  # queue -> in use after this cycle
+    cut_short: bool = False  # the burst ran out before every queue was served: run another cycle soon
 
 
 def queue_chains(queues: Sequence[QueueInfo]) -> dict[str, list[str]]:

@@ -98,7 +98,7 @@ class FederationServer:
                  submit_burst: int = SUBMIT_BURST, agent_listen: str = "", agent_tls: AgentTls | None = None,
                  oidc: OidcConfig | None = None, api_tls: ApiTls | None = None, leader_lease: float = LEASE,
                  drift_after: float = DRIFT_AFTER, archive_after: float = ARCHIVE_AFTER,
-                 retention: float = RETENTION) -> None:
+                 retention: float = RETENTION, cycle_burst: int = 0) -> None:
         if bool(agent_listen) != (agent_tls is not None):
             raise ValueError("an agent listener needs its TLS files, and TLS files need an agent listener")
         self.url = url
@@ -107,6 +107,7 @@ class FederationServer:
         self.lost_grace = lost_grace
         self.drift_after = drift_after
         self.archive_after = archive_after
+        self.cycle_burst = cycle_burst
         self.retention = retention
         self.insecure_dev = insecure_dev
         self.limiter = RateLimiter(submit_rate, submit_burst)
@@ -152,7 +153,8 @@ class FederationServer:
 
         self.scheduler = Scheduler(jobs, admin, lambda: self.leadership.is_leader, changed,
                                    heartbeat_timeout=self.heartbeat_timeout, lost_grace=self.lost_grace,
-                                   fence=lambda: self.leadership.fence, drift_after=self.drift_after)
+                                   fence=lambda: self.leadership.fence, drift_after=self.drift_after,
+                                   burst=self.cycle_burst)
         self.history = History(jobs, lambda: self.leadership.is_leader, self.archive_after, self.retention)
         job_servicer = JobServicer(jobs, admin, self.hub, self.scheduler, changed, self.limiter, self.logs)
         register(jobs_pb2_grpc.add_JobServiceServicer_to_server, job_servicer, self.server)

@@ -118,6 +118,10 @@ def cli(log_level: str) -> None:
 @click.option("--retention", envvar="FEDERATION_RETENTION", type=click.FloatRange(min=0), default=RETENTION,
               show_default=True, help="Seconds after a job ends before it and its events are deleted (0: kept "
                                       "for ever).")
+@click.option("--cycle-burst", envvar="FEDERATION_CYCLE_BURST", type=click.IntRange(min=0), default=0,
+              show_default=True, help="Jobs dispatched per scheduling cycle at most (Armada's scheduling burst; 0: no "
+                                      "limit): a cycle that reaches it stops, and the next goes on at once in the "
+                                      "same order, so one large change never holds the loop for long.")
 @click.option("--leader-lease", envvar="FEDERATION_LEADER_LEASE", type=click.FloatRange(min=0.2, max=120),
               default=LEASE, show_default=True,
               help="Seconds the scheduling leader's lease lasts: a leader that cannot renew it (frozen, cut off "
@@ -158,8 +162,8 @@ def cli(log_level: str) -> None:
               show_default=True, help="The value of --oidc-admin-claim that makes the caller an admin.")
 def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str,
           ui_listen: str, ui_tls_cert: Path | None, ui_tls_key: Path | None, heartbeat_timeout: float,
-          lost_grace: float, drift_after: float, archive_after: float, retention: float, leader_lease: float,
-          insecure_dev: bool,
+          lost_grace: float, drift_after: float, archive_after: float, retention: float, cycle_burst: int,
+          leader_lease: float, insecure_dev: bool,
           submit_rate: float, submit_burst: int, agent_listen: str, tls_cert: Path | None, tls_key: Path | None,
           agent_ca: Path | None, client_ca: Path | None, oidc_issuer: str, oidc_audience: str, oidc_jwks: Path | None,
           oidc_tenant_claim: str, oidc_admin_claim: str, oidc_admin_value: str) -> None:
@@ -204,7 +208,8 @@ def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: b
             server = FederationServer(url, listen, heartbeat_timeout, lost_grace, insecure_dev=insecure_dev,
                                       submit_rate=submit_rate, submit_burst=submit_burst, agent_listen=agent_listen,
                                       agent_tls=tls, oidc=oidc, api_tls=api_tls, leader_lease=leader_lease,
-                                      drift_after=drift_after, archive_after=archive_after, retention=retention)
+                                      drift_after=drift_after, archive_after=archive_after, retention=retention,
+                                      cycle_burst=cycle_burst)
         except ValueError as err:
             raise click.ClickException(str(err)) from None
         try:
