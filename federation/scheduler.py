@@ -165,7 +165,8 @@ class Scheduler:
         self.burst = burst  # dispatches per cycle at most (0: no limit): see Snapshot.burst
         self.lost_grace = lost_grace
         self._loop = WakeLoop("scheduler", period, self.tick, rest=CYCLE_REST)
-        self.wake, self.start, self.stop = self._loop.wake, self._loop.start, self._loop.stop
+        self.wake, self.start = self._loop.wake, self._loop.start
+        self._forecasting: asyncio.Task[None] | None = None  # the forecast under way beside the loop, if one is
         self._refused: _Expiring[tuple[str, str], str] = _Expiring(REJECTION_MEMORY)  # (job, cluster) -> why
         self._making_room: _Expiring[str, str] = _Expiring(ROOM_MEMORY)  # job -> cluster preempted for it
         self.cache = JobCache(jobs)
@@ -187,6 +188,11 @@ class Scheduler:
                                       metrics.QUEUE_DESERVED, metrics.CLUSTER_UTILISATION, metrics.CLUSTER_READY,
                                       metrics.CLUSTER_HEARTBEAT_AGE, metrics.CLUSTER_DRIFT)
         self.drift = DriftWatch(drift_after)
+
+    async def stop(self) -> None:
+        await self._loop.stop()
+        if self._forecasting is not None:
+            await self._forecasting
 
     def rejected(self, job_id: str, cluster: str, reason: str) -> None:
         """An agent refused the job: do not offer it to that cluster again for a while."""
@@ -340,13 +346,13 @@ class Scheduler:
         if self._cycles % HEAP_SETTLE_CYCLES == 1:
             _settle_heap()
             clock.step("heap")
-        # Every FORECAST_PERIOD, and at once for a job new to it, but never more than a tenth of the time.
+        # Every FORECAST_PERIOD, and at once for a job new to it, but never more than a tenth of the time; beside
+        # the loop, not in it: the next cycle does not wait for it (one runs at a time).
         since, spacing = time.monotonic() - self._forecast_at, FORECAST_SPACING * self._forecast_seconds
-        if since >= max(FORECAST_PERIOD, spacing) or (not self._forecast_asked.issuperset(order) and since >= spacing):
-            started = time.monotonic()
-            await self._forecast(snapshot, forecast, order, jobs)
-            self._forecast_seconds = time.monotonic() - started
-            clock.step("forecast")
+        new_jobs = not self._forecast_asked.issuperset(order)
+        due = since >= max(FORECAST_PERIOD, spacing) or (new_jobs and since >= spacing)
+        if due and (self._forecasting is None or self._forecasting.done()):
+            self._forecasting = asyncio.create_task(self._forecast(snapshot, forecast, order, jobs), name="forecast")
         self.steps = clock.seconds
         self._record(decisions, waiting, snapshot.running, sum(clock.seconds.values()))
         return decisions
@@ -375,7 +381,7 @@ class Scheduler:
         """Expected start times for `order`: the first FORECAST_JOBS waiting jobs in the order this cycle served
         them (those that could never run left out). Run every FORECAST_PERIOD, and as soon as a job joins them.
         `pending`: those jobs, and the ones the cycle dispatched or reserved room for, by id."""
-        now = datetime.now(UTC)
+        started, now = time.monotonic(), datetime.now(UTC)
         sent = [Holding(cluster, pending[job_id].view.request,
                         self.run_time(pending[job_id].queue, self.cache.expected.get(job_id)), pending[job_id].queue)
                 for job_id, cluster in decisions.assign.items()]
@@ -385,10 +391,15 @@ class Scheduler:
         waiting = outlook.waiting(snapshot, decisions, order,
                                   lambda job: self.run_time(job.queue, self.cache.expected.get(job.id)), [*sent, *held],
                                   pending)
-        starts = await asyncio.to_thread(after_cycle, snapshot.clusters, sent, held, waiting)
+        try:
+            starts = await asyncio.to_thread(after_cycle, snapshot.clusters, sent, held, waiting)
+        except Exception:  # an estimate: a failure must not end the scheduler; the next one tries again
+            log.exception("the start-time forecast failed")
+            return
         self.forecast = {j: (now + timedelta(seconds=s.seconds), s.cluster) for j, s in starts.items()}
         self._forecast_at = time.monotonic()
         self._forecast_asked = set(order)
+        self._forecast_seconds = self._forecast_at - started
 
     def expected_start(self, job_id: str) -> tuple[datetime, str] | None:
         """When and where a waiting job is expected to start, by the last forecast (the leader's)."""
