@@ -74,6 +74,7 @@ def _held_by(job: PendingJob, owner: str, usage: Mapping[str, int], over: Mappin
 def _fmt(amounts: Mapping[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in format_resources(amounts).items())
 
+
 class _Cycle(Preemption, Reservations):
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
@@ -102,22 +103,32 @@ class _Cycle(Preemption, Reservations):
         self._cannot_run_anywhere: dict[tuple[object, ...], str | None] = {}
         self._cannot_run: dict[tuple[tuple[object, ...], str], str | None] = {}
         self._limited: dict[str, bool] = {}
+        self._worth: dict[str, bool] = {}
         self.holders: dict[str, list[tuple[str, str]]] = {}  # cluster -> (job, its tenant) whose room is held there
         self.flavors = Flavors(snap.flavors, {**snap.labels, **{c.name: c.labels for c in snap.clusters}})
         self.holds: dict[str, Resources] = {}  # running job -> what it counts against (flavors included)
         self._wanted: dict[str, Resources] = {}  # waiting job -> what it counts as demand for
         self.capacity: dict[str, float] = {}  # what tenants share (flavors included), once shares are known
+        # What runs, added up per queue and per (cluster, queue) first: tens of thousands of gangs, a few thousand
+        # sums.
+        used: dict[str, dict[str, int]] = {}
+        pooled: dict[tuple[str, str], dict[str, int]] = {}
         for job in snap.running:
-            self.holds[job.id] = self.flavors.held(job.cluster, job.request) if self.flavors else job.request
+            held = self.holds[job.id] = self.flavors.held(job.cluster, job.request) if self.flavors else job.request
             if job.queue in self.queues:
-                self.use(job.queue, self.holds[job.id])
+                add_into(used.setdefault(job.queue, {}), held)
                 if job.preemptible:
-                    self.pool.add(job.cluster, job.queue, job.request)
+                    add_into(pooled.setdefault((job.cluster, job.queue), {}), job.request)
             self.running_by_cluster.setdefault(job.cluster, []).append(job)
+        for queue, amounts in used.items():
+            self.use(queue, amounts)
+        for (cluster, queue), amounts in pooled.items():
+            self.pool.add(cluster, queue, amounts)
         # Victims in order: of the lowest-priority queue (as Volcano reclaims since v1.10), then lowest priority,
         # then least work lost, then youngest.
+        priority = {q: info.priority for q, info in self.queues.items()}
         self.preemptible = {c: sorted((v for v in jobs if v.preemptible),
-                                      key=lambda v: (self.queue_priority(v.queue), v.priority, v.at_risk, -v.seq, v.id))
+                                      key=lambda v: (priority.get(v.queue, 0), v.priority, v.at_risk, -v.seq, v.id))
                             for c, jobs in self.running_by_cluster.items()}
         self.preemptible_in: dict[tuple[str, str], list[RunningJob]] = {}  # (cluster, queue) -> same order
         for c, gangs in self.preemptible.items():

@@ -42,6 +42,7 @@ class Preemption:
     lowered: set[str]
     preemptible: dict[str, list[RunningJob]]
     preemptible_in: dict[tuple[str, str], list[RunningJob]]
+    _worth: dict[str, bool]  # running gang -> whether reclaim may take it on cost (`_worth_reclaiming`)
     # and the cycle's use (usage up or down), hold (a reservation) and _highest_queue (of victims)
 
     def _reclaimable(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> set[str]:
@@ -51,6 +52,14 @@ class Preemption:
         return {q for q in self.over_share if q != job.queue and queue_within
                 and (self.queues[q].tenant == tenant or tenant_within)}
 
+    def _worth_reclaiming(self, victim: RunningJob) -> bool:
+        """Out of its protected run time and losing less work than waiting for it costs: the same all cycle long,
+        so worked out once per gang (heads of many queues look at the same gangs)."""
+        found = self._worth.get(victim.id)
+        if found is None:
+            found = self._worth[victim.id] = not victim.protected and victim.pays_to_reclaim()
+        return found
+
     def _take(self, job: PendingJob, gangs: Sequence[RunningJob], over: set[str], freed: dict[str, int],
               kept: set[str]) -> list[RunningJob]:
         """Gangs of `gangs` (in victim order) to evict until `freed` covers the job, adding theirs to `freed`.
@@ -59,14 +68,14 @@ class Preemption:
         assert self.out.shares is not None
         tenant = self.queues[job.queue].tenant
         chosen: list[RunningJob] = []
-        borrowed: dict[str, dict[str, int]] = {}  # queue or tenant -> its usage once the victims are gone
+        borrowed: dict[str | tuple[str, str], dict[str, int]] = {}  # queue or tenant -> its usage, victims gone
         for victim in gangs:
             if not over and victim.priority >= job.priority:
                 break  # without reclaim only the job's own queue yields, below its priority: sorted, so done
             if victim.id in self.out.preempt or not (
                     victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
                 continue
-            if victim.queue != job.queue and (victim.protected or not victim.pays_to_reclaim()):
+            if victim.queue != job.queue and not self._worth_reclaiming(victim):
                 kept.add("work")
                 continue
             if victim.queue != job.queue and not self._may_reclaim(victim, job.queue, tenant, borrowed,
@@ -176,7 +185,7 @@ class Preemption:
                 continue  # short of room, not of room in one place: reclaim's business, not moving's
             inside = _under_each_hypernode(view, [
                 v for v in self.preemptible.get(view.name, ()) if v.id not in self.out.preempt and v.priority <=
-                job.priority and not v.protected and v.pays_to_reclaim() and covers(pod, v.request)])
+                job.priority and self._worth_reclaiming(v) and covers(pod, v.request)])
             for domain, freed in _hypernodes_short_of(job.view, view, cluster_free, inside):
                 chosen = []
                 for victim in inside[domain.name]:
@@ -211,7 +220,8 @@ class Preemption:
             return "not reclaimed: the queues over their share run no preemptible gangs that would make room"
         return f"not reclaimed: evicting what the queues over their share borrowed would still not make room{where}"
 
-    def _may_reclaim(self, victim: RunningJob, job_queue: str, tenant: str, borrowed: dict[str, dict[str, int]],
+    def _may_reclaim(self, victim: RunningJob, job_queue: str, tenant: str,
+                     borrowed: dict[str | tuple[str, str], dict[str, int]],
                      deserved: Mapping[str, Mapping[str, float]]) -> bool:
         """Whether taking `victim` back leaves its queue, its parents (those not the job's queue's too) and,
         from another tenant, that tenant at or above
@@ -220,16 +230,17 @@ class Preemption:
         when it may be."""
         assert self.out.shares is not None
         theirs = self.queues[victim.queue].tenant
-        mine = set(self.chain[job_queue])
-        checks = [(f"queue/{q}", self.queue_usage[q], deserved.get(q, {})) for q in self.chain[victim.queue]
-                  if q not in mine]  # the victim's queue, and its parents the job's queue does not share
+        mine = self.chain[job_queue]
+        # Keyed by queue name, or ("tenant", name): what each holds once the victims chosen so far are gone.
+        checks: list[tuple[str | tuple[str, str], dict[str, int], Mapping[str, float]]] = [
+            (q, self.queue_usage[q], deserved.get(q, {})) for q in self.chain[victim.queue]
+            if q not in mine]  # the victim's queue, and its parents the job's queue does not share
         if theirs != tenant:
-            checks.append((f"tenant/{theirs}", self.tenant_usage[theirs], self.out.shares.tenants.get(theirs, {})))
+            checks.append((("tenant", theirs), self.tenant_usage[theirs], self.out.shares.tenants.get(theirs, {})))
         held = self.holds[victim.id]
+        without = {r: -a for r, a in held.items()}
         for key, usage, share in checks:
-            after = dict(borrowed.get(key, usage))
-            add_into(after, held, -1)
-            if dominant_share(after, share) < 1.0 - 1e-9:
+            if dominant_share(borrowed.get(key, usage), share, without) < 1.0 - 1e-9:
                 return False
         for key, usage, _ in checks:
             add_into(borrowed.setdefault(key, dict(usage)), held, -1)
