@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from federation.scheduling.fit import ClusterView, JobView, TierFree, check, fits_healthy
+from federation.scheduling.fit import ClusterView, JobView, Shape, TierFree, check, fits_healthy
 
 NO_TIER = 1 << 20  # the "fit tier" of a cluster where no HyperNode covers the gang
 ROWS_ONE_BY_ONE = 4  # clusters changed since a shape was last scored, up to which they are rescored in Python
@@ -69,12 +69,12 @@ class ClusterTable:
         self._per_capacity: list[float] = self.per_capacity.tolist()
         self._selectors: dict[tuple[tuple[str, str], ...], np.ndarray] = {}
         # Shapes found to fit nowhere in this cycle: each cluster's reason, and the waiting reason.
-        self._nowhere: dict[tuple[object, ...], list[str]] = {}
-        self.nowhere: dict[tuple[object, ...], str] = {}
+        self._nowhere: dict[Shape, list[str]] = {}
+        self.nowhere: dict[Shape, str] = {}
         self.held = np.zeros((n, k), dtype=np.int64)  # room reserved for waiting gangs, per cluster
-        self._by_shape: dict[tuple[object, ...], _Scores] = {}
+        self._by_shape: dict[Shape, _Scores] = {}
         self._changed: list[int] = []  # clusters in the order they took work this cycle (free only shrinks)
-        self._unreserved: dict[tuple[object, ...], tuple[int, str | None]] = {}  # see fits_without_reservations
+        self._unreserved: dict[Shape, tuple[int, str | None]] = {}  # see fits_without_reservations
 
     def _fill(self, table: np.ndarray, i: int, tiers: Sequence[TierFree]) -> None:
         for t in tiers:

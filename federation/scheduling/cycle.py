@@ -24,7 +24,7 @@ from federation.resources import FLAVOR, Resources, base, format_resources
 from federation.scheduling.backlog import Backlog, Demand, Lists, Walked
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
 from federation.scheduling.fairshare import EPSILON, Claim, Tree, dominant_share, excess, hierarchical
-from federation.scheduling.fit import ClusterView, JobView, cannot_run
+from federation.scheduling.fit import ClusterView, JobView, Shape, cannot_run
 from federation.scheduling.flavors import Flavors
 from federation.scheduling.model import (
     MOVE_BUDGET_SECONDS,
@@ -100,8 +100,8 @@ class _Cycle(Preemption, Reservations):
         self.lowered: set[str] = set()  # queues whose tenant's usage a preemption lowered since the last turn
         self.heads_reserving: set[str] = set()  # queues whose head has had its turn at reclaim and reservation
         # Per gang shape, as the clusters stand; and per shape and queue, with the queue's and tenant's limits.
-        self._cannot_run_anywhere: dict[tuple[object, ...], str | None] = {}
-        self._cannot_run: dict[tuple[tuple[object, ...], str], str | None] = {}
+        self._cannot_run_anywhere: dict[Shape, str | None] = {}
+        self._cannot_run: dict[tuple[Shape, str], str | None] = {}
         self._limited: dict[str, bool] = {}
         self._worth: dict[str, bool] = {}
         self.holders: dict[str, list[tuple[str, str]]] = {}  # cluster -> (job, its tenant) whose room is held there
@@ -401,7 +401,7 @@ class _Cycle(Preemption, Reservations):
         waiting, limits, impossible_ids = self.out.waiting, self.out.limited, self.out.cannot_run
         # Nothing this walk reads changes during it, so a verdict holds for every job of the same shape in this
         # queue: worked out once per shape, not once per job.
-        verdicts: dict[tuple[object, ...], Verdict] = {}
+        verdicts: dict[Shape, Verdict] = {}
         i = start
         while i < len(jobs):
             job = jobs[i]

@@ -9,6 +9,7 @@ back as a rejection that returns the job to its queue.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -57,15 +58,41 @@ class JobView:
     highest_tier: int = 0
     highest_tier_name: str = ""
 
-    # Everything about the gang that decides where it fits: equal shapes fit the same clusters.
-    # Made once with the view (it is asked for hundreds of thousands of times a cycle), unsorted for
-    # speed: the same resources listed in another order only make a second shape.
-    shape: tuple[object, ...] = field(init=False, compare=False, repr=False)
+    # Everything about the gang that decides where it fits: equal shapes fit the same clusters, and are one
+    # object (`Shape`). Made once with the view (it is asked for hundreds of thousands of times a cycle),
+    # unsorted for speed: the same resources listed in another order only make a second shape.
+    shape: Shape = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", (
+        object.__setattr__(self, "shape", shape_of((
             tuple(self.request.items()), tuple(self.largest_pod.items()), tuple(self.cluster_selector.items()),
-            self.mode, self.highest_tier, self.highest_tier_name))
+            self.mode, self.highest_tier, self.highest_tier_name)))
+
+
+class Shape:
+    """A gang shape, one object per distinct shape while any job has it: the cycle's caches and the queue
+    manager key on it by identity, without hashing its nested tuple at every look-up."""
+
+    __slots__ = ("__weakref__", "key")
+
+    def __init__(self, key: tuple[object, ...]) -> None:
+        self.key = key
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return shape_of, (self.key,)  # unpickled, it is the same object as this process's equal shape
+
+    def __repr__(self) -> str:
+        return f"Shape{self.key!r}"
+
+
+_SHAPES: weakref.WeakValueDictionary[tuple[object, ...], Shape] = weakref.WeakValueDictionary()
+
+
+def shape_of(key: tuple[object, ...]) -> Shape:
+    found = _SHAPES.get(key)
+    if found is None:
+        found = _SHAPES[key] = Shape(key)
+    return found
 
 
 def covers(free: Mapping[str, int], request: Mapping[str, int]) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from federation.scheduling.cycle import Decisions, PendingJob, Snapshot, queue_chains
-from federation.scheduling.fit import ClusterView, check, could_hold, covers
+from federation.scheduling.fit import ClusterView, Shape, check, could_hold, covers
 from federation.scheduling.forecast import Holding, Waiting, limit_clears
 
 
@@ -61,7 +61,7 @@ def waiting(snap: Snapshot, d: Decisions, order: Sequence[str], runs_for: Callab
     tenant_of = {q.name: q.tenant for q in snap.queues}
     clusters = after_dispatch(snap, d, pending)
     reserved = reserved_room(d, pending)
-    could: dict[tuple[object, ...], frozenset[str]] = {}
+    could: dict[Shape, frozenset[str]] = {}
     out = []
     for job_id in order:
         job = pending.get(job_id)

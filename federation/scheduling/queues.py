@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from sortedcontainers import SortedKeyList
 
+from federation.scheduling.fit import Shape
+
 if TYPE_CHECKING:
     from federation.scheduling.model import PendingJob
 
-Shape = tuple[object, ...]
 # A shape's verdict in one settling walk: why it waits (None: not certain, decide it), whether it can never run
 # as things stand, and the limit holding it (owner, what the owner must free, why) if one does.
 Verdict = tuple[str | None, bool, tuple[str, Mapping[str, int], str] | None]
