@@ -73,6 +73,8 @@ class JobCache:
         # Waiting jobs in their queues' order, kept across cycles from the events (the cycle walks its heads).
         self.backlog = QueueManager()
         self.version = 0  # how often `backlog` changed: a cycle reads it only as its snapshot saw it
+        self.generation = 0  # how often it was loaded whole (what a leader wrote before may be unknown since)
+        self.touched: set[str] = set()  # jobs with an event since the leader last took them (`take_touched`)
         self.holding: dict[str, HoldingJob] = {}
         # The reason PostgreSQL holds for each waiting job; None when an event may have changed it.
         self.reasons: dict[str, str | None] = {}
@@ -104,6 +106,8 @@ class JobCache:
         self.holding, self.reasons, self.expected, self.refusals = {}, {}, {}, {}
         self.backlog = QueueManager()
         self.version += 1
+        self.generation += 1
+        self.touched.clear()
         await self._add_waiting(await self.jobs.pending(SCAN_LIMIT))
         self._add_holding(await self.jobs.holding())
         self._cursor = cursor
@@ -126,6 +130,7 @@ class JobCache:
             cursor = events[-1]["seq"]
         arrived: list[str] = []
         held: dict[str, Any] = {}
+        self.touched.update(latest)
         for job_id, event in latest.items():
             phase = event["phase"]
             self.reasons[job_id] = None
@@ -182,6 +187,11 @@ class JobCache:
                 return  # the next refresh loads them
             current = {r["id"]: r["reason"] for r in await self.jobs.pending(SCAN_LIMIT)}
             self.reasons = {job_id: current.get(job_id) for job_id in self.waiting}
+
+    def take_touched(self) -> set[str]:
+        """The jobs with an event since the last call: their reasons in PostgreSQL may be anything."""
+        touched, self.touched = self.touched, set()
+        return touched
 
     def changed_reasons(self, reasons: Mapping[str, str]) -> dict[str, str]:
         """Of these reasons for waiting jobs, those PostgreSQL does not hold yet."""

@@ -45,6 +45,7 @@ from federation.scheduling.fairshare import dominant_share
 from federation.scheduling.fit import ClusterState, ClusterView, DomainFree, JobView, TierFree, explain
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import Holding, after_cycle, remaining
+from federation.scheduling.queues import Reasons, Settled
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Flavor, PriorityClass, Queue, Tenant
@@ -176,6 +177,10 @@ class Scheduler:
         self.holds: dict[str, str] = {}  # waiting job -> what holds it whatever is free, by the last cycle
         self._cycles = 0
         self._snapshot_version = -1  # the job cache's version the last snapshot saw
+        # The last walk whose reasons were all written (the cache's generation, its ranges per queue), and the jobs
+        # it decided first: the next cycle writes only what may differ from it. None: unknown, write all.
+        self._written: tuple[int, Mapping[str, Sequence[Settled]]] | None = None
+        self._owed: set[str] = set()
         self._leading = False
         self._history: dict[str, deque[tuple[float, float]]] = {}  # queue -> (unix time, dominant share)
         self.forecast: dict[str, tuple[datetime, str]] = {}  # waiting job -> expected start, and cluster
@@ -216,9 +221,11 @@ class Scheduler:
             self._leading = False
             if await self.cache.refresh():
                 _settle_heap()
+            self.cache.take_touched()  # a standby writes no reasons: nothing to keep for it
             return
         if not self._leading:
             await self.cache.reread_reasons()  # the last leader rewrote them without events
+            self._written = None
             self._leading = True
         try:
             if await self.jobs.requeue_from_silent(self.heartbeat_timeout, self.lost_grace, self.fence()):
@@ -304,7 +311,8 @@ class Scheduler:
         snapshot = await self.snapshot()
         clock.step("snapshot")
         backlog = self.cache.backlog
-        if self.cache.version == self._snapshot_version:
+        walked = self.cache.version == self._snapshot_version
+        if walked:
             decisions = schedule_backlog(snapshot, backlog)
             pending: Mapping[str, PendingJob] = self.cache.waiting
             waiting = Counter({q.name: 0 for q in snapshot.queues} | {q: backlog.count(q) for q in backlog.order})
@@ -316,7 +324,16 @@ class Scheduler:
         waiting.subtract(pending[j].queue for j in decisions.assign)
         clock.step("decide")
         # Read before anything awaits: the walk's reasons come from the backlog, which the next refresh changes.
-        reasons = self.cache.changed_reasons(decisions.waiting)
+        # Only those that may have changed since the last written walk are looked at (see Reasons.changed_since).
+        touched = self.cache.take_touched() | self._owed
+        written, self._written = self._written, None  # known again once these are written
+        if walked and isinstance(decisions.waiting, Reasons) and written is not None \
+                and written[0] == self.cache.generation:
+            candidates: Mapping[str, str] = decisions.waiting.changed_since(written[1], touched)
+        else:
+            candidates = decisions.waiting
+        reasons = self.cache.changed_reasons(candidates)
+        walk = decisions.waiting.walk if walked and isinstance(decisions.waiting, Reasons) else None
         self.holds = outlook.holds(decisions)
         order = list(islice((j for j in decisions.waiting if j not in decisions.cannot_run), FORECAST_JOBS))
         jobs = {j: pending[j] for j in chain(decisions.assign, decisions.reserved, order)}
@@ -341,6 +358,9 @@ class Scheduler:
         clock.step("write")
         await self.jobs.set_waiting(reasons, fence)
         self.cache.reasons_written(reasons)
+        if walk is not None:
+            self._written = (self.cache.generation, walk.settled)
+            self._owed = set(walk.owed)  # decided on their own: not what the ranges around them say
         clock.step("reasons")
         self._cycles += 1
         if self._cycles % HEAP_SETTLE_CYCLES == 1:

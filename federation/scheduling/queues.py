@@ -142,8 +142,42 @@ class Settled:
             return self.reason, False, None
         return self.verdicts[job.view.shape]
 
+    def whys(self) -> Mapping[Shape, str] | str:
+        """The reasons it gives, per shape (or one for all)."""
+        if self.reason is not None:
+            return self.reason
+        return {shape: v[0] for shape, v in self.verdicts.items() if v[0] is not None}
+
+    def why(self, shape: Shape) -> str | None:
+        """The reason the range gives jobs of `shape` (None: it holds none of them)."""
+        if self.reason is not None:
+            return self.reason
+        found = self.verdicts.get(shape)
+        return None if found is None else found[0]
+
     def verdicts_given(self) -> Iterable[Verdict]:
         return ((self.reason, False, None),) if self.reason is not None else self.verdicts.values()
+
+
+Rank = tuple[int, int]
+
+
+def _uncovered(lo: Rank, hi: Rank | None, covers: Sequence[tuple[Rank, Rank | None]]
+               ) -> list[tuple[Rank, Rank | None]]:
+    """The parts of [lo, hi) (None: no end) that none of `covers`' intervals holds."""
+    parts: list[tuple[Rank, Rank | None]] = [(lo, hi)]
+    for c_lo, c_hi in covers:
+        cut = []
+        for p_lo, p_hi in parts:
+            if (c_hi is not None and c_hi <= p_lo) or (p_hi is not None and p_hi <= c_lo):
+                cut.append((p_lo, p_hi))
+                continue
+            if p_lo < c_lo:
+                cut.append((p_lo, c_lo))
+            if c_hi is not None and (p_hi is None or c_hi < p_hi):
+                cut.append((c_hi, p_hi))
+        parts = cut
+    return parts
 
 
 class Walk:
@@ -313,6 +347,43 @@ class Reasons(_Lazy[str], MutableMapping[str, str]):
 
     def items(self) -> _Items:  # type: ignore[override]
         return _Items(self)
+
+    def changed_since(self, before: Mapping[str, Sequence[Settled]] | None, touched: Iterable[str]
+                      ) -> dict[str, str]:
+        """The reasons that may differ from those a walk `before` gave (and were written), at a cost that follows
+        change: jobs decided on their own, jobs `touched` since (an event, or decided on their own before), and
+        the jobs of each range not covered by a range of `before` giving their shape the same reason. Without
+        `before` (a first cycle, a new leader), every reason."""
+        if before is None:
+            return dict(self.items())
+        out = {job_id: self[job_id] for job_id in self.explicit}
+        for job_id in touched:
+            if job_id in self:
+                out[job_id] = self[job_id]
+        caused = self.walk.manager.caused
+        for queue, ranges in self.walk.settled.items():
+            shapes = self.walk.manager.shapes[queue]
+            old = before.get(queue, ())
+            for now in ranges:
+                # Most of a range is where the same range was last cycle (a queue's tail): nothing to look at.
+                alike = [p for p in old if p.whys() == now.whys()]
+                rest = _uncovered(now.lo, now.hi, [(p.lo, p.hi) for p in alike])
+                if not rest:
+                    continue
+                others = [p for p in old if p not in alike]
+                for shape, same in shapes.items():
+                    why = now.why(shape)
+                    if why is None:
+                        continue
+                    for part_lo, part_hi in rest:
+                        for lo, hi in _uncovered(part_lo, part_hi,
+                                                 [(p.lo, p.hi) for p in others if p.why(shape) == why]):
+                            for job in same.irange_key(lo, hi, inclusive=(True, False)) if hi is not None \
+                                    else same.irange_key(lo):
+                                if job.id not in self.walk.owed:
+                                    cause = caused.get(job.id)
+                                    out[job.id] = f"{cause.cause}; {why}" if cause is not None else why
+        return out
 
     def __getitem__(self, job_id: str) -> str:
         why = self.explicit.get(job_id)

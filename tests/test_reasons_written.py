@@ -1,0 +1,71 @@
+"""The leader writes only the reasons that may have changed (issue 30), and PostgreSQL still holds every waiting
+job's reason exactly as the cycle gave it. Real PostgreSQL, the in-process scheduler, random churn between cycles:
+jobs submitted (some that fit nowhere, some over a limit) and cancelled, gangs ending, a queue's limit changing,
+a preemption's cause."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from sqlalchemy import select, update
+
+from federation.scheduler import Scheduler
+from federation.scheduling.queues import Reasons
+from federation.store.admin import AdminStore
+from federation.store.jobs import WAITING_PHASES, JobStore
+from federation.store.models import Cluster, Job
+from federation.v1 import admin_pb2, agent_pb2, jobs_pb2
+from tests.conftest import Api, make_queue
+from tests.test_api_jobs import spec
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.mark.parametrize("seed", [5, 11, 23])
+async def test_reasons_in_postgres_match_the_cycle_through_churn(api: Api, seed: int) -> None:
+    await api.server.leadership.stop()  # this test's scheduler is the only one deciding
+    rng = random.Random(seed)
+    await make_queue(api, "a")
+    await make_queue(api, "b")
+    store, admin = JobStore(api.server.engine), AdminStore(api.server.engine)
+    await admin.register_cluster("east", {}, "0.1.0")
+    async with api.server.engine.begin() as conn:
+        await conn.execute(update(Cluster).where(Cluster.name == "east").values(inventory={
+            "allocatable": {GPU: 32, "cpu": 64_000}, "used": {GPU: 0, "cpu": 0}, "topology": []}))
+
+    async def submit(n: int) -> None:
+        specs = [spec(name=f"j{rng.randrange(10**6)}", queue=rng.choice("ab"),
+                      gpus=str(rng.choice([1, 2, 4, 8])), replicas=rng.choice([1, 1, 2, 8])) for _ in range(n)]
+        await api.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=specs))
+
+    scheduler = Scheduler(store, admin, lambda: True, lambda: None)
+    await submit(60)
+    incremental = 0
+    for step in range(12):
+        decisions = await scheduler.cycle()
+        given = dict(decisions.waiting.items())
+        async with api.server.engine.connect() as conn:
+            stored = dict((await conn.execute(select(Job.id, Job.reason).where(Job.phase.in_(WAITING_PHASES)))).all())
+        assert {j: stored[j] for j in given} == given
+        # Every waiting job has the cycle's reason, but those it just dispatched or preempted.
+        assert set(stored) - set(given) <= set(decisions.assign) | set(decisions.preempt)
+        if isinstance(decisions.waiting, Reasons) and scheduler._written is not None:
+            incremental += 1
+        # Churn before the next cycle.
+        holding = sorted(scheduler.cache.holding.values(), key=lambda j: j.id)
+        for job in rng.sample(holding, len(holding) // 3):
+            attempt = (await store.get(job.id))["attempt"]
+            await store.apply_update(job.cluster, agent_pb2.JobUpdate(job_id=job.id, attempt=attempt,
+                                                                     type=agent_pb2.JOB_SUCCEEDED))
+        waiting = sorted(scheduler.cache.waiting)
+        for job_id in rng.sample(waiting, min(len(waiting), rng.randrange(4))):
+            await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job_id))
+        await submit(rng.randrange(1, 8))
+        if step % 4 == 1:
+            limit = {GPU: str(rng.choice([8, 16, 64]))}
+            await api.admin.UpdateQueue(admin_pb2.UpdateQueueRequest(queue=admin_pb2.Queue(
+                name="a", tenant="ml", limit=limit), update_mask={"paths": ["limit"]}))
+        if step == 6 and holding:  # a preemption: the job waits again with its cause in front of its reason
+            await store.preempt({holding[-1].id: "preempted for a test"})
+    assert incremental >= 8  # most cycles wrote only what changed
