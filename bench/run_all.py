@@ -36,6 +36,7 @@ BENCHMARKS = {
     "health": ("bench.bench_health", "hardware failures at the Llama 3 rate: proactive drain vs restart-after-crash"),
     "backlog": ("bench.bench_backlog", "a cycle whose cost follows change: queue manager walk vs cycle from scratch"),
     "history": ("bench.bench_history", "a long history: submit path and cycle, ended jobs archived vs left in jobs"),
+    "latency": ("bench.bench_latency", "submit-to-dispatch latency of a job that fits at once, with a backlog waiting"),
 }
 
 

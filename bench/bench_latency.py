@@ -1,0 +1,149 @@
+"""Submit-to-dispatch latency of a job that fits at once, while a backlog waits (issue 30), through the real server.
+
+A federation-server process on an embedded PostgreSQL and two simulated member agents: `busy` (two 8-GPU nodes)
+runs one gang of 16 GPUs and has a backlog of N more waiting for it (16 GPUs each: no other cluster can hold
+them); `idle` (one 8-GPU node) is empty. Probes of one GPU, one at a time, each submitted after the last was
+dispatched: the time from SubmitJob's answer to the job's Dispatched event on a WatchJobs stream, with no
+backlog and with N jobs waiting, in the same run.
+
+Writes latency.json and latency.md.
+Usage: python -m bench.bench_latency [--quick] [--backlog N] [--probes N]
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+
+from bench.common import bar, machine, measured, out_dir, parser, write
+from federation.cli.dev import AgentProcess, ServerProcess
+from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
+from member_agent.clusters import tree
+
+GPU = "nvidia.com/gpu"
+SUBMIT_BATCH = 500
+
+
+def _cluster(directory: Path, name: str, nodes: int) -> Path:
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump_all(tree(name, [1, nodes], {GPU: "8", "cpu": "64"})))
+    return path
+
+
+def _job(name: str, queue: str, gpus: int) -> common_pb2.JobSpec:
+    pods = max(gpus // 8, 1)
+    return common_pb2.JobSpec(name=name, queue=queue, annotations={"federation.dev/sim-duration": "100000s"},
+                              tasks=[common_pb2.TaskSpec(name="worker", replicas=pods,
+                                                         resources={GPU: str(min(gpus, 8))})])
+
+
+class Dispatches:
+    """When each job's Dispatched event arrived, from one WatchJobs stream."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.seen: dict[str, float] = {}
+        self.changed = threading.Condition()
+        self.stream = jobs_pb2_grpc.JobServiceStub(channel).WatchJobs(jobs_pb2.WatchJobsRequest())
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for event in self.stream:
+                if event.type == "Dispatched":
+                    with self.changed:
+                        self.seen[event.job_id] = time.perf_counter()
+                        self.changed.notify_all()
+        except grpc.RpcError:
+            pass  # cancelled at the end
+
+    def wait(self, job_id: str, timeout: float = 600) -> float:
+        with self.changed:
+            if not self.changed.wait_for(lambda: job_id in self.seen, timeout):
+                raise TimeoutError(f"{job_id} was not dispatched within {timeout} s")
+            return self.seen[job_id]
+
+
+def _probe(jobs: Any, dispatches: Dispatches, n: int, label: str) -> list[float]:
+    out = []
+    for i in range(n):
+        job_id = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=_job(f"probe-{label}-{i}", "probe", 1))).job.id
+        submitted = time.perf_counter()
+        out.append(dispatches.wait(job_id) - submitted)
+        jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job_id))  # its GPU back for the next probe
+        time.sleep(0.2)
+    return out
+
+
+def _summary(seconds: list[float]) -> dict[str, float]:
+    ordered = sorted(seconds)
+    return {"p50": statistics.median(ordered), "p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+            "max": ordered[-1], "probes": len(ordered)}
+
+
+def run(backlog: int, probes: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
+        server = ServerProcess("--data-dir", str(Path(tmp) / "pg"), "--auto-migrate",
+                               env={"FEDERATION_LOG_LEVEL": "warning"}, timeout=180)
+        agents = []
+        try:
+            for name, nodes in (("busy", 2), ("idle", 1)):
+                agents.append(AgentProcess(name, server.address, "--simulate", str(_cluster(Path(tmp), name, nodes)),
+                                           env={"FEDERATION_LOG_LEVEL": "warning"}, timeout=180))
+            channel = grpc.insecure_channel(server.address)
+            admin = admin_pb2_grpc.AdminServiceStub(channel)
+            jobs = jobs_pb2_grpc.JobServiceStub(channel)
+            admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="bench")))
+            for queue in ("backlog", "probe"):
+                admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name=queue, tenant="bench")))
+            while sum(c.status == admin_pb2.READY for c in admin.ListClusters(admin_pb2.ListClustersRequest())
+                      .clusters) < 2:
+                time.sleep(0.2)
+            dispatches = Dispatches(channel)
+            first = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=_job("runs", "backlog", 16))).job.id
+            dispatches.wait(first)
+            empty = _probe(jobs, dispatches, probes, "empty")
+            with bar(backlog, "backlog submitted", "jobs") as progress:
+                for start in range(0, backlog, SUBMIT_BATCH):
+                    specs = [_job(f"b{i}", "backlog", 16) for i in range(start, min(backlog, start + SUBMIT_BATCH))]
+                    jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=specs))
+                    progress.update(len(specs))
+            waited = _probe(jobs, dispatches, probes, "backlog")
+            dispatches.stream.cancel()
+        finally:
+            for agent in agents:
+                agent.stop()
+            server.stop()
+    return {"backlog": backlog, "empty": _summary(empty), "with_backlog": _summary(waited),
+            "seconds_empty": empty, "seconds_with_backlog": waited}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__)
+    p.add_argument("--backlog", type=int, default=None, help="jobs waiting (default 100,000; quick 2,000)")
+    p.add_argument("--probes", type=int, default=None, help="probe jobs per setting (default 100; quick 10)")
+    args = p.parse_args(argv)
+    result = run(args.backlog or (2_000 if args.quick else 100_000), args.probes or (10 if args.quick else 100))
+    results = {"benchmark": "latency", "date": measured(), "machine": machine(), "quick": args.quick, **result}
+    e, w = result["empty"], result["with_backlog"]
+    lines = [f"# Submit-to-dispatch latency ({results['date']})", "",
+             f"Machine: {results['machine']}; server, embedded PostgreSQL, two simulated agents and the client on the "
+             f"same cores. A one-GPU job that fits at once on an idle cluster, one at a time, SubmitJob's answer to "
+             f"its Dispatched event; {w['probes']} probes per setting, same run.", "",
+             "| jobs waiting | p50 (s) | p99 (s) | max (s) |", "|---:|---:|---:|---:|",
+             f"| 0 | {e['p50']:.3f} | {e['p99']:.3f} | {e['max']:.3f} |",
+             f"| {result['backlog']:,} | {w['p50']:.3f} | {w['p99']:.3f} | {w['max']:.3f} |"]
+    write(out_dir(args), "latency", results, "\n".join(lines) + "\n",
+          [(f"submit-to-dispatch, {result['backlog']:,} waiting", f"p50 {w['p50']:.3f} s, p99 {w['p99']:.3f} s "
+            f"(no backlog: p50 {e['p50']:.3f} s, p99 {e['p99']:.3f} s)")])
+
+
+if __name__ == "__main__":
+    main()
