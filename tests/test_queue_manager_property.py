@@ -232,3 +232,17 @@ def test_a_burst_stops_the_cycle_where_the_unbounded_one_would_have_dispatched_m
             assert oracle.cut_short
         world.apply(oracle, step)
         world.submit(rng.randrange(0, 5))
+
+
+def test_equal_shapes_are_one_object_and_share_their_amounts() -> None:
+    """A million waiting jobs of a few hundred shapes: one Shape and one set of amounts per shape, kept when a view is
+    pickled (the caches and the queue manager key on the shape by identity)."""
+    import pickle
+
+    a = JobView("a", {GPU: 16}, {GPU: 8}, {"region": "x"}, "hard", 1)
+    b = JobView("b", {GPU: 16}, {GPU: 8}, {"region": "x"}, "hard", 1)
+    c = JobView("c", {GPU: 16}, {GPU: 8}, {"region": "y"}, "hard", 1)
+    assert a.shape is b.shape and a.shape is not c.shape
+    assert a.request is b.request and a.largest_pod is b.largest_pod and a.cluster_selector is b.cluster_selector
+    back = pickle.loads(pickle.dumps(b))
+    assert back == b and back.shape is a.shape

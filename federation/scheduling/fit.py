@@ -64,22 +64,29 @@ class JobView:
     shape: Shape = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", shape_of((
-            tuple(self.request.items()), tuple(self.largest_pod.items()), tuple(self.cluster_selector.items()),
-            self.mode, self.highest_tier, self.highest_tier_name)))
+        shape = shape_of((tuple(self.request.items()), tuple(self.largest_pod.items()),
+                          tuple(self.cluster_selector.items()), self.mode, self.highest_tier, self.highest_tier_name),
+                         self)
+        object.__setattr__(self, "shape", shape)
+        # Equal shapes hold equal amounts: the first view's mappings serve them all (a million waiting jobs of a
+        # few hundred shapes would otherwise hold three dicts each). Nothing changes a view's mappings in place.
+        object.__setattr__(self, "request", shape.request)
+        object.__setattr__(self, "largest_pod", shape.largest_pod)
+        object.__setattr__(self, "cluster_selector", shape.cluster_selector)
 
 
 class Shape:
     """A gang shape, one object per distinct shape while any job has it: the cycle's caches and the queue
     manager key on it by identity, without hashing its nested tuple at every look-up."""
 
-    __slots__ = ("__weakref__", "key")
+    __slots__ = ("__weakref__", "cluster_selector", "key", "largest_pod", "request")
 
-    def __init__(self, key: tuple[object, ...]) -> None:
+    def __init__(self, key: tuple[object, ...], view: JobView) -> None:
         self.key = key
+        self.request, self.largest_pod, self.cluster_selector = view.request, view.largest_pod, view.cluster_selector
 
     def __reduce__(self) -> tuple[object, ...]:
-        return shape_of, (self.key,)  # unpickled, it is the same object as this process's equal shape
+        return _unpickled, (self.key, self.request, self.largest_pod, self.cluster_selector)
 
     def __repr__(self) -> str:
         return f"Shape{self.key!r}"
@@ -88,11 +95,17 @@ class Shape:
 _SHAPES: weakref.WeakValueDictionary[tuple[object, ...], Shape] = weakref.WeakValueDictionary()
 
 
-def shape_of(key: tuple[object, ...]) -> Shape:
+def shape_of(key: tuple[object, ...], view: JobView) -> Shape:
     found = _SHAPES.get(key)
     if found is None:
-        found = _SHAPES[key] = Shape(key)
+        found = _SHAPES[key] = Shape(key, view)
     return found
+
+
+def _unpickled(key: tuple[object, ...], request: Resources, largest_pod: Resources,
+               cluster_selector: Mapping[str, str]) -> Shape:
+    """An unpickled shape is this process's equal shape, if it has one."""
+    return JobView("", request, largest_pod, cluster_selector, *key[3:]).shape  # type: ignore[arg-type]
 
 
 def covers(free: Mapping[str, int], request: Mapping[str, int]) -> bool:
