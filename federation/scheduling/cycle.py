@@ -298,6 +298,9 @@ class _Cycle(Preemption, Reservations):
         owed = sorted(backlog.owed(self.snap.making_room, self.remembered, closed),
                       key=lambda j: (-self.queue_priority(j.queue), j.rank))
         for job in owed:
+            if self.spent():
+                self.out.cut_short = True
+                break
             backlog.remove(job)
             self.consider(job, job.queue)
         for queue in queues:
@@ -307,6 +310,9 @@ class _Cycle(Preemption, Reservations):
             else:
                 push(queue)
         while heap:
+            if self.spent():
+                self.out.cut_short = True
+                break
             *popped, seen, token, queue = heapq.heappop(heap)
             if token != tokens[queue]:
                 continue  # superseded by a later push
@@ -327,12 +333,13 @@ class _Cycle(Preemption, Reservations):
                 if other in tokens and other != queue:
                     push(other)
             self.lowered.clear()
-            if self.snap.burst and len(self.out.assign) >= self.snap.burst:
-                self.out.cut_short = bool(heap)
-                break
         backlog.finish(self.out)
         self.out.usage = self.queue_usage
         return self.out
+
+    def spent(self) -> bool:
+        """Whether the cycle's burst of dispatches is used up (see Snapshot.burst)."""
+        return bool(self.snap.burst) and len(self.out.assign) >= self.snap.burst
 
     def over_limit(self, job: PendingJob, queue: str) -> str | None:
         """Why a limit holds the job now (its queue's, a parent's or its tenant's), recorded in `limited`."""
