@@ -104,6 +104,7 @@ class _Cycle(Preemption, Reservations):
         self._cannot_run: dict[tuple[Shape, str], str | None] = {}
         self._limited: dict[str, bool] = {}
         self._worth: dict[str, bool] = {}
+        self._kept: dict[tuple[str | tuple[str, str], int], tuple[int, bool]] = {}
         self.holders: dict[str, list[tuple[str, str]]] = {}  # cluster -> (job, its tenant) whose room is held there
         self.flavors = Flavors(snap.flavors, {**snap.labels, **{c.name: c.labels for c in snap.clusters}})
         self.holds: dict[str, Resources] = {}  # running job -> what it counts against (flavors included)

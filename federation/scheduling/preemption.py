@@ -43,6 +43,10 @@ class Preemption:
     preemptible: dict[str, list[RunningJob]]
     preemptible_in: dict[tuple[str, str], list[RunningJob]]
     _worth: dict[str, bool]  # running gang -> whether reclaim may take it on cost (`_worth_reclaiming`)
+    # (queue or ("tenant", name), id of what a gang holds) -> (that usage's version, whether taking it keeps the share)
+    _kept: dict[tuple[str | tuple[str, str], int], tuple[int, bool]]
+    queue_version: dict[str, int]
+    usage_version: dict[str, int]
     # and the cycle's use (usage up or down), hold (a reservation) and _highest_queue (of victims)
 
     def _reclaimable(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> set[str]:
@@ -228,23 +232,46 @@ class Preemption:
         its deserved share (Volcano's proportion plugin; Kueue's LessThanOrEqualToFinalShare), else queues
         take the same GPUs from each other back and forth, each eviction making the next. Counts it taken
         when it may be."""
-        assert self.out.shares is not None
         theirs = self.queues[victim.queue].tenant
         mine = self.chain[job_queue]
         # Keyed by queue name, or ("tenant", name): what each holds once the victims chosen so far are gone.
-        checks: list[tuple[str | tuple[str, str], dict[str, int], Mapping[str, float]]] = [
-            (q, self.queue_usage[q], deserved.get(q, {})) for q in self.chain[victim.queue]
-            if q not in mine]  # the victim's queue, and its parents the job's queue does not share
+        keys: list[str | tuple[str, str]] = [q for q in self.chain[victim.queue] if q not in mine]
         if theirs != tenant:
-            checks.append((("tenant", theirs), self.tenant_usage[theirs], self.out.shares.tenants.get(theirs, {})))
+            keys.append(("tenant", theirs))
         held = self.holds[victim.id]
-        without = {r: -a for r, a in held.items()}
-        for key, usage, share in checks:
-            if dominant_share(borrowed.get(key, usage), share, without) < 1.0 - 1e-9:
+        for key in keys:
+            if key in borrowed:
+                if not self._keeps_share(key, borrowed[key], held, deserved):
+                    return False
+            elif not self._keeps_share_now(key, held, deserved):
                 return False
-        for key, usage, _ in checks:
-            add_into(borrowed.setdefault(key, dict(usage)), held, -1)
+        for key in keys:
+            if key not in borrowed:
+                borrowed[key] = dict(self._usage_of(key))
+            add_into(borrowed[key], held, -1)
         return True
+
+    def _usage_of(self, key: str | tuple[str, str]) -> dict[str, int]:
+        return self.queue_usage[key] if isinstance(key, str) else self.tenant_usage[key[1]]
+
+    def _keeps_share(self, key: str | tuple[str, str], usage: Mapping[str, int], held: Mapping[str, int],
+                     deserved: Mapping[str, Mapping[str, float]]) -> bool:
+        assert self.out.shares is not None
+        share = deserved.get(key, {}) if isinstance(key, str) else self.out.shares.tenants.get(key[1], {})
+        return dominant_share(usage, share, {r: -a for r, a in held.items()}) >= 1.0 - 1e-9
+
+    def _keeps_share_now(self, key: str | tuple[str, str], held: Mapping[str, int],
+                         deserved: Mapping[str, Mapping[str, float]]) -> bool:
+        """`_keeps_share` at the queue's or tenant's usage as it stands: the heads of many queues ask it about
+        the same gangs, and gangs of one shape hold one amounts object, while that usage does not change; so the
+        answer is kept per amounts object (alive in `holds` all cycle) until it does."""
+        version = self.queue_version.get(key, 0) if isinstance(key, str) else self.usage_version.get(key[1], 0)
+        found = self._kept.get((key, id(held)))
+        if found is not None and found[0] == version:
+            return found[1]
+        keeps = self._keeps_share(key, self._usage_of(key), held, deserved)
+        self._kept[(key, id(held))] = (version, keeps)
+        return keeps
 
     def evict(self, job: PendingJob, queue: str, cluster: str, gangs: Sequence[RunningJob],
               moving: bool = False) -> None:
