@@ -140,6 +140,19 @@ def dominant_share(usage: Mapping[str, int], deserved_share: Mapping[str, float]
     return share
 
 
+def keeps_share(usage: Mapping[str, int], deserved_share: Mapping[str, float], taken: Mapping[str, int]) -> bool:
+    """Whether `usage` less `taken` is still at or above the deserved share (`dominant_share` of it at least 1):
+    asked for every gang reclaim looks at, so without building the difference."""
+    for resource, used in usage.items():
+        used -= taken.get(resource, 0)
+        if used <= 0:
+            continue
+        have = deserved_share.get(resource, 0.0)
+        if have <= EPSILON or used / have >= 1.0 - EPSILON:
+            return True
+    return False
+
+
 def _summed(usage: Mapping[str, int], extra: Mapping[str, int] | None) -> list[tuple[str, int]]:
     """(resource, usage + extra) over both; asked for millions of times a cycle, so without building sets."""
     if not extra:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from federation.scheduling.fairshare import dominant_share
+from federation.scheduling.fairshare import keeps_share
 from federation.scheduling.fit import ClusterView, DomainFree, JobView, covers
 from federation.scheduling.model import (
     MOVE_BUDGET_SECONDS,
@@ -47,7 +47,7 @@ class Preemption:
     _kept: dict[tuple[str | tuple[str, str], int], tuple[int, bool]]
     queue_version: dict[str, int]
     usage_version: dict[str, int]
-    # and the cycle's use (usage up or down), hold (a reservation) and _highest_queue (of victims)
+    # and the cycle's use (usage up or down), hold (a reservation), queue_priority and _highest_queue (of victims)
 
     def _reclaimable(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> set[str]:
         """Queues other than the job's own that it may take back from: reclaimable ones over their share, of its
@@ -65,13 +65,18 @@ class Preemption:
         return found
 
     def _take(self, job: PendingJob, gangs: Sequence[RunningJob], over: set[str], freed: dict[str, int],
-              kept: set[str]) -> list[RunningJob]:
+              kept: set[str], bound: tuple[int, float, int, int] | None = None) -> list[RunningJob]:
         """Gangs of `gangs` (in victim order) to evict until `freed` covers the job, adding theirs to `freed`.
         `kept` collects why eligible-looking gangs were passed over ("share": their queue or tenant would drop
-        below its share; "work": protected, or evicting would lose more than waiting costs)."""
+        below its share; "work": protected, or evicting would lose more than waiting costs).
+
+        With a `bound` (the best choice's key so far), none once the choice's key passes it: each of the key's
+        parts (highest queue priority, work lost, GPUs evicted, gangs) only grows as gangs are added, so such a
+        choice cannot win, and the gangs after it need not be looked at."""
         assert self.out.shares is not None
         tenant = self.queues[job.queue].tenant
         chosen: list[RunningJob] = []
+        highest, lost, evicted = 0, 0.0, 0
         borrowed: dict[str | tuple[str, str], dict[str, int]] = {}  # queue or tenant -> its usage, victims gone
         for victim in gangs:
             if not over and victim.priority >= job.priority:
@@ -88,6 +93,13 @@ class Preemption:
                 continue
             chosen.append(victim)
             add_into(freed, victim.request)
+            if bound is not None:
+                highest = max(highest, self.queue_priority(victim.queue)) if len(chosen) > 1 else \
+                    self.queue_priority(victim.queue)
+                lost += victim.at_risk
+                evicted += victim.request.get(RESOURCE_FOR_FEWEST, 0)
+                if (highest, lost, evicted, len(chosen)) > bound:
+                    return []
             if covers(freed, job.view.request):
                 break
         return chosen
@@ -107,17 +119,28 @@ class Preemption:
         over = self._reclaimable(job, queue_within, tenant_within)
         best: tuple[int, float, int, int, str, list[RunningJob]] | None = None
         kept: set[str] = set()
-        candidates = self.pool.could_make_room(job.view.request, [job.queue, *over])
+        request = job.view.request
+        candidates = self.pool.could_make_room(request, [job.queue, *over])
         refused = self.snap.refused.get(job.id, {})  # a cluster that refused the job gets no evictions for it
-        for cluster in candidates:
+        # A choice's key is at least (the lowest priority of the queues it may take from, no work lost, the GPUs
+        # the cluster is short of, one gang): clusters short of more than the best choice evicts are not looked at,
+        # and the most free are looked at first (the choice is the least key whatever the order).
+        lowest = min(self.queue_priority(q) for q in (*over, job.queue))
+        gpus = self.clusters.resource.get(RESOURCE_FOR_FEWEST)
+        wanted = request.get(RESOURCE_FOR_FEWEST, 0)
+        short = {c: wanted - (int(self.clusters.free[self.clusters.index[c], gpus]) if gpus is not None else 0)
+                 for c in candidates}
+        for cluster in sorted(candidates, key=lambda c: (short[c], c)):
+            if best is not None and (lowest, 0.0, max(short[cluster], 0), 1) > best[:4]:
+                continue
             labels = self.clusters.labels[self.clusters.index[cluster]]
             if cluster in refused or any(labels.get(k) != v for k, v in job.view.cluster_selector.items()):
                 continue
             freed = self.clusters.free_dict(cluster)
-            if covers(freed, job.view.request):
+            if covers(freed, request):
                 continue  # its totals fit already (the topology does not): evicting is judged on totals
             gangs = self.preemptible[cluster] if over else self.preemptible_in.get((cluster, job.queue), ())
-            chosen = self._take(job, gangs, over, freed, kept)
+            chosen = self._take(job, gangs, over, freed, kept, best[:4] if best is not None else None)
             if chosen and covers(freed, job.view.request):
                 evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
                 key = (self._highest_queue(chosen), sum(v.at_risk for v in chosen), evicted, len(chosen), cluster,
@@ -258,7 +281,7 @@ class Preemption:
                      deserved: Mapping[str, Mapping[str, float]]) -> bool:
         assert self.out.shares is not None
         share = deserved.get(key, {}) if isinstance(key, str) else self.out.shares.tenants.get(key[1], {})
-        return dominant_share(usage, share, {r: -a for r, a in held.items()}) >= 1.0 - 1e-9
+        return keeps_share(usage, share, held)
 
     def _keeps_share_now(self, key: str | tuple[str, str], held: Mapping[str, int],
                          deserved: Mapping[str, Mapping[str, float]]) -> bool:
