@@ -304,8 +304,22 @@ class _Lazy(Generic[T]):
         found = self.walk.find(job)
         return None if found is None else self.field(job, found.verdict(job))
 
-    def _order(self) -> Iterator[str]:
+    def _get(self, job_id: str) -> T:
+        found = self.explicit.get(job_id)
+        if found is None:
+            found = self._settled(job_id)
+            if found is None:
+                raise KeyError(job_id)
+        return found
+
+    def __contains__(self, job_id: object) -> bool:
+        return isinstance(job_id, str) and (job_id in self.explicit or self._settled(job_id) is not None)
+
+    def __iter__(self) -> Iterator[str]:
         return (job_id for job_id, _ in self._pairs())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._pairs())
 
     def _pairs(self) -> Iterator[tuple[str, T]]:
         """Every job with a value, and the value, in the walk's order: one pass over its log."""
@@ -332,7 +346,28 @@ class _Items(ItemsView):
         return self.lazy._pairs()
 
 
-class Reasons(_Lazy[str], MutableMapping[str, str]):
+class _LazyMap(_Lazy[T], MutableMapping[str, T]):
+    """A lazy field as the mapping `Decisions` holds; what the cycle sets is held as given, nothing is removed."""
+
+    def items(self) -> _Items:  # type: ignore[override]
+        return _Items(self)
+
+    def __getitem__(self, job_id: str) -> T:
+        return self._get(job_id)
+
+    def __setitem__(self, job_id: str, value: T) -> None:
+        self.explicit[job_id] = value
+
+    def __delitem__(self, job_id: str) -> None:
+        raise TypeError("a walk's verdicts are not taken back")
+
+    # The lazy field's own, not Mapping's (which reads every value, or wants them listed).
+    __contains__ = _Lazy.__contains__
+    __iter__ = _Lazy.__iter__
+    __len__ = _Lazy.__len__
+
+
+class Reasons(_LazyMap[str]):
     """Waiting job -> why it waits, in the order the walk met them; a job back from a preemption has its cause
     first. Only what is asked for is worked out."""
 
@@ -344,9 +379,6 @@ class Reasons(_Lazy[str], MutableMapping[str, str]):
         for job_id, why in super()._pairs():
             job = caused.get(job_id)
             yield job_id, f"{job.cause}; {why}" if job is not None else why
-
-    def items(self) -> _Items:  # type: ignore[override]
-        return _Items(self)
 
     def changed_since(self, before: Mapping[str, Sequence[Settled]] | None, touched: Iterable[str]
                       ) -> dict[str, str]:
@@ -386,11 +418,7 @@ class Reasons(_Lazy[str], MutableMapping[str, str]):
         return out
 
     def __getitem__(self, job_id: str) -> str:
-        why = self.explicit.get(job_id)
-        if why is None:
-            why = self._settled(job_id)
-            if why is None:
-                raise KeyError(job_id)
+        why = self._get(job_id)
         job = self.walk.manager.caused.get(job_id)
         return f"{job.cause}; {why}" if job is not None else why
 
@@ -399,50 +427,12 @@ class Reasons(_Lazy[str], MutableMapping[str, str]):
             self.walk.decided(job_id)
         self.explicit[job_id] = why
 
-    def __delitem__(self, job_id: str) -> None:
-        raise TypeError("a walk's reasons are not taken back")
 
-    def __iter__(self) -> Iterator[str]:
-        return self._order()
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self._order())
-
-    def __contains__(self, job_id: object) -> bool:
-        return isinstance(job_id, str) and (job_id in self.explicit or self._settled(job_id) is not None)
-
-
-class Limits(_Lazy[tuple[str, Mapping[str, int], str]], MutableMapping[str, tuple[str, Mapping[str, int], str]]):
+class Limits(_LazyMap[tuple[str, Mapping[str, int], str]]):
     """Waiting job -> the limit holding it, as `Decisions.limited`."""
 
     def __init__(self, walk: Walk) -> None:
         super().__init__(walk, lambda job, v: v[2])
-
-    def items(self) -> _Items:  # type: ignore[override]
-        return _Items(self)
-
-    def __getitem__(self, job_id: str) -> tuple[str, Mapping[str, int], str]:
-        found = self.explicit.get(job_id)
-        if found is None:
-            found = self._settled(job_id)
-            if found is None:
-                raise KeyError(job_id)
-        return found
-
-    def __setitem__(self, job_id: str, held: tuple[str, Mapping[str, int], str]) -> None:
-        self.explicit[job_id] = held
-
-    def __delitem__(self, job_id: str) -> None:
-        raise TypeError("a walk's limits are not taken back")
-
-    def __iter__(self) -> Iterator[str]:
-        return self._order()
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self._order())
-
-    def __contains__(self, job_id: object) -> bool:
-        return isinstance(job_id, str) and (job_id in self.explicit or self._settled(job_id) is not None)
 
 
 class Impossible(_Lazy[bool]):
@@ -453,12 +443,3 @@ class Impossible(_Lazy[bool]):
 
     def add(self, job_id: str) -> None:
         self.explicit[job_id] = True
-
-    def __contains__(self, job_id: object) -> bool:
-        return isinstance(job_id, str) and (job_id in self.explicit or self._settled(job_id) is not None)
-
-    def __iter__(self) -> Iterator[str]:
-        return self._order()
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self._order())
