@@ -16,6 +16,7 @@ from typing import Any
 
 from federation import gangs
 from federation.durations import parse_duration
+from federation.gpuask import GPU, AskError, ask_of, template_annotations
 from federation.resources import FLAVOR, MAX_AMOUNT, QuantityError, Resources, parse_amount
 from federation.v1 import admin_pb2, common_pb2
 
@@ -329,6 +330,11 @@ def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> Resource
                 v.add(f"{path}.pod_template_json", f"is not valid JSON: {str(err)[:120]}")
             except RecursionError:
                 v.add(f"{path}.pod_template_json", "is nested too deeply to be a pod template")
+            else:
+                try:
+                    ask_of(template_annotations(task.pod_template_json), (requests or {}).get(GPU, 0))
+                except AskError as err:
+                    v.add(f"{path}.pod_template_json.metadata.annotations", str(err))
     return requests
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from member_agent.devices import (
+from federation.gpuask import (
     FRACTION,
     MEMORY,
     NUM_DEVICES,
@@ -15,10 +15,8 @@ from member_agent.devices import (
     AskError,
     GpuAsk,
     ask_of,
-    assign,
-    fits,
-    parse_devices,
 )
+from member_agent.devices import assign, fits, parse_devices
 
 
 def test_asks_read_as_kai_defines_them() -> None:

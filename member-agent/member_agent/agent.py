@@ -20,13 +20,13 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from federation.durations import parse_duration
 from federation.gangs import minimum_pods
-from federation.resources import Resources, add, parse_resources
+from federation.resources import Resources, add
 from federation.scheduling.fit import TierFree
 from federation.v1 import agent_pb2, common_pb2
 from federation.validation import CHECKPOINT_INTERVAL, MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
 from member_agent.drain import drain_timing
 from member_agent.faults import Fault
-from member_agent.gang import gang_request
+from member_agent.gang import gang_request, task_request
 from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
 from member_agent.metrics import (
     BIND_SECONDS,
@@ -96,8 +96,8 @@ def _placements(pods: Sequence[PodPlacement]) -> list[common_pb2.PodPlacement]:
 
 
 def _task_requests(spec: common_pb2.JobSpec) -> dict[str, Resources]:
-    """Per task, what one replica requests."""
-    return {t.name: parse_resources(t.resources) for t in spec.tasks}
+    """Per task, what one replica requests (as the placement core counts it)."""
+    return {t.name: task_request(t)[0] for t in spec.tasks}
 
 
 class Backend(Protocol):
@@ -385,12 +385,12 @@ class Agent:
                 if isinstance(placement, Rejection) or not placement.pods:
                     continue
                 for pod in placement.pods:
-                    self.state.allocate(pod.node, job.requests[pod.task])
+                    self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share)
                 try:
                     await self.backend.bind(job, placement.pods)
                 except BindError as err:
                     for pod in placement.pods:
-                        self.state.release(pod.node, job.requests[pod.task])
+                        self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
                     log.info("job %s: %d more replicas could not be bound: %s", job.job.id, len(placement.pods), err)
                     continue
                 if self.jobs.get(job.job.id) is not job:  # removed while binding: its new pods go too
@@ -552,7 +552,7 @@ class Agent:
         bound = AgentJob(job, attempt, list(placement.pods), requests, placement.hypernode, placement.tier,
                          retries=job.status.retries, accepted=self._knowingly(placement))
         for pod in bound.pods:
-            self.state.allocate(pod.node, requests[pod.task])
+            self.state.allocate(pod.node, requests[pod.task], 1, pod.devices, pod.share)
         self._binding[job.id] = early = []
         try:
             async for trying in AsyncRetrying(retry=retry_if_exception(_transient), wait=BIND_BACKOFF,
@@ -562,7 +562,7 @@ class Agent:
                     await self.backend.bind(bound, bound.pods)
         except BindError as err:
             for pod in bound.pods:
-                self.state.release(pod.node, requests[pod.task])
+                self.state.release(pod.node, requests[pod.task], pod.devices, pod.share)
             PLACEMENTS.labels("rejected").inc()
             self.desired.pop(job.id, None)
             tries = "" if err.permanent else f" (after {BIND_TRIES} tries)"
@@ -596,7 +596,7 @@ class Agent:
             return False
         requests = _task_requests(job.spec)
         for pod in found:
-            self.state.allocate(pod.node, requests[pod.task])
+            self.state.allocate(pod.node, requests[pod.task], 1, pod.devices, pod.share)
         hypernode = self.state.topology.lowest_common_domain(p.node for p in found)
         adopted = AgentJob(job, attempt, found, requests, hypernode, self.state.topology.domains[hypernode].tier,
                            retries=job.status.retries)
@@ -607,7 +607,7 @@ class Agent:
         if missing and respond(job.spec, unknown, adopted.retries) is None:
             await self.backend.delete(adopted)
             for pod in found:
-                self.state.release(pod.node, requests[pod.task])
+                self.state.release(pod.node, requests[pod.task], pod.devices, pod.share)
             return False
         self.jobs[job.id] = adopted
         self._send(self.inventory())
@@ -640,7 +640,7 @@ class Agent:
         if self.jobs.get(job.job.id) is not job:
             return
         for pod in job.pods:
-            self.state.release(pod.node, job.requests[pod.task])
+            self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
         for key in list(job.waiting):
             self._stand_down(job, key)
         del self.jobs[job.job.id]
@@ -790,7 +790,7 @@ class Agent:
         if self.jobs.get(job.job.id) is not job:
             return "the job was removed meanwhile"
         for pod in old:
-            self.state.release(pod.node, job.requests[pod.task])
+            self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
             self._stand_down(job, (pod.task, pod.index))
         job.done -= keys
         job.pods = [p for p in job.pods if p not in old]
@@ -799,7 +799,7 @@ class Agent:
         if isinstance(placement, Rejection):
             return placement.reason
         for pod in placement.pods:
-            self.state.allocate(pod.node, job.requests[pod.task])
+            self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share)
         job.accepted |= self._knowingly(placement)
         job.pods += placement.pods
         job.hypernode, job.tier = placement.hypernode, placement.tier
@@ -886,14 +886,14 @@ class Agent:
         """Whether these pods of the job could be placed again on healthy hardware, the rest staying."""
         old = [p for p in job.pods if (p.task, p.index) in keys]
         for pod in old:
-            self.state.release(pod.node, job.requests[pod.task])
+            self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
         try:
             rest = [p for p in job.pods if p not in old]
             gang = replace(gang_request(job.job.spec, self.state.topology, running=rest), avoid_degraded=True)
             return isinstance(place(self.state, gang), Placement)
         finally:
             for pod in old:
-                self.state.allocate(pod.node, job.requests[pod.task])
+                self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share)
 
     async def _drain(self, job: AgentJob) -> None:
         """Move the gang off unsound hardware now: its pods there alone when healthy room under its HyperNode

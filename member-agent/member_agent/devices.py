@@ -1,24 +1,20 @@
 """GPU devices inside a node: which device a pod gets, and how many pods of one ask a node's devices hold.
 
-A node's GPUs are devices with an index, each with a share free in thousandths (1000: the whole device). A pod
-asks for whole devices (`nvidia.com/gpu: N`, each device wholly its own) or for a fraction of one device (KAI
-Scheduler's pod annotations, read as KAI defines them: `gpu-fraction` a share in (0, 1), or `gpu-memory` in MiB of
-one device's memory; `gpu-fraction-num-devices` asks that on several distinct devices). A fraction is never split
-across devices, and a device is never given past its whole. Pure: no I/O, ties broken by device index.
+A node's GPUs are devices with an index, each with a share free in thousandths (`WHOLE`: the whole device). A pod's
+ask (`federation.gpuask`) takes whole devices, each wholly its own, or a fraction of one device (or the same fraction
+of several distinct ones). A fraction is never split across devices, and a device is never given past its whole.
+Pure: no I/O, ties broken by device index.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-GPU = "nvidia.com/gpu"
-WHOLE = 1000  # a device's share, in thousandths
-# KAI Scheduler's pod annotations (its constants GpuFraction, GpuMemory, GpuFractionsNumDevices).
-FRACTION = "gpu-fraction"
-MEMORY = "gpu-memory"
-NUM_DEVICES = "gpu-fraction-num-devices"
+from federation.gpuask import WHOLE
+
+# Inside the agent only: a node's GPU shares free (thousandths, over its devices), beside `GPU` counting its devices
+# wholly free; what a pod asks of it orders and bounds places the way any resource does. Not reported upward.
+SHARE = "gpu-share.federation.dev/thousandths"
 # What the agent writes on a pod it places: the devices it was given (comma-separated indices) and its share of each.
 ASSIGNED = "federation.dev/gpu-devices"
 ASSIGNED_SHARE = "federation.dev/gpu-share"
@@ -26,70 +22,6 @@ VISIBLE = "NVIDIA_VISIBLE_DEVICES"  # what NVIDIA's container runtime reads
 # GPU Feature Discovery's node labels: each device's memory (MiB) and model.
 MEMORY_LABEL = "nvidia.com/gpu.memory"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
-
-
-class AskError(ValueError):
-    """A pod's GPU annotations that do not say one valid ask; the message names the annotation."""
-
-
-@dataclass(frozen=True, slots=True)
-class GpuAsk:
-    """One pod's GPUs: `devices` distinct devices, of each `share` thousandths, or `memory` MiB when > 0 (the share
-    then follows from the node's device memory)."""
-
-    devices: int
-    share: int = WHOLE
-    memory: int = 0
-
-    @property
-    def whole(self) -> bool:
-        return self.share == WHOLE and not self.memory
-
-    def share_on(self, device_memory: int) -> int:
-        """Thousandths of one device of `device_memory` MiB this ask takes (a memory ask rounds up); more than a
-        device when it asks more memory than the device has."""
-        if not self.memory:
-            return self.share
-        if device_memory <= 0:
-            return WHOLE + 1  # memory unknown: a memory ask cannot be judged to fit
-        return max(1, math.ceil(self.memory * WHOLE / device_memory))
-
-
-def ask_of(annotations: Mapping[str, str], whole_gpus: int) -> GpuAsk | None:
-    """The pod's ask from its requested `nvidia.com/gpu` and KAI's annotations; None if it asks for no GPU.
-    KAI's rules: a fraction or a memory amount, not both, and not with whole GPUs requested too."""
-    fraction, memory = annotations.get(FRACTION), annotations.get(MEMORY)
-    if fraction is None and memory is None:
-        if NUM_DEVICES in annotations:
-            raise AskError(f"annotation {NUM_DEVICES} needs {FRACTION} or {MEMORY}")
-        return GpuAsk(whole_gpus) if whole_gpus > 0 else None
-    if fraction is not None and memory is not None:
-        raise AskError(f"annotations {FRACTION} and {MEMORY} exclude each other")
-    if whole_gpus:
-        raise AskError(f"annotation {FRACTION if fraction is not None else MEMORY} excludes requesting {GPU}")
-    devices = _count(annotations.get(NUM_DEVICES, "1"), NUM_DEVICES)
-    if fraction is not None:
-        try:
-            value = float(fraction)
-        except ValueError:
-            raise AskError(f"annotation {FRACTION}: {fraction!r} is not a number") from None
-        if not 0 < value < 1 or not math.isfinite(value):
-            raise AskError(f"annotation {FRACTION}: {fraction!r} is not between 0 and 1 (exclusive)")
-        share = round(value * WHOLE)
-        if share < 1 or share >= WHOLE or abs(share - value * WHOLE) > 1e-6:
-            raise AskError(f"annotation {FRACTION}: {fraction!r} is finer than a thousandth of a GPU")
-        return GpuAsk(devices, share)
-    return GpuAsk(devices, WHOLE, _count(memory or "", MEMORY))
-
-
-def _count(text: str, name: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise AskError(f"annotation {name}: {text!r} is not a whole number") from None
-    if value < 1:
-        raise AskError(f"annotation {name}: {text!r} must be at least 1")
-    return value
 
 
 def fits(free: Sequence[int], share: int, devices: int) -> int:
@@ -134,3 +66,21 @@ def parse_devices(text: str) -> tuple[int, ...]:
         return tuple(int(part) for part in text.split(",")) if text else ()
     except ValueError:
         return ()
+
+
+def assigned(annotations: Mapping[str, str]) -> tuple[tuple[int, ...], int]:
+    """The devices and share the agent wrote on a pod it placed; ((), WHOLE) on any other."""
+    devices = parse_devices(annotations.get(ASSIGNED, ""))
+    share = annotations.get(ASSIGNED_SHARE, "")
+    return (devices, int(share)) if devices and share.isdigit() and 0 < int(share) <= WHOLE else ((), WHOLE)
+
+
+def pod_devices(annotations: dict[str, str], env: list[dict[str, str]], devices: Sequence[int], share: int) -> None:
+    """Write a placed pod's devices: the annotations (read back by `assigned`), and, for a fraction (which no device
+    plugin hands out), the devices NVIDIA's container runtime is to expose, as KAI's binder does."""
+    if not devices:
+        return
+    annotations[ASSIGNED] = format_devices(devices)
+    annotations[ASSIGNED_SHARE] = str(share)
+    if share < WHOLE:
+        env.append({"name": VISIBLE, "value": format_devices(devices)})

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from federation.resources import parse_resources
+from federation.gpuask import GPU, AskError, GpuAsk, ask_of, template_annotations
+from federation.resources import Resources, parse_resources
 from federation.v1 import common_pb2
 from federation.validation import AVOID_DEGRADED
+from member_agent.devices import SHARE
 from member_agent.placement import GangRequest, PodPlacement, TaskRequest
 from member_agent.topology import Toleration, Topology
 
@@ -32,8 +34,9 @@ def gang_request(spec: common_pb2.JobSpec, topology: Topology,
             partition_tier = _tier(pp.network_topology, topology)
             if partition_tier is None and not pp.network_topology.highest_tier_name:
                 partition_tier = 1  # Volcano's default for hard mode
+        request, gpu = task_request(task)
         tasks.append(TaskRequest(
-            name=task.name, replicas=task.replicas, request=parse_resources(task.resources),
+            name=task.name, replicas=task.replicas, request=request, gpu=gpu,
             node_selector=dict(task.node_selector),
             tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in task.tolerations),
             min_available=task.min_available if task.HasField("min_available") else None,
@@ -42,3 +45,19 @@ def gang_request(spec: common_pb2.JobSpec, topology: Topology,
     mode = spec.network_topology.mode if tier is not None or spec.network_topology.mode != "hard" else "soft"
     return GangRequest(tasks=tuple(tasks), min_available=spec.min_available, mode=mode, highest_tier=tier,
                        running=tuple(running), avoid_degraded=spec.annotations.get(AVOID_DEGRADED) == "true")
+
+
+def task_request(task: common_pb2.TaskSpec) -> tuple[Resources, GpuAsk | None]:
+    """What one replica requests, and its GPU fraction if it asks for one (KAI's annotations on its pod template;
+    the server checked them). A fraction also asks for its share of `SHARE`, so that places are ordered and
+    roughly checked by it as by any device (a memory ask: at least one thousandth, its share depending on the
+    node)."""
+    request = parse_resources(task.resources)
+    try:
+        ask = ask_of(template_annotations(task.pod_template_json), request.get(GPU, 0))
+    except AskError:  # refused by the server at submission: a job from before that check asks for its requests
+        return request, None
+    if ask is None or ask.whole:
+        return request, None
+    request[SHARE] = (ask.share if not ask.memory else 1) * ask.devices
+    return request, ask

@@ -36,12 +36,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from federation.durations import parse_duration
+from federation.gpuask import WHOLE
 from federation.resources import Resources, add, format_resources
 from federation.v1 import common_pb2
 from federation.validation import ON_CLUSTER_LOST
 from member_agent import discovery, plugins
 from member_agent.agent import AgentJob, BindError
 from member_agent.dcgm import DEFAULT_THRESHOLDS, dcgm_health
+from member_agent.devices import assigned, pod_devices
 from member_agent.discovery import OWNER
 from member_agent.informer import Informer, key
 from member_agent.kubeapi import Kube, KubeError, Obj
@@ -108,8 +110,12 @@ def _go_duration(text: str) -> str | None:
         return None
 
 
+def devices_of(pod: Obj) -> tuple[tuple[int, ...], int]:
+    return assigned((pod.get("metadata") or {}).get("annotations") or {})
+
+
 def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler: str, cluster: str,
-                 owner: Obj | None = None) -> Obj:
+                 owner: Obj | None = None, devices: Sequence[int] = (), share: int = WHOLE) -> Obj:
     """One pod of the gang: its task's pod template (or a pause container holding the requests), this
     agent's schedulerName and labels, and what the job's plugins add."""
     spec = next(t for t in job.job.spec.tasks if t.name == task)
@@ -134,6 +140,12 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
         duration = _go_duration(annotation(job.job.spec, task, name))
         if duration:
             annotations[name] = duration
+    if devices:
+        containers = pod_spec["containers"] = [dict(c) for c in pod_spec["containers"]]
+        env = containers[0]["env"] = list(containers[0].get("env") or [])  # KAI's default: the first container
+        pod_devices(annotations, env, devices, share)
+        if not env:
+            del containers[0]["env"]
     # A restarted pod gets a new name: the one it replaces may still be terminating.
     name = f"{job.job.id}-a{job.attempt}-{task}-{index}" + (f"-r{job.retries}" if job.retries else "") + (
         f"-m{job.moved}" if job.moved else "")
@@ -262,7 +274,8 @@ class KubernetesBackend:
         self.started = False
         # Pods counted against their nodes by this backend (other workloads', and our own from an
         # earlier run until a job adopts them): pod key -> (node, requests).
-        self._counted: dict[str, tuple[str, Resources]] = {}
+        # pod -> ((node, request, its devices as annotated, share), the devices booked): other workloads' pods
+        self._counted: dict[str, tuple[tuple[str, Resources, tuple[int, ...], int], tuple[int, ...]]] = {}
         self._ready: dict[str, bool] = {}  # node -> its Ready condition, as last seen
         self._phases: dict[str, dict[str, str]] = {}  # job id -> pod key -> phase, for our live pods
         self._anchors: dict[str, str] = {}  # job id -> uid of its anchor ConfigMap
@@ -357,9 +370,7 @@ class KubernetesBackend:
     def _build_state(self, previous: ClusterState | None = None) -> ClusterState:
         state = ClusterState(self._topology())
         if previous is not None:  # what was booked on each node stays booked
-            for name in state.topology.nodes:
-                if name in previous.free:
-                    state.allocate(name, previous.used_on(name))
+            state.take_over(previous)
         for obj in self.nodes.items():
             name = obj["metadata"]["name"]
             self._note_health(name, obj)
@@ -550,18 +561,21 @@ class KubernetesBackend:
         if pod is not None:
             node = (pod.get("spec") or {}).get("nodeName")
             if node and node in self.state.free and (pod.get("status") or {}).get("phase") not in ENDED:
-                want = (node, pod_requests(pod))
+                want = (node, pod_requests(pod), *devices_of(pod))
         have = self._counted.get(k)
-        if have == want:
+        if (have and have[0]) == want:
             return
         if have is not None:
-            self.state.release(*have)
-            del self._counted[k]
+            self._uncount(k)
         if want is not None:
-            self.state.allocate(*want)
-            self._counted[k] = want
+            node, request, devices, share = want
+            self._counted[k] = (want, self.state.allocate(node, request, 1, devices or None, share))
         if self.started:
             self._on_change()
+
+    def _uncount(self, k: str) -> None:
+        (node, request, _, share), booked = self._counted.pop(k)
+        self.state.release(node, request, booked, share)
 
     def _pod_event(self, kind: str, old: Obj | None, new: Obj | None) -> None:
         if not self.started:
@@ -709,7 +723,8 @@ class KubernetesBackend:
             raise
 
     async def _bind(self, job: AgentJob, pods: Sequence[PodPlacement], namespace: str, owner: Obj | None) -> None:
-        manifests = [pod_manifest(job, p.task, p.index, namespace, self.scheduler, self.cluster, owner) for p in pods]
+        manifests = [pod_manifest(job, p.task, p.index, namespace, self.scheduler, self.cluster, owner, p.devices,
+                                  p.share) for p in pods]
         # Phases are followed from creation: a pod may start before its gang's last binding returns.
         phases = self._phases.setdefault(job.job.id, {})
         for m in manifests:
@@ -806,7 +821,7 @@ class KubernetesBackend:
             for k in bucket:
                 counted = self._counted.get(k)
                 if counted is not None:
-                    out = add(out, counted[1])
+                    out = add(out, counted[0][1])
         return out
 
     async def delete_attempt(self, job_id: str, attempt: int, anchor: bool) -> int:
@@ -838,12 +853,11 @@ class KubernetesBackend:
             if status.get("phase") in ENDED or not spec.get("nodeName") or pod["metadata"].get("deletionTimestamp"):
                 continue
             labels = pod["metadata"]["labels"]
-            found.append(PodPlacement(labels[TASK], int(labels[INDEX]), spec["nodeName"]))
+            found.append(PodPlacement(labels[TASK], int(labels[INDEX]), spec["nodeName"], *devices_of(pod)))
             k = key(pod)
             phases[k] = status.get("phase", "Pending")
-            counted = self._counted.pop(k, None)
-            if counted is not None:  # the adopting job counts it from now on
-                self.state.release(*counted)
+            if k in self._counted:  # the adopting job counts it from now on
+                self._uncount(k)
             uid = next((o.get("uid") for o in pod["metadata"].get("ownerReferences") or []
                         if o.get("kind") == "ConfigMap" and o.get("name") == job_id), None)
             if uid:

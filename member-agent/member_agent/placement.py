@@ -35,7 +35,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from federation.gpuask import GPU, WHOLE, GpuAsk
 from federation.resources import Resources, format_resources
+from member_agent.devices import SHARE, assign
 from member_agent.nodehealth import summary
 from member_agent.state import ANY_SOUND, HEALTHY_ONLY, SOUND_LINKS, UNLIMITED, ClusterState, Shape
 from member_agent.topology import ROOT, Toleration, tolerates
@@ -55,12 +57,18 @@ class TaskRequest:
     min_partitions: int = 0  # 0: all partitions
     partition_tier: int | None = None  # hard tier limit of each partition
     health: int = ANY_SOUND  # which nodes it may be given (state.HEALTHY_ONLY...): set by `place`, level by level
+    gpu: GpuAsk | None = None  # a fraction of a device (KAI's annotations); whole GPUs are `request`'s nvidia.com/gpu
 
     @cached_property
     def shape(self) -> Shape:
         """What decides where one pod fits: pods of equal shape share their fit counts."""
         return (tuple(sorted(self.request.items())), tuple(sorted(self.node_selector.items())), self.tolerations,
-                self.health)
+                self.health, self.gpu)
+
+    @cached_property
+    def ask(self) -> GpuAsk | None:
+        """The devices one pod takes: its fraction, else its whole GPUs."""
+        return self.gpu or (GpuAsk(self.request[GPU]) if self.request.get(GPU) else None)
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,9 @@ class PodPlacement:
     task: str
     index: int
     node: str
+    # The GPU devices it was given and its share of each (thousandths): which pod it is does not depend on them.
+    devices: tuple[int, ...] = field(default=(), compare=False)
+    share: int = field(default=WHOLE, compare=False)
 
 
 @dataclass(frozen=True)
@@ -119,7 +130,8 @@ class _Trial:
         self.used: dict[str, Resources] = {}
         self.domain_used: dict[str, Resources] = {}
         self.pods: list[PodPlacement] = []
-        self._journal: list[tuple[str, TaskRequest, int]] = []
+        self.taken: dict[str, dict[int, int]] = {}  # node -> GPU device -> share this trial gave
+        self._journal: list[tuple[str, Resources, list[PodPlacement]]] = []
         self._touched: set[str] = set()
         self._fit: dict[tuple[str, Shape], int] = {}
         self._cap: dict[tuple[str, Shape], int] = {}
@@ -148,6 +160,8 @@ class _Trial:
                 count = UNLIMITED if allowed else 0
                 for resource, amount in task.request.items():
                     count = min(count, max(self.free(node, resource), 0) // amount)
+                if task.gpu is not None and not task.gpu.whole and count:
+                    count = min(count, self.state.gpu_fit(node, task.gpu, self.taken.get(node)))
             memo[key] = count
         return count
 
@@ -158,7 +172,7 @@ class _Trial:
         count = memo.get(key)
         if count is None and memo is self.state.counts.cap and task.shape not in self.state.counts.shapes:
             self.state.count_everywhere(task.shape, task.request, task.node_selector, task.tolerations,
-                                        task.health)
+                                        task.health, task.gpu)
             count = memo.get(key)
         if count is None:
             d = self.topology.domains[domain]
@@ -167,30 +181,55 @@ class _Trial:
             memo[key] = count
         return count
 
-    def put(self, node: str, task: TaskRequest, indices: Sequence[int], sign: int = 1) -> None:
-        count = sign * len(indices)
-        path = [node, *self.topology.ancestors(node)]
-        for i, place in enumerate(path):
+    def put(self, node: str, task: TaskRequest, indices: Sequence[int]) -> None:
+        """Give `node` these pods of `task`, and each its GPU devices (as `devices.assign` picks them on what this
+        trial left free): the node's `GPU` and `SHARE` change as its devices do, the rest by the request."""
+        delta = {r: a * len(indices) for r, a in task.request.items() if r not in (GPU, SHARE)}
+        table, ask = self.state.devices.get(node), task.ask
+        if table is None or ask is None:
+            placed = [PodPlacement(task.name, i, node) for i in indices]
+            delta.update((r, a * len(indices)) for r, a in task.request.items() if r in (GPU, SHARE))
+        else:
+            share = ask.share_on(self.state.device_memory.get(node, 0))
+            taken = self.taken.setdefault(node, {})
+            free = [f - taken.get(d, 0) for d, f in enumerate(table)]
+            whole, shares = free.count(WHOLE), sum(free)
+            placed = []
+            for i in indices:
+                devices = assign(free, share, ask.devices) or ()
+                for d in devices:
+                    free[d] -= share
+                    taken[d] = taken.get(d, 0) + share
+                placed.append(PodPlacement(task.name, i, node, devices, share))
+            delta[GPU] = whole - free.count(WHOLE)
+            delta[SHARE] = shares - sum(free)
+        self._use(node, delta, 1)
+        self.pods.extend(placed)
+        self._journal.append((node, delta, placed))
+
+    def _use(self, node: str, delta: Mapping[str, int], sign: int) -> None:
+        for i, place in enumerate([node, *self.topology.ancestors(node)]):
             table = self.used if i == 0 else self.domain_used
             used = table.setdefault(place, {})
-            for resource, amount in task.request.items():
-                used[resource] = used.get(resource, 0) + amount * count
+            for resource, amount in delta.items():
+                used[resource] = used.get(resource, 0) + amount * sign
             self._touched.add(place)
             for memo in (self._fit, self._cap):
                 for key in [k for k in memo if k[0] == place]:
                     del memo[key]
-        if sign > 0:
-            self.pods.extend(PodPlacement(task.name, i, node) for i in indices)
-            self._journal.append((node, task, len(indices)))
 
     def mark(self) -> int:
         return len(self._journal)
 
     def rollback(self, mark: int) -> None:
         while len(self._journal) > mark:
-            node, task, count = self._journal.pop()
-            self.put(node, task, range(count), sign=-1)
-            del self.pods[-count:]
+            node, delta, placed = self._journal.pop()
+            self._use(node, delta, -1)
+            taken = self.taken.get(node, {})
+            for pod in placed:
+                for d in pod.devices:
+                    taken[d] -= pod.share
+            del self.pods[-len(placed):]
 
     def fragmenting(self, node: str, request: Mapping[str, int]) -> float:
         """How much taking `request` on `node` adds to the cluster's fragmentation for its pod mix."""

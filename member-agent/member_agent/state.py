@@ -6,19 +6,21 @@ node and its few ancestors only, so the per-tier summary sent to the server is c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from federation.gpuask import GPU, WHOLE, GpuAsk
 from federation.resources import Resources
 from federation.scheduling.fit import TierFree
+from member_agent.devices import MEMORY_LABEL, SHARE, assign, fits
 from member_agent.fragmentation import Fragmentation
 from member_agent.nodehealth import DEGRADED, NodeHealth
 from member_agent.topology import ROOT, Node, Toleration, Topology, tolerates
 
-# (request, node selector, tolerations, health level): what decides how many pods of a task fit on a node
-Shape = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...], tuple[Any, ...], int]
+# (request, node selector, tolerations, health level, GPU fraction): what decides how many pods of a task fit on a node
+Shape = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...], tuple[Any, ...], int, GpuAsk | None]
 UNLIMITED = 1 << 30  # pods that request nothing fit anywhere
 # What a pod may be given, by level: any node that works; no node behind degraded links (a hard-tier gang's
 # fallback); healthy nodes only (everyone's first choice, and a gang's only one when it avoids degraded).
@@ -94,6 +96,12 @@ class ClusterState:
         # children before parents: a HyperNode's members are of lower tiers, the virtual root is above all
         self._bottom_up = [(domain_row[d.name], [domain_row[c] for c in d.children])
                            for d in sorted(topology.domains.values(), key=lambda d: (d.name == ROOT, d.tier))]
+        # Per GPU node: each device's share free (thousandths), by device index; its devices' memory (MiB, 0 unknown).
+        # The node's `GPU` free is how many are wholly free, its `SHARE` free their sum: kept so by `allocate`.
+        self.devices: dict[str, list[int]] = {n: [WHOLE] * node.allocatable[GPU]
+                                              for n, node in topology.nodes.items() if node.allocatable.get(GPU)}
+        self.device_memory: dict[str, int] = {n: _mib(topology.nodes[n].labels.get(MEMORY_LABEL, ""))
+                                              for n in self.devices}
         self.degraded: dict[str, NodeHealth] = {}  # nodes that work and may fail, and why
         self.degraded_links: dict[str, str] = {}  # HyperNodes whose switches or cables are degraded, and why
         self.behind_links: dict[str, str] = {}  # nodes under a degraded HyperNode -> that HyperNode
@@ -164,10 +172,45 @@ class ClusterState:
             for resource, amount in amounts.items():
                 totals[resource] = totals.get(resource, 0) + sign * amount
 
-    def allocate(self, node: str, request: Mapping[str, int], sign: int = 1) -> None:
+    def allocate(self, node: str, request: Mapping[str, int], sign: int = 1, devices: Sequence[int] | None = None,
+                 share: int = WHOLE) -> tuple[int, ...]:
+        """Book (sign 1) or release (-1) a pod's request on a node; a GPU pod's devices too, `share` of each of
+        `devices`. A whole-GPU pod whose devices are not known (another scheduler's) takes the lowest wholly free
+        ones on booking, the highest wholly taken on release. Returns the devices booked."""
         free = self.free.get(node)
         if free is None:  # the node has left the cluster; what was booked on it went with it
-            return
+            return ()
+        table = self.devices.get(node)
+        held: tuple[int, ...] = ()
+        asked = request
+        if table is not None and (devices or request.get(GPU)):
+            held, request = self._book_devices(table, request, sign, devices, share)
+        self._book(node, free, request, sign, asked)
+        return held
+
+    def _book_devices(self, table: list[int], request: Mapping[str, int], sign: int, devices: Sequence[int] | None,
+                      share: int) -> tuple[tuple[int, ...], dict[str, int]]:
+        """Change the devices' free shares; the request with its `GPU` and `SHARE` as the devices changed."""
+        if not devices:
+            count = request.get(GPU, 0)
+            if sign > 0:
+                devices = assign(table, WHOLE, count) or ()
+            else:
+                devices = [i for i in range(len(table) - 1, -1, -1) if table[i] == 0][:count]
+            share = WHOLE
+        held = tuple(d for d in devices if 0 <= d < len(table))
+        unknown = request.get(GPU, 0) - len(held) if share == WHOLE else 0  # none of its devices free: by count
+        whole, shares = sum(table[d] == WHOLE for d in held), sum(table[d] for d in held)
+        for d in held:
+            table[d] -= sign * share
+        changed = {r: a for r, a in request.items() if r not in (GPU, SHARE)}
+        # As booked amounts under `sign`: what the devices lost (booking) or got back (releasing).
+        changed[GPU] = sign * (whole - sum(table[d] == WHOLE for d in held)) + max(unknown, 0)
+        changed[SHARE] = sign * (shares - sum(table[d] for d in held))
+        return held, changed
+
+    def _book(self, node: str, free: Resources, request: Mapping[str, int], sign: int,
+              asked: Mapping[str, int]) -> None:
         row = self._rows[node]
         for resource, amount in request.items():
             free[resource] = free.get(resource, 0) - sign * amount
@@ -176,13 +219,36 @@ class ClusterState:
                 self._free[row, column] -= sign * amount
         _add(self.used, request, sign)
         if sign > 0:
-            self.fragmentation.mix.add(request)
+            self.fragmentation.mix.add(asked)
         if node in self.ready:
             self._add_up(node, request, self.domain_free, -sign)
         self._changed(node)
 
-    def release(self, node: str, request: Mapping[str, int]) -> None:
-        self.allocate(node, request, -1)
+    def release(self, node: str, request: Mapping[str, int], devices: Sequence[int] | None = None,
+                share: int = WHOLE) -> None:
+        self.allocate(node, request, -1, devices, share)
+
+    def take_over(self, previous: ClusterState) -> None:
+        """What `previous` booked on each node that is still here, devices included (a rebuilt state)."""
+        for name in self.topology.nodes:
+            if name not in previous.free:
+                continue
+            used = previous.used_on(name)
+            before, table = previous.devices.get(name), self.devices.get(name)
+            if before is not None and table is not None and len(before) == len(table):
+                used = {r: a for r, a in used.items() if r not in (GPU, SHARE)}
+                for d, left in enumerate(before):
+                    if left < WHOLE:
+                        self.allocate(name, {}, 1, (d,), WHOLE - left)
+            self.allocate(name, used)
+
+    def gpu_fit(self, node: str, ask: GpuAsk, taken: Mapping[int, int] | None = None) -> int:
+        """How many pods of a fractional `ask` the node's devices hold (less `taken` per device)."""
+        table = self.devices.get(node)
+        if table is None:
+            return 0
+        free = [f - taken.get(d, 0) for d, f in enumerate(table)] if taken else table
+        return fits(free, ask.share_on(self.device_memory.get(node, 0)), ask.devices)
 
     def used_on(self, node: str) -> Resources:
         """What is booked on a node (its allocatable less what is free)."""
@@ -216,7 +282,8 @@ class ClusterState:
         self._changed(node)
 
     def count_everywhere(self, shape: Shape, request: Mapping[str, int], selector: Mapping[str, str],
-                         tolerations: tuple[Toleration, ...], level: int = ANY_SOUND) -> None:
+                         tolerations: tuple[Toleration, ...], level: int = ANY_SOUND, ask: GpuAsk | None = None
+                         ) -> None:
         """Remember, for every domain, how many pods of `shape` fit under it: the per-node rule of
         `placement._Trial.fit` (ready, selector, taints tolerated, the scarcest resource), on all nodes at once."""
         key = (tuple(sorted(selector.items())), tolerations)
@@ -235,6 +302,10 @@ class ClusterState:
             counts = np.full(len(self._rows), UNLIMITED, dtype=np.int64)
             for resource, amount in asked:
                 np.minimum(counts, np.maximum(self._free[:, self._columns[resource]], 0) // amount, out=counts)
+        if ask is not None and not ask.whole:  # a fraction: as the node's devices hold it, not their sum
+            for node in self.devices:
+                row = self._rows[node]
+                counts[row] = min(counts[row], self.gpu_fit(node, ask))
         counts[~(allowed & self._ready) | self._avoid[level]] = 0
         under = np.bincount(self._parent_row, weights=counts, minlength=len(self._domain_list))
         totals = [round(x) for x in under]  # exact: sums stay far below 2**53
@@ -277,7 +348,8 @@ class ClusterState:
             for node in self.topology.nodes.values():
                 for resource, amount in node.allocatable.items():
                     self._node_capacity[resource] = max(self._node_capacity.get(resource, 0), amount)
-        out = [TierFree(0, "node", {r: a for r, a in most_on_node.items() if a > 0}, dict(self._node_capacity))]
+        out = [TierFree(0, "node", {r: a for r, a in most_on_node.items() if a > 0 and r != SHARE},
+                        {r: a for r, a in self._node_capacity.items() if r != SHARE})]
         for tier in self.topology.tiers():
             domains = self.topology.of_tier(tier)
             most, largest = {}, {}
@@ -288,7 +360,8 @@ class ClusterState:
                 for resource, amount in self.domain_allocatable[d.name].items():
                     largest[resource] = max(largest.get(resource, 0), amount)
             name = domains[0].tier_name if domains else ""
-            out.append(TierFree(tier, name, {r: a for r, a in most.items() if a > 0}, largest))
+            out.append(TierFree(tier, name, {r: a for r, a in most.items() if a > 0 and r != SHARE},
+                                {r: a for r, a in largest.items() if r != SHARE}))
         return out
 
     def _most_on_a_node(self, domain: str, skip: set[str]) -> Resources:
@@ -300,9 +373,15 @@ class ClusterState:
         return most
 
     def totals(self) -> tuple[Resources, Resources, Resources]:
-        """(capacity, allocatable of ready nodes, used) over the whole cluster."""
-        return (dict(self.domain_allocatable[ROOT]), {r: a for r, a in self.ready_allocatable.items() if a},
-                {r: a for r, a in self.used.items() if a})
+        """(capacity, allocatable of ready nodes, used) over the whole cluster; GPUs counted as devices (one partly
+        used is used), the agent's own `SHARE` left out."""
+        return ({r: a for r, a in self.domain_allocatable[ROOT].items() if r != SHARE},
+                {r: a for r, a in self.ready_allocatable.items() if a and r != SHARE},
+                {r: a for r, a in self.used.items() if a and r != SHARE})
+
+
+def _mib(text: str) -> int:
+    return int(text) if text.isdigit() else 0
 
 
 def _add(totals: Resources, amounts: Mapping[str, int], sign: int = 1) -> None:

@@ -13,7 +13,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from federation.gpuask import GPU, WHOLE
 from federation.resources import QuantityError, Resources, parse_amount
+from member_agent.devices import SHARE
 
 ROOT = "<cluster>"  # the virtual root above the highest tier; holds every node
 HYPERNODE_API = "topology.volcano.sh/v1alpha1"
@@ -198,6 +200,8 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
             allocatable[str(resource)] = amount
     taints = tuple(Taint(str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
                    for t in (obj.get("spec") or {}).get("taints") or [] if isinstance(t, Mapping))
+    if allocatable.get(GPU):
+        allocatable[SHARE] = allocatable[GPU] * WHOLE
     return Node(name, {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}, allocatable, taints)
 
 
