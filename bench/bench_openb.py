@@ -1,24 +1,29 @@
-"""Heterogeneous placement on the Alibaba openb trace: how much GPU is left unallocatable.
+"""Heterogeneous placement on the Alibaba openb trace, GPU devices modelled: how much GPU is left unallocatable.
 
 One member cluster is built from the trace's node list (1,523 nodes, 6,212 GPUs of seven models,
 CPU-only nodes too). The trace's pods arrive in creation order and never leave (the trace is
 mostly long-running inference services), cycling through the list until the GPUs they ask for
 reach `--demand` times the cluster's (1.3 by default). Each pod is placed by one policy, or
-refused where it fits nowhere. At the end, every GPU still free is one that no arriving pod could
-use: the fraction of GPU capacity left unallocatable is the fragmentation (after Weng et al.,
+refused where it fits nowhere. At the end, every GPU share still free is one that no arriving pod
+could use: the fraction of GPU capacity left unallocatable is the fragmentation (after Weng et al.,
 ATC '23, whose trace this is).
 
-- `agent`: the member agent's placement core (`member_agent.placement.place`) as the agent runs
-  it, each pod a one-pod gang;
-- `first-fit`: the first node, by name, where the pod fits;
-- `least-allocated`: the node left emptiest (Kubernetes' default scoring), for reference.
+Devices are modelled as the agent models them (`member_agent.devices`): each node's GPUs are devices;
+a GPU-sharing pod (`gpu_milli` < 1000) takes its share of one device (KAI's `gpu-fraction`), never
+split across two; a whole-GPU pod takes wholly free devices. Every policy places on devices the same
+way (`devices.assign`: a fraction on the device it leaves fullest) except FGD, which picks the device too.
 
-Modelling choices: a node offers `cpu`, `memory` and GPU in thousandths (`gpu-milli`, the trace's
-unit); a GPU-sharing pod (`gpu_milli` < 1000) takes its fraction, a whole-GPU pod 1000 per GPU.
-Device boundaries inside a node are not modelled (two half-GPU pods may take halves of two
-devices), which errs towards more capacity for every policy alike. A pod's `gpu_spec` (the allowed
-models, in `gpuspec33`) becomes a node selector: nodes carry one label per allowed-model set.
-Nodes are grouped into tier-1 HyperNodes of up to 32 nodes of one model.
+- `agent`: the member agent's placement core (`member_agent.placement.place`) as the agent runs
+  it, each pod a one-pod gang; its fragmentation score learns the pod mix from what it placed;
+- `first-fit`: the first node, by name, whose devices hold the pod;
+- `best-fit`: the node left with the least GPU share free (then least cpu), Kubernetes' MostAllocated;
+- `least-allocated`: the node left emptiest (Kubernetes' default scoring);
+- `fgd`: Fragmentation Gradient Descent as the paper describes it (§4): the node and device whose
+  expected fragmentation grows least, for the workload given as the trace's own pod shapes and their
+  popularity (the 32 most frequent shapes, as the agent keeps), device by device.
+
+A pod's `gpu_spec` (the allowed models, in `gpuspec33`) becomes a node selector: nodes carry one label
+per allowed-model set. Nodes are grouped into tier-1 HyperNodes of up to 32 nodes of one model.
 
 Writes openb.json, openb.md and openb.png. Usage: python -m bench.bench_openb [--quick] [--demand 1.3]
 """
@@ -33,14 +38,18 @@ from typing import Any
 
 from bench.common import bar, machine, measured, out_dir, parser, pyplot, save, write
 from bench.replay.trace import traces
+from federation.gpuask import WHOLE, GpuAsk
 from federation.resources import Resources
+from member_agent.devices import SHARE, assign, fits
+from member_agent.fragmentation import TOP_SHAPES, Shape, fragmented
 from member_agent.placement import GangRequest, Placement, TaskRequest, place
 from member_agent.state import ClusterState
 from member_agent.topology import ROOT, HyperNodeSpec, Member, Node, Selector, build
 
-GPU = "gpu-milli"
+GPU = SHARE  # GPU counted in thousandths, over every device: the trace's unit
+DEVICES = "nvidia.com/gpu"
 POD_LISTS = ("default", "gpuspec33")
-POLICIES = ("agent", "first-fit", "least-allocated")
+POLICIES = ("agent", "first-fit", "best-fit", "least-allocated", "fgd")
 RACK = 32  # nodes per tier-1 HyperNode
 MIB = 2**20
 
@@ -48,8 +57,9 @@ MIB = 2**20
 @dataclass(frozen=True, slots=True)
 class TracePod:
     name: str
-    request: Resources
+    request: Resources  # cpu, memory; a GPU pod: its GPU thousandths (`GPU`), and whole devices (`DEVICES`)
     models: frozenset[str]  # allowed GPU models; empty: any
+    ask: GpuAsk | None  # its devices: whole ones, or a fraction of one
 
 
 def openb() -> Path:
@@ -67,15 +77,19 @@ def load_pods(pod_list: str) -> list[TracePod]:
     for r in rows:
         gpus, milli = int(r["num_gpu"]), int(r["gpu_milli"] or 0)
         request = {"cpu": int(r["cpu_milli"]), "memory": int(r["memory_mib"]) * MIB}
-        if gpus:
-            request[GPU] = milli if gpus == 1 and 0 < milli < 1000 else 1000 * gpus
+        ask = None
+        if gpus == 1 and 0 < milli < WHOLE:
+            ask, request[GPU] = GpuAsk(1, milli), milli
+        elif gpus:
+            ask, request[GPU], request[DEVICES] = GpuAsk(gpus), WHOLE * gpus, gpus
         models = frozenset(m for m in r["gpu_spec"].split("|") if m)
-        pods.append(TracePod(r["name"], {k: v for k, v in request.items() if v}, models))
+        pods.append(TracePod(r["name"], {k: v for k, v in request.items() if v}, models, ask))
     return pods
 
 
 def load_cluster(pods: Sequence[TracePod]) -> ClusterState:
-    """The trace's nodes, labelled with their model and each allowed-model set that includes it."""
+    """The trace's nodes, labelled with their model and each allowed-model set that includes it; a GPU node's
+    GPUs are devices."""
     with (openb() / "openb_node_list_all_node.csv").open() as f:
         rows = list(csv.DictReader(f))
     specs = {p.models for p in pods if p.models}
@@ -83,7 +97,8 @@ def load_cluster(pods: Sequence[TracePod]) -> ClusterState:
     for r in rows:
         model = r["model"]
         labels = {"gpu-model": model or "none", **{_spec_label(s): "true" for s in specs if model in s}}
-        allocatable = {"cpu": int(r["cpu_milli"]), "memory": int(r["memory_mib"]) * MIB, GPU: 1000 * int(r["gpu"])}
+        allocatable = {"cpu": int(r["cpu_milli"]), "memory": int(r["memory_mib"]) * MIB, DEVICES: int(r["gpu"]),
+                       GPU: WHOLE * int(r["gpu"])}
         nodes.append(Node(r["sn"], labels, {k: v for k, v in allocatable.items() if v}))
     racks: dict[str, list[str]] = {}
     for n in nodes:
@@ -94,35 +109,124 @@ def load_cluster(pods: Sequence[TracePod]) -> ClusterState:
     return ClusterState(build(nodes, hypernodes))
 
 
+Choice = tuple[str, tuple[int, ...]]  # node, devices
+
+
+def _general(request: Mapping[str, int]) -> dict[str, int]:
+    return {r: a for r, a in request.items() if r not in (GPU, DEVICES)}
+
+
 def _fits(state: ClusterState, node: str, pod: TracePod, selector: Mapping[str, str]) -> bool:
     free = state.free[node]
     labels = state.topology.nodes[node].labels
-    return all(free.get(r, 0) >= a for r, a in pod.request.items()) and \
-        all(labels.get(k) == v for k, v in selector.items())
+    if any(free.get(r, 0) < a for r, a in _general(pod.request).items()) or \
+            any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    return pod.ask is None or fits(state.devices.get(node, ()), pod.ask.share, pod.ask.devices) > 0
 
 
-def _first_fit(state: ClusterState, pod: TracePod, selector: Mapping[str, str]) -> str | None:
-    return next((n for n in sorted(state.free) if _fits(state, n, pod, selector)), None)
+def _on(state: ClusterState, node: str, pod: TracePod) -> Choice:
+    return node, (assign(state.devices[node], pod.ask.share, pod.ask.devices) or ()) if pod.ask else ()
 
 
-def _least_allocated(state: ClusterState, pod: TracePod, selector: Mapping[str, str]) -> str | None:
+def _first_fit(state: ClusterState, pod: TracePod, selector: Mapping[str, str]) -> Choice | None:
+    node = next((n for n in sorted(state.free) if _fits(state, n, pod, selector)), None)
+    return _on(state, node, pod) if node is not None else None
+
+
+def _left(state: ClusterState, node: str, pod: TracePod) -> tuple[float, float]:
+    """GPU share, then cpu share, the node keeps free after the pod."""
+    total, free = state.topology.nodes[node].allocatable, state.free[node]
+    gpu = (free.get(GPU, 0) - pod.request.get(GPU, 0)) / total[GPU] if total.get(GPU) else 0.0
+    return gpu, (free["cpu"] - pod.request.get("cpu", 0)) / total["cpu"]
+
+
+def _best_fit(state: ClusterState, pod: TracePod, selector: Mapping[str, str]) -> Choice | None:
+    fitting = [n for n in state.free if _fits(state, n, pod, selector)]
+    return _on(state, min(fitting, key=lambda n: (_left(state, n, pod), n)), pod) if fitting else None
+
+
+def _least_allocated(state: ClusterState, pod: TracePod, selector: Mapping[str, str]) -> Choice | None:
     def emptiness(node: str) -> tuple[float, str]:
         total = state.topology.nodes[node].allocatable
         free = state.free[node]
-        shares = [(free[r] - a) / total[r] for r, a in pod.request.items()]
+        shares = [(free[r] - a) / total[r] for r, a in pod.request.items() if r != DEVICES]
         return -sum(shares) / len(shares), node
 
     fitting = [n for n in state.free if _fits(state, n, pod, selector)]
-    return min(fitting, key=emptiness) if fitting else None
+    return _on(state, min(fitting, key=emptiness), pod) if fitting else None
 
 
-def _agent(state: ClusterState, pod: TracePod, selector: Mapping[str, str]) -> str | None:
-    result = place(state, GangRequest((TaskRequest("pod", 1, pod.request, selector),)))
-    return result.pods[0].node if isinstance(result, Placement) else None
+def _agent(state: ClusterState, pod: TracePod, selector: Mapping[str, str]) -> Choice | None:
+    request = {r: a for r, a in pod.request.items() if r != GPU or (pod.ask and not pod.ask.whole)}
+    task = TaskRequest("pod", 1, request, selector, gpu=pod.ask if pod.ask and not pod.ask.whole else None)
+    result = place(state, GangRequest((task,)))
+    return (result.pods[0].node, result.pods[0].devices) if isinstance(result, Placement) else None
 
 
-CHOOSERS: dict[str, Callable[[ClusterState, TracePod, Mapping[str, str]], str | None]] = {
-    "agent": _agent, "first-fit": _first_fit, "least-allocated": _least_allocated}
+class FGD:
+    """Fragmentation Gradient Descent (Weng et al., ATC '23, §4): of every node and device that can hold the pod,
+    the one whose expected fragmentation grows least, for the target workload: the trace's pod shapes weighted by
+    popularity (its `TOP_SHAPES` most frequent). Fragmentation of a node state is remembered: many nodes are alike."""
+
+    def __init__(self, pods: Sequence[TracePod]) -> None:
+        counts: dict[Shape, int] = {}
+        for pod in pods:
+            if pod.ask is not None:
+                shape = _shape(pod)
+                counts[shape] = counts.get(shape, 0) + 1
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SHAPES]
+        seen = sum(n for _, n in top)
+        self.weights = [(shape, n / seen) for shape, n in top]
+        self._memo: dict[tuple[tuple[tuple[str, int], ...], tuple[int, ...]], float] = {}
+
+    def _fragmented(self, free: Mapping[str, int], devices: Sequence[int]) -> float:
+        key = (tuple(sorted((r, a) for r, a in free.items() if r in ("cpu", "memory"))), tuple(sorted(devices)))
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = fragmented(free, self.weights, devices)
+        return found
+
+    def __call__(self, state: ClusterState, pod: TracePod, selector: Mapping[str, str]) -> Choice | None:
+        best: tuple[float, str, tuple[int, ...]] | None = None
+        for node in state.free:
+            if not _fits(state, node, pod, selector):
+                continue
+            free, table = state.free[node], state.devices.get(node, [])
+            before = self._fragmented(free, table)
+            after_free = {r: a - pod.request.get(r, 0) for r, a in free.items()}
+            for devices in _device_options(table, pod):
+                after = list(table)
+                for d in devices:
+                    after[d] -= pod.ask.share if pod.ask else 0
+                key = (self._fragmented(after_free, after) - before, node, devices)
+                if best is None or key < best:
+                    best = key
+        return (best[1], best[2]) if best is not None else None
+
+
+def _shape(pod: TracePod) -> Shape:
+    """What a pod asks, as the agent books and learns it: a fraction by its share (`GPU`), whole GPUs by their
+    count (`DEVICES`)."""
+    whole = pod.ask is not None and pod.ask.whole
+    return tuple(sorted((r, a) for r, a in pod.request.items() if a > 0 and not (whole and r == GPU)))
+
+
+def _device_options(table: Sequence[int], pod: TracePod) -> list[tuple[int, ...]]:
+    """Where on the node the pod could go: each device with room for a fraction; whole GPUs, the wholly free ones
+    by index (which of them makes no difference to fragmentation)."""
+    if pod.ask is None:
+        return [()]
+    if pod.ask.whole:
+        chosen = assign(table, WHOLE, pod.ask.devices)
+        return [chosen] if chosen else []
+    return [(d,) for d, f in enumerate(table) if f >= pod.ask.share]
+
+
+def choosers(pods: Sequence[TracePod]) -> dict[str, Callable[[ClusterState, TracePod, Mapping[str, str]],
+                                                             Choice | None]]:
+    return {"agent": _agent, "first-fit": _first_fit, "best-fit": _best_fit, "least-allocated": _least_allocated,
+            "fgd": FGD(pods)}
 
 
 def arrivals(pods: Sequence[TracePod], gpu_budget: int) -> Iterator[TracePod]:
@@ -140,21 +244,22 @@ def run(pod_list: str, policy: str, demand: float, samples: int = 50) -> dict[st
     pods = load_pods(pod_list)
     state = load_cluster(pods)
     capacity = state.domain_allocatable[ROOT][GPU]
-    choose = CHOOSERS[policy]
+    choose = choosers(pods)[policy]
     stream = list(arrivals(pods, int(demand * capacity)))
     asked = allocated = refused = refused_gpu = 0
     curve: list[tuple[float, float]] = []
     with bar(len(stream), f"{pod_list:<9} {policy:<15}", "pods") as progress:
         for i, pod in enumerate(stream):
             selector = {_spec_label(pod.models): "true"} if pod.models else {}
-            node = choose(state, pod, selector)
+            choice = choose(state, pod, selector)
             gpu = pod.request.get(GPU, 0)
             asked += gpu
-            if node is None:
+            if choice is None:
                 refused += 1
                 refused_gpu += gpu > 0
             else:
-                state.allocate(node, pod.request)
+                node, devices = choice
+                state.allocate(node, dict(_shape(pod)), 1, devices, pod.ask.share if pod.ask else WHOLE)
                 allocated += gpu
             if (i + 1) % max(1, len(stream) // samples) == 0 or i + 1 == len(stream):
                 curve.append((asked / capacity, allocated / capacity))

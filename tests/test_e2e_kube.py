@@ -103,7 +103,7 @@ def test_a_killed_agents_successor_adopts_the_whole_gang_and_creates_nothing(
         before = {name: p.metadata.uid for name, p in pods(kube).items()}
         fed.agent.kill()
         fed.agent = fed.start_agent()  # the server assigns the job again; the agent adopts its pods
-        wait_for("the adoption logged", lambda: b"adopted 2 pods" in fed.agent.log, timeout=30)
+        wait_for("the adoption logged", lambda: b"adopted 2 pods" in fed.agent.log, timeout=120)
         assert {name: p.metadata.uid for name, p in pods(kube).items()} == before
         assert metric(fed.health, "member_agent_pods_bound_total") == 0
         assert metric(fed.health, 'member_agent_placements_total{result="adopted"}') == 1

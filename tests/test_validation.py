@@ -86,6 +86,12 @@ MUTATIONS: list[tuple[str, Callable[[common_pb2.JobSpec], object], str]] = [
     ("request id", lambda s: setattr(s, "request_id", "x" * 129), "spec.request_id"),
     ("template json", lambda s: setattr(_task(s), "pod_template_json", "{not json"),
      "spec.tasks[0].pod_template_json"),
+    ("gpu fraction", lambda s: setattr(_task(s), "pod_template_json",
+                                       '{"metadata": {"annotations": {"gpu-fraction": "1.5"}}}'),
+     "spec.tasks[0].pod_template_json.metadata.annotations"),
+    ("gpu fraction with whole gpus", lambda s: (_task(s).resources.update({"nvidia.com/gpu": "1"}), setattr(
+        _task(s), "pod_template_json", '{"metadata": {"annotations": {"gpu-memory": "4096"}}}')),
+     "spec.tasks[0].pod_template_json.metadata.annotations"),
     ("toleration", lambda s: _task(s).tolerations.append(common_pb2.Toleration(operator="Maybe")),
      "spec.tasks[0].tolerations[0].operator"),
     ("unknown plugin", lambda s: s.plugins["tensorflow"].SetInParent(), "spec.plugins['tensorflow']"),

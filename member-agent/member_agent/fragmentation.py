@@ -14,9 +14,11 @@ count doubles), so scores computed for a node stay valid until that node changes
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+from federation.gpuask import GPU, WHOLE
 from federation.resources import Resources
+from member_agent.devices import SHARE
 
 GENERAL = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})  # every other resource is a device
 TOP_SHAPES = 32
@@ -48,8 +50,12 @@ class PodMix:
             self.next_epoch *= 2
 
 
-def fragmented(free: Mapping[str, int], weights: list[tuple[Shape, float]]) -> float:
-    """Device capacity free in `free` that the weighted shapes could not use there (in the devices' units)."""
+def fragmented(free: Mapping[str, int], weights: list[tuple[Shape, float]], gpus: Sequence[int] | None = None
+               ) -> float:
+    """Device capacity free in `free` that the weighted shapes could not use there (in the devices' units); on a
+    node whose GPUs are devices (`gpus`: each one's share free), in GPU thousandths, device by device."""
+    if gpus is not None:
+        return _fragmented_gpus(free, weights, gpus)
     devices = sum(a for r, a in free.items() if r not in GENERAL and a > 0)
     if not devices:
         return 0.0
@@ -58,6 +64,33 @@ def fragmented(free: Mapping[str, int], weights: list[tuple[Shape, float]]) -> f
         if any(free.get(r, 0) < a for r, a in shape):
             unusable += weight
     return unusable * devices
+
+
+def _fragmented_gpus(free: Mapping[str, int], weights: list[tuple[Shape, float]], gpus: Sequence[int]) -> float:
+    """FGD's measure (Weng et al. §4): for each shape, the GPU share free on the node that it could not use: all of
+    it where the shape does not fit the node at all (too few wholly free devices for whole GPUs, no device with its
+    fraction free, or too little cpu or memory beside them), else what is free on the devices too full for it
+    (partly used ones for whole GPUs, those with less than its fraction free for a fraction)."""
+    total = sum(gpus)
+    if not total:
+        return 0.0
+    unusable = 0.0
+    for shape, weight in weights:
+        whole = share = 0
+        fits = True
+        for r, a in shape:
+            if r == GPU:
+                whole = a
+            elif r == SHARE:
+                share = a
+            elif free.get(r, 0) < a:
+                fits = False
+        need = WHOLE if whole else share
+        if fits and need and sum(f >= need for f in gpus) >= max(whole, 1):
+            unusable += weight * sum(f for f in gpus if f < need)
+        elif need:
+            unusable += weight * total
+    return unusable
 
 
 class Fragmentation:
@@ -71,9 +104,11 @@ class Fragmentation:
     def forget(self, node: str) -> None:
         self._memo.pop(node, None)
 
-    def increase(self, node: str, free: Resources, request: Mapping[str, int], shape: Shape | None = None) -> float:
+    def increase(self, node: str, free: Resources, request: Mapping[str, int], shape: Shape | None = None,
+                 gpus: tuple[Sequence[int], Sequence[int]] | None = None) -> float:
         """How much taking `request` from `free` (the node's free resources) adds; remembered under `shape` when
-        given (the caller says `free` is the node's own, untouched by a trial)."""
+        given (the caller says `free` is the node's own, untouched by a trial). `gpus`: the node's GPU devices'
+        shares free before and after, where its GPUs are devices."""
         if not self.mix.weights:
             return 0.0
         if self._epoch != self.mix.epoch:
@@ -84,7 +119,8 @@ class Fragmentation:
             if found is not None:
                 return found
         after = {r: a - request.get(r, 0) for r, a in free.items()}
-        value = fragmented(after, self.mix.weights) - fragmented(free, self.mix.weights)
+        before_gpus, after_gpus = gpus if gpus is not None else (None, None)
+        value = fragmented(after, self.mix.weights, after_gpus) - fragmented(free, self.mix.weights, before_gpus)
         if shape is not None:
             self._memo.setdefault(node, {})[shape] = value
         return value

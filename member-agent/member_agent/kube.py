@@ -43,7 +43,7 @@ from federation.validation import ON_CLUSTER_LOST
 from member_agent import discovery, plugins
 from member_agent.agent import AgentJob, BindError
 from member_agent.dcgm import DEFAULT_THRESHOLDS, dcgm_health
-from member_agent.devices import assigned, pod_devices
+from member_agent.devices import ASSIGNED, ASSIGNED_SHARE, SHARE, assigned, pod_devices
 from member_agent.discovery import OWNER
 from member_agent.informer import Informer, key
 from member_agent.kubeapi import Kube, KubeError, Obj
@@ -123,10 +123,10 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
     meta = dict(template.get("metadata") or {})
     pod_spec = dict(template.get("spec") or {})
     if not pod_spec.get("containers"):
-        requests = format_resources(job.requests[task])
-        devices = {r: q for r, q in requests.items() if r not in OVERCOMMITTED}  # limits must equal requests
+        requests = format_resources({r: a for r, a in job.requests[task].items() if r != SHARE})  # ours alone
+        limits = {r: q for r, q in requests.items() if r not in OVERCOMMITTED}  # limits must equal requests
         pod_spec["containers"] = [{"name": "main", "image": DEFAULT_IMAGE,
-                                   "resources": {"requests": requests, **({"limits": devices} if devices else {})}}]
+                                   "resources": {"requests": requests, **({"limits": limits} if limits else {})}}]
     if spec.node_selector and "nodeSelector" not in pod_spec:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     pod_spec["schedulerName"] = scheduler
@@ -185,7 +185,8 @@ def slim_pod(pod: Obj) -> Obj:
     meta = _meta(pod, "deletionTimestamp", "ownerReferences")
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if JOB_ID in annotations:
-        meta["annotations"] = {k: annotations[k] for k in (JOB_ID, ON_CLUSTER_LOST) if k in annotations}
+        meta["annotations"] = {k: annotations[k] for k in (JOB_ID, ON_CLUSTER_LOST, ASSIGNED, ASSIGNED_SHARE)
+                               if k in annotations}
     return {"metadata": meta,
             "spec": {"nodeName": spec.get("nodeName"), "containers": _requests(spec.get("containers")),
                      "initContainers": _requests(spec.get("initContainers")), "overhead": spec.get("overhead")},

@@ -231,18 +231,35 @@ class _Trial:
                     taken[d] -= pod.share
             del self.pods[-len(placed):]
 
-    def fragmenting(self, node: str, request: Mapping[str, int]) -> float:
-        """How much taking `request` on `node` adds to the cluster's fragmentation for its pod mix."""
+    def fragmenting(self, node: str, request: Mapping[str, int], task: TaskRequest | None = None,
+                    count: int = 0) -> float:
+        """How much taking `request` on `node` adds to the cluster's fragmentation for its pod mix; where the node's
+        GPUs are devices, device by device as `count` pods of `task` would be given them."""
         fragmentation = self.state.fragmentation
+        gpus = self._gpus_after(node, task, count) if task is not None else None
         if node in self._touched:
             free = {r: self.free(node, r) for r in self.state.free[node]}
-            return fragmentation.increase(node, free, request)
-        return fragmentation.increase(node, self.state.free[node], request, tuple(sorted(request.items())))
+            return fragmentation.increase(node, free, request, gpus=gpus)
+        return fragmentation.increase(node, self.state.free[node], request,
+                                      (*sorted(request.items()), ("pods", count)), gpus)
+
+    def _gpus_after(self, node: str, task: TaskRequest, count: int) -> tuple[list[int], list[int]] | None:
+        """The node's GPU devices' shares free, as this trial left them and after `count` more pods of `task`."""
+        table, ask = self.state.devices.get(node), task.ask
+        if table is None or ask is None or not self.state.fragmentation.mix.weights:
+            return None
+        taken = self.taken.get(node, {})
+        before = [f - taken.get(d, 0) for d, f in enumerate(table)]
+        after, share = list(before), ask.share_on(self.state.device_memory.get(node, 0))
+        for _ in range(count):
+            for d in assign(after, share, ask.devices) or ():
+                after[d] -= share
+        return before, after
 
     def least_fragmenting(self, domain: str, task: TaskRequest) -> float:
         """The least one pod of `task` adds to the fragmentation on any node under `domain` that takes it."""
         d = self.topology.domains[domain]
-        values = [self.fragmenting(n, task.request) for n in d.nodes if self.fit(n, task) > 0]
+        values = [self.fragmenting(n, task.request, task, 1) for n in d.nodes if self.fit(n, task) > 0]
         values += [self.least_fragmenting(c, task) for c in d.children if self.capacity(c, task) > 0]
         return min(values, default=0.0)
 
@@ -362,7 +379,7 @@ class _Placer:
 
             def fragmenting(name: str, is_node: bool) -> float:
                 if is_node:
-                    return trial.fragmenting(name, request)
+                    return trial.fragmenting(name, request, task, wanted)
                 return trial.least_fragmenting(name, task) if task is not None and wanted == 1 else 0.0
 
             return min(whole, key=lambda o: (self.spares(o[0], o[1], per_unit), fragmenting(o[0], o[1]),
