@@ -20,7 +20,8 @@ way (`devices.assign`: a fraction on the device it leaves fullest) except FGD, w
 - `least-allocated`: the node left emptiest (Kubernetes' default scoring);
 - `fgd`: Fragmentation Gradient Descent as the paper describes it (§4): the node and device whose
   expected fragmentation grows least, for the workload given as the trace's own pod shapes and their
-  popularity (the 32 most frequent shapes, as the agent keeps), device by device.
+  popularity (all of them, known in advance; the agent learns its 32 most frequent from what it placed),
+  device by device.
 
 A pod's `gpu_spec` (the allowed models, in `gpuspec33`) becomes a node selector: nodes carry one label
 per allowed-model set. Nodes are grouped into tier-1 HyperNodes of up to 32 nodes of one model.
@@ -41,7 +42,7 @@ from bench.replay.trace import traces
 from federation.gpuask import WHOLE, GpuAsk
 from federation.resources import Resources
 from member_agent.devices import SHARE, assign, fits
-from member_agent.fragmentation import TOP_SHAPES, Shape, fragmented
+from member_agent.fragmentation import Shape, fragmented
 from member_agent.placement import GangRequest, Placement, TaskRequest, place
 from member_agent.state import ClusterState
 from member_agent.topology import ROOT, HyperNodeSpec, Member, Node, Selector, build
@@ -166,8 +167,8 @@ def _agent(state: ClusterState, pod: TracePod, selector: Mapping[str, str]) -> C
 
 class FGD:
     """Fragmentation Gradient Descent (Weng et al., ATC '23, §4): of every node and device that can hold the pod,
-    the one whose expected fragmentation grows least, for the target workload: the trace's pod shapes weighted by
-    popularity (its `TOP_SHAPES` most frequent). Fragmentation of a node state is remembered: many nodes are alike."""
+    the one whose expected fragmentation grows least, for the target workload: every pod shape of the trace,
+    weighted by popularity. Fragmentation of a node state is remembered: many nodes are alike."""
 
     def __init__(self, pods: Sequence[TracePod]) -> None:
         counts: dict[Shape, int] = {}
@@ -175,9 +176,8 @@ class FGD:
             if pod.ask is not None:
                 shape = _shape(pod)
                 counts[shape] = counts.get(shape, 0) + 1
-        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SHAPES]
-        seen = sum(n for _, n in top)
-        self.weights = [(shape, n / seen) for shape, n in top]
+        seen = sum(counts.values())
+        self.weights = [(shape, n / seen) for shape, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
         self._memo: dict[tuple[tuple[tuple[str, int], ...], tuple[int, ...]], float] = {}
 
     def _fragmented(self, free: Mapping[str, int], devices: Sequence[int]) -> float:
