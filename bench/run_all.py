@@ -31,7 +31,8 @@ BENCHMARKS = {
     "api": ("bench.bench_api", "SubmitJobs throughput into PostgreSQL"),
     "faults": ("bench.bench_faults", "recovery times after pod, agent and server failures"),
     "kube": ("bench.bench_kube", "binding gangs on a real Kubernetes API server with KWOK nodes"),
-    "openb": ("bench.bench_openb", "GPU fragmentation on the Alibaba openb trace against first fit"),
+    "openb": ("bench.bench_openb", "GPU fragmentation on the Alibaba openb trace, devices modelled, against first "
+                                   "fit, best fit, least-allocated and FGD"),
     "replay": ("bench.trace_replay", "Microsoft ITP trace replay: fair vs FIFO vs topology-off"),
     "health": ("bench.bench_health", "hardware failures at the Llama 3 rate: proactive drain vs restart-after-crash"),
     "backlog": ("bench.bench_backlog", "a cycle whose cost follows change: queue manager walk vs cycle from scratch"),
