@@ -56,6 +56,16 @@ def assign(free: Sequence[int], share: int, devices: int) -> tuple[int, ...] | N
     return tuple(sorted(usable[:devices]))
 
 
+def take(free: list[int], devices: Sequence[int], share: int, sign: int = 1) -> tuple[int, int]:
+    """Take (sign 1) or give back (-1) `share` of each of `devices` in `free`; the change to the node's `GPU`
+    (devices wholly free) and `SHARE` counts, as amounts booked under `sign` (what the devices lost, or got back)."""
+    whole, total = sum(free[d] == WHOLE for d in devices), sum(free[d] for d in devices)
+    for d in devices:
+        free[d] -= sign * share
+    return (sign * (whole - sum(free[d] == WHOLE for d in devices)),
+            sign * (total - sum(free[d] for d in devices)))
+
+
 def format_devices(devices: Sequence[int]) -> str:
     return ",".join(str(d) for d in devices)
 

@@ -37,7 +37,7 @@ from functools import cached_property
 
 from federation.gpuask import GPU, WHOLE, GpuAsk
 from federation.resources import Resources, format_resources
-from member_agent.devices import SHARE, assign
+from member_agent.devices import SHARE, assign, take
 from member_agent.nodehealth import summary
 from member_agent.state import ANY_SOUND, HEALTHY_ONLY, SOUND_LINKS, UNLIMITED, ClusterState, Shape
 from member_agent.topology import ROOT, Toleration, tolerates
@@ -193,16 +193,15 @@ class _Trial:
             share = ask.share_on(self.state.device_memory.get(node, 0))
             taken = self.taken.setdefault(node, {})
             free = [f - taken.get(d, 0) for d, f in enumerate(table)]
-            whole, shares = free.count(WHOLE), sum(free)
-            placed = []
+            placed, delta[GPU], delta[SHARE] = [], 0, 0
             for i in indices:
                 devices = assign(free, share, ask.devices) or ()
+                whole, shares = take(free, devices, share)
+                delta[GPU] += whole
+                delta[SHARE] += shares
                 for d in devices:
-                    free[d] -= share
                     taken[d] = taken.get(d, 0) + share
                 placed.append(PodPlacement(task.name, i, node, devices, share))
-            delta[GPU] = whole - free.count(WHOLE)
-            delta[SHARE] = shares - sum(free)
         self._use(node, delta, 1)
         self.pods.extend(placed)
         self._journal.append((node, delta, placed))

@@ -14,7 +14,7 @@ import numpy as np
 from federation.gpuask import GPU, WHOLE, GpuAsk
 from federation.resources import Resources
 from federation.scheduling.fit import TierFree
-from member_agent.devices import MEMORY_LABEL, SHARE, assign, fits
+from member_agent.devices import MEMORY_LABEL, SHARE, assign, fits, take
 from member_agent.fragmentation import Fragmentation
 from member_agent.nodehealth import DEGRADED, NodeHealth
 from member_agent.topology import ROOT, Node, Toleration, Topology, tolerates
@@ -200,13 +200,11 @@ class ClusterState:
             share = WHOLE
         held = tuple(d for d in devices if 0 <= d < len(table))
         unknown = request.get(GPU, 0) - len(held) if share == WHOLE else 0  # none of its devices free: by count
-        whole, shares = sum(table[d] == WHOLE for d in held), sum(table[d] for d in held)
-        for d in held:
-            table[d] -= sign * share
+        whole, shares = take(table, held, share, sign)
         changed = {r: a for r, a in request.items() if r not in (GPU, SHARE)}
         # As booked amounts under `sign`: what the devices lost (booking) or got back (releasing).
-        changed[GPU] = sign * (whole - sum(table[d] == WHOLE for d in held)) + max(unknown, 0)
-        changed[SHARE] = sign * (shares - sum(table[d] for d in held))
+        changed[GPU] = whole + max(unknown, 0)
+        changed[SHARE] = shares
         return held, changed
 
     def _book(self, node: str, free: Resources, request: Mapping[str, int], sign: int,
