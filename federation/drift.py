@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from federation.resources import Resources, format_amount
+from federation.resources import SHARE, Resources, base, format_amount
 
 
 def difference(reported: Mapping[str, int], believed: Mapping[str, int]) -> Resources:
-    """Reported minus believed, for every resource where they differ."""
-    out = {r: reported.get(r, 0) - believed.get(r, 0) for r in reported.keys() | believed.keys()}
+    """Reported minus believed, for every resource where they differ. GPU shares are left out: a `gpu-memory` ask
+    counts as whole devices in the federation and as the share its node's device memory gives it in the agent,
+    and whole devices are compared anyway."""
+    out = {r: reported.get(r, 0) - believed.get(r, 0) for r in reported.keys() | believed.keys() if base(r) != SHARE}
     return {r: d for r, d in sorted(out.items()) if d}
 
 

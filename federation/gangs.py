@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from federation.resources import Resources, parse_resources
+from federation.gpuask import pod_share
+from federation.resources import GPU, SHARE, Resources, parse_resources
 from federation.v1 import common_pb2
 
 
@@ -42,11 +43,23 @@ def minimum_pods(spec: common_pb2.JobSpec) -> dict[str, int]:
     return need
 
 
+def pod_request(task: common_pb2.TaskSpec, parsed: Resources | None = None) -> Resources:
+    """What one pod of the task counts for: its requests (`parsed`, when already parsed) and, when it asks for GPUs,
+    their `SHARE` (a fraction's thousandths, from KAI's annotations on its pod template)."""
+    request = dict(parse_resources(task.resources) if parsed is None else parsed)
+    share = pod_share(task.pod_template_json, request.get(GPU, 0))
+    if share:
+        request[SHARE] = share
+    return request
+
+
 def _total(spec: common_pb2.JobSpec, pods: Mapping[str, int], requests: Sequence[Resources] | None) -> Resources:
     out: Resources = {}
     for i, task in enumerate(spec.tasks):
         count = pods.get(task.name, 0)
-        for resource, amount in (parse_resources(task.resources) if requests is None else requests[i]).items():
+        if not count:
+            continue
+        for resource, amount in pod_request(task, None if requests is None else requests[i]).items():
             out[resource] = out.get(resource, 0) + amount * count
     return {r: a for r, a in out.items() if a}
 

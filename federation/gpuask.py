@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-GPU = "nvidia.com/gpu"
-WHOLE = 1000  # a device's share, in thousandths
+from federation.resources import GPU, WHOLE
+
 # KAI Scheduler's pod annotations (its constants GpuFraction, GpuMemory, GpuFractionsNumDevices).
 FRACTION = "gpu-fraction"
 MEMORY = "gpu-memory"
@@ -71,6 +71,24 @@ def ask_of(annotations: Mapping[str, str], whole_gpus: int) -> GpuAsk | None:
             raise AskError(f"annotation {FRACTION}: {fraction!r} is finer than a thousandth of a GPU")
         return GpuAsk(devices, share)
     return GpuAsk(devices, WHOLE, _count(memory or "", MEMORY))
+
+
+def counted(ask: GpuAsk | None) -> int:
+    """Thousandths of devices the ask counts for in quotas and fair shares (`resources.SHARE`): exact for whole GPUs
+    and fractions. A memory ask's share depends on the device memory of the node it lands on, unknown before: it
+    counts as its whole devices, so a quota is never exceeded."""
+    if ask is None:
+        return 0
+    return ask.devices * (WHOLE if ask.memory else ask.share)
+
+
+def pod_share(pod_template_json: str, whole_gpus: int) -> int:
+    """`counted` for one pod of a task: its requested `GPU` and its template's annotations (a job from before the
+    server checked them counts its whole GPUs)."""
+    try:
+        return counted(ask_of(template_annotations(pod_template_json), whole_gpus))
+    except AskError:
+        return whole_gpus * WHOLE
 
 
 def _count(text: str, name: str) -> int:

@@ -17,7 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from federation.durations import seconds_or_none
-from federation.resources import parse_resources
+from federation.gpuask import pod_share
+from federation.resources import GPU, SHARE, parse_resources, with_share
 from federation.scheduling.cycle import PendingJob
 from federation.scheduling.fit import JobView
 from federation.scheduling.queues import QueueManager
@@ -34,10 +35,12 @@ def job_view(row: Mapping[str, Any]) -> JobView:
     topo = spec.get("network_topology", {})
     largest: dict[str, int] = {}
     for task in spec.get("tasks", []):
-        for resource, amount in parse_resources(task.get("resources", {})).items():
+        request = parse_resources(task.get("resources", {}))
+        share = pod_share(task.get("pod_template_json", ""), request.get(GPU, 0))
+        for resource, amount in ({**request, SHARE: share} if share else request).items():
             largest[resource] = max(largest.get(resource, 0), amount)
-    return JobView(row["id"], row["request"], largest, spec.get("cluster_selector", {}), topo.get("mode", ""),
-                   topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""))
+    return JobView(row["id"], with_share(row["request"]), largest, spec.get("cluster_selector", {}),
+                   topo.get("mode", ""), topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,9 @@ class HoldingJob:
     checkpoint: str | None = None  # its checkpoint-interval annotation, as written
     hypernode: str = ""  # the lowest HyperNode holding its pods, once placed
     preemptions: int = 0  # times it was preempted or reclaimed before
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "request", with_share(self.request))  # a job stored before GPU shares were counted
 
     @property
     def expected_seconds(self) -> float | None:

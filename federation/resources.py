@@ -15,6 +15,12 @@ from collections.abc import Iterable, Mapping
 from kubernetes.utils.quantity import parse_quantity
 
 CPU = "cpu"
+GPU = "nvidia.com/gpu"
+# Thousandths of GPU devices, whole and fractional together: what quotas and fair shares count GPUs in beside `GPU`
+# (whole devices), so that a queue's share of fractional GPUs is exact; a member agent books it on a node's devices.
+# People see it as fractional `GPU` (`format_resources`).
+SHARE = "gpu-share.federation.dev/thousandths"
+WHOLE = 1000  # a device, in SHARE
 _BYTE_RESOURCES = ("memory", "ephemeral-storage")
 _BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
@@ -25,6 +31,18 @@ FLAVOR = "@"  # "nvidia.com/gpu@h100": that resource on the clusters of flavor h
 def base(resource: str) -> str:
     """The resource a (possibly flavored) name is of."""
     return resource.partition(FLAVOR)[0]
+
+
+def with_share(amounts: Mapping[str, int]) -> Resources:
+    """`amounts` with a `SHARE` beside each (flavored) `GPU` amount that has none: quotas are written in whole GPUs,
+    and inventories from agents that do not book devices, or jobs stored before shares were counted, hold whole
+    GPUs only."""
+    out = dict(amounts)
+    for name, amount in amounts.items():
+        resource, sep, flavor = name.partition(FLAVOR)
+        if resource == GPU:
+            out.setdefault(f"{SHARE}{sep}{flavor}", amount * WHOLE)
+    return out
 
 
 class QuantityError(ValueError):
@@ -53,7 +71,7 @@ def parse_amount(resource: str, quantity: str | int | float) -> int:
         raise QuantityError(f"{quantity!r} is not a valid quantity") from err
     if value < 0:
         raise QuantityError(f"{quantity!r} must not be negative")
-    if resource == CPU:
+    if resource in (CPU, SHARE):  # both in thousandths: millicores, and GPUs as shares
         value *= 1000
         unit = "1m"
     else:
@@ -71,6 +89,16 @@ def parse_resources(quantities: Mapping[str, str]) -> Resources:
     return {name: amount for name, amount in parsed.items() if amount}
 
 
+def parse_shown(resource: str, quantity: str) -> int:
+    """An amount as `format_resources` shows it, back in canonical units: GPUs (maybe fractional) in `SHARE`."""
+    return parse_amount(SHARE if base(resource) == GPU else resource, quantity)
+
+
+def format_shown(resource: str, amount: int) -> str:
+    """`parse_shown`'s amount as `format_resources` shows it."""
+    return format_amount(SHARE if base(resource) == GPU else resource, amount)
+
+
 def _is_bytes(resource: str) -> bool:
     return resource in _BYTE_RESOURCES or resource.startswith("hugepages-")
 
@@ -80,6 +108,9 @@ def format_amount(resource: str, amount: int) -> str:
     resource = base(resource)
     if resource == CPU:
         return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    if resource == SHARE:  # as GPUs
+        sign, amount = ("-", -amount) if amount < 0 else ("", amount)
+        return sign + f"{amount // WHOLE}.{amount % WHOLE:03d}".rstrip("0").rstrip(".")
     if _is_bytes(resource) and amount:
         for suffix, size in _BINARY_SUFFIXES:
             if amount % size == 0:
@@ -88,7 +119,13 @@ def format_amount(resource: str, amount: int) -> str:
 
 
 def format_resources(amounts: Mapping[str, int]) -> dict[str, str]:
-    return {name: format_amount(name, amount) for name, amount in sorted(amounts.items())}
+    """For people: every amount as a quantity, with GPU shares shown as the (fractional) GPUs they are, in place of
+    the whole devices beside them ("nvidia.com/gpu": "2.5")."""
+    out = {name: format_amount(name, amount) for name, amount in amounts.items() if base(name) != SHARE}
+    for name, amount in amounts.items():
+        if base(name) == SHARE:
+            out[GPU + name[len(SHARE):]] = format_amount(name, amount)
+    return dict(sorted(out.items()))
 
 
 def add(a: Mapping[str, int], b: Mapping[str, int], times: int = 1) -> Resources:

@@ -26,7 +26,7 @@ from federation.drift import DriftWatch, difference, signed
 from federation.jobcache import HoldingJob, JobCache, job_view
 from federation.leader import Fence, NotLeader
 from federation.loop import WakeLoop
-from federation.resources import add, format_resources
+from federation.resources import add, format_resources, with_share
 from federation.scheduling import outlook
 from federation.scheduling.cycle import (
     Decisions,
@@ -75,16 +75,19 @@ CYCLE_REST = 1.0  # after a cycle, wait this many times as long before the next:
 def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> ClusterView:
     """A Ready cluster as its last inventory says, less what was dispatched and not yet bound there."""
     inv = row["inventory"] or {}
-    allocatable, used = inv.get("allocatable", {}), inv.get("used", {})
+    allocatable, used = with_share(inv.get("allocatable", {})), with_share(inv.get("used", {}))
     free = {r: a - used.get(r, 0) - inflight.get(r, 0) for r, a in allocatable.items()}
-    tiers = [TierFree(t["tier"], t.get("tier_name", ""), t.get("max_free", {}), t.get("max_capacity", {}))
-             for t in inv.get("topology", [])]
-    domains = [DomainFree(h["name"], h["tier"], h["parent"], h["free"]) for h in inv.get("hypernodes", [])]
+    tiers = [_tier_free(t) for t in inv.get("topology", [])]
+    domains = [DomainFree(h["name"], h["tier"], h["parent"], with_share(h["free"])) for h in inv.get("hypernodes", [])]
     health = inv.get("health") or {}
-    healthy = [TierFree(t["tier"], t.get("tier_name", ""), t.get("max_free", {}), t.get("max_capacity", {}))
-               for t in health.get("healthy_topology", [])] or None
+    healthy = [_tier_free(t) for t in health.get("healthy_topology", [])] or None
     return ClusterView(row["name"], row["labels"], free, tiers, capacity=allocatable, domains=domains,
                        healthy_tiers=healthy, health=health.get("summary", []))
+
+
+def _tier_free(t: Mapping[str, Any]) -> TierFree:
+    return TierFree(t["tier"], t.get("tier_name", ""), with_share(t.get("max_free", {})),
+                    with_share(t.get("max_capacity", {})))
 
 
 def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:
@@ -97,12 +100,12 @@ def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:
 
 
 def _tenant_info(t: Mapping[str, Any]) -> TenantInfo:
-    return TenantInfo(t["name"], t["weight"], t["guarantee"], t["limit"], t["disabled"])
+    return TenantInfo(t["name"], t["weight"], with_share(t["guarantee"]), with_share(t["limit"]), t["disabled"])
 
 
 def _queue_info(q: Mapping[str, Any]) -> QueueInfo:
-    return QueueInfo(q["name"], q["tenant"], q["weight"], q["priority"], q["guarantee"], q["limit"], q["reclaimable"],
-                     q["state"], tuple(q["flavors"]), q["parent"] or "")
+    return QueueInfo(q["name"], q["tenant"], q["weight"], q["priority"], with_share(q["guarantee"]),
+                     with_share(q["limit"]), q["reclaimable"], q["state"], tuple(q["flavors"]), q["parent"] or "")
 
 
 class _Expiring(Generic[K, V]):
@@ -251,9 +254,10 @@ class Scheduler:
         utilisation = set()
         for c in clusters:
             inv = c["inventory"] or {}
-            for r, a in (inv.get("allocatable") or {}).items():
+            for r, a in with_share(inv.get("allocatable") or {}).items():
                 capacity[r] = capacity.get(r, 0) + a
-                metrics.CLUSTER_UTILISATION.labels(c["name"], r).set((inv.get("used") or {}).get(r, 0) / a if a else 0)
+                used = with_share(inv.get("used") or {}).get(r, 0)
+                metrics.CLUSTER_UTILISATION.labels(c["name"], r).set(used / a if a else 0)
                 utilisation.add((c["name"], r))
         self._series.keep(metrics.CLUSTER_UTILISATION, utilisation)
         now = datetime.now(UTC)

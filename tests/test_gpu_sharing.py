@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from federation.gpuask import FRACTION, GPU, MEMORY, NUM_DEVICES, WHOLE, GpuAsk
+from federation.resources import SHARE
 from federation.v1 import common_pb2
 from member_agent import clusters
-from member_agent.devices import MEMORY_LABEL, SHARE
+from member_agent.devices import MEMORY_LABEL
 from member_agent.gang import task_request
 from member_agent.placement import GangRequest, Placement, Rejection, TaskRequest, place
 from member_agent.state import ClusterState

@@ -4,6 +4,7 @@ from collections.abc import Callable
 
 import pytest
 
+from federation.resources import SHARE
 from federation.v1 import admin_pb2, common_pb2
 from federation.validation import (
     Violations,
@@ -30,7 +31,7 @@ def test_valid_spec_passes_and_totals_the_gang() -> None:
     checked = check_job_spec(v, "spec", valid_spec())
     assert not v.items
     assert checked is not None
-    assert checked.minimum == checked.whole == {"nvidia.com/gpu": 32, "cpu": 2000}
+    assert checked.minimum == checked.whole == {"nvidia.com/gpu": 32, SHARE: 32_000, "cpu": 2000}
     assert checked.replicas == 4
 
 

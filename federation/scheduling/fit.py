@@ -114,9 +114,10 @@ def covers(free: Mapping[str, int], request: Mapping[str, int]) -> bool:
 
 def _short(resources: Mapping[str, int], request: Mapping[str, int]) -> str:
     """The resources `free` lacks for `request`, as `gpu=32/64 free`."""
-    free = format_resources({r: max(resources.get(r, 0), 0) for r in request})
-    want = format_resources(request)
-    return ", ".join(f"{r} {free[r]}/{want[r]} free" for r in want if resources.get(r, 0) < request[r])
+    short = [r for r in request if resources.get(r, 0) < request[r]]
+    free = format_resources({r: max(resources.get(r, 0), 0) for r in short})
+    want = format_resources({r: request[r] for r in short})
+    return ", ".join(f"{r} {free[r]}/{want[r]} free" for r in want)
 
 
 def check(job: JobView, cluster: ClusterView) -> str | None:
@@ -205,7 +206,7 @@ def cannot_run(job: JobView, clusters: Sequence[ClusterView]) -> str | None:
 
 
 def _fmt_one(resource: str, amount: int) -> str:
-    return f"{resource}={format_resources({resource: amount})[resource]}"
+    return ",".join(f"{r}={a}" for r, a in format_resources({resource: amount}).items())
 
 
 @dataclass(frozen=True)

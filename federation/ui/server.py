@@ -40,7 +40,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from federation.cli import output
-from federation.resources import format_amount, parse_amount
+from federation.resources import format_shown, parse_shown
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 
 HERE = Path(__file__).parent
@@ -98,8 +98,8 @@ def _share_of(usage: Any, deserved: Any) -> dict[str, tuple[int, int]]:
     """Per resource: (used, deserved) in canonical units, for the bars."""
     out = {}
     for resource in sorted({*usage, *deserved}):
-        out[resource] = (parse_amount(resource, usage.get(resource, "0")),
-                         parse_amount(resource, deserved.get(resource, "0")))
+        out[resource] = (parse_shown(resource, usage.get(resource, "0")),
+                         parse_shown(resource, deserved.get(resource, "0")))
     return out
 
 
@@ -285,12 +285,12 @@ class Dashboard:
         for row in rows:
             if not row["queue"].parent:
                 for resource, amount in row["status"].usage.items():
-                    usage[resource] = usage.get(resource, 0) + parse_amount(resource, amount)
-        limit = {r: parse_amount(r, a) for r, a in (tenant.limit.items() if tenant is not None else [])}
+                    usage[resource] = usage.get(resource, 0) + parse_shown(resource, amount)
+        limit = {r: parse_shown(r, a) for r, a in (tenant.limit.items() if tenant is not None else [])}
         waiting = await api(api.jobs.ListJobs, jobs_pb2.ListJobsRequest(
             tenant=name, phases=[common_pb2.PENDING], page_size=1000))
         held = sum(f"tenant {name} at limit" in j.status.reason for j in waiting.jobs)
-        return {"tenant": tenant, "usage": {r: format_amount(r, v) for r, v in usage.items()},
+        return {"tenant": tenant, "usage": {r: format_shown(r, v) for r, v in usage.items()},
                 "bars": {r: (usage.get(r, 0), limit[r]) for r in sorted(limit)},
                 "pending": sum(row["status"].pending for row in rows),
                 "running": sum(row["status"].running for row in rows if not row["queue"].parent),
@@ -382,17 +382,17 @@ class Dashboard:
             unit = GPU if GPU in c.allocatable else "cpu"  # what the heat is measured in: GPUs, where there are
             tiers = []
             for t in c.topology:
-                free = parse_amount(unit, t.max_free.get(unit, "0"))
-                cap = parse_amount(unit, t.max_capacity.get(unit, "0"))
-                tiers.append({"tier": t.tier, "name": t.tier_name, "free": format_amount(unit, free),
-                              "capacity": format_amount(unit, cap), "heat": free / cap if cap else 0})
+                free = parse_shown(unit, t.max_free.get(unit, "0"))
+                cap = parse_shown(unit, t.max_capacity.get(unit, "0"))
+                tiers.append({"tier": t.tier, "name": t.tier_name, "free": format_shown(unit, free),
+                              "capacity": format_shown(unit, cap), "heat": free / cap if cap else 0})
             children: dict[str, list[Any]] = {}
             for h in c.hypernodes:
-                free = parse_amount(unit, h.free.get(unit, "0"))
-                total = parse_amount(unit, h.allocatable.get(unit, "0"))
+                free = parse_shown(unit, h.free.get(unit, "0"))
+                total = parse_shown(unit, h.allocatable.get(unit, "0"))
                 children.setdefault(h.parent, []).append({
-                    "name": h.name, "tier": h.tier, "free": format_amount(unit, free),
-                    "allocatable": format_amount(unit, total),
+                    "name": h.name, "tier": h.tier, "free": format_shown(unit, free),
+                    "allocatable": format_shown(unit, total),
                     "heat": free / total if total else 0})
             landed: set[str] = set()  # the HyperNode the job's gang is in, and those above it
             if job is not None and job.status.cluster == c.name:

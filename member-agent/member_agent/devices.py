@@ -10,11 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from federation.gpuask import WHOLE
+from federation.resources import WHOLE
 
-# Inside the agent only: a node's GPU shares free (thousandths, over its devices), beside `GPU` counting its devices
-# wholly free; what a pod asks of it orders and bounds places the way any resource does. Not reported upward.
-SHARE = "gpu-share.federation.dev/thousandths"
 # What the agent writes on a pod it places: the devices it was given (comma-separated indices) and its share of each.
 ASSIGNED = "federation.dev/gpu-devices"
 ASSIGNED_SHARE = "federation.dev/gpu-share"

@@ -17,8 +17,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from federation.gpuask import GPU, WHOLE
-from federation.resources import Resources
-from member_agent.devices import SHARE
+from federation.resources import SHARE, Resources
 
 GENERAL = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})  # every other resource is a device
 TOP_SHAPES = 32

@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from federation.gpuask import GPU, AskError, GpuAsk, ask_of, template_annotations
-from federation.resources import Resources, parse_resources
+from federation.resources import SHARE, Resources, parse_resources
 from federation.v1 import common_pb2
 from federation.validation import AVOID_DEGRADED
-from member_agent.devices import SHARE
 from member_agent.placement import GangRequest, PodPlacement, TaskRequest
 from member_agent.topology import Toleration, Topology
 

@@ -37,13 +37,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from federation.durations import parse_duration
 from federation.gpuask import WHOLE
-from federation.resources import Resources, add, format_resources
+from federation.resources import SHARE, Resources, add, format_resources
 from federation.v1 import common_pb2
 from federation.validation import ON_CLUSTER_LOST
 from member_agent import discovery, plugins
 from member_agent.agent import AgentJob, BindError
 from member_agent.dcgm import DEFAULT_THRESHOLDS, dcgm_health
-from member_agent.devices import ASSIGNED, ASSIGNED_SHARE, SHARE, assigned, pod_devices
+from member_agent.devices import ASSIGNED, ASSIGNED_SHARE, assigned, pod_devices
 from member_agent.discovery import OWNER
 from member_agent.informer import Informer, key
 from member_agent.kubeapi import Kube, KubeError, Obj

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from federation.gpuask import GPU, WHOLE, GpuAsk
-from federation.resources import Resources, format_resources
-from member_agent.devices import SHARE, assign, take
+from federation.resources import SHARE, Resources, format_resources
+from member_agent.devices import assign, take
 from member_agent.nodehealth import summary
 from member_agent.state import ANY_SOUND, HEALTHY_ONLY, SOUND_LINKS, UNLIMITED, ClusterState, Shape
 from member_agent.topology import ROOT, Toleration, tolerates

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from federation.gpuask import GPU, WHOLE, GpuAsk
-from federation.resources import Resources
+from federation.resources import SHARE, Resources
 from federation.scheduling.fit import TierFree
-from member_agent.devices import MEMORY_LABEL, SHARE, assign, fits, take
+from member_agent.devices import MEMORY_LABEL, assign, fits, take
 from member_agent.fragmentation import Fragmentation
 from member_agent.nodehealth import DEGRADED, NodeHealth
 from member_agent.topology import ROOT, Node, Toleration, Topology, tolerates
@@ -346,8 +346,7 @@ class ClusterState:
             for node in self.topology.nodes.values():
                 for resource, amount in node.allocatable.items():
                     self._node_capacity[resource] = max(self._node_capacity.get(resource, 0), amount)
-        out = [TierFree(0, "node", {r: a for r, a in most_on_node.items() if a > 0 and r != SHARE},
-                        {r: a for r, a in self._node_capacity.items() if r != SHARE})]
+        out = [TierFree(0, "node", {r: a for r, a in most_on_node.items() if a > 0}, dict(self._node_capacity))]
         for tier in self.topology.tiers():
             domains = self.topology.of_tier(tier)
             most, largest = {}, {}
@@ -358,8 +357,7 @@ class ClusterState:
                 for resource, amount in self.domain_allocatable[d.name].items():
                     largest[resource] = max(largest.get(resource, 0), amount)
             name = domains[0].tier_name if domains else ""
-            out.append(TierFree(tier, name, {r: a for r, a in most.items() if a > 0 and r != SHARE},
-                                {r: a for r, a in largest.items() if r != SHARE}))
+            out.append(TierFree(tier, name, {r: a for r, a in most.items() if a > 0}, largest))
         return out
 
     def _most_on_a_node(self, domain: str, skip: set[str]) -> Resources:
@@ -372,10 +370,9 @@ class ClusterState:
 
     def totals(self) -> tuple[Resources, Resources, Resources]:
         """(capacity, allocatable of ready nodes, used) over the whole cluster; GPUs counted as devices (one partly
-        used is used), the agent's own `SHARE` left out."""
-        return ({r: a for r, a in self.domain_allocatable[ROOT].items() if r != SHARE},
-                {r: a for r, a in self.ready_allocatable.items() if a and r != SHARE},
-                {r: a for r, a in self.used.items() if a and r != SHARE})
+        used is used) and, in `SHARE`, as the thousandths of them booked (the federation's quotas count those)."""
+        return (dict(self.domain_allocatable[ROOT]), {r: a for r, a in self.ready_allocatable.items() if a},
+                {r: a for r, a in self.used.items() if a})
 
 
 def _mib(text: str) -> int:

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from federation.gpuask import GPU, WHOLE
-from federation.resources import QuantityError, Resources, parse_amount
-from member_agent.devices import SHARE
+from federation.resources import SHARE, QuantityError, Resources, parse_amount
 
 ROOT = "<cluster>"  # the virtual root above the highest tier; holds every node
 HYPERNODE_API = "topology.volcano.sh/v1alpha1"
