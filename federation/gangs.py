@@ -9,9 +9,11 @@ replicas join when they fit, and what a running job holds is what is bound.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from federation import dra
 from federation.gpuask import pod_share
 from federation.resources import GPU, SHARE, Resources, parse_resources
 from federation.v1 import common_pb2
@@ -43,23 +45,44 @@ def minimum_pods(spec: common_pb2.JobSpec) -> dict[str, int]:
     return need
 
 
-def pod_request(task: common_pb2.TaskSpec, parsed: Resources | None = None) -> Resources:
-    """What one pod of the task counts for: its requests (`parsed`, when already parsed) and, when it asks for GPUs,
-    their `SHARE` (a fraction's thousandths, from KAI's annotations on its pod template)."""
+def claim_templates(templates_json: Iterable[str]) -> dict[str, dra.ClaimSpec]:
+    """A job's ResourceClaimTemplates by name ({} for a job from before the server checked them)."""
+    try:
+        return dra.templates(templates_json)
+    except dra.ClaimError:
+        return {}
+
+
+def pod_request(task: common_pb2.TaskSpec, parsed: Resources | None = None,
+                claims: Mapping[str, dra.ClaimSpec] | None = None) -> Resources:
+    """What one pod of the task counts for: its requests (`parsed`, when already parsed) and `counted` of them."""
     request = dict(parse_resources(task.resources) if parsed is None else parsed)
-    share = pod_share(task.pod_template_json, request.get(GPU, 0))
-    if share:
-        request[SHARE] = share
+    request.update(counted(task.pod_template_json, request.get(GPU, 0), claims))
     return request
+
+
+def counted(pod_template_json: str, gpus: int, claims: Mapping[str, dra.ClaimSpec] | None) -> Resources:
+    """What a pod counts for beyond its requests: when it asks for GPUs, their `SHARE` (a fraction's thousandths,
+    from KAI's annotations on its pod template); and the devices its ResourceClaims ask for, under their classes
+    (`claims`: the job's templates; a job from before the server checked them asks for none)."""
+    out: Resources = {}
+    share = pod_share(pod_template_json, gpus)
+    if share:
+        out[SHARE] = share
+    if claims:
+        with contextlib.suppress(dra.ClaimError):
+            out.update(dra.pod_demand(pod_template_json, claims))
+    return out
 
 
 def _total(spec: common_pb2.JobSpec, pods: Mapping[str, int], requests: Sequence[Resources] | None) -> Resources:
     out: Resources = {}
+    claims = claim_templates(spec.resource_claim_templates_json) if spec.resource_claim_templates_json else None
     for i, task in enumerate(spec.tasks):
         count = pods.get(task.name, 0)
         if not count:
             continue
-        for resource, amount in pod_request(task, None if requests is None else requests[i]).items():
+        for resource, amount in pod_request(task, None if requests is None else requests[i], claims).items():
             out[resource] = out.get(resource, 0) + amount * count
     return {r: a for r, a in out.items() if a}
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from federation import gangs
 from federation.durations import seconds_or_none
-from federation.gpuask import pod_share
-from federation.resources import GPU, SHARE, parse_resources, with_share
+from federation.resources import GPU, parse_resources, with_share
 from federation.scheduling.cycle import PendingJob
 from federation.scheduling.fit import JobView
 from federation.scheduling.queues import QueueManager
@@ -34,10 +34,12 @@ def job_view(row: Mapping[str, Any]) -> JobView:
     spec = row["spec"]
     topo = spec.get("network_topology", {})
     largest: dict[str, int] = {}
+    templates = spec.get("resource_claim_templates_json")
+    claims = gangs.claim_templates(templates) if templates else None
     for task in spec.get("tasks", []):
         request = parse_resources(task.get("resources", {}))
-        share = pod_share(task.get("pod_template_json", ""), request.get(GPU, 0))
-        for resource, amount in ({**request, SHARE: share} if share else request).items():
+        request.update(gangs.counted(task.get("pod_template_json", ""), request.get(GPU, 0), claims))
+        for resource, amount in request.items():
             largest[resource] = max(largest.get(resource, 0), amount)
     return JobView(row["id"], with_share(row["request"]), largest, spec.get("cluster_selector", {}),
                    topo.get("mode", ""), topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""))

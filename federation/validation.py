@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from federation import gangs
+from federation import dra, gangs
 from federation.durations import parse_duration
 from federation.gpuask import GPU, AskError, ask_of, template_annotations
 from federation.resources import FLAVOR, MAX_AMOUNT, QuantityError, Resources, parse_amount
@@ -376,6 +376,24 @@ def parse_plugin_args(plugin: str, args: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _check_claim_templates(v: Violations, path: str, spec: common_pb2.JobSpec) -> dict[str, dra.ClaimSpec] | None:
+    """The job's ResourceClaimTemplates by name; None (said) when one is not one the federation can act on."""
+    if len(spec.resource_claim_templates_json) > MAX_TASKS:
+        v.add(f"{path}.resource_claim_templates_json", f"at most {MAX_TASKS} ResourceClaimTemplates are allowed")
+        return None
+    for i, text in enumerate(spec.resource_claim_templates_json):
+        if len(text) > MAX_TEMPLATE_BYTES:
+            v.add(f"{path}.resource_claim_templates_json[{i}]", f"is larger than {MAX_TEMPLATE_BYTES} bytes")
+            return None
+    try:
+        return dra.templates(spec.resource_claim_templates_json)
+    except dra.ClaimError as err:
+        v.add(f"{path}.{err.field}", err.message)
+    except RecursionError:
+        v.add(f"{path}.resource_claim_templates_json", "is nested too deeply to be a ResourceClaimTemplate")
+    return None
+
+
 def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> CheckedJob | None:
     """Check everything about a spec that needs no stored state; None when it is invalid."""
     before = len(v.items)
@@ -391,8 +409,16 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
         v.add(f"{path}.tasks", f"has {len(spec.tasks)} tasks, at most {MAX_TASKS} are allowed")
     seen: set[str] = set()
     requests = []
+    claims = _check_claim_templates(v, path, spec)
     for i, task in enumerate(spec.tasks[:MAX_TASKS]):
         requests.append(_check_task(v, f"{path}.tasks[{i}]", task))
+        if claims is not None and task.pod_template_json:
+            try:
+                dra.pod_demand(task.pod_template_json, claims)
+            except dra.ClaimError as err:
+                v.add(f"{path}.tasks[{i}].{err.field}", err.message)
+            except ValueError:
+                pass  # not JSON: said by _check_task
         if task.name in seen:
             v.add(f"{path}.tasks[{i}].name", f"task name {task.name!r} is used twice")
         seen.add(task.name)

@@ -23,7 +23,7 @@ from grpc_status import rpc_status
 import federation
 from federation.cli import convert, output, query, tlsprobe
 from federation.cli.dev import dev
-from federation.cli.manifest import Converted, admin_from_document, apply_documents, job_from_document
+from federation.cli.manifest import Converted, admin_from_document, apply_documents, jobs_from_documents
 from federation.cli.volcano_job import volcano_job
 from federation.cli.yamldoc import Document, ManifestError, iter_documents, load_documents
 from federation.cliargs import hoist
@@ -331,7 +331,7 @@ def submit(client: Client, files: tuple[Path, ...], named: tuple[Path, ...], rej
     submitted = 0  # jobs of earlier batches (each batch is let go once sent: a manifest is never held whole)
     last: Document | None = None
     responses = jobs_pb2.SubmitJobsResponse()
-    for converted in _batches((job_from_document(doc) for doc in _read_manifests(files)), SUBMIT_BATCH):
+    for converted in _batches(jobs_from_documents(_read_manifests(files)), SUBMIT_BATCH):
         for c in converted:
             for warning in c.warnings:
                 click.echo(f"fedctl: warning: {warning}", err=True)
@@ -1065,11 +1065,16 @@ def validate(files: tuple[Path, ...]) -> None:
 
     jobs: list[Converted] = []
     topology: dict[str, list[Any]] = {}
+    claim_templates: list[Document] = []
     for doc in _read_manifests(files):
         data = doc.data if isinstance(doc.data, dict) else {}
         kind, api = str(data.get("kind", "")), str(data.get("apiVersion", ""))
-        if kind == "Job" and api.startswith("batch.volcano.sh/"):
-            jobs.append(job_from_document(doc))
+        if kind == "ResourceClaimTemplate":
+            list(jobs_from_documents([doc]))  # checked here; carried by the jobs after it that name it
+            claim_templates.append(doc)
+            click.echo(f"resourceclaimtemplate/{(data.get('metadata') or {}).get('name', '')} valid")
+        elif kind == "Job" and api.startswith("batch.volcano.sh/"):
+            jobs.extend(jobs_from_documents([*claim_templates, doc]))
         elif kind in ("Node", "HyperNode"):
             topology.setdefault(doc.file, []).append(data)
         else:

@@ -119,7 +119,7 @@ class TaskSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., replicas: _Optional[int] = ..., min_available: _Optional[int] = ..., policies: _Optional[_Iterable[_Union[LifecyclePolicy, _Mapping]]] = ..., partition_policy: _Optional[_Union[PartitionPolicy, _Mapping]] = ..., resources: _Optional[_Mapping[str, str]] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., tolerations: _Optional[_Iterable[_Union[Toleration, _Mapping]]] = ..., pod_template_json: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "queue", "priority_class_name", "min_available", "max_retry", "policies", "network_topology", "tasks", "cluster_selector", "labels", "annotations", "request_id", "plugins", "namespace")
+    __slots__ = ("name", "queue", "priority_class_name", "min_available", "max_retry", "policies", "network_topology", "tasks", "cluster_selector", "labels", "annotations", "request_id", "plugins", "namespace", "resource_claim_templates_json")
     class ClusterSelectorEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +162,7 @@ class JobSpec(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PLUGINS_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_CLAIM_TEMPLATES_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue: str
     priority_class_name: str
@@ -176,7 +177,8 @@ class JobSpec(_message.Message):
     request_id: str
     plugins: _containers.MessageMap[str, PluginArgs]
     namespace: str
-    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., priority_class_name: _Optional[str] = ..., min_available: _Optional[int] = ..., max_retry: _Optional[int] = ..., policies: _Optional[_Iterable[_Union[LifecyclePolicy, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., cluster_selector: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., plugins: _Optional[_Mapping[str, PluginArgs]] = ..., namespace: _Optional[str] = ...) -> None: ...
+    resource_claim_templates_json: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., priority_class_name: _Optional[str] = ..., min_available: _Optional[int] = ..., max_retry: _Optional[int] = ..., policies: _Optional[_Iterable[_Union[LifecyclePolicy, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., cluster_selector: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., plugins: _Optional[_Mapping[str, PluginArgs]] = ..., namespace: _Optional[str] = ..., resource_claim_templates_json: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PodPlacement(_message.Message):
     __slots__ = ("task", "index", "node")

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
 from federation.durations import parse_duration
-from federation.gangs import minimum_pods
+from federation.gangs import claim_templates, minimum_pods
 from federation.resources import Resources, add
 from federation.scheduling.fit import TierFree
 from federation.v1 import agent_pb2, common_pb2
@@ -97,7 +97,8 @@ def _placements(pods: Sequence[PodPlacement]) -> list[common_pb2.PodPlacement]:
 
 def _task_requests(spec: common_pb2.JobSpec) -> dict[str, Resources]:
     """Per task, what one replica requests (as the placement core counts it)."""
-    return {t.name: task_request(t)[0] for t in spec.tasks}
+    claims = claim_templates(spec.resource_claim_templates_json)
+    return {t.name: task_request(t, claims)[0] for t in spec.tasks}
 
 
 class Backend(Protocol):

@@ -6,8 +6,11 @@ resolved here; a name this cluster does not have is no limit here, as in Volcano
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Mapping, Sequence
 
+from federation.dra import ClaimError, ClaimSpec, pod_demand
+from federation.gangs import claim_templates
 from federation.gpuask import GPU, AskError, GpuAsk, ask_of, template_annotations
 from federation.resources import SHARE, Resources, parse_resources
 from federation.v1 import common_pb2
@@ -26,6 +29,7 @@ def _tier(topo: common_pb2.NetworkTopology, topology: Topology) -> int | None:
 def gang_request(spec: common_pb2.JobSpec, topology: Topology,
                  running: Sequence[PodPlacement] = ()) -> GangRequest:
     tasks = []
+    claims = claim_templates(spec.resource_claim_templates_json)
     for task in spec.tasks:
         partition_tier: int | None = None
         pp = task.partition_policy
@@ -33,7 +37,7 @@ def gang_request(spec: common_pb2.JobSpec, topology: Topology,
             partition_tier = _tier(pp.network_topology, topology)
             if partition_tier is None and not pp.network_topology.highest_tier_name:
                 partition_tier = 1  # Volcano's default for hard mode
-        request, gpu = task_request(task)
+        request, gpu = task_request(task, claims)
         tasks.append(TaskRequest(
             name=task.name, replicas=task.replicas, request=request, gpu=gpu,
             node_selector=dict(task.node_selector),
@@ -46,12 +50,17 @@ def gang_request(spec: common_pb2.JobSpec, topology: Topology,
                        running=tuple(running), avoid_degraded=spec.annotations.get(AVOID_DEGRADED) == "true")
 
 
-def task_request(task: common_pb2.TaskSpec) -> tuple[Resources, GpuAsk | None]:
+def task_request(task: common_pb2.TaskSpec, claims: Mapping[str, ClaimSpec] | None = None
+                 ) -> tuple[Resources, GpuAsk | None]:
     """What one replica requests, and its GPU fraction if it asks for one (KAI's annotations on its pod template;
     the server checked them). A fraction also asks for its share of `SHARE`, so that places are ordered and
     roughly checked by it as by any device (a memory ask: at least one thousandth, its share depending on the
-    node)."""
+    node). The devices its ResourceClaims ask for (`claims`: the job's templates) count under their classes, which
+    nodes offer as their drivers publish them."""
     request = parse_resources(task.resources)
+    if claims:
+        with contextlib.suppress(ClaimError):  # refused by the server at submission
+            request.update(pod_demand(task.pod_template_json, claims))
     try:
         ask = ask_of(template_annotations(task.pod_template_json), request.get(GPU, 0))
     except AskError:  # refused by the server at submission: a job from before that check asks for its requests

@@ -29,12 +29,14 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from federation.dra import CLASS_RESOURCE, pod_claims
 from federation.durations import parse_duration
 from federation.gpuask import WHOLE
 from federation.resources import SHARE, Resources, add, format_resources
@@ -42,6 +44,7 @@ from federation.v1 import common_pb2
 from federation.validation import ON_CLUSTER_LOST
 from member_agent import discovery, plugins
 from member_agent.agent import AgentJob, BindError
+from member_agent.claims import ClaimRefused, Claims, with_claims
 from member_agent.dcgm import DEFAULT_THRESHOLDS, dcgm_health
 from member_agent.devices import ASSIGNED, ASSIGNED_SHARE, assigned, pod_devices
 from member_agent.discovery import OWNER
@@ -90,7 +93,11 @@ ACCESS = (("list", "", "nodes", False), ("watch", "", "nodes", False), ("patch",
           ("delete", "", "configmaps", True), ("create", "", "services", True), ("patch", "", "services", True),
           ("create", "", "secrets", True), ("patch", "", "secrets", True),
           ("create", "networking.k8s.io", "networkpolicies", True),
-          ("patch", "networking.k8s.io", "networkpolicies", True))
+          ("patch", "networking.k8s.io", "networkpolicies", True),
+          *((verb, "resource.k8s.io", r, False) for r in ("resourceslices", "deviceclasses", "resourceclaims")
+            for verb in ("list", "watch")),
+          ("create", "resource.k8s.io", "resourceclaims", True), ("delete", "resource.k8s.io", "resourceclaims", True),
+          ("patch", "resource.k8s.io", "resourceclaims/status", True))
 
 
 class StartError(Exception):
@@ -123,7 +130,8 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
     meta = dict(template.get("metadata") or {})
     pod_spec = dict(template.get("spec") or {})
     if not pod_spec.get("containers"):
-        requests = format_resources({r: a for r, a in job.requests[task].items() if r != SHARE})  # ours alone
+        requests = format_resources({r: a for r, a in job.requests[task].items()  # SHARE and DRA classes: ours alone
+                                     if r != SHARE and not r.startswith(CLASS_RESOURCE)})
         limits = {r: q for r, q in requests.items() if r not in OVERCOMMITTED}  # limits must equal requests
         pod_spec["containers"] = [{"name": "main", "image": DEFAULT_IMAGE,
                                    "resources": {"requests": requests, **({"limits": limits} if limits else {})}}]
@@ -149,6 +157,7 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
     # A restarted pod gets a new name: the one it replaces may still be terminating.
     name = f"{job.job.id}-a{job.attempt}-{task}-{index}" + (f"-r{job.retries}" if job.retries else "") + (
         f"-m{job.moved}" if job.moved else "")
+    with_claims(pod_spec, name)
     pod: Obj = {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
                 "spec": pod_spec}
@@ -271,6 +280,7 @@ class KubernetesBackend:
         self.nodes = Informer(kube, "/api/v1/nodes", "nodes", self._node_event, transform=slim_node)
         self.hypernodes = Informer(kube, HYPERNODES, "hypernodes", self._hypernode_event, missing_ok=True)
         self.pods = Informer(kube, "/api/v1/pods", "pods", self._pod_event, index=self._job_of, transform=slim_pod)
+        self.dra = Claims(kube, self._ours, self._schedule_rebuild)
         self.state = ClusterState(Topology({}, {}, {}, {}))
         self.started = False
         # Pods counted against their nodes by this backend (other workloads', and our own from an
@@ -313,7 +323,7 @@ class KubernetesBackend:
 
     async def start(self, timeout: float = 120) -> None:
         """Fill the caches and build the cluster state from them; then follow every change."""
-        informers = (self.nodes, self.hypernodes, self.pods)
+        informers = (self.nodes, self.hypernodes, self.pods, *self.dra.informers)
         self._tasks = [asyncio.create_task(i.run()) for i in informers]
         deadline = time.monotonic() + timeout
         for informer in informers:
@@ -357,6 +367,10 @@ class KubernetesBackend:
 
     def _topology(self) -> Topology:
         nodes = [parse_node(o) for o in self.nodes.items()]
+        offered = self.dra.offered()  # DRA devices, as their classes' resources
+        if offered:
+            nodes = [replace(n, allocatable={**n.allocatable, **offered[n.name]}) if n.name in offered else n
+                     for n in nodes]
         if self.write_hypernodes and self.topology_labels and not self._foreign():
             # The tree the labels describe now; the HyperNode objects follow it (sync_hypernodes).
             return build(nodes, label_hypernodes(nodes, self.topology_labels))
@@ -731,9 +745,16 @@ class KubernetesBackend:
         for m in manifests:
             phases.setdefault(f"{namespace}/{m['metadata']['name']}", "Pending")
         path = f"/api/v1/namespaces/{namespace}/pods"
-        created = await _all((self.kube.create(path, m) for m in manifests), self.limit)
+        made: dict[str, Obj] = {}  # name -> the pod as created
+
+        async def create(manifest: Obj) -> None:
+            made[manifest["metadata"]["name"]] = await self.kube.create(path, manifest)
+
+        created = await _all((create(m) for m in manifests), self.limit)
         failed = [(f"creating pod {namespace}/{m['metadata']['name']}", e)
                   for m, e in zip(manifests, created, strict=True) if e is not None]
+        if not failed and job.job.spec.resource_claim_templates_json:
+            failed = await self._claim(job, [made[m["metadata"]["name"]] for m in manifests], pods, namespace)
         if not failed:
             bindings = [{"apiVersion": "v1", "kind": "Binding", "metadata": {"name": m["metadata"]["name"]},
                          "target": {"apiVersion": "v1", "kind": "Node", "name": p.node}}
@@ -745,11 +766,32 @@ class KubernetesBackend:
         if failed:
             made = [m["metadata"]["name"] for m, e in zip(manifests, created, strict=True) if e is None]
             await self._delete_pods(namespace, made)
+            if job.job.spec.resource_claim_templates_json:
+                await self.dra.release(namespace, manifests)
             for m in manifests:
                 phases.pop(f"{namespace}/{m['metadata']['name']}", None)
             # A permanent refusal first: one forbidden pod makes the whole gang impossible here.
             step, err = min(failed, key=lambda f: not _permanent(f[1]))
             raise BindError(f"{step}: {_explain(err)}", _permanent(err)) from None
+
+    async def _claim(self, job: AgentJob, made: Sequence[Obj], pods: Sequence[PodPlacement], namespace: str
+                     ) -> list[tuple[str, Exception]]:
+        """The ResourceClaims of the pods `made` (as created) made and allocated on their nodes, one pod after
+        another (each takes devices the next may not); what failed, as `_bind` reports it."""
+        templates = {t["metadata"]["name"]: t for t in map(json.loads, job.job.spec.resource_claim_templates_json)}
+        tasks = {t.name: t for t in job.job.spec.tasks}
+        labels = {MANAGED_BY: self.cluster, JOB_HASH: job_hash(job.job.id)}
+        for pod, p in zip(made, pods, strict=True):
+            claims = pod_claims(tasks[p.task].pod_template_json)
+            if not claims:
+                continue
+            name = pod["metadata"]["name"]
+            step = f"allocating devices for pod {namespace}/{name} on node {p.node}"
+            try:
+                await self.dra.claim(namespace, (name, pod["metadata"]["uid"]), p.node, claims, templates, labels)
+            except (KubeError, ClaimRefused) as err:
+                return [(step, err)]
+        return []
 
     async def _delete_pods(self, namespace: str, names: Sequence[str]) -> None:
         base = f"/api/v1/namespaces/{namespace}/pods"
@@ -886,6 +928,8 @@ def _permanent(err: Exception) -> bool:
 
 
 def _explain(err: Exception) -> str:
+    if isinstance(err, ClaimRefused):
+        return str(err)
     if not isinstance(err, KubeError):
         return f"the API server could not be reached: {err}"
     if err.status == 403:

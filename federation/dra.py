@@ -1,0 +1,344 @@
+"""Dynamic Resource Allocation (resource.k8s.io/v1) as the federation and its agents read it: what a pod's
+ResourceClaims ask for, and which published devices satisfy them.
+
+A pod names claims in `spec.resourceClaims`, each made from a ResourceClaimTemplate (`resourceClaimTemplateName`)
+the job carries. A claim's requests each ask for `count` devices of a DeviceClass, narrowed by CEL selectors; the
+class's own selectors apply too. Devices are published by drivers in ResourceSlices, per node. The federation counts
+a request's devices under the class's implicit extended resource name (`deviceclass.resource.kubernetes.io/<class>`,
+as Kubernetes names it), so inventories, quotas and fair shares see DRA devices like any resource; the agent picks
+the devices, as kube-scheduler's DynamicResources plugin would.
+
+Pure: parsed objects in, decisions out. CEL is evaluated with cel-python, with the Kubernetes `quantity` library.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import celpy
+from celpy import celtypes
+from kubernetes.utils.quantity import parse_quantity
+
+from federation.resources import Resources
+
+CLASS_RESOURCE = "deviceclass.resource.kubernetes.io/"  # + a DeviceClass's name: Kubernetes' implicit name for it
+API = "resource.k8s.io/v1"
+
+
+class ClaimError(ValueError):
+    """A template or pod claim the federation cannot act on: the field at fault, and why."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+def class_resource(device_class: str) -> str:
+    return CLASS_RESOURCE + device_class
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """One request of a claim: `count` devices of `device_class` that every selector accepts."""
+
+    name: str
+    device_class: str
+    count: int
+    selectors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    requests: tuple[DeviceRequest, ...]
+
+    def demand(self) -> Resources:
+        out: Resources = {}
+        for r in self.requests:
+            out[class_resource(r.device_class)] = out.get(class_resource(r.device_class), 0) + r.count
+        return out
+
+
+def _cel_list(value: Any, path: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ClaimError(f"{path}", "expected a list")
+    return value
+
+
+def claim_spec(spec: Any, path: str) -> ClaimSpec:
+    """A ResourceClaimSpec (`spec.devices.requests`) as requests; refused with the field at fault where the
+    federation cannot count it (allocation mode All, prioritized lists, constraints, configs it would not pass)."""
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    if not isinstance(devices, dict):
+        raise ClaimError(f"{path}.devices", "expected a mapping with requests")
+    for unsupported in ("constraints", "config"):
+        if devices.get(unsupported):
+            raise ClaimError(f"{path}.devices.{unsupported}", "not supported by the federation's allocator")
+    requests = []
+    for i, req in enumerate(_cel_list(devices.get("requests"), f"{path}.devices.requests")):
+        rpath = f"{path}.devices.requests[{i}]"
+        if not isinstance(req, dict) or not isinstance(req.get("name"), str) or not req["name"]:
+            raise ClaimError(f"{rpath}.name", "every request needs a name")
+        if "firstAvailable" in req:
+            raise ClaimError(f"{rpath}.firstAvailable", "prioritized lists are not supported by the federation")
+        exactly = req.get("exactly")
+        if not isinstance(exactly, dict) or not isinstance(exactly.get("deviceClassName"), str):
+            raise ClaimError(f"{rpath}.exactly.deviceClassName", "required")
+        mode = exactly.get("allocationMode", "ExactCount")
+        if mode != "ExactCount":
+            raise ClaimError(f"{rpath}.exactly.allocationMode", f"{mode!r} cannot be counted against quotas before "
+                             "allocation; ask for an exact count")
+        count = exactly.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ClaimError(f"{rpath}.exactly.count", f"{count!r} must be a whole number of at least 1")
+        selectors = []
+        for j, sel in enumerate(_cel_list(exactly.get("selectors"), f"{rpath}.exactly.selectors")):
+            expression = (sel.get("cel") or {}).get("expression") if isinstance(sel, dict) else None
+            if not isinstance(expression, str):
+                raise ClaimError(f"{rpath}.exactly.selectors[{j}].cel.expression", "required")
+            try:
+                _program(expression)
+            except celpy.CELParseError as err:
+                raise ClaimError(f"{rpath}.exactly.selectors[{j}].cel.expression",
+                                 "does not parse as CEL: " + " ".join(str(err).split())) from None
+            selectors.append(expression)
+        requests.append(DeviceRequest(req["name"], exactly["deviceClassName"], count, tuple(selectors)))
+    if not requests:
+        raise ClaimError(f"{path}.devices.requests", "a claim asks for at least one device")
+    return ClaimSpec(tuple(requests))
+
+
+def templates(templates_json: Iterable[str]) -> dict[str, ClaimSpec]:
+    """The job's ResourceClaimTemplates by name."""
+    out: dict[str, ClaimSpec] = {}
+    for i, text in enumerate(templates_json):
+        path = f"resource_claim_templates_json[{i}]"
+        try:
+            obj = json.loads(text)
+        except ValueError as err:
+            raise ClaimError(f"{path}", f"not JSON ({err})") from None
+        if not isinstance(obj, dict) or obj.get("kind") != "ResourceClaimTemplate" or obj.get("apiVersion") != API:
+            raise ClaimError(f"{path}", f"expected a ResourceClaimTemplate of {API}")
+        name = (obj.get("metadata") or {}).get("name")
+        if not isinstance(name, str) or not name:
+            raise ClaimError(f"{path}.metadata.name", "required")
+        out[name] = claim_spec((obj.get("spec") or {}).get("spec"), f"{path}.spec.spec")
+    return out
+
+
+def pod_claims(pod_template_json: str) -> list[tuple[str, str]]:
+    """A pod template's claims: (claim name, the template it is made from)."""
+    if not pod_template_json:
+        return []
+    try:
+        spec = (json.loads(pod_template_json) or {}).get("spec") or {}
+    except (ValueError, AttributeError, RecursionError):
+        return []  # said by the pod template's own checks
+    claims = spec.get("resourceClaims") if isinstance(spec, dict) else None
+    out = []
+    for i, claim in enumerate(claims if isinstance(claims, list) else []):
+        path = f"pod_template_json.spec.resourceClaims[{i}]"
+        if not isinstance(claim, dict) or not isinstance(claim.get("name"), str):
+            raise ClaimError(f"{path}.name", "required")
+        if "resourceClaimName" in claim:
+            raise ClaimError(f"{path}.resourceClaimName", "a claim shared between pods is not supported; name a "
+                             "ResourceClaimTemplate (resourceClaimTemplateName) the job carries")
+        template = claim.get("resourceClaimTemplateName")
+        if not isinstance(template, str) or not template:
+            raise ClaimError(f"{path}.resourceClaimTemplateName", "required")
+        out.append((claim["name"], template))
+    return out
+
+
+def pod_demand(pod_template_json: str, by_name: Mapping[str, ClaimSpec]) -> Resources:
+    """The devices one pod's claims ask for, per class resource."""
+    out: Resources = {}
+    for i, (_, template) in enumerate(pod_claims(pod_template_json)):
+        spec = by_name.get(template)
+        if spec is None:
+            raise ClaimError(f"pod_template_json.spec.resourceClaims[{i}].resourceClaimTemplateName", f"{template!r} "
+                             "is not among the job's ResourceClaimTemplates")
+        for r, n in spec.demand().items():
+            out[r] = out.get(r, 0) + n
+    return out
+
+
+# -- devices and CEL ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Device:
+    """One published device: where it is (`node`, "" for devices of no one node), its identity, and the CEL view of
+    its attributes and capacity."""
+
+    driver: str
+    pool: str
+    name: str
+    node: str
+    attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # domain -> id -> value
+    capacity: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # domain -> id -> amount
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.name)
+
+
+def _qualified(name: str, driver: str) -> tuple[str, str]:
+    domain, slash, ident = name.rpartition("/")
+    return (domain, ident) if slash else (driver, name)
+
+
+def _attribute(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return None
+    for kind in ("string", "int", "bool", "version"):
+        if kind in value:
+            return value[kind]
+    return None
+
+
+def _amount(quantity: Any) -> int:
+    value = parse_quantity(str(quantity))
+    return int(value) if value == value.to_integral_value() else int(value.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def slice_devices(resource_slice: Mapping[str, Any]) -> list[Device]:
+    """The devices a ResourceSlice publishes."""
+    spec = resource_slice.get("spec") or {}
+    driver, pool = spec.get("driver", ""), (spec.get("pool") or {}).get("name", "")
+    node = spec.get("nodeName") or ""
+    out = []
+    for d in spec.get("devices") or []:
+        attributes: dict[str, dict[str, Any]] = {}
+        for name, value in (d.get("attributes") or {}).items():
+            domain, ident = _qualified(name, driver)
+            attributes.setdefault(domain, {})[ident] = _attribute(value)
+        capacity: dict[str, dict[str, int]] = {}
+        for name, value in (d.get("capacity") or {}).items():
+            domain, ident = _qualified(name, driver)
+            capacity.setdefault(domain, {})[ident] = _amount((value or {}).get("value", "0"))
+        out.append(Device(driver, pool, d.get("name", ""), node, attributes, capacity))
+    return out
+
+
+class _Quantity(celtypes.IntType):
+    """A Kubernetes quantity in CEL (its `quantity()` library), as its amount in base units."""
+
+
+def _quantity(text: celtypes.StringType) -> _Quantity:
+    return _Quantity(_amount(str(text)))
+
+
+def _compare(a: celtypes.IntType, b: celtypes.IntType) -> celtypes.IntType:
+    return celtypes.IntType((int(a) > int(b)) - (int(a) < int(b)))
+
+
+_FUNCTIONS = {
+    "quantity": _quantity,
+    "compareTo": _compare,
+    "isGreaterThan": lambda a, b: celtypes.BoolType(int(a) > int(b)),
+    "isLessThan": lambda a, b: celtypes.BoolType(int(a) < int(b)),
+    "asInteger": lambda a: celtypes.IntType(int(a)),
+    "asApproximateFloat": lambda a: celtypes.DoubleType(float(int(a))),
+}
+
+
+@functools.lru_cache(maxsize=1024)
+def _program(expression: str) -> Any:
+    env = celpy.Environment()
+    return env.program(env.compile(expression), functions=_FUNCTIONS)
+
+
+def _cel_device(device: Device) -> Any:
+    return celpy.json_to_cel({
+        "driver": device.driver,
+        "attributes": {d: dict(v) for d, v in device.attributes.items()},
+        "capacity": {d: {k: int(a) for k, a in v.items()} for d, v in device.capacity.items()},
+        "allowMultipleAllocations": False})
+
+
+def accepts(expressions: Sequence[str], device: Device) -> bool:
+    """Whether every CEL selector accepts the device. An expression that fails on it (a missing attribute, a
+    type mismatch) does not: Kubernetes' allocator would stop with that error; here the device is passed over."""
+    if not expressions:
+        return True
+    view = {"device": _cel_device(device)}
+    for expression in expressions:
+        try:
+            result = _program(expression).evaluate(view)
+        except celpy.CELEvalError:
+            return False
+        if not isinstance(result, celtypes.BoolType) or not bool(result):
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A claim's devices: (request name, device) each."""
+
+    results: tuple[tuple[str, Device], ...]
+
+
+def allocate(claim: ClaimSpec, classes: Mapping[str, Sequence[str]], free: Sequence[Device]) -> Allocation | str:
+    """Devices for each request of the claim among `free` (devices of one node, not allocated to any claim), in
+    their (driver, pool, name) order; or why not. `classes`: each DeviceClass's selectors."""
+    taken: set[tuple[str, str, str]] = set()
+    results = []
+    ordered = sorted(free, key=lambda d: d.key)
+    for req in claim.requests:
+        if req.device_class not in classes:
+            return f"request {req.name}: DeviceClass {req.device_class} does not exist in this cluster"
+        wanted = (*classes[req.device_class], *req.selectors)
+        chosen = [d for d in ordered if d.key not in taken and accepts(wanted, d)][:req.count]
+        if len(chosen) < req.count:
+            return (f"request {req.name}: {len(chosen)} of {req.count} {req.device_class} devices free that its "
+                    "selectors accept")
+        taken.update(d.key for d in chosen)
+        results.extend((req.name, d) for d in chosen)
+    return Allocation(tuple(results))
+
+
+def class_counts(devices: Iterable[Device], classes: Mapping[str, Sequence[str]]) -> dict[str, Resources]:
+    """Per node, how many of its devices each DeviceClass accepts (under the class resource): what a node offers."""
+    out: dict[str, Resources] = {}
+    for d in devices:
+        if not d.node:
+            continue
+        for name, selectors in classes.items():
+            if accepts(selectors, d):
+                counts = out.setdefault(d.node, {})
+                counts[class_resource(name)] = counts.get(class_resource(name), 0) + 1
+    return out
+
+
+def class_selectors(device_class: Mapping[str, Any]) -> list[str]:
+    """A DeviceClass's CEL selectors."""
+    return [s["cel"]["expression"] for s in (device_class.get("spec") or {}).get("selectors") or []
+            if isinstance(s, dict) and isinstance(s.get("cel"), dict) and "expression" in s["cel"]]
+
+
+def allocated(claims: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str]]:
+    """The devices ResourceClaims hold (their status.allocation)."""
+    out = set()
+    for claim in claims:
+        alloc = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+        for r in alloc.get("results") or []:
+            out.add((r.get("driver", ""), r.get("pool", ""), r.get("device", "")))
+    return out
+
+
+def claim_status(allocation: Allocation, node: str, pod_name: str, pod_uid: str) -> dict[str, Any]:
+    """The status kube-scheduler's DRA plugin writes: the devices, the node they are usable from, and the pod that
+    holds the claim."""
+    return {"allocation": {
+        "devices": {"results": [{"request": req, "driver": d.driver, "pool": d.pool, "device": d.name}
+                                for req, d in allocation.results]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}},
+        "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod_uid}]}

@@ -1,0 +1,131 @@
+"""Dynamic Resource Allocation in a member cluster, as kube-scheduler's DynamicResources plugin and the
+resourceclaim controller would do it for the agent's own pods: make each pod's ResourceClaims from the job's
+templates, pick devices on the pod's node that the DeviceClass's and the claim's CEL selectors accept, write the
+allocation to the claim's status (reserved for the pod), and only then bind.
+
+The cluster's devices come from the drivers' ResourceSlices; what is taken, from every ResourceClaim's allocation
+(and what this agent has just allocated, before its watch sees it). A node offers each DeviceClass's devices as
+the class resource (`federation.dra.class_resource`), less those other workloads' claims hold, so placement and
+the federation count them like any resource.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from federation import dra
+from federation.resources import Resources
+from member_agent.informer import Informer
+from member_agent.kubeapi import Kube, KubeError
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+BASE = "/apis/resource.k8s.io/v1"
+POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"  # the resourceclaim controller's annotation
+
+
+def claim_name(pod: str, claim: str) -> str:
+    return f"{pod}-{claim}"[:253]
+
+
+def with_claims(pod_spec: Obj, pod: str) -> None:
+    """Point the pod's claims at the ResourceClaims the agent makes for it (kubelet then reads them by name)."""
+    claims = pod_spec.get("resourceClaims")
+    if claims:
+        pod_spec["resourceClaims"] = [{"name": c["name"], "resourceClaimName": claim_name(pod, c["name"])}
+                                      for c in claims]
+
+
+class Claims:
+    def __init__(self, kube: Kube, ours: Callable[[Obj], bool], changed: Callable[[], None]) -> None:
+        """`ours`: whether an object is this agent's; `changed`: the devices nodes offer may have changed."""
+        self.kube = kube
+        self.ours = ours
+        self.changed = changed
+        self.slices = Informer(kube, f"{BASE}/resourceslices", "resourceslices", self._event, missing_ok=True)
+        self.classes = Informer(kube, f"{BASE}/deviceclasses", "deviceclasses", self._event, missing_ok=True)
+        self.claims = Informer(kube, f"{BASE}/resourceclaims", "resourceclaims", self._claim_event, missing_ok=True)
+        self._pending: dict[str, set[tuple[str, str, str]]] = {}  # claim key -> devices allocated, not yet seen
+
+    @property
+    def informers(self) -> tuple[Informer, ...]:
+        return (self.slices, self.classes, self.claims)
+
+    def _event(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        self.changed()
+
+    def _claim_event(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new or old or {}
+        meta = obj.get("metadata") or {}
+        self._pending.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
+        if not self.ours(obj):  # ours are counted by their pods' requests
+            self.changed()
+
+    def class_selectors(self) -> dict[str, list[str]]:
+        return {(c.get("metadata") or {}).get("name", ""): dra.class_selectors(c) for c in self.classes.items()}
+
+    def devices(self) -> list[dra.Device]:
+        return [d for s in self.slices.items() for d in dra.slice_devices(s)]
+
+    def _taken(self, ours_too: bool) -> set[tuple[str, str, str]]:
+        held = dra.allocated(c for c in self.claims.items() if ours_too or not self.ours(c))
+        if ours_too:
+            for devices in self._pending.values():
+                held |= devices
+        return held
+
+    def offered(self) -> dict[str, Resources]:
+        """Per node, each DeviceClass's devices there that no other workload's claim holds."""
+        if not self.slices.store:
+            return {}
+        taken = self._taken(ours_too=False)
+        return dra.class_counts((d for d in self.devices() if d.key not in taken), self.class_selectors())
+
+    async def claim(self, namespace: str, pod: tuple[str, str], node: str, claims: Sequence[tuple[str, str]],
+                    templates: Mapping[str, Obj], labels: Mapping[str, str]) -> None:
+        """Make, allocate and reserve the claims of a pod (name, uid) on `node`: (claim, its template) each, from
+        the job's `templates` by name. Raises ClaimRefused (with why) or KubeError."""
+        classes = self.class_selectors()
+        taken = self._taken(ours_too=True)
+        free = [d for d in self.devices() if d.node == node and d.key not in taken]
+        name, uid = pod
+        for claim, template in claims:
+            spec = (templates[template].get("spec") or {}).get("spec") or {}
+            allocation = dra.allocate(dra.claim_spec(spec, "spec"), classes, free)
+            if isinstance(allocation, str):
+                raise ClaimRefused(f"claim {claim} of pod {namespace}/{name} on node {node}: {allocation}")
+            cname = claim_name(name, claim)
+            body = {"apiVersion": dra.API, "kind": "ResourceClaim", "metadata": {
+                "name": cname, "namespace": namespace, "labels": dict(labels),
+                "annotations": {POD_CLAIM_NAME: claim},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid, "controller": True}]},
+                "spec": spec}
+            path = f"{BASE}/namespaces/{namespace}/resourceclaims"
+            await self.kube.create(path, body)
+            devices = {d.key for _, d in allocation.results}
+            self._pending[f"{namespace}/{cname}"] = devices
+            await self.kube.patch(f"{path}/{cname}/status", {"status": dra.claim_status(allocation, node, name, uid)})
+            free = [d for d in free if d.key not in devices]
+
+    async def release(self, namespace: str, pods: Sequence[Obj]) -> None:
+        """Delete the claims made for pods that were not bound (their owner's deletion would, later)."""
+        for pod in pods:
+            spec = pod.get("spec") or {}
+            for c in spec.get("resourceClaims") or []:
+                cname = c.get("resourceClaimName")
+                if not cname:
+                    continue
+                self._pending.pop(f"{namespace}/{cname}", None)
+                try:
+                    await self.kube.delete(f"{BASE}/namespaces/{namespace}/resourceclaims/{cname}")
+                except KubeError as err:
+                    if err.status != 404:
+                        log.warning("could not delete claim %s/%s: %s", namespace, cname, err)
+
+
+class ClaimRefused(Exception):
+    """The node has not the devices a pod's claim asks for (the placement's count was stale, or selectors narrower
+    than the class)."""
+

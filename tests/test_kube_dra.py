@@ -1,0 +1,107 @@
+"""Dynamic Resource Allocation on the real API server with KWOK nodes (issue 31): the test bed publishes
+ResourceSlices for its nodes as a driver would; a gang whose pods name ResourceClaimTemplates gets each pod's
+claims made, devices allocated on the pod's node by the DeviceClass's and the claim's CEL selectors, the allocation
+written to the claims' status (reserved for the pod), and only then is bound."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from federation.dra import API, class_resource
+from federation.testbed.cluster import Testbed
+from federation.testbed.dra import DRIVER, resource_slices
+from federation.v1 import agent_pb2, common_pb2
+from member_agent.agent import Agent
+from tests.kubehelp import JOBS, backend, eventually, gpu_cluster, next_update, pods, ready_nodes
+
+
+def model_class(model: str) -> dict[str, Any]:
+    """A DeviceClass per GPU model, as clusters offering several models define them."""
+    return {"apiVersion": API, "kind": "DeviceClass", "metadata": {"name": model.lower()},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}" && '
+                                                          f'device.attributes["{DRIVER}"].model == "{model}"'}}]}}
+
+
+def claim_template(name: str, device_class: str, count: int, selector: str = "") -> str:
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "count": count}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return json.dumps({"apiVersion": API, "kind": "ResourceClaimTemplate", "metadata": {"name": name},
+                       "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}}}})
+
+
+def dra_job(name: str, pods: int, template: str) -> common_pb2.Job:
+    pod = json.dumps({"spec": {
+        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": json.loads(template)["metadata"]["name"]}],
+        "containers": [{"name": "train", "image": "x", "resources": {"requests": {"cpu": "1"},
+                                                                      "claims": [{"name": "gpus"}]}}]}})
+    return common_pb2.Job(id=f"{name}-1", spec=common_pb2.JobSpec(
+        name=name, queue="q", annotations={"federation.dev/sim-duration": "600s"},
+        resource_claim_templates_json=[template],
+        tasks=[common_pb2.TaskSpec(name="worker", replicas=pods, resources={"cpu": "1"}, pod_template_json=pod)]))
+
+
+def claims(kube: Testbed) -> dict[str, Any]:
+    found = client.CustomObjectsApi(kube.admin()).list_namespaced_custom_object(
+        "resource.k8s.io", "v1", JOBS, "resourceclaims")
+    return {c["metadata"]["name"]: c for c in found["items"]}
+
+
+async def test_claims_are_allocated_on_the_pods_nodes_then_the_pods_bound(kube: Testbed, tmp_path: Path) -> None:
+    h100, a100 = gpu_cluster(kube, (1, 1, 2))  # two nodes: four H100s on one, four A100s on the other
+    kube.apply([model_class("H100"), model_class("A100"), *resource_slices([h100], 4, "H100"),
+                *resource_slices([a100], 4, "A100", memory="40Gi")])
+    b = await backend(kube, tmp_path)
+    agent = Agent("east", {}, b)
+    seen: list[agent_pb2.JobUpdate] = []
+    try:
+        await ready_nodes(b, 2)
+        offered = class_resource("h100"), class_resource("a100")
+        await eventually(lambda: all(b.state.free[n].get(r) == 4 for n, r in zip((h100, a100), offered, strict=True)),
+                         what="each node offering its model's four devices")
+        capacity, _, _ = b.state.totals()
+        assert (capacity[offered[0]], capacity[offered[1]]) == (4, 4)  # what the federation's inventory shows
+
+        at_least_64gi = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("64Gi")) >= 0'
+        await agent.assign(dra_job("train", 2, claim_template("two-h100", "h100", 2, at_least_64gi)), attempt=1)
+        await next_update(agent, agent_pb2.BOUND, seen)
+        made = pods(kube)
+        assert len(made) == 2 and {p.spec.node_name for p in made.values()} == {h100}
+        held = claims(kube)
+        assert len(held) == 2
+        devices = []
+        for name, pod in made.items():
+            (ref,) = pod.spec.resource_claims
+            claim = held[ref.resource_claim_name]
+            assert claim["metadata"]["ownerReferences"][0]["uid"] == pod.metadata.uid
+            status = claim["status"]
+            assert status["reservedFor"] == [{"resource": "pods", "name": name, "uid": pod.metadata.uid}]
+            terms = status["allocation"]["nodeSelector"]["nodeSelectorTerms"]
+            assert terms[0]["matchFields"][0]["values"] == [h100]
+            results = status["allocation"]["devices"]["results"]
+            assert len(results) == 2 and all((r["driver"], r["pool"], r["request"]) == (DRIVER, h100, "gpus")
+                                             for r in results)
+            devices += [r["device"] for r in results]
+        assert sorted(devices) == [f"gpu-{i}" for i in range(4)]  # each device to one claim
+        assert b.state.free[h100][offered[0]] == 0
+
+        # No H100 left: the next gang is refused here; the A100s' 40 GiB fail the selector of a claim asking 64.
+        await agent.assign(dra_job("more", 1, claim_template("one-h100", "h100", 1)), attempt=1)
+        refused = await next_update(agent, agent_pb2.REJECTED, seen)
+        assert class_resource("h100") in refused.reason
+        await agent.assign(dra_job("big", 1, claim_template("one-a100", "a100", 1, at_least_64gi)), attempt=1)
+        refused = await next_update(agent, agent_pb2.REJECTED, seen)
+        assert "selectors accept" in refused.reason
+        assert set(claims(kube)) == set(held)  # the refused gang's claims were taken back
+        # An A100 claim with no such selector is allocated on the A100 node.
+        await agent.assign(dra_job("small", 1, claim_template("one-a100", "a100", 1)), attempt=1)
+        await next_update(agent, agent_pb2.BOUND, seen)
+        (small,) = [c for n, c in claims(kube).items() if n not in held]
+        assert [(r["pool"], r["device"]) for r in small["status"]["allocation"]["devices"]["results"]] == [
+            (a100, "gpu-0")]
+    finally:
+        await b.stop()
