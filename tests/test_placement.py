@@ -302,6 +302,28 @@ def test_a_pod_goes_where_it_leaves_free_gpus_the_usual_pods_can_use() -> None:
     assert nodes_of(placed(place(state, one))) == ["n0-0"]  # 2 free either side (not 3, as remembered): by name
 
 
+def test_where_pods_come_on_their_own_a_lone_pod_takes_the_emptiest_of_the_nodes_it_fragments_alike() -> None:
+    """Three nodes of one leaf with 2, 4 and 6 GPUs free, the usual pods 1-GPU ones (no free GPU is fragmented for
+    them anywhere): once that is learnt, a one-pod job goes to the emptiest, keeping cpu beside every node's GPUs; a
+    gang of pods still packs, fullest first; and where the pods placed came in gangs, a lone pod packs too."""
+    state = cluster([1, 3])
+    for node, used in (("n0-0", 6), ("n0-1", 4), ("n0-2", 2)):
+        for _ in range(used):
+            state.allocate(node, {GPU: 1, "cpu": 1})
+    one = GangRequest((TaskRequest("infer", 1, {GPU: 1, "cpu": 1}),))
+    assert state.fragmentation.mix.total == 12 and not state.fragmentation.mix.weights
+    assert nodes_of(placed(place(state, one))) == ["n0-0"]  # nothing learnt yet: the fullest
+    for _ in range(4):
+        state.fragmentation.mix.add({GPU: 1, "cpu": 1})
+    assert nodes_of(placed(place(state, one))) == ["n0-2"]
+    pair = GangRequest((TaskRequest("infer", 2, {GPU: 1, "cpu": 1}),))
+    assert nodes_of(placed(place(state, pair))) == ["n0-0", "n0-0"]
+    state.fragmentation.mix.add({GPU: 1, "cpu": 1}, gang=2)  # 1 of 17 came in a gang: at most a tenth
+    assert nodes_of(placed(place(state, one))) == ["n0-2"]
+    state.fragmentation.mix.add({GPU: 1, "cpu": 1}, gang=2)  # 2 of 18, more than a tenth: gangs to keep room for
+    assert nodes_of(placed(place(state, one))) == ["n0-0"]
+
+
 def test_fragmentation_counts_the_free_gpus_each_usual_shape_could_not_use() -> None:
     from member_agent.fragmentation import PodMix, fragmented
 

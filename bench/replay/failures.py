@@ -152,7 +152,7 @@ def replay(jobs: Sequence[TraceJob], shape: Shape, failures: Sequence[Failure], 
         if not isinstance(placement, Placement):
             return False
         for p in placement.pods:
-            state.allocate(p.node, {GPU: GPUS_PER_NODE})
+            state.allocate(p.node, {GPU: GPUS_PER_NODE}, gang=len(placement.pods))
             running.setdefault(p.node, set()).add(run)
         run.placement, run.began, run.progress_from = placement, now, now + restart
         run.end_event = push(run.progress_from + run.left, "end", run)

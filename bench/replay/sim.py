@@ -178,7 +178,7 @@ class Replay:
         state = self.states[cluster]
         _, per = self._pods(job)
         for pod in pods:
-            state.allocate(pod.node, {GPU: per})
+            state.allocate(pod.node, {GPU: per}, gang=len(pods))
         record.start, record.cluster = now, cluster
         if record.first_start < 0:
             record.first_start = now

@@ -90,6 +90,15 @@ class AgentJob:
     accepted: frozenset[str] = frozenset()  # degraded nodes it was placed on knowingly (nothing healthy fitted)
     moved: str = ""  # drawn at each move off degraded hardware: its new pods' names differ from those still going
 
+    @property
+    def gang(self) -> int:
+        return gang_size(self.job.spec)
+
+
+def gang_size(spec: common_pb2.JobSpec) -> int:
+    """Its pods, as the pod mix counts gangs (`fragmentation.PodMix`)."""
+    return sum(t.replicas for t in spec.tasks)
+
 
 def _placements(pods: Sequence[PodPlacement]) -> list[common_pb2.PodPlacement]:
     return [common_pb2.PodPlacement(task=p.task, index=p.index, node=p.node) for p in pods]
@@ -386,7 +395,7 @@ class Agent:
                 if isinstance(placement, Rejection) or not placement.pods:
                     continue
                 for pod in placement.pods:
-                    self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share)
+                    self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share, job.gang)
                 try:
                     await self.backend.bind(job, placement.pods)
                 except BindError as err:
@@ -553,7 +562,7 @@ class Agent:
         bound = AgentJob(job, attempt, list(placement.pods), requests, placement.hypernode, placement.tier,
                          retries=job.status.retries, accepted=self._knowingly(placement))
         for pod in bound.pods:
-            self.state.allocate(pod.node, requests[pod.task], 1, pod.devices, pod.share)
+            self.state.allocate(pod.node, requests[pod.task], 1, pod.devices, pod.share, gang_size(job.spec))
         self._binding[job.id] = early = []
         try:
             async for trying in AsyncRetrying(retry=retry_if_exception(_transient), wait=BIND_BACKOFF,
@@ -597,7 +606,7 @@ class Agent:
             return False
         requests = _task_requests(job.spec)
         for pod in found:
-            self.state.allocate(pod.node, requests[pod.task], 1, pod.devices, pod.share)
+            self.state.allocate(pod.node, requests[pod.task], 1, pod.devices, pod.share, gang_size(job.spec))
         hypernode = self.state.topology.lowest_common_domain(p.node for p in found)
         adopted = AgentJob(job, attempt, found, requests, hypernode, self.state.topology.domains[hypernode].tier,
                            retries=job.status.retries)
@@ -800,7 +809,7 @@ class Agent:
         if isinstance(placement, Rejection):
             return placement.reason
         for pod in placement.pods:
-            self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share)
+            self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share, job.gang)
         job.accepted |= self._knowingly(placement)
         job.pods += placement.pods
         job.hypernode, job.tier = placement.hypernode, placement.tier
@@ -894,7 +903,7 @@ class Agent:
             return isinstance(place(self.state, gang), Placement)
         finally:
             for pod in old:
-                self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share)
+                self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share, job.gang)
 
     async def _drain(self, job: AgentJob) -> None:
         """Move the gang off unsound hardware now: its pods there alone when healthy room under its HyperNode

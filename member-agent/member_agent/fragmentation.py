@@ -22,6 +22,9 @@ from federation.resources import SHARE, Resources
 GENERAL = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})  # every other resource is a device
 TOP_SHAPES = 32
 FIRST_EPOCH = 16  # pods seen before the mix is trusted; below it, no fragmentation is scored
+# At most this share of the device pods placed came in gangs of several pods: the cluster serves pods on their own
+# (inference, notebooks, openb's trace), and placement may spread them (`PodMix.mostly_single`).
+SINGLE_SHARE = 0.1
 
 Shape = tuple[tuple[str, int], ...]
 
@@ -35,18 +38,26 @@ class PodMix:
         self.epoch = 0
         self.next_epoch = FIRST_EPOCH
         self.weights: list[tuple[Shape, float]] = []
+        self.in_gangs = 0  # of `total`, pods that came in gangs of several pods
 
-    def add(self, request: Mapping[str, int]) -> None:
+    def add(self, request: Mapping[str, int], gang: int = 1) -> None:
+        """A device pod booked, one of a gang of `gang` pods."""
         if not any(r not in GENERAL and a > 0 for r, a in request.items()):
             return
         self.counts[tuple(sorted((r, a) for r, a in request.items() if a > 0))] += 1
         self.total += 1
+        self.in_gangs += gang > 1
         if self.total >= self.next_epoch:
             top = self.counts.most_common(TOP_SHAPES)
             seen = sum(n for _, n in top)
             self.weights = [(shape, n / seen) for shape, n in top]
             self.epoch += 1
             self.next_epoch *= 2
+
+    def mostly_single(self) -> bool:
+        """Whether the mix is learnt and its pods came on their own, nearly all: no gangs to keep whole HyperNodes
+        for, so a lone pod may go where it leaves the most room (`placement._Placer`)."""
+        return bool(self.weights) and self.in_gangs <= SINGLE_SHARE * self.total
 
 
 def fragmented(free: Mapping[str, int], weights: list[tuple[Shape, float]], gpus: Sequence[int] | None = None

@@ -348,7 +348,12 @@ def _request(groups: Sequence[_Group], required_only: bool) -> Resources:
 
 
 class _Placer:
-    def __init__(self, state: ClusterState, groups: list[_Group]) -> None:
+    def __init__(self, state: ClusterState, groups: list[_Group], spread: bool = False) -> None:
+        """`spread`: the gang is one pod, with no others to keep close. Where the cluster's learnt pod mix says its
+        pods come on their own (no gangs to keep whole HyperNodes for) the emptiest of the places that fragment it
+        alike takes the pod (Kubernetes' LeastAllocated), keeping cpu and memory free beside every node's GPUs; on
+        openb that leaves fewer GPUs unallocatable than packing (README, Benchmarks). Elsewhere the fullest."""
+        self.spread = spread and state.fragmentation.mix.mostly_single()
         self.state = state
         self.topology = state.topology
         self.groups = groups
@@ -370,8 +375,8 @@ class _Placer:
     def _choose(self, trial: _Trial, options: list[tuple[str, bool, int]], wanted: int, per_unit: Mapping[str, int],
                 resource: str | None, task: TaskRequest | None = None) -> tuple[str, bool, int]:
         """Of the options that take all `wanted` units, the one that fragments the cluster least for its pod mix
-        (a single pod of `task` looks into domains for the node it would take), then the fullest; else the one
-        that takes the most (then fullest)."""
+        (a single pod of `task` looks into domains for the node it would take), then the fullest (the emptiest, when
+        spreading a lone pod); else the one that takes the most (then fullest)."""
         whole = [o for o in options if o[2] >= wanted]
         if whole:
             request = {r: a * wanted for r, a in per_unit.items()}
@@ -381,9 +386,10 @@ class _Placer:
                     return trial.fragmenting(name, request, task, wanted)
                 return trial.least_fragmenting(name, task) if task is not None and wanted == 1 else 0.0
 
+            fuller = -1.0 if self.spread else 1.0
             return min(whole, key=lambda o: (self.spares(o[0], o[1], per_unit), fragmenting(o[0], o[1]),
                                              trial.stranding(o[0], o[1], request, resource),
-                                             trial.leftover(o[0], o[1], request, resource), o[0]))
+                                             fuller * trial.leftover(o[0], o[1], request, resource), o[0]))
         return min(options, key=lambda o: (-o[2], self.spares(o[0], o[1], per_unit),
                                            trial.leftover(o[0], o[1], {}, resource), o[0]))
 
@@ -483,7 +489,7 @@ def _place(state: ClusterState, gang: GangRequest) -> Placement | Rejection:
     groups = sorted(_groups(gang), key=lambda g: (-g.size, -sum(g.task.request.values()), g.task.name))
     if not groups:
         return Rejection("the job has no pods left to place")
-    placer = _Placer(state, groups)
+    placer = _Placer(state, groups, spread=not gang.running and sum(t.replicas for t in gang.tasks) == 1)
     request = _request(groups, required_only=True)
     root_tier = topology.root.tier
     limit = root_tier

@@ -173,10 +173,11 @@ class ClusterState:
                 totals[resource] = totals.get(resource, 0) + sign * amount
 
     def allocate(self, node: str, request: Mapping[str, int], sign: int = 1, devices: Sequence[int] | None = None,
-                 share: int = WHOLE) -> tuple[int, ...]:
+                 share: int = WHOLE, gang: int = 1) -> tuple[int, ...]:
         """Book (sign 1) or release (-1) a pod's request on a node; a GPU pod's devices too, `share` of each of
         `devices`. A whole-GPU pod whose devices are not known (another scheduler's) takes the lowest wholly free
-        ones on booking, the highest wholly taken on release. Returns the devices booked."""
+        ones on booking, the highest wholly taken on release. `gang`: the pods of its gang, for the pod mix.
+        Returns the devices booked."""
         free = self.free.get(node)
         if free is None:  # the node has left the cluster; what was booked on it went with it
             return ()
@@ -185,7 +186,7 @@ class ClusterState:
         asked = request
         if table is not None and (devices or request.get(GPU)):
             held, request = self._book_devices(table, request, sign, devices, share)
-        self._book(node, free, request, sign, asked)
+        self._book(node, free, request, sign, asked, gang)
         return held
 
     def _book_devices(self, table: list[int], request: Mapping[str, int], sign: int, devices: Sequence[int] | None,
@@ -208,7 +209,7 @@ class ClusterState:
         return held, changed
 
     def _book(self, node: str, free: Resources, request: Mapping[str, int], sign: int,
-              asked: Mapping[str, int]) -> None:
+              asked: Mapping[str, int], gang: int = 1) -> None:
         row = self._rows[node]
         for resource, amount in request.items():
             free[resource] = free.get(resource, 0) - sign * amount
@@ -217,7 +218,7 @@ class ClusterState:
                 self._free[row, column] -= sign * amount
         _add(self.used, request, sign)
         if sign > 0:
-            self.fragmentation.mix.add(asked)
+            self.fragmentation.mix.add(asked, gang)
         if node in self.ready:
             self._add_up(node, request, self.domain_free, -sign)
         self._changed(node)
