@@ -304,19 +304,6 @@ def allocate(claim: ClaimSpec, classes: Mapping[str, Sequence[str]], free: Seque
     return Allocation(tuple(results))
 
 
-def class_counts(devices: Iterable[Device], classes: Mapping[str, Sequence[str]]) -> dict[str, Resources]:
-    """Per node, how many of its devices each DeviceClass accepts (under the class resource): what a node offers."""
-    out: dict[str, Resources] = {}
-    for d in devices:
-        if not d.node:
-            continue
-        for name, selectors in classes.items():
-            if accepts(selectors, d):
-                counts = out.setdefault(d.node, {})
-                counts[class_resource(name)] = counts.get(class_resource(name), 0) + 1
-    return out
-
-
 def class_selectors(device_class: Mapping[str, Any]) -> list[str]:
     """A DeviceClass's CEL selectors."""
     return [s["cel"]["expression"] for s in (device_class.get("spec") or {}).get("selectors") or []

@@ -26,6 +26,11 @@ BASE = "/apis/resource.k8s.io/v1"
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"  # the resourceclaim controller's annotation
 
 
+def _version(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("uid") or meta.get("name", ""), meta.get("resourceVersion", "")
+
+
 def claim_name(pod: str, claim: str) -> str:
     return f"{pod}-{claim}"[:253]
 
@@ -48,6 +53,8 @@ class Claims:
         self.classes = Informer(kube, f"{BASE}/deviceclasses", "deviceclasses", self._event, missing_ok=True)
         self.claims = Informer(kube, f"{BASE}/resourceclaims", "resourceclaims", self._claim_event, missing_ok=True)
         self._pending: dict[str, set[tuple[str, str, str]]] = {}  # claim key -> devices allocated, not yet seen
+        # (slice, class) versions -> the slice's node and the devices of it the class accepts
+        self._accepted: dict[tuple[tuple[str, str], tuple[str, str]], tuple[str, frozenset[tuple[str, str, str]]]] = {}
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -59,7 +66,8 @@ class Claims:
     def _claim_event(self, kind: str, old: Obj | None, new: Obj | None) -> None:
         obj = new or old or {}
         meta = obj.get("metadata") or {}
-        self._pending.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
+        if new is None or (new.get("status") or {}).get("allocation"):  # the cache holds what was pending now
+            self._pending.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
         if not self.ours(obj):  # ours are counted by their pods' requests
             self.changed()
 
@@ -81,7 +89,25 @@ class Claims:
         if not self.slices.store:
             return {}
         taken = self._taken(ours_too=False)
-        return dra.class_counts((d for d in self.devices() if d.key not in taken), self.class_selectors())
+        out: dict[str, Resources] = {}
+        seen = set()
+        for s in self.slices.items():
+            for c in self.classes.items():
+                key = (_version(s), _version(c))
+                seen.add(key)
+                accepted = self._accepted.get(key)
+                if accepted is None:  # CEL over every device is slow: once per slice and class version
+                    selectors = dra.class_selectors(c)
+                    accepted = self._accepted[key] = (
+                        (s.get("spec") or {}).get("nodeName") or "",
+                        frozenset(d.key for d in dra.slice_devices(s) if dra.accepts(selectors, d)))
+                node, keys = accepted
+                free = len(keys - taken)
+                if node and free:
+                    resource = dra.class_resource((c.get("metadata") or {}).get("name", ""))
+                    out.setdefault(node, {})[resource] = out.get(node, {}).get(resource, 0) + free
+        self._accepted = {k: v for k, v in self._accepted.items() if k in seen}
+        return out
 
     async def claim(self, namespace: str, pod: tuple[str, str], node: str, claims: Sequence[tuple[str, str]],
                     templates: Mapping[str, Obj], labels: Mapping[str, str]) -> None:
