@@ -14,7 +14,8 @@ split across two; a whole-GPU pod takes wholly free devices. Every policy places
 way (`devices.assign`: a fraction on the device it leaves fullest) except FGD, which picks the device too.
 
 - `agent`: the member agent's placement core (`member_agent.placement.place`) as the agent runs
-  it, each pod a one-pod gang; its fragmentation score learns the pod mix from what it placed;
+  it, each pod a one-pod gang; its fragmentation score learns the pod mix from what it placed, and as
+  the pods come on their own (no gangs), of the places it fragments alike it takes the emptiest;
 - `first-fit`: the first node, by name, whose devices hold the pod;
 - `best-fit`: the node left with the least GPU share free (then least cpu), Kubernetes' MostAllocated;
 - `least-allocated`: the node left emptiest (Kubernetes' default scoring);
