@@ -4,9 +4,14 @@ profile). Pods land only on nodes that carry their profile; quotas and fair shar
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from federation.cli.manifest import jobs_from_documents
+from federation.cli.yamldoc import load_documents
 from federation.scheduling.cycle import PendingJob, QueueInfo, Snapshot, TenantInfo, schedule
 from federation.scheduling.fit import ClusterView, JobView, TierFree
 from member_agent import clusters
+from member_agent.gang import gang_request
 from member_agent.placement import GangRequest, Placement, Rejection, TaskRequest, place
 from member_agent.state import ClusterState
 from member_agent.topology import build, load_objects
@@ -17,9 +22,9 @@ PRODUCT = "nvidia.com/gpu.product"
 
 
 def agent_cluster() -> ClusterState:
-    objs = [clusters.node("mixed", {SLICE: "14", "nvidia.com/mig-3g.40gb": "2", "cpu": "64"}),
-            clusters.node("whole", {GPU: "8", "cpu": "64"}),
-            clusters.node("single", {GPU: "14", "cpu": "64"},
+    objs = [clusters.node("mixed", {SLICE: "14", "nvidia.com/mig-3g.40gb": "2", "cpu": "64", "memory": "512Gi"}),
+            clusters.node("whole", {GPU: "8", "cpu": "64", "memory": "512Gi"}),
+            clusters.node("single", {GPU: "14", "cpu": "64", "memory": "512Gi"},
                           {"nvidia.com/mig.strategy": "single", PRODUCT: "H100-80GB-HBM3-MIG-1g.10gb"})]
     objs.append(clusters.hypernode("rack", 1, "rack", ["mixed", "whole", "single"], "Node"))
     nodes, hypernodes, _ = load_objects(objs)
@@ -60,3 +65,12 @@ def test_fair_shares_of_a_profile_follow_the_weights() -> None:
                            pending, 14))
     assert sum(j.startswith("a") for j in d.assign) == 7 and sum(j.startswith("b") for j in d.assign) == 7
     assert d.shares is not None and d.shares.tenants["ta"][SLICE] == 7
+
+
+def test_the_example_s_slices_land_on_the_nodes_of_their_strategy() -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "mig" / "mig-slices.yaml"
+    (converted,) = jobs_from_documents(load_documents(example.read_text(), str(example)))
+    state = agent_cluster()
+    placement = place(state, gang_request(converted.message, state.topology))
+    assert isinstance(placement, Placement)
+    assert {(p.task, p.node) for p in placement.pods} == {("embed", "mixed"), ("rerank", "single")}
