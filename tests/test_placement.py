@@ -318,9 +318,11 @@ def test_where_pods_come_on_their_own_a_lone_pod_takes_the_emptiest_of_the_nodes
     assert nodes_of(placed(place(state, one))) == ["n0-2"]
     pair = GangRequest((TaskRequest("infer", 2, {GPU: 1, "cpu": 1}),))
     assert nodes_of(placed(place(state, pair))) == ["n0-0", "n0-0"]
-    state.fragmentation.mix.add({GPU: 1, "cpu": 1}, gang=2)  # 1 of 17 came in a gang: at most a tenth
+    for _ in range(24):
+        state.fragmentation.mix.add({GPU: 1, "cpu": 1})
+    state.fragmentation.mix.add({GPU: 2, "cpu": 1}, gang=2)  # 2 of 42 GPUs asked in gangs: at most a twentieth
     assert nodes_of(placed(place(state, one))) == ["n0-2"]
-    state.fragmentation.mix.add({GPU: 1, "cpu": 1}, gang=2)  # 2 of 18, more than a tenth: gangs to keep room for
+    state.fragmentation.mix.add({GPU: 1, "cpu": 1}, gang=2)  # 3 of 43: gangs to keep room for
     assert nodes_of(placed(place(state, one))) == ["n0-0"]
 
 

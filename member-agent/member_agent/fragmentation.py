@@ -22,9 +22,10 @@ from federation.resources import SHARE, Resources
 GENERAL = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})  # every other resource is a device
 TOP_SHAPES = 32
 FIRST_EPOCH = 16  # pods seen before the mix is trusted; below it, no fragmentation is scored
-# At most this share of the device pods placed came in gangs of several pods: the cluster serves pods on their own
-# (inference, notebooks, openb's trace), and placement may spread them (`PodMix.mostly_single`).
-SINGLE_SHARE = 0.1
+# At most this share of the devices asked for came in gangs of several pods: the cluster serves pods on their own
+# (inference, notebooks, openb's trace), and placement may spread them (`PodMix.mostly_single`). The ITP trace's
+# gangs ask for 15 % of its GPUs, and spreading its lone pods there cost its gangs (README, Benchmarks).
+SINGLE_SHARE = 0.05
 
 Shape = tuple[tuple[str, int], ...]
 
@@ -38,7 +39,8 @@ class PodMix:
         self.epoch = 0
         self.next_epoch = FIRST_EPOCH
         self.weights: list[tuple[Shape, float]] = []
-        self.in_gangs = 0  # of `total`, pods that came in gangs of several pods
+        self.devices = 0  # devices asked for by the pods counted, in GPU thousandths (`_devices`)
+        self.in_gangs = 0  # of `devices`, those asked for by pods that came in gangs of several pods
 
     def add(self, request: Mapping[str, int], gang: int = 1) -> None:
         """A device pod booked, one of a gang of `gang` pods."""
@@ -46,7 +48,9 @@ class PodMix:
             return
         self.counts[tuple(sorted((r, a) for r, a in request.items() if a > 0))] += 1
         self.total += 1
-        self.in_gangs += gang > 1
+        devices = _devices(request)
+        self.devices += devices
+        self.in_gangs += devices if gang > 1 else 0
         if self.total >= self.next_epoch:
             top = self.counts.most_common(TOP_SHAPES)
             seen = sum(n for _, n in top)
@@ -55,9 +59,15 @@ class PodMix:
             self.next_epoch *= 2
 
     def mostly_single(self) -> bool:
-        """Whether the mix is learnt and its pods came on their own, nearly all: no gangs to keep whole HyperNodes
-        for, so a lone pod may go where it leaves the most room (`placement._Placer`)."""
-        return bool(self.weights) and self.in_gangs <= SINGLE_SHARE * self.total
+        """Whether the mix is learnt and nearly all the devices its pods asked for came with pods on their own: no
+        gangs to keep whole nodes and HyperNodes for, so a lone pod may go where it leaves the most room
+        (`placement._Placer`)."""
+        return bool(self.weights) and self.in_gangs <= SINGLE_SHARE * self.devices
+
+
+def _devices(request: Mapping[str, int]) -> int:
+    """A pod's devices in GPU thousandths: a fraction by its share, a whole GPU (or any other device) as 1000."""
+    return sum(a if r == SHARE else a * WHOLE for r, a in request.items() if r not in GENERAL and a > 0)
 
 
 def fragmented(free: Mapping[str, int], weights: list[tuple[Shape, float]], gpus: Sequence[int] | None = None
