@@ -56,10 +56,19 @@ def _section(markdown: str) -> str:
 
 def report(out: Path, ran: Sequence[str], failed: Sequence[str], quick: bool, seconds: dict[str, float],
            skipped: Sequence[str] = ()) -> str:
+    days: dict[str, list[str]] = {}  # each benchmark's results are of the day it last ran (`--only` runs a few)
+    for name in ran:
+        path = out / f"{name}.json"
+        if path.exists() and name not in failed and name not in skipped:
+            data = json.loads(path.read_text())
+            stamps = [str(data[k])[:10] for k in ("measured", "date", "measured_at") if data.get(k)]
+            day = stamps[0] if stamps else "a day unrecorded"
+            days.setdefault(day, []).append(name)
+    when = "; ".join(f"{', '.join(names)} on {day}" for day, names in sorted(days.items())) or measured()[:10]
     lines = ["# Benchmark report", "",
-             f"Measured {measured()[:10]} on {machine()}, by `make bench{' BENCH_ARGS=--quick' if quick else ''}` "
-             f"({'quick smoke sizes' if quick else 'full sizes'}). Each section below is one benchmark's own "
-             "report; its JSON beside it holds every figure.", "", "## Headline figures", "",
+             f"Measured on {machine()}, by `make bench{' BENCH_ARGS=--quick' if quick else ''}` "
+             f"({'quick smoke sizes' if quick else 'full sizes'}): {when}. Each section below is one benchmark's "
+             "own report; its JSON beside it holds every figure.", "", "## Headline figures", "",
              "| benchmark | figure | value |", "|---|---|---|"]
     for name in ran:
         path = out / f"{name}.json"
