@@ -135,7 +135,10 @@ def test_a_job_the_cluster_forbids_is_sent_there_once_and_holds_no_room_there(
     fed.setup_queue()
     # The agent's role creates pods in federation-jobs only (deploy/kubernetes/agent/rbac.yaml).
     forbidden = fed.submit(4, namespace="research")
-    reason = wait_for("the refusal", lambda: "refused it for good" in (r := fed.job(forbidden).status.reason) and r)
+    # The refusal's own reason ("cluster k8s refused it for good: ...") comes first; the cycle after it gives the
+    # waiting job's reason per cluster ("k8s: refused it for good: ...").
+    reason = wait_for("the cycle's reason naming the refusal",
+                      lambda: "k8s: refused it for good" in (r := fed.job(forbidden).status.reason) and r)
     assert "k8s: refused it for good: creating pod research/gang-" in reason, reason  # cluster, step, message
     assert "403 Forbidden" in reason and "forbidden" in reason.split("403 Forbidden", 1)[1], reason
     # Had the refused job kept a reservation of the whole cluster, this one would wait behind it.
