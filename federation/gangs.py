@@ -9,7 +9,6 @@ replicas join when they fit, and what a running job holds is what is bound.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -65,14 +64,22 @@ def counted(pod_template_json: str, gpus: int, claims: Mapping[str, dra.ClaimSpe
     """What a pod counts for beyond its requests: when it asks for GPUs, their `SHARE` (a fraction's thousandths,
     from KAI's annotations on its pod template); and the devices its ResourceClaims ask for, under their classes
     (`claims`: the job's templates; a job from before the server checked them asks for none)."""
-    out: Resources = {}
+    out = claimed(pod_template_json, claims)
     share = pod_share(pod_template_json, gpus)
     if share:
         out[SHARE] = share
-    if claims:
-        with contextlib.suppress(dra.ClaimError):
-            out.update(dra.pod_demand(pod_template_json, claims))
     return out
+
+
+def claimed(pod_template_json: str, claims: Mapping[str, dra.ClaimSpec] | None) -> Resources:
+    """The devices a pod's ResourceClaims ask for, under their classes ({} for a job from before the server checked
+    its claims)."""
+    if not claims:
+        return {}
+    try:
+        return dra.pod_demand(pod_template_json, claims)
+    except dra.ClaimError:
+        return {}
 
 
 def _total(spec: common_pb2.JobSpec, pods: Mapping[str, int], requests: Sequence[Resources] | None) -> Resources:

@@ -37,12 +37,12 @@ def with_share(amounts: Mapping[str, int]) -> Resources:
     """`amounts` with a `SHARE` beside each (flavored) `GPU` amount that has none: quotas are written in whole GPUs,
     and inventories from agents that do not book devices, or jobs stored before shares were counted, hold whole
     GPUs only."""
-    out = dict(amounts)
-    for name, amount in amounts.items():
-        resource, sep, flavor = name.partition(FLAVOR)
-        if resource == GPU:
-            out.setdefault(f"{SHARE}{sep}{flavor}", amount * WHOLE)
-    return out
+    missing = {f"{SHARE}{sep}{flavor}": amount * WHOLE for name, amount in amounts.items()
+               for resource, sep, flavor in [name.partition(FLAVOR)]
+               if resource == GPU and f"{SHARE}{sep}{flavor}" not in amounts}
+    if not missing:  # what agents report and jobs store now: no copy (inventories are read every cycle)
+        return amounts if isinstance(amounts, dict) else dict(amounts)
+    return {**amounts, **missing}
 
 
 class QuantityError(ValueError):

@@ -6,11 +6,10 @@ resolved here; a name this cluster does not have is no limit here, as in Volcano
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 
-from federation.dra import ClaimError, ClaimSpec, pod_demand
-from federation.gangs import claim_templates
+from federation.dra import ClaimSpec
+from federation.gangs import claim_templates, claimed
 from federation.gpuask import GPU, AskError, GpuAsk, ask_of, template_annotations
 from federation.resources import SHARE, Resources, parse_resources
 from federation.v1 import common_pb2
@@ -58,9 +57,7 @@ def task_request(task: common_pb2.TaskSpec, claims: Mapping[str, ClaimSpec] | No
     node). The devices its ResourceClaims ask for (`claims`: the job's templates) count under their classes, which
     nodes offer as their drivers publish them."""
     request = parse_resources(task.resources)
-    if claims:
-        with contextlib.suppress(ClaimError):  # refused by the server at submission
-            request.update(pod_demand(task.pod_template_json, claims))
+    request.update(claimed(task.pod_template_json, claims))
     try:
         ask = ask_of(template_annotations(task.pod_template_json), request.get(GPU, 0))
     except AskError:  # refused by the server at submission: a job from before that check asks for its requests
