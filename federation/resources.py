@@ -21,6 +21,7 @@ GPU = "nvidia.com/gpu"
 # People see it as fractional `GPU` (`format_resources`).
 SHARE = "gpu-share.federation.dev/thousandths"
 WHOLE = 1000  # a device, in SHARE
+MIG_PROFILE = "nvidia.com/mig-"  # NVIDIA's device plugin, mixed strategy: a MIG profile's slices (mig-1g.10gb)
 _BYTE_RESOURCES = ("memory", "ephemeral-storage")
 _BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 

@@ -77,17 +77,22 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
     inv = row["inventory"] or {}
     allocatable, used = with_share(inv.get("allocatable", {})), with_share(inv.get("used", {}))
     free = {r: a - used.get(r, 0) - inflight.get(r, 0) for r, a in allocatable.items()}
-    tiers = [_tier_free(t) for t in inv.get("topology", [])]
+    # MIG slices its agent would cut idle GPUs into count as free (not as capacity: the same GPUs are counted whole).
+    partitionable = {t["tier"]: t for t in inv.get("partitionable", [])}
+    if partitionable:
+        free = add(free, partitionable[max(partitionable)]["max_free"])
+    tiers = [_tier_free(t, partitionable) for t in inv.get("topology", [])]
     domains = [DomainFree(h["name"], h["tier"], h["parent"], with_share(h["free"])) for h in inv.get("hypernodes", [])]
     health = inv.get("health") or {}
-    healthy = [_tier_free(t) for t in health.get("healthy_topology", [])] or None
+    healthy = [_tier_free(t, partitionable) for t in health.get("healthy_topology", [])] or None
     return ClusterView(row["name"], row["labels"], free, tiers, capacity=allocatable, domains=domains,
                        healthy_tiers=healthy, health=health.get("summary", []))
 
 
-def _tier_free(t: Mapping[str, Any]) -> TierFree:
-    return TierFree(t["tier"], t.get("tier_name", ""), with_share(t.get("max_free", {})),
-                    with_share(t.get("max_capacity", {})))
+def _tier_free(t: Mapping[str, Any], partitionable: Mapping[int, Mapping[str, Any]]) -> TierFree:
+    more = partitionable.get(t["tier"], {})
+    return TierFree(t["tier"], t.get("tier_name", ""), add(with_share(t.get("max_free", {})), more.get("max_free", {})),
+                    add(with_share(t.get("max_capacity", {})), more.get("max_capacity", {})))
 
 
 def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:

@@ -17,7 +17,7 @@ from typing import Any
 from federation import dra, gangs
 from federation.durations import parse_duration
 from federation.gpuask import GPU, AskError, ask_of, template_annotations
-from federation.resources import FLAVOR, MAX_AMOUNT, QuantityError, Resources, parse_amount
+from federation.resources import FLAVOR, MAX_AMOUNT, MIG_PROFILE, QuantityError, Resources, parse_amount
 from federation.v1 import admin_pb2, common_pb2
 
 MAX_TASKS = 64
@@ -536,15 +536,19 @@ def inventory_problem(inv: Any) -> str:
     with that reason, and every other cluster goes on."""
     amounts = [("capacity", inv.capacity.amounts), ("allocatable", inv.allocatable.amounts),
                ("used", inv.used.amounts), ("managed", inv.managed.amounts)]
-    if len(inv.topology) > MAX_TIER + 2:
-        return f"{len(inv.topology)} topology tiers reported, at most {MAX_TIER + 2} are possible"
-    for i, tier in enumerate(inv.topology):
-        if not 0 <= tier.tier <= MAX_TIER + 1:
-            return f"topology[{i}].tier {tier.tier} is out of range (0-{MAX_TIER + 1})"
-        if why := _name_problem(f"topology[{i}].tier_name", tier.tier_name, 63):
-            return why
-        amounts += [(f"topology[{i}].max_free", tier.max_free.amounts),
-                    (f"topology[{i}].max_capacity", tier.max_capacity.amounts)]
+    for listed, tiers in (("topology", inv.topology), ("partitionable", inv.partitionable)):
+        if len(tiers) > MAX_TIER + 2:
+            return f"{len(tiers)} {listed} tiers reported, at most {MAX_TIER + 2} are possible"
+        for i, tier in enumerate(tiers):
+            if not 0 <= tier.tier <= MAX_TIER + 1:
+                return f"{listed}[{i}].tier {tier.tier} is out of range (0-{MAX_TIER + 1})"
+            if why := _name_problem(f"{listed}[{i}].tier_name", tier.tier_name, 63):
+                return why
+            amounts += [(f"{listed}[{i}].max_free", tier.max_free.amounts),
+                        (f"{listed}[{i}].max_capacity", tier.max_capacity.amounts)]
+    for i, tier in enumerate(inv.partitionable):  # only MIG slices are made by repartitioning
+        if any(not r.startswith(MIG_PROFILE) for r in [*tier.max_free.amounts, *tier.max_capacity.amounts]):
+            return f"partitionable[{i}] names a resource that is not a MIG profile ({MIG_PROFILE}<profile>)"
     if len(inv.hypernodes) > MAX_REPORTED_HYPERNODES:
         return f"{len(inv.hypernodes)} HyperNodes reported, at most {MAX_REPORTED_HYPERNODES}"
     for i, h in enumerate(inv.hypernodes):

@@ -54,6 +54,8 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
                       "max_capacity": dict(t.max_capacity.amounts)} for t in inv.topology],
         "hypernodes": [{"name": h.name, "tier": h.tier, "parent": h.parent, "free": dict(h.free.amounts),
                         "allocatable": dict(h.allocatable.amounts)} for h in inv.hypernodes],
+        "partitionable": [{"tier": t.tier, "tier_name": t.tier_name, "max_free": dict(t.max_free.amounts),
+                           "max_capacity": dict(t.max_capacity.amounts)} for t in inv.partitionable],
         "health": {"degraded_nodes": inv.health.degraded_nodes, "failed_nodes": inv.health.failed_nodes,
                    "summary": list(inv.health.summary), "degraded_hypernodes": list(inv.health.degraded_hypernodes),
                    "healthy_topology": [{"tier": t.tier, "tier_name": t.tier_name, "max_free": dict(t.max_free.amounts),

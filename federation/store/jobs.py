@@ -664,7 +664,7 @@ class JobStore:
                     await conn.execute(update(Job).where(Job.id == row["id"]).values(pods=_pod_statuses(u)))
                 return Applied()
             alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED, agent_pb2.PODS_ADDED,
-                               agent_pb2.DRAIN_PLANNED, agent_pb2.DRAINED)
+                               agent_pb2.DRAIN_PLANNED, agent_pb2.DRAINED, agent_pb2.PREPARING)
             if row is None or row["cluster"] != cluster or row["attempt"] != u.attempt:
                 # Stale: another attempt, or another cluster, owns the job now (it was preempted or
                 # moved while this agent was away); whatever the agent still runs of it must stop.
@@ -685,10 +685,14 @@ class JobStore:
                 values = _lost(row, f"stopped by the agent of cluster {cluster}: {u.reason}")
                 event = "Lost"
             elif kind == agent_pb2.BOUND and phase == "DISPATCHED":
+                running = f"running in cluster {cluster} under {u.hypernode} (tier {u.tier})"
                 values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "started_at": func.now(),
                           "placements": _placements(u), "request": _held(row, u),
-                          "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier})"}
+                          "reason": f"{running}; {u.reason}" if u.reason else running}
                 event = "Running"
+            elif kind == agent_pb2.PREPARING and phase == "DISPATCHED":
+                values = {"phase": phase, "reason": f"cluster {cluster} is preparing for it: {u.reason}"}
+                event = "Preparing"
             elif kind == agent_pb2.JOB_SUCCEEDED:
                 values = {"phase": "SUCCEEDED", "finished_at": func.now(), "reason": u.reason or "succeeded"}
                 event = "Succeeded"

@@ -28,6 +28,7 @@ class JobUpdateType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DRAIN_PLANNED: _ClassVar[JobUpdateType]
     DRAINED: _ClassVar[JobUpdateType]
     EVACUATED: _ClassVar[JobUpdateType]
+    PREPARING: _ClassVar[JobUpdateType]
 JOB_UPDATE_TYPE_UNSPECIFIED: JobUpdateType
 ACCEPTED: JobUpdateType
 REJECTED: JobUpdateType
@@ -43,6 +44,7 @@ POD_STATUS: JobUpdateType
 DRAIN_PLANNED: JobUpdateType
 DRAINED: JobUpdateType
 EVACUATED: JobUpdateType
+PREPARING: JobUpdateType
 
 class AgentMessage(_message.Message):
     __slots__ = ("register", "inventory", "heartbeat", "job_update", "reconcile", "log_chunk")
@@ -141,7 +143,7 @@ class HyperNodeFree(_message.Message):
     def __init__(self, name: _Optional[str] = ..., tier: _Optional[int] = ..., parent: _Optional[str] = ..., free: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ...) -> None: ...
 
 class Inventory(_message.Message):
-    __slots__ = ("capacity", "allocatable", "used", "healthy", "nodes", "ready_nodes", "topology", "hypernodes", "managed", "health")
+    __slots__ = ("capacity", "allocatable", "used", "healthy", "nodes", "ready_nodes", "topology", "hypernodes", "managed", "health", "partitionable")
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +154,7 @@ class Inventory(_message.Message):
     HYPERNODES_FIELD_NUMBER: _ClassVar[int]
     MANAGED_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONABLE_FIELD_NUMBER: _ClassVar[int]
     capacity: ResourceAmounts
     allocatable: ResourceAmounts
     used: ResourceAmounts
@@ -162,7 +165,8 @@ class Inventory(_message.Message):
     hypernodes: _containers.RepeatedCompositeFieldContainer[HyperNodeFree]
     managed: ResourceAmounts
     health: ClusterHealth
-    def __init__(self, capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., used: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[int] = ..., ready_nodes: _Optional[int] = ..., topology: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeFree, _Mapping]]] = ..., managed: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., health: _Optional[_Union[ClusterHealth, _Mapping]] = ...) -> None: ...
+    partitionable: _containers.RepeatedCompositeFieldContainer[TierFree]
+    def __init__(self, capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., used: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[int] = ..., ready_nodes: _Optional[int] = ..., topology: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeFree, _Mapping]]] = ..., managed: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., health: _Optional[_Union[ClusterHealth, _Mapping]] = ..., partitionable: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ...) -> None: ...
 
 class ClusterHealth(_message.Message):
     __slots__ = ("degraded_nodes", "failed_nodes", "summary", "degraded_hypernodes", "healthy_topology")

@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
@@ -24,6 +24,7 @@ from federation.resources import Resources, add
 from federation.scheduling.fit import TierFree
 from federation.v1 import agent_pb2, common_pb2
 from federation.validation import CHECKPOINT_INTERVAL, MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
+from member_agent import mig
 from member_agent.drain import drain_timing
 from member_agent.faults import Fault
 from member_agent.gang import gang_request, task_request
@@ -52,6 +53,7 @@ MAX_IN_FLIGHT = 32  # orders carried out at once (each gang's binds are themselv
 # Seconds cut off from the federation after which the agent stops its gangs, until a server says otherwise
 # at registration: the server's default --lost-grace (federation.scheduler.LOST_GRACE; a test keeps them equal).
 DEFAULT_FENCE = 300.0
+MIG_WAIT = 600.0  # seconds a gang waits for repartitioned nodes to report their new MIG layout
 
 
 class BindError(Exception):
@@ -71,6 +73,20 @@ class Desired:
 
     job: common_pb2.Job
     attempt: int
+
+
+@dataclass
+class Preparing:
+    """A gang waiting here while NVIDIA's MIG manager repartitions idle GPUs for it."""
+
+    attempt: int
+    layouts: dict[str, str]  # node -> the MIG manager configuration asked for
+    since: float
+    timer: asyncio.TimerHandle  # looks again when the wait is over, whatever the nodes said
+
+    @property
+    def said(self) -> str:
+        return ", ".join(f"node {n} to {c}" for n, c in sorted(self.layouts.items()))
 
 
 @dataclass
@@ -155,6 +171,10 @@ class Backend(Protocol):
              tail_lines: int) -> AsyncIterator[bytes]:
         """One pod's log, as the cluster serves it (LookupError: the job has no such pod here)."""
 
+    async def repartition(self, layouts: Mapping[str, str]) -> None:
+        """Ask NVIDIA's MIG manager to apply these layouts (node -> configuration name); BindError if it cannot
+        be asked (or the cluster has no MIG manager)."""
+
     async def cordon(self, nodes: Sequence[str], cordon: bool) -> None:
         """Mark these nodes unschedulable (or schedulable again), as `kubectl cordon` does."""
 
@@ -193,6 +213,8 @@ class Agent:
     draining: dict[str, float | None] = field(default_factory=dict)  # nodes an operator drains -> deadline
     _health_seen: tuple[int, int] = (0, 0)  # the state and its health version the drains were planned on
     _rounds: dict[int, list[agent_pb2.Attempt]] = field(default_factory=dict)  # reconcile round -> what it reported
+    _preparing: dict[str, Preparing] = field(default_factory=dict)  # job -> the repartitioning it waits for
+    mig_wait: float = MIG_WAIT
 
     def __post_init__(self) -> None:
         self.backend.set_listener(self.pod_phase, self.node_ready, self.capacity_changed)
@@ -383,6 +405,8 @@ class Agent:
         self._send(self.inventory())
         if any(_short(job) for job in self.jobs.values()):
             self._spawn(self._grow())
+        for job_id in self._preparing:  # repartitioned nodes may have reported their slices
+            self._serially(job_id, self.reconcile_job(job_id))
 
     async def _grow(self) -> None:
         """Place the replicas a running gang was started without (it started at its minimum), where they
@@ -443,7 +467,8 @@ class Agent:
             capacity=agent_pb2.ResourceAmounts(amounts=capacity),
             allocatable=agent_pb2.ResourceAmounts(amounts=allocatable),
             used=agent_pb2.ResourceAmounts(amounts=used), healthy=bool(self.state.ready),
-            nodes=len(self.state.free), ready_nodes=len(self.state.ready), topology=topology, hypernodes=hypernodes))
+            nodes=len(self.state.free), ready_nodes=len(self.state.ready), topology=topology, hypernodes=hypernodes,
+            partitionable=_tier_messages(mig.partitionable(self.state))))
 
     def drain_outbox(self) -> None:
         """A new connection starts from full state, so nothing queued for the old one matters."""
@@ -520,6 +545,9 @@ class Agent:
         order, reconciliation answer and restart comes here. Returns how many pods of `stale` were deleted."""
         want, held = self.desired.get(job_id), self.jobs.get(job_id)
         deleted, released = 0, None
+        prep = self._preparing.get(job_id)
+        if prep is not None and (want is None or want.attempt != prep.attempt):
+            self._stop_preparing(job_id)
         if held is not None and (want is None or want.attempt != held.attempt):
             deleted += len(held.pods) if held.attempt in stale else 0
             released = held.attempt
@@ -552,11 +580,14 @@ class Agent:
         started = time.monotonic()
         placement = place(self.state, gang_request(job.spec, self.state.topology))
         if isinstance(placement, Rejection):
+            why = await self._repartition(job, attempt, placement.reason)
+            if why is None:  # waits here for its slices
+                return
             PLACEMENTS.labels("rejected").inc()
             self.desired.pop(job.id, None)  # the server takes it back
-            self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
-                                             reason=placement.reason))
+            self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED, reason=why))
             return
+        prep = self._stop_preparing(job.id)
         requests = _task_requests(job.spec)
         # Restarts count over the job's whole life (the server's count so far), not per attempt.
         bound = AgentJob(job, attempt, list(placement.pods), requests, placement.hypernode, placement.tier,
@@ -588,10 +619,62 @@ class Agent:
         self._send(self.inventory())  # before the update, so the server never sees the job without its usage
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=placement.hypernode,
-            tier=placement.tier, placements=_placements(bound.pods)))
+            tier=placement.tier, placements=_placements(bound.pods),
+            reason=f"placed after NVIDIA's MIG manager repartitioned {prep.said}" if prep else ""))
         self._watch_pending(bound, bound.pods)
         for phase in early:  # what the pods did while the gang was being bound
             self.pod_phase(job.id, attempt, *phase)
+
+    async def _repartition(self, job: common_pb2.Job, attempt: int, rejected: str) -> str | None:
+        """A gang that does not fit for want of MIG slices waits here while idle MIG-capable GPUs are cut into
+        them (said to the federation); None while it waits, else why it is rejected after all."""
+        prep = self._preparing.get(job.id)
+        if prep is not None and prep.attempt == attempt:
+            nodes = {n: self.state.topology.nodes[n].labels for n in prep.layouts if n in self.state.topology.nodes}
+            failed = sorted(n for n, labels in nodes.items() if labels.get(mig.STATE_LABEL) == mig.FAILED)
+            busy = sorted(n for n, labels in nodes.items() if mig.reconfiguring(labels))
+            waited = time.monotonic() - prep.since
+            if not failed and busy and waited < self.mig_wait:
+                return None
+            self._stop_preparing(job.id)
+            if failed:
+                return f"{rejected}; NVIDIA's MIG manager failed to repartition node(s) {', '.join(failed)}"
+            if busy:
+                return (f"{rejected}; node(s) {', '.join(busy)} did not report their new MIG layout within "
+                        f"{self.mig_wait:g} s")
+            return f"{rejected} (after repartitioning {prep.said})"
+        counts, requests = minimum_pods(job.spec), _task_requests(job.spec)
+        wanted: Resources = {}
+        for task, pods in counts.items():
+            wanted = add(wanted, requests[task], pods)
+        short = mig.shortfall(wanted, self.state.domain_free[ROOT])
+        if not short:
+            return rejected
+        layouts = mig.plan(short, mig.candidates(self.state))
+        if layouts is None:
+            return rejected
+        try:
+            await self.backend.repartition(layouts)
+        except BindError as err:
+            return f"{rejected}; repartitioning GPUs for it failed: {err}"
+        for node in layouts:  # nothing new goes there while it is cut (its labels will say so too)
+            self.state.set_ready(node, False)
+        retry = asyncio.get_running_loop().call_later(
+            self.mig_wait, lambda: self._serially(job.id, self.reconcile_job(job.id)))
+        self._preparing[job.id] = prep = Preparing(attempt, layouts, time.monotonic(), retry)
+        lacking = ", ".join(f"{a} {r}" for r, a in short.items())
+        log.info("job %s: repartitioning %s for %s", job.id, prep.said, lacking)
+        self._report(agent_pb2.JobUpdate(
+            job_id=job.id, attempt=attempt, type=agent_pb2.PREPARING,
+            reason=f"NVIDIA's MIG manager is repartitioning {prep.said} for the {lacking} it lacks; it is placed "
+                   "when they report their new layout"))
+        return None
+
+    def _stop_preparing(self, job_id: str) -> Preparing | None:
+        prep = self._preparing.pop(job_id, None)
+        if prep is not None:
+            prep.timer.cancel()
+        return prep
 
     async def _adopt(self, job: common_pb2.Job, attempt: int) -> bool:
         """Take over the pods this attempt already has, as a restarted agent must, instead of making more.
@@ -635,6 +718,9 @@ class Agent:
         want = self.desired.get(job_id)
         if want is not None and want.attempt == attempt:
             del self.desired[job_id]
+        prep = self._preparing.get(job_id)
+        if prep is not None and prep.attempt == attempt:
+            self._stop_preparing(job_id)
         current = self.jobs.get(job_id)
         if current is None or current.attempt != attempt:
             return

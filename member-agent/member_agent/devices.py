@@ -19,6 +19,13 @@ VISIBLE = "NVIDIA_VISIBLE_DEVICES"  # what NVIDIA's container runtime reads
 # GPU Feature Discovery's node labels: each device's memory (MiB) and model.
 MEMORY_LABEL = "nvidia.com/gpu.memory"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+COUNT_LABEL = "nvidia.com/gpu.count"  # its GPUs, however they are cut
+
+
+def memory_mib(labels: Mapping[str, str]) -> int:
+    """A node's devices' memory (MiB) as GPU Feature Discovery labels it; 0 when unknown."""
+    text = labels.get(MEMORY_LABEL, "")
+    return int(text) if text.isdigit() else 0
 
 
 def fits(free: Sequence[int], share: int, devices: int) -> int:

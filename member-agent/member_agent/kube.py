@@ -42,7 +42,7 @@ from federation.gpuask import WHOLE
 from federation.resources import SHARE, Resources, add, format_resources
 from federation.v1 import common_pb2
 from federation.validation import ON_CLUSTER_LOST
-from member_agent import discovery, plugins
+from member_agent import discovery, mig, plugins
 from member_agent.agent import AgentJob, BindError
 from member_agent.claims import ClaimRefused, Claims, with_claims
 from member_agent.dcgm import DEFAULT_THRESHOLDS, dcgm_health
@@ -236,8 +236,10 @@ def _ready(node: Obj) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def _cordoned(node: Obj) -> bool:
-    return bool((node.get("spec") or {}).get("unschedulable"))
+def _placeable(node: Obj) -> bool:
+    """Not cordoned, nor being repartitioned by NVIDIA's MIG manager: new pods may go there."""
+    return not (node.get("spec") or {}).get("unschedulable") and not mig.reconfiguring(
+        (node.get("metadata") or {}).get("labels") or {})
 
 
 COLLECTIONS = {"ConfigMap": "/api/v1/namespaces/{}/configmaps", "Service": "/api/v1/namespaces/{}/services",
@@ -391,7 +393,7 @@ class KubernetesBackend:
             self._note_health(name, obj)
             health = self._health.get(name)
             self._ready[name] = _ready(obj) and (health is None or health.state != FAILED)
-            state.set_ready(name, self._ready[name] and not _cordoned(obj))
+            state.set_ready(name, self._ready[name] and _placeable(obj))
         self._apply_health(state)
         return state
 
@@ -526,8 +528,8 @@ class KubernetesBackend:
             self._ready[name] = ready
             why = f"node {name} failed ({', '.join(failed.reasons)})" if failed and failed.state == FAILED else ""
             self._on_node(name, ready, why)
-        if name in self.state.free and (ready and not _cordoned(obj)) != (name in self.state.ready):
-            self.state.set_ready(name, ready and not _cordoned(obj))
+        if name in self.state.free and (ready and _placeable(obj)) != (name in self.state.ready):
+            self.state.set_ready(name, ready and _placeable(obj))
             self._schedule_sync()
             self._on_change()
 
@@ -662,6 +664,18 @@ class KubernetesBackend:
         except KubeError as err:
             raise LookupError(f"pod {meta['namespace']}/{meta['name']}: {err.status} {err.reason}: "
                               f"{err.message}") from None
+
+    async def repartition(self, layouts: Mapping[str, str]) -> None:
+        """Label each node with the MIG manager configuration to apply, and its state pending at once (the MIG
+        manager says so itself soon after): the node is left out of placement from this write on, whoever reads
+        it, until the MIG manager reports success or failure."""
+        for name, config in sorted(layouts.items()):
+            try:
+                await self.kube.patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {
+                    mig.CONFIG_LABEL: config, mig.STATE_LABEL: "pending"}}})
+            except KubeError as err:
+                raise BindError(f"labelling node {name} {mig.CONFIG_LABEL}={config}: {_explain(err)}",
+                                permanent=_permanent(err)) from None
 
     async def cordon(self, nodes: Sequence[str], cordon: bool) -> None:
         """`kubectl cordon` (or uncordon) each node: spec.unschedulable, which the node informer then reports."""

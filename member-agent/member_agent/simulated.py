@@ -21,7 +21,7 @@ import yaml
 from federation.durations import parse_duration
 from federation.resources import QuantityError, Resources, parse_amount
 from federation.v1 import common_pb2
-from member_agent.agent import AgentJob
+from member_agent.agent import AgentJob, BindError
 from member_agent.placement import PodPlacement
 from member_agent.state import ClusterState
 from member_agent.topology import TopologyError, build, load_objects
@@ -208,6 +208,9 @@ class SimulatedBackend:
 
     def waits_when_lost(self, job_id: str) -> bool:
         return False
+
+    async def repartition(self, layouts: Mapping[str, str]) -> None:
+        raise BindError("a simulated cluster has no MIG manager")
 
     async def cordon(self, nodes: Sequence[str], cordon: bool) -> None:
         """A cordoned node offers nothing new; its pods stay (as with `kubectl cordon`)."""

@@ -14,7 +14,7 @@ import numpy as np
 from federation.gpuask import GPU, WHOLE, GpuAsk
 from federation.resources import SHARE, Resources
 from federation.scheduling.fit import TierFree
-from member_agent.devices import MEMORY_LABEL, assign, fits, take
+from member_agent.devices import assign, fits, memory_mib, take
 from member_agent.fragmentation import Fragmentation
 from member_agent.nodehealth import DEGRADED, NodeHealth
 from member_agent.topology import ROOT, Node, Toleration, Topology, tolerates
@@ -100,7 +100,7 @@ class ClusterState:
         # The node's `GPU` free is how many are wholly free, its `SHARE` free their sum: kept so by `allocate`.
         self.devices: dict[str, list[int]] = {n: [WHOLE] * node.allocatable[GPU]
                                               for n, node in topology.nodes.items() if node.allocatable.get(GPU)}
-        self.device_memory: dict[str, int] = {n: _mib(topology.nodes[n].labels.get(MEMORY_LABEL, ""))
+        self.device_memory: dict[str, int] = {n: memory_mib(topology.nodes[n].labels)
                                               for n in self.devices}
         self.degraded: dict[str, NodeHealth] = {}  # nodes that work and may fail, and why
         self.degraded_links: dict[str, str] = {}  # HyperNodes whose switches or cables are degraded, and why
@@ -374,10 +374,6 @@ class ClusterState:
         used is used) and, in `SHARE`, as the thousandths of them booked (the federation's quotas count those)."""
         return (dict(self.domain_allocatable[ROOT]), {r: a for r, a in self.ready_allocatable.items() if a},
                 {r: a for r, a in self.used.items() if a})
-
-
-def _mib(text: str) -> int:
-    return int(text) if text.isdigit() else 0
 
 
 def _add(totals: Resources, amounts: Mapping[str, int], sign: int = 1) -> None:
