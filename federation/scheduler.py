@@ -79,6 +79,7 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
     free = {r: a - used.get(r, 0) - inflight.get(r, 0) for r, a in allocatable.items()}
     # MIG slices its agent would cut idle GPUs into count as free (not as capacity: the same GPUs are counted whole).
     partitionable = {t["tier"]: t for t in inv.get("partitionable", [])}
+    cuttable = partitionable[max(partitionable)]["max_capacity"] if partitionable else {}
     if partitionable:
         free = add(free, partitionable[max(partitionable)]["max_free"])
     tiers = [_tier_free(t, partitionable) for t in inv.get("topology", [])]
@@ -86,7 +87,7 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
     health = inv.get("health") or {}
     healthy = [_tier_free(t, partitionable) for t in health.get("healthy_topology", [])] or None
     return ClusterView(row["name"], row["labels"], free, tiers, capacity=allocatable, domains=domains,
-                       healthy_tiers=healthy, health=health.get("summary", []))
+                       healthy_tiers=healthy, health=health.get("summary", []), partitionable=cuttable)
 
 
 def _tier_free(t: Mapping[str, Any], partitionable: Mapping[int, Mapping[str, Any]]) -> TierFree:

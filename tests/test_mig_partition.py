@@ -5,7 +5,7 @@ counts that when it picks a cluster."""
 from __future__ import annotations
 
 from federation.scheduler import cluster_view
-from federation.scheduling.fit import JobView, check
+from federation.scheduling.fit import JobView, cannot_run, check
 from member_agent import clusters, mig
 from member_agent.state import ClusterState
 from member_agent.topology import build, load_objects
@@ -90,3 +90,5 @@ def test_the_federation_counts_what_a_cluster_could_cut_as_free_not_as_capacity(
     assert view.free[SLICE] == 56 and SLICE not in view.capacity
     without = cluster_view({**row, "inventory": {**row["inventory"], "partitionable": []}}, {})
     assert check(job, without) is not None
+    # nor is it a job no cluster could ever run
+    assert cannot_run(job, [view]) is None and "mig-1g.10gb" in (cannot_run(job, [without]) or "")

@@ -318,12 +318,15 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 def _check_resource_names(v: Violations, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str],
                           clusters: Sequence[Any]) -> None:
     """A resource no member cluster has ever reported is a typo more often than a device to come
-    (`nvidia.com/gpus` would wait forever): refused with the names that exist, unless the caller allows
-    it. Before any cluster has reported, nothing is known and nothing is refused."""
+    (`nvidia.com/gpus` would wait forever): refused with the names that exist (MIG profiles a cluster could
+    cut its idle GPUs into among them), unless the caller allows it. Before any cluster has reported, nothing
+    is known and nothing is refused."""
     known: set[str] = set()
     for cluster in clusters:
         inventory = cluster["inventory"] or {}
         known.update(inventory.get("capacity", {}), inventory.get("allocatable", {}))
+        for tier in inventory.get("partitionable", []):  # MIG slices its agent could cut idle GPUs into
+            known.update(tier["max_capacity"])
     if not known:
         return
     known.update(("cpu", "memory", "pods", "ephemeral-storage"))

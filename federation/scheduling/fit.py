@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from federation.resources import Resources, format_resources
+from federation.resources import Resources, add, format_resources
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,9 @@ class ClusterView:
     # and what is degraded or failed there, for people ("3 nodes degraded (XID 79)").
     healthy_tiers: Sequence[TierFree] | None = None
     health: Sequence[str] = ()
+    # MIG slices its agent could cut idle GPUs into (NVIDIA's MIG manager): room for a gang beside `capacity`,
+    # never counted in it (the same GPUs are counted whole there).
+    partitionable: Resources = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +177,9 @@ def _lacks(job: JobView, cluster: ClusterView) -> tuple[int, str, Resources, Res
     if any(cluster.labels.get(k) != v for k, v in job.cluster_selector.items()):
         return 0, "a cluster labelled " + ",".join(f"{k}={v}" for k, v in sorted(job.cluster_selector.items())), \
             {}, {}
-    if cluster.capacity and not covers(cluster.capacity, job.request):
-        return 1, "in one cluster", job.request, cluster.capacity
+    capacity = add(cluster.capacity, cluster.partitionable) if cluster.partitionable else cluster.capacity
+    if capacity and not covers(capacity, job.request):
+        return 1, "in one cluster", job.request, capacity
     node = next((t.max_capacity for t in cluster.tiers if t.tier == 0 and t.max_capacity), None)
     if node is not None and not covers(node, job.largest_pod):
         return 2, "on one node for its largest pod", job.largest_pod, node

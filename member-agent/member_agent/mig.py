@@ -6,7 +6,8 @@ NVIDIA's MIG manager applies a named layout to a node's GPUs when the node's `nv
 `nvidia.com/mig.config.state` (pending, rebooting, success, failed); the device plugin then publishes the slices
 (the mixed strategy's `nvidia.com/mig-<profile>` resources). A node is only ever repartitioned whole and idle: GPU
 Feature Discovery says it is MIG-capable and runs the mixed strategy (the single strategy names no profile), it is
-ready, nothing on it holds a GPU or a slice, and the MIG manager has not failed on it. Pure: no I/O, ties broken by node name.
+ready, nothing on it holds a GPU or a slice, and the MIG manager has not failed on it. Pure: no I/O, ties broken
+by node name.
 """
 
 from __future__ import annotations
