@@ -14,9 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes.utils.quantity import parse_quantity
+
 from federation import dra, gangs
 from federation.durations import parse_duration
-from federation.gpuask import GPU, AskError, ask_of, template_annotations
+from federation.gpuask import FRACTION, GPU, MEMORY, AskError, ask_of, template_annotations
 from federation.resources import FLAVOR, MAX_AMOUNT, MIG_PROFILE, QuantityError, Resources, parse_amount
 from federation.v1 import admin_pb2, common_pb2
 
@@ -488,6 +490,39 @@ def normalise_job_spec(spec: common_pb2.JobSpec) -> None:
         for needed in ("svc", "ssh"):
             if needed not in spec.plugins:
                 spec.plugins[needed].SetInParent()
+    for task in spec.tasks:
+        _gpu_fraction(task)
+
+
+def _gpu_fraction(task: common_pb2.TaskSpec) -> None:
+    """`nvidia.com/gpu: 0.25` in a task's resources, our job spec's own way to ask for part of one device, is stored
+    as KAI's `gpu-fraction` annotation on the task's pod template (how the federation and the agent read every
+    fraction), and taken off the template's containers (Kubernetes counts extended resources whole). Left as it is
+    (and refused by the check) when it is not a fraction below one, or the template asks KAI's way already."""
+    text = task.resources.get(GPU)
+    try:
+        value = parse_quantity(text) if text is not None and len(text) <= 32 else None
+    except (ValueError, TypeError):
+        return
+    if value is None or not 0 < value < 1 or value * 1000 != (value * 1000).to_integral_value():
+        return
+    try:
+        template = json.loads(task.pod_template_json) if task.pod_template_json else {}
+    except (ValueError, RecursionError):
+        return
+    meta = template.setdefault("metadata", {}) if isinstance(template, dict) else None
+    annotations = meta.setdefault("annotations", {}) if isinstance(meta, dict) else None
+    if not isinstance(annotations, dict) or FRACTION in annotations or MEMORY in annotations:
+        return
+    annotations[FRACTION] = format(value.normalize(), "f")
+    pod = template.get("spec")
+    for container in (pod.get("containers") or []) if isinstance(pod, dict) else []:
+        for section in ("requests", "limits"):
+            amounts = ((container.get("resources") or {}) if isinstance(container, dict) else {}).get(section)
+            if isinstance(amounts, dict):
+                amounts.pop(GPU, None)
+    del task.resources[GPU]
+    task.pod_template_json = json.dumps(template)
 
 
 def _check_quota(v: Violations, path: str, guarantee: Mapping[str, str], limit: Mapping[str, str]) -> None:

@@ -16,6 +16,7 @@ from federation.scheduler import cluster_view
 from federation.scheduling.cycle import PendingJob, QueueInfo, Snapshot, TenantInfo, schedule
 from federation.scheduling.fit import JobView
 from federation.v1 import admin_pb2, common_pb2, jobs_pb2
+from federation.validation import Violations, check_job_spec, normalise_job_spec
 from tests.test_e2e_agents import wait_for
 from tests.test_e2e_scheduling import start
 
@@ -28,6 +29,47 @@ def fractional(name: str, queue: str, fraction: str, pods: int = 1, gpus: int = 
         tasks.append(common_pb2.TaskSpec(name="train", replicas=1, resources={GPU: str(gpus), "cpu": "1"}))
     return common_pb2.JobSpec(name=name, queue=queue, tasks=tasks,
                               annotations={"federation.dev/sim-duration": "10m"})
+
+
+def in_resources(name: str, queue: str, fraction: str) -> common_pb2.JobSpec:
+    """A job of one pod asking for a fraction of a GPU as our job spec's own field: `nvidia.com/gpu: 0.25`."""
+    return common_pb2.JobSpec(name=name, queue=queue, annotations={"federation.dev/sim-duration": "10m"},
+                              tasks=[common_pb2.TaskSpec(name="infer", replicas=1,
+                                                         resources={GPU: fraction, "cpu": "1"})])
+
+
+def test_a_fraction_in_the_task_s_resources_is_stored_as_kai_s_annotation() -> None:
+    spec = in_resources("quarter", "q", "0.25")
+    normalise_job_spec(spec)
+    assert GPU not in spec.tasks[0].resources
+    assert json.loads(spec.tasks[0].pod_template_json)["metadata"]["annotations"] == {FRACTION: "0.25"}
+    v = Violations()
+    assert check_job_spec(v, "spec", spec) is not None and not v
+    assert gangs.minimum(spec)[SHARE] == 250 and GPU not in gangs.minimum(spec)
+    # a template's containers give the fraction up (Kubernetes counts nvidia.com/gpu whole); 500m is a half
+    container = {"name": "main", "image": "x", "resources": {"requests": {GPU: "500m", "cpu": "1"},
+                                                             "limits": {GPU: "500m"}}}
+    spec = in_resources("half", "q", "500m")
+    spec.tasks[0].pod_template_json = json.dumps({"spec": {"containers": [container]}})
+    normalise_job_spec(spec)
+    template = json.loads(spec.tasks[0].pod_template_json)
+    assert template["metadata"]["annotations"][FRACTION] == "0.5"
+    assert template["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "1"}, "limits": {}}
+
+
+def test_a_fraction_in_resources_that_is_not_one_is_refused_naming_the_resource() -> None:
+    for text in ("1.5", "0.0001"):
+        spec = in_resources("odd", "q", text)
+        normalise_job_spec(spec)
+        v = Violations()
+        check_job_spec(v, "spec", spec)
+        assert [i.field for i in v.items] == [f"spec.tasks[0].resources['{GPU}']"], text
+    both = fractional("both", "q", "0.5")  # KAI's annotation and a fraction in resources: two asks
+    both.tasks[0].resources[GPU] = "0.5"
+    normalise_job_spec(both)
+    v = Violations()
+    check_job_spec(v, "spec", both)
+    assert v.items and GPU in str(v.items[0])
 
 
 def _pending(spec: common_pb2.JobSpec, seq: int) -> PendingJob:
@@ -85,7 +127,9 @@ def test_a_queue_s_limit_holds_fractional_jobs_end_to_end(db_url: URL, tmp_path:
     try:
         fed.tenant("t")
         fed.queue("q", "t", limit={GPU: "1"})
-        jobs = fed.submit_specs([fractional(f"quarter-{i}", "q", "0.25") for i in range(6)])
+        # KAI's annotation and our job spec's own field alike
+        jobs = fed.submit_specs([fractional(f"quarter-{i}", "q", "0.25") for i in range(3)]
+                                + [in_resources(f"in-resources-{i}", "q", "0.25") for i in range(3)])
         running = lambda: [j for j in jobs if fed.job(j).status.phase == common_pb2.RUNNING]  # noqa: E731
         wait_for("four quarters to run", lambda: len(running()) == 4)
         status = fed.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name="q"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from federation.scheduler import cluster_view
 from federation.scheduling.fit import JobView, cannot_run, check
+from federation.v1 import agent_pb2
+from federation.validation import inventory_problem
 from member_agent import clusters, mig
 from member_agent.state import ClusterState
 from member_agent.topology import build, load_objects
@@ -92,3 +94,15 @@ def test_the_federation_counts_what_a_cluster_could_cut_as_free_not_as_capacity(
     assert check(job, without) is not None
     # nor is it a job no cluster could ever run
     assert cannot_run(job, [view]) is None and "mig-1g.10gb" in (cannot_run(job, [without]) or "")
+
+
+def test_a_cluster_claiming_it_could_cut_anything_but_mig_slices_is_left_out() -> None:
+    def tier(amounts: dict[str, int], number: int = 1) -> agent_pb2.TierFree:
+        return agent_pb2.TierFree(tier=number, max_free=agent_pb2.ResourceAmounts(amounts=amounts),
+                                  max_capacity=agent_pb2.ResourceAmounts(amounts=amounts))
+
+    assert inventory_problem(agent_pb2.Inventory(partitionable=[tier({SLICE: 56})])) == ""
+    assert inventory_problem(agent_pb2.Inventory(partitionable=[tier({GPU: 1_000})])) == (
+        "partitionable[0] names a resource that is not a MIG profile (nvidia.com/mig-<profile>)")
+    assert inventory_problem(agent_pb2.Inventory(partitionable=[tier({SLICE: 1}, 99)])).startswith(
+        "partitionable[0].tier 99 is out of range")

@@ -53,7 +53,8 @@ MUTATIONS: list[tuple[str, Callable[[common_pb2.JobSpec], object], str]] = [
     ("task min_available over replicas", lambda s: setattr(_task(s), "min_available", 9),
      "spec.tasks[0].min_available"),
     ("bad quantity", lambda s: _task(s).resources.update({"cpu": "lots"}), "spec.tasks[0].resources['cpu']"),
-    ("fractional gpu", lambda s: _task(s).resources.update({"nvidia.com/gpu": "0.5"}),
+    # below one GPU a fraction is one device's share (tests/test_gpu_share_quotas.py); above, no device holds it
+    ("fractional gpu", lambda s: _task(s).resources.update({"nvidia.com/gpu": "1.5"}),
      "spec.tasks[0].resources['nvidia.com/gpu']"),
     ("bad resource name", lambda s: _task(s).resources.update({"bad name!": "1"}),
      "spec.tasks[0].resources['bad name!']"),

@@ -19,7 +19,7 @@ import click
 import grpc
 
 from member_agent import client, health
-from member_agent.agent import Agent, Backend
+from member_agent.agent import MIG_WAIT, Agent, Backend
 from member_agent.discovery import preset_keys
 from member_agent.faults import STATES, Fault, load_faults
 from member_agent.nodehealth import HealthRules, load_rules
@@ -131,6 +131,9 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
               help="Seconds cut off from every federation server after which the agent stops the gangs it runs, so "
                    "that none runs twice once the server runs them elsewhere. Default: the server's --lost-grace, "
                    "as it says at registration (300 before any).")
+@click.option("--mig-wait", envvar="MEMBER_MIG_WAIT", type=click.FloatRange(min=1), default=MIG_WAIT,
+              show_default=True, help="Seconds a gang waits for nodes NVIDIA's MIG manager repartitions for it to "
+              "report their new layout before it is sent back to the federation.")
 @click.option("--admin-listen", default="", metavar="HOST:PORT",
               help="Serve fault injection over HTTP here (simulated clusters).")
 @click.option("--health-listen", envvar="MEMBER_HEALTH_LISTEN", default="", metavar="HOST:PORT",
@@ -149,8 +152,8 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path | None, kubeconfig: Path | None,
         in_cluster: bool, namespace: str, scheduler_name: str, topology_labels: tuple[str, ...],
         discover: str, health_rules: Path | None, dcgm_url: str, faults_file: Path | None, labels: tuple[str, ...],
-        heartbeat: float, reconcile_period: float, fence_after: float | None, admin_listen: str, health_listen: str,
-        tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None, log_level: str) -> None:
+        heartbeat: float, reconcile_period: float, fence_after: float | None, mig_wait: float, admin_listen: str,
+        health_listen: str, tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None, log_level: str) -> None:
     """Member agent: places gangs topology-aware in one cluster and reports to the federation."""
     if ctx.invoked_subcommand is not None:
         return
@@ -187,7 +190,7 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
         backend = simulated or await _kubernetes(cluster, kubeconfig, namespace, scheduler_name,
                                                  tuple(discovered) or topology_labels, rules, bool(discovered),
                                                  dcgm_url)
-        return Agent(cluster, cluster_labels, backend, fence_after=fence_after)
+        return Agent(cluster, cluster_labels, backend, fence_after=fence_after, mig_wait=mig_wait)
 
     asyncio.run(_run(agent_of, server, heartbeat, reconcile_period, admin_listen, health_listen, credentials,
                      faults))
