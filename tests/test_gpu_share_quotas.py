@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from sqlalchemy.engine import URL
 
 from federation import gangs
-from federation.gpuask import FRACTION
+from federation.cli.manifest import jobs_from_documents
+from federation.cli.yamldoc import ManifestError, load_documents
+from federation.gpuask import FRACTION, template_annotations
 from federation.resources import GPU, SHARE, format_resources, with_share
 from federation.scheduler import cluster_view
 from federation.scheduling.cycle import PendingJob, QueueInfo, Snapshot, TenantInfo, schedule
@@ -140,3 +143,16 @@ def test_a_queue_s_limit_holds_fractional_jobs_end_to_end(db_url: URL, tmp_path:
         assert len(running()) == 4  # and no more started since
     finally:
         fed.close()
+
+
+def test_a_manifest_s_container_may_ask_for_a_fraction_and_is_told_where_it_cannot() -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "fractional-inference.yaml"
+    (converted,) = jobs_from_documents(load_documents(example.read_text(), str(example)))
+    normalise_job_spec(converted.message)
+    rerank = converted.message.tasks[1]
+    assert template_annotations(rerank.pod_template_json) == {FRACTION: "0.5"} and GPU not in rerank.resources
+    assert gangs.minimum(converted.message)[SHARE] == 4 * 250 + 2 * 500
+    odd = example.read_text().replace('nvidia.com/gpu: "0.5"', 'nvidia.com/gpu: "1.5"')
+    line = odd.splitlines().index('                  nvidia.com/gpu: "1.5"') + 1
+    with pytest.raises(ManifestError, match=rf"odd.yaml:{line}: .*nvidia.com/gpu.*a fraction of a GPU is below one"):
+        list(jobs_from_documents(load_documents(odd, "odd.yaml")))

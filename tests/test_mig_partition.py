@@ -4,13 +4,20 @@ counts that when it picks a cluster."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from federation import gangs
+from federation.cli.manifest import jobs_from_documents
+from federation.cli.yamldoc import load_documents
 from federation.scheduler import cluster_view
 from federation.scheduling.fit import JobView, cannot_run, check
 from federation.v1 import agent_pb2
 from federation.validation import inventory_problem
 from member_agent import clusters, mig
+from member_agent.gang import gang_request
+from member_agent.placement import Rejection, place
 from member_agent.state import ClusterState
-from member_agent.topology import build, load_objects
+from member_agent.topology import ROOT, build, load_objects
 
 GPU = "nvidia.com/gpu"
 SLICE = "nvidia.com/mig-1g.10gb"
@@ -106,3 +113,14 @@ def test_a_cluster_claiming_it_could_cut_anything_but_mig_slices_is_left_out() -
         "partitionable[0] names a resource that is not a MIG profile (nvidia.com/mig-<profile>)")
     assert inventory_problem(agent_pb2.Inventory(partitionable=[tier({SLICE: 1}, 99)])).startswith(
         "partitionable[0].tier 99 is out of range")
+
+
+def test_the_example_asks_for_one_idle_node_cut_into_its_profile() -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "mig" / "repartition.yaml"
+    (converted,) = jobs_from_documents(load_documents(example.read_text(), str(example)))
+    state = cluster(("gpu-6", {GPU: "8"}, H100), ("gpu-7", {GPU: "8"}, H100), ("gpu-8", {GPU: "4"}, H100))
+    state.allocate("gpu-6", {GPU: 1})  # not idle
+    assert isinstance(place(state, gang_request(converted.message, state.topology)), Rejection)
+    wanted = gangs.minimum(converted.message)
+    assert mig.plan(mig.shortfall(wanted, state.domain_free[ROOT]), mig.candidates(state)) == {
+        "gpu-8": "all-3g.40gb"}  # 4 GPUs make 8, 8 make 16: the 4-GPU node is the least that covers 6

@@ -23,7 +23,7 @@ from federation.cli import volcano_fields
 from federation.cli.volcano_fields import Fields
 from federation.cli.yamldoc import Document, quoted
 from federation.durations import parse_duration
-from federation.resources import QuantityError, format_amount, parse_amount
+from federation.resources import GPU, SHARE, WHOLE, QuantityError, format_amount, parse_amount
 from federation.v1 import admin_pb2, common_pb2
 from federation.validation import DEFAULT_QUEUE, DEFAULT_TENANT
 
@@ -171,10 +171,13 @@ def _pod_resources(r: _Reader, pod: dict[str, Any], path: str, prefix: str) -> d
                 section = "requests" if name in (res.get("requests") or {}) else "limits"
                 qpath = f"{cpath}.resources.{section}.{name}"
                 r.out.origin.setdefault(f"{prefix}[{name!r}]", qpath)
-                try:
-                    amounts[name] = parse_amount(name, quantity)
+                try:  # GPUs in thousandths: below one, a fraction of a device (our job spec's own way)
+                    amounts[name] = parse_amount(SHARE if name == GPU else name, quantity)
                 except QuantityError as err:
                     raise r.doc.error(qpath, str(err)) from None
+                if name == GPU and amounts[name] > WHOLE and amounts[name] % WHOLE:
+                    raise r.doc.error(qpath, f"{quantity!r}: a fraction of a GPU is below one (one device's "
+                                             f"share); more than one GPU is a whole number")
             out.append(amounts)
         return out
 
@@ -185,7 +188,9 @@ def _pod_resources(r: _Reader, pod: dict[str, Any], path: str, prefix: str) -> d
     for amounts in container_requests("initContainers"):
         for name, amount in amounts.items():
             total[name] = max(total.get(name, 0), amount)
-    return {name: format_amount(name, amount) for name, amount in sorted(total.items())}
+    if total.get(GPU, 0) > WHOLE and total[GPU] % WHOLE:
+        raise r.doc.error(f"{path}.containers", "its containers' GPU fractions add up to more than one GPU")
+    return {name: format_amount(SHARE if name == GPU else name, amount) for name, amount in sorted(total.items())}
 
 
 def _task(r: _Reader, value: Any, path: str, task: common_pb2.TaskSpec, prefix: str) -> None:
