@@ -81,8 +81,8 @@ class Preparing:
 
     attempt: int
     layouts: dict[str, str]  # node -> the MIG manager configuration asked for
-    since: float
-    timer: asyncio.TimerHandle  # looks again when the wait is over, whatever the nodes said
+    timer: asyncio.TimerHandle | None = None  # looks again when the wait is over, whatever the nodes said
+    expired: bool = False  # the wait is over
 
     @property
     def said(self) -> str:
@@ -633,8 +633,7 @@ class Agent:
             nodes = {n: self.state.topology.nodes[n].labels for n in prep.layouts if n in self.state.topology.nodes}
             failed = sorted(n for n, labels in nodes.items() if labels.get(mig.STATE_LABEL) == mig.FAILED)
             busy = sorted(n for n, labels in nodes.items() if mig.reconfiguring(labels))
-            waited = time.monotonic() - prep.since
-            if not failed and busy and waited < self.mig_wait:
+            if not failed and busy and not prep.expired:
                 return None
             self._stop_preparing(job.id)
             if failed:
@@ -659,9 +658,13 @@ class Agent:
             return f"{rejected}; repartitioning GPUs for it failed: {err}"
         for node in layouts:  # nothing new goes there while it is cut (its labels will say so too)
             self.state.set_ready(node, False)
-        retry = asyncio.get_running_loop().call_later(
-            self.mig_wait, lambda: self._serially(job.id, self.reconcile_job(job.id)))
-        self._preparing[job.id] = prep = Preparing(attempt, layouts, time.monotonic(), retry)
+        self._preparing[job.id] = prep = Preparing(attempt, layouts)
+
+        def expire() -> None:
+            prep.expired = True
+            self._serially(job.id, self.reconcile_job(job.id))
+
+        prep.timer = asyncio.get_running_loop().call_later(self.mig_wait, expire)
         lacking = ", ".join(f"{a} {r}" for r, a in short.items())
         log.info("job %s: repartitioning %s for %s", job.id, prep.said, lacking)
         self._report(agent_pb2.JobUpdate(
@@ -672,7 +675,7 @@ class Agent:
 
     def _stop_preparing(self, job_id: str) -> Preparing | None:
         prep = self._preparing.pop(job_id, None)
-        if prep is not None:
+        if prep is not None and prep.timer is not None:
             prep.timer.cancel()
         return prep
 

@@ -22,6 +22,7 @@ from member_agent.devices import COUNT_LABEL, memory_mib
 
 if TYPE_CHECKING:
     from member_agent.state import ClusterState
+    from member_agent.topology import Topology
 
 CONFIG_LABEL = "nvidia.com/mig.config"  # the layout the MIG manager is to apply
 STATE_LABEL = "nvidia.com/mig.config.state"  # how applying it went, as the MIG manager says
@@ -84,15 +85,27 @@ def _gpu_resource(resource: str) -> bool:
     return resource in (GPU, SHARE) or resource.startswith(MIG_PROFILE)
 
 
+_capable: list[tuple[Topology, tuple[str, ...]]] = []  # the last topology seen and its MIG-capable nodes
+
+
+def _capable_nodes(topology: Topology) -> tuple[str, ...]:
+    """Nodes whose labels allow cutting (labels change only with a new topology): remembered for the last one, as
+    every inventory asks (a cluster may have 50,000 nodes and none of them MIG-capable)."""
+    if not _capable or _capable[0][0] is not topology:
+        _capable[:] = [(topology, tuple(sorted(
+            n for n, node in topology.nodes.items()
+            if node.labels.get(CAPABLE_LABEL) == "true" and node.labels.get(STRATEGY_LABEL) == "mixed")))]
+    return _capable[0][1]
+
+
 def candidates(state: ClusterState) -> list[Candidate]:
     """The nodes that could be repartitioned now, by name."""
     out = []
-    for name in sorted(state.ready):
+    for name in _capable_nodes(state.topology):
         node = state.topology.nodes[name]
         labels = node.labels
-        if (labels.get(CAPABLE_LABEL) != "true" or labels.get(STRATEGY_LABEL) != "mixed" or reconfiguring(labels)
-                or labels.get(STATE_LABEL) == FAILED):  # left alone until someone looks (and relabels it)
-            continue
+        if name not in state.ready or reconfiguring(labels) or labels.get(STATE_LABEL) == FAILED:
+            continue  # a failed node is left alone until someone looks (and relabels it)
         if any(amount > 0 and _gpu_resource(r) for r, amount in state.used_on(name).items()):
             continue
         memory = memory_mib(labels)
