@@ -107,7 +107,8 @@ async def test_idle_gpus_are_repartitioned_for_a_profile_the_cluster_lacks(kube:
         await b.stop()
 
 
-async def test_a_failed_or_silent_repartitioning_sends_the_gang_back(kube: Testbed, tmp_path: Path) -> None:
+async def test_a_failed_or_silent_cut_sends_the_gang_back_and_a_cut_under_way_is_waited_for(
+        kube: Testbed, tmp_path: Path) -> None:
     # x-uncounted lacks GPU Feature Discovery's GPU count, which the stand-in needs: it fails there.
     kube.apply([clusters.node("x-uncounted", {GPU: "8", **BASE}, H100),
                 clusters.node("y-idle", {GPU: "8", **BASE}, {**H100, "nvidia.com/gpu.count": "8"}),
@@ -131,6 +132,15 @@ async def test_a_failed_or_silent_repartitioning_sends_the_gang_back(kube: Testb
         silent = await next_update(agent, agent_pb2.REJECTED, seen, timeout=120)
         assert "y-idle did not report their new MIG layout within 2 s" in silent.reason
         assert not [p for p in pods(kube) if p.startswith(("first", "second"))]
+        # y-idle is still being cut (as a restarted agent would find it): the next gang waits for it as it is,
+        # and runs once a MIG manager finishes the job.
+        agent.mig_wait = 600
+        await agent.assign(mig_job("third", 1, {SLICE: "4", "cpu": "1"}), attempt=1)
+        assert "node y-idle to all-1g.10gb" in (await next_update(agent, agent_pb2.PREPARING, seen)).reason
+        manager = mig_manager(kube)
+        bound = await next_update(agent, agent_pb2.BOUND, seen, timeout=120)
+        assert "repartitioned node y-idle to all-1g.10gb" in bound.reason
+        assert [p.spec.node_name for n, p in pods(kube).items() if n.startswith("third")] == ["y-idle"]
     finally:
         manager.terminate()
         manager.wait()

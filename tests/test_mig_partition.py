@@ -71,6 +71,16 @@ def test_the_plan_cuts_the_least_it_can_and_already_cut_gpus_first() -> None:
                                                                         "c-small": "all-1g.10gb"}
 
 
+def test_nodes_being_cut_into_the_profile_already_are_counted_first() -> None:
+    nodes = [mig.Candidate("a-whole", 8, 81559, "")]
+    cutting = [mig.Candidate("z-cutting", 2, 81559, "all-1g.10gb"), mig.Candidate("y-other", 8, 81559, "all-7g.80gb")]
+    assert mig.plan({SLICE: 10}, nodes, cutting) == {"z-cutting": "all-1g.10gb"}  # 14 coming
+    assert mig.plan({SLICE: 20}, nodes, cutting) == {"z-cutting": "all-1g.10gb", "a-whole": "all-1g.10gb"}
+    state = cluster(("cut", {GPU: "2"}, {**H100, mig.STATE_LABEL: "pending", mig.CONFIG_LABEL: "all-1g.10gb"}),
+                    ("idle", {GPU: "8"}, H100))
+    assert [(c.node, c.config) for c in mig.underway(state)] == [("cut", "all-1g.10gb")]
+
+
 def test_the_shortfall_is_what_the_published_slices_do_not_cover() -> None:
     assert mig.shortfall({SLICE: 10, GPU: 4, "cpu": 8000}, {SLICE: 4, GPU: 0}) == {SLICE: 6}
     assert mig.shortfall({SLICE: 4}, {SLICE: 4}) == {}

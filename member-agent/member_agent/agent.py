@@ -649,11 +649,13 @@ class Agent:
         short = mig.shortfall(wanted, self.state.domain_free[ROOT])
         if not short:
             return rejected
-        layouts = mig.plan(short, mig.candidates(self.state))
+        layouts = mig.plan(short, mig.candidates(self.state), mig.underway(self.state))
         if layouts is None:
             return rejected
-        try:
-            await self.backend.repartition(layouts)
+        nodes = self.state.topology.nodes
+        try:  # a node being cut into it already is waited for as it is (relabelling it could undo its success)
+            await self.backend.repartition({n: c for n, c in layouts.items()
+                                            if nodes[n].labels.get(mig.CONFIG_LABEL) != c})
         except BindError as err:
             return f"{rejected}; repartitioning GPUs for it failed: {err}"
         for node in layouts:  # nothing new goes there while it is cut (its labels will say so too)

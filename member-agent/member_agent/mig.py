@@ -22,7 +22,7 @@ from member_agent.devices import COUNT_LABEL, memory_mib
 
 if TYPE_CHECKING:
     from member_agent.state import ClusterState
-    from member_agent.topology import Topology
+    from member_agent.topology import Node, Topology
 
 CONFIG_LABEL = "nvidia.com/mig.config"  # the layout the MIG manager is to apply
 STATE_LABEL = "nvidia.com/mig.config.state"  # how applying it went, as the MIG manager says
@@ -108,15 +108,32 @@ def candidates(state: ClusterState) -> list[Candidate]:
             continue  # a failed node is left alone until someone looks (and relabels it)
         if any(amount > 0 and _gpu_resource(r) for r, amount in state.used_on(name).items()):
             continue
-        memory = memory_mib(labels)
-        count = labels.get(COUNT_LABEL, "")
-        gpus = int(count) if count.isdigit() else node.allocatable.get(GPU, 0)
-        if not gpus:  # cut already: as many GPUs as its slices of one profile say
-            gpus = max((-(-a // per) for r, a in node.allocatable.items()
-                        if (p := profile_of(r)) and (per := slices_per_gpu(memory).get(p, 0))), default=0)
-        if gpus and slices_per_gpu(memory):
-            out.append(Candidate(name, gpus, memory, labels.get(CONFIG_LABEL, "")))
+        if found := _candidate(node):
+            out.append(found)
     return out
+
+
+def underway(state: ClusterState) -> list[Candidate]:
+    """The nodes being repartitioned now, each with the configuration it is being given: what a gang asking for
+    those slices may wait for (an agent that restarted while it waited finds them so), by name."""
+    out = []
+    for name in _capable_nodes(state.topology):
+        node = state.topology.nodes[name]
+        if reconfiguring(node.labels) and node.labels.get(CONFIG_LABEL, "").startswith("all-") and (
+                found := _candidate(node)):
+            out.append(found)
+    return out
+
+
+def _candidate(node: Node) -> Candidate | None:
+    memory = memory_mib(node.labels)
+    count = node.labels.get(COUNT_LABEL, "")
+    gpus = int(count) if count.isdigit() else node.allocatable.get(GPU, 0)
+    if not gpus:  # cut already: as many GPUs as its slices of one profile say
+        gpus = max((-(-a // per) for r, a in node.allocatable.items()
+                    if (p := profile_of(r)) and (per := slices_per_gpu(memory).get(p, 0))), default=0)
+    return Candidate(node.name, gpus, memory, node.labels.get(CONFIG_LABEL, "")) if gpus and slices_per_gpu(
+        memory) else None
 
 
 def shortfall(wanted: Mapping[str, int], free: Mapping[str, int]) -> dict[str, int]:
@@ -125,17 +142,23 @@ def shortfall(wanted: Mapping[str, int], free: Mapping[str, int]) -> dict[str, i
             if profile_of(r) and a > free.get(r, 0)}
 
 
-def plan(short: Mapping[str, int], nodes: Sequence[Candidate]) -> dict[str, str] | None:
+def plan(short: Mapping[str, int], nodes: Sequence[Candidate], cutting: Sequence[Candidate] = ()
+         ) -> dict[str, str] | None:
     """The layouts to apply (node -> MIG manager configuration) so the missing slices exist, or None if the idle
-    MIG-capable nodes cannot make them. Each profile in name order takes, while one node would cover what is
-    still missing, the one that covers it with fewest slices (the least cut: already-cut nodes before whole ones),
-    else the node yielding most (fewest nodes touched)."""
+    MIG-capable nodes cannot make them. Each profile in name order first counts the nodes being cut into it already
+    (`cutting`, from `underway`), then takes, while one node would cover what is still missing, the one that covers
+    it with fewest slices (the least cut: already-cut nodes before whole ones), else the node yielding most (fewest
+    nodes touched)."""
     left = list(nodes)
     layouts: dict[str, str] = {}
     for resource, amount in sorted(short.items()):
         profile = profile_of(resource)
         if profile is None:
             return None
+        for c in cutting:
+            if amount > 0 and c.config == config_for(profile):
+                layouts[c.node] = c.config
+                amount -= c.yields(profile)
         usable = [c for c in left if c.yields(profile) > 0]
         while amount > 0:
             if not usable:
