@@ -134,3 +134,15 @@ def test_the_example_asks_for_one_idle_node_cut_into_its_profile() -> None:
     wanted = gangs.minimum(converted.message)
     assert mig.plan(mig.shortfall(wanted, state.domain_free[ROOT]), mig.candidates(state)) == {
         "gpu-8": "all-3g.40gb"}  # 4 GPUs make 8, 8 make 16: the 4-GPU node is the least that covers 6
+
+
+def test_a_hard_gang_s_cut_stays_under_one_hypernode_of_its_tier() -> None:
+    state = cluster(("n1", {GPU: "8"}, H100), ("n2", {GPU: "4"}, H100), ("n3", {GPU: "8"}, H100),
+                    ("n4", {GPU: "8"}, H100), racks=2)
+    wanted = {SLICE: 100, "cpu": 8000}
+    # the cluster as a whole: the largest first, then the least that covers the rest, across racks
+    assert mig.plan_for(wanted, state) == {"n1": "all-1g.10gb", "n3": "all-1g.10gb"}
+    # under one rack: rack0 makes 84 at most, rack1 112
+    assert mig.plan_for(wanted, state, highest_tier=1) == {"n3": "all-1g.10gb", "n4": "all-1g.10gb"}
+    assert mig.plan_for({SLICE: 120}, state, highest_tier=1) is None
+    assert mig.plan_for({SLICE: 20}, state, highest_tier=1) == {"n2": "all-1g.10gb"}  # rack0: one node, by name

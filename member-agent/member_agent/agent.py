@@ -39,7 +39,7 @@ from member_agent.metrics import (
     TRANSIENT_RETRIES,
 )
 from member_agent.nodehealth import DEFAULT_FAILURE_RATE, DEGRADED, FAILED, NodeHealth, summary
-from member_agent.placement import Placement, PodPlacement, Rejection, place
+from member_agent.placement import GangRequest, Placement, PodPlacement, Rejection, place
 from member_agent.state import ClusterState
 from member_agent.topology import ROOT
 
@@ -578,9 +578,10 @@ class Agent:
     async def _place(self, job: common_pb2.Job, attempt: int) -> None:
         """Place the gang and bind all its pods or none; report the outcome."""
         started = time.monotonic()
-        placement = place(self.state, gang_request(job.spec, self.state.topology))
+        request = gang_request(job.spec, self.state.topology)
+        placement = place(self.state, request)
         if isinstance(placement, Rejection):
-            why = await self._repartition(job, attempt, placement.reason)
+            why = await self._repartition(job, attempt, placement.reason, request)
             if why is None:  # waits here for its slices
                 return
             PLACEMENTS.labels("rejected").inc()
@@ -625,7 +626,8 @@ class Agent:
         for phase in early:  # what the pods did while the gang was being bound
             self.pod_phase(job.id, attempt, *phase)
 
-    async def _repartition(self, job: common_pb2.Job, attempt: int, rejected: str) -> str | None:
+    async def _repartition(self, job: common_pb2.Job, attempt: int, rejected: str, request: GangRequest
+                           ) -> str | None:
         """A gang that does not fit for want of MIG slices waits here while idle MIG-capable GPUs are cut into
         them (said to the federation); None while it waits, else why it is rejected after all."""
         prep = self._preparing.get(job.id)
@@ -646,10 +648,7 @@ class Agent:
         wanted: Resources = {}
         for task, pods in counts.items():
             wanted = add(wanted, requests[task], pods)
-        short = mig.shortfall(wanted, self.state.domain_free[ROOT])
-        if not short:
-            return rejected
-        layouts = mig.plan(short, mig.candidates(self.state), mig.underway(self.state))
+        layouts = mig.plan_for(wanted, self.state, request.highest_tier if request.mode == "hard" else None)
         if layouts is None:
             return rejected
         nodes = self.state.topology.nodes
@@ -667,11 +666,11 @@ class Agent:
             self._serially(job.id, self.reconcile_job(job.id))
 
         prep.timer = asyncio.get_running_loop().call_later(self.mig_wait, expire)
-        lacking = ", ".join(f"{a} {r}" for r, a in short.items())
-        log.info("job %s: repartitioning %s for %s", job.id, prep.said, lacking)
+        asked = ", ".join(f"{a} {r}" for r, a in sorted(wanted.items()) if mig.profile_of(r))
+        log.info("job %s: repartitioning %s for %s", job.id, prep.said, asked)
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.PREPARING,
-            reason=f"NVIDIA's MIG manager is repartitioning {prep.said} for the {lacking} it lacks; it is placed "
+            reason=f"NVIDIA's MIG manager is repartitioning {prep.said} for its {asked}; it is placed "
                    "when they report their new layout"))
         return None
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from federation.resources import GPU, MIG_PROFILE, SHARE, Resources
 from federation.scheduling.fit import TierFree
 from member_agent.devices import COUNT_LABEL, memory_mib
+from member_agent.topology import ROOT
 
 if TYPE_CHECKING:
     from member_agent.state import ClusterState
@@ -171,6 +172,27 @@ def plan(short: Mapping[str, int], nodes: Sequence[Candidate], cutting: Sequence
             layouts[pick.node] = config_for(profile)
             amount -= pick.yields(profile)
     return layouts
+
+
+def plan_for(wanted: Mapping[str, int], state: ClusterState, highest_tier: int | None = None
+             ) -> dict[str, str] | None:
+    """`plan` for a gang asking for `wanted` in this cluster; a hard gang's (`highest_tier`) under one HyperNode of
+    its tier, counting the slices published there, in the HyperNode where fewest nodes are cut (then by name), so
+    the gang fits there once they are."""
+    nodes, cutting = candidates(state), underway(state)
+    domains = state.topology.of_tier(highest_tier) if highest_tier is not None else []
+    if not domains:
+        short = shortfall(wanted, state.domain_free[ROOT])
+        return plan(short, nodes, cutting) if short else None
+    best: tuple[tuple[int, str], dict[str, str]] | None = None
+    for domain in domains:
+        short = shortfall(wanted, state.domain_free[domain.name])
+        under = set(state.nodes_under(domain.name))
+        layouts = plan(short, [c for c in nodes if c.node in under], [c for c in cutting if c.node in under]
+                       ) if short else None
+        if layouts is not None and (best is None or (len(layouts), domain.name) < best[0]):
+            best = ((len(layouts), domain.name), layouts)
+    return best[1] if best else None
 
 
 def partitionable(state: ClusterState) -> list[TierFree]:
