@@ -38,6 +38,10 @@ def test_a_job_asking_for_a_profile_no_node_publishes_runs_on_gpus_cut_for_it(
         wait_for("the cluster Ready with its 16 GPUs", lambda: [
             c for c in admin.ListClusters(admin_pb2.ListClustersRequest()).clusters
             if c.status == admin_pb2.READY and c.allocatable.get(GPU) == "16"])
+        # what its idle MIG-capable GPUs could be cut into, shown to admins: 2 nodes x 8 GPUs x 7
+        wait_for("the cluster's cuttable slices shown", lambda: [
+            c for c in admin.ListClusters(admin_pb2.ListClustersRequest()).clusters
+            if c.partitionable.get(SLICE) == "112"])
         admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml")))
         admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="infer", tenant="ml")))
         spec = common_pb2.JobSpec(name="slices", queue="infer", annotations={"federation.dev/sim-duration": "600s"},

@@ -90,7 +90,9 @@ def cluster_to_proto(row: Mapping[str, Any]) -> admin_pb2.Cluster:
         drift=signed(row.get("drift") or {}), health=(inv.get("health") or {}).get("summary", []),
         degraded_nodes=(inv.get("health") or {}).get("degraded_nodes", 0),
         failed_nodes=(inv.get("health") or {}).get("failed_nodes", 0),
-        degraded_hypernodes=(inv.get("health") or {}).get("degraded_hypernodes", []))
+        degraded_hypernodes=(inv.get("health") or {}).get("degraded_hypernodes", []),
+        partitionable=format_resources(max(inv.get("partitionable") or [{"tier": 0, "max_free": {}}],
+                                           key=lambda t: t["tier"])["max_free"]))
 
 
 def token_to_proto(row: Mapping[str, Any]) -> admin_pb2.Token:
