@@ -79,21 +79,24 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
     free = {r: a - used.get(r, 0) - inflight.get(r, 0) for r, a in allocatable.items()}
     # MIG slices its agent would cut idle GPUs into count as free (not as capacity: the same GPUs are counted whole).
     partitionable = {t["tier"]: t for t in inv.get("partitionable", [])}
-    cuttable = partitionable[max(partitionable)]["max_capacity"] if partitionable else {}
-    if partitionable:
-        free = add(free, partitionable[max(partitionable)]["max_free"])
+    whole = partitionable[max(partitionable)] if partitionable else {}  # its top tier: the whole cluster
+    if whole:
+        free = add(free, whole["max_free"])
     tiers = [_tier_free(t, partitionable) for t in inv.get("topology", [])]
     domains = [DomainFree(h["name"], h["tier"], h["parent"], with_share(h["free"])) for h in inv.get("hypernodes", [])]
     health = inv.get("health") or {}
     healthy = [_tier_free(t, partitionable) for t in health.get("healthy_topology", [])] or None
     return ClusterView(row["name"], row["labels"], free, tiers, capacity=allocatable, domains=domains,
-                       healthy_tiers=healthy, health=health.get("summary", []), partitionable=cuttable)
+                       healthy_tiers=healthy, health=health.get("summary", []),
+                       partitionable=whole.get("max_capacity", {}))
 
 
 def _tier_free(t: Mapping[str, Any], partitionable: Mapping[int, Mapping[str, Any]]) -> TierFree:
-    more = partitionable.get(t["tier"], {})
-    return TierFree(t["tier"], t.get("tier_name", ""), add(with_share(t.get("max_free", {})), more.get("max_free", {})),
-                    add(with_share(t.get("max_capacity", {})), more.get("max_capacity", {})))
+    free, capacity = with_share(t.get("max_free", {})), with_share(t.get("max_capacity", {}))
+    more = partitionable.get(t["tier"])
+    if more:  # MIG slices its idle GPUs could be cut into, beside those published (cluster views are built every cycle)
+        free, capacity = add(free, more["max_free"]), add(capacity, more["max_capacity"])
+    return TierFree(t["tier"], t.get("tier_name", ""), free, capacity)
 
 
 def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:

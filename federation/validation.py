@@ -14,12 +14,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
-
 from federation import dra, gangs
 from federation.durations import parse_duration
 from federation.gpuask import FRACTION, GPU, MEMORY, AskError, ask_of, template_annotations
-from federation.resources import FLAVOR, MAX_AMOUNT, MIG_PROFILE, QuantityError, Resources, parse_amount
+from federation.resources import (
+    FLAVOR,
+    MAX_AMOUNT,
+    MIG_PROFILE,
+    SHARE,
+    WHOLE,
+    QuantityError,
+    Resources,
+    format_amount,
+    parse_amount,
+)
 from federation.v1 import admin_pb2, common_pb2
 
 MAX_TASKS = 64
@@ -501,10 +509,10 @@ def _gpu_fraction(task: common_pb2.TaskSpec) -> None:
     (and refused by the check) when it is not a fraction below one, or the template asks KAI's way already."""
     text = task.resources.get(GPU)
     try:
-        value = parse_quantity(text) if text is not None and len(text) <= 32 else None
-    except (ValueError, TypeError):
+        share = parse_amount(SHARE, text) if text is not None else 0
+    except QuantityError:
         return
-    if value is None or not 0 < value < 1 or value * 1000 != (value * 1000).to_integral_value():
+    if not 0 < share < WHOLE:
         return
     try:
         template = json.loads(task.pod_template_json) if task.pod_template_json else {}
@@ -514,7 +522,7 @@ def _gpu_fraction(task: common_pb2.TaskSpec) -> None:
     annotations = meta.setdefault("annotations", {}) if isinstance(meta, dict) else None
     if not isinstance(annotations, dict) or FRACTION in annotations or MEMORY in annotations:
         return
-    annotations[FRACTION] = format(value.normalize(), "f")
+    annotations[FRACTION] = format_amount(SHARE, share)
     pod = template.get("spec")
     for container in (pod.get("containers") or []) if isinstance(pod, dict) else []:
         for section in ("requests", "limits"):

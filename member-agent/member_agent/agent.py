@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
 from federation.durations import parse_duration
-from federation.gangs import claim_templates, minimum_pods
+from federation.gangs import claim_templates, minimum, minimum_pods
 from federation.resources import Resources, add
 from federation.scheduling.fit import TierFree
 from federation.v1 import agent_pb2, common_pb2
@@ -644,10 +644,7 @@ class Agent:
                 return (f"{rejected}; node(s) {', '.join(busy)} did not report their new MIG layout within "
                         f"{self.mig_wait:g} s")
             return f"{rejected} (after repartitioning {prep.said})"
-        counts, requests = minimum_pods(job.spec), _task_requests(job.spec)
-        wanted: Resources = {}
-        for task, pods in counts.items():
-            wanted = add(wanted, requests[task], pods)
+        wanted = minimum(job.spec)
         layouts = mig.plan_for(wanted, self.state, request.highest_tier if request.mode == "hard" else None)
         if layouts is None:
             return rejected

@@ -138,7 +138,8 @@ def _candidate(node: Node) -> Candidate | None:
 
 
 def shortfall(wanted: Mapping[str, int], free: Mapping[str, int]) -> dict[str, int]:
-    """The slices of each profile a gang asks for beyond what the cluster's ready nodes have free."""
+    """The slices of each profile a gang asks for beyond what is free (the cluster's, or one HyperNode's, ready
+    nodes)."""
     return {r: a - free.get(r, 0) for r, a in sorted(wanted.items())
             if profile_of(r) and a > free.get(r, 0)}
 
