@@ -131,6 +131,10 @@ async def test_a_failed_or_silent_cut_sends_the_gang_back_and_a_cut_under_way_is
         assert "node y-idle to all-1g.10gb" in (await next_update(agent, agent_pb2.PREPARING, seen)).reason
         silent = await next_update(agent, agent_pb2.REJECTED, seen, timeout=120)
         assert "y-idle did not report their new MIG layout within 2 s" in silent.reason
+        # the agent's state, rebuilt from the node as labelled, offers nothing on a node being cut
+        await eventually(lambda: b.state.topology.nodes["y-idle"].labels.get("nvidia.com/mig.config.state")
+                         == "pending", what="the agent's state rebuilt with y-idle's labels")
+        assert "y-idle" not in b.state.ready
         assert not [p for p in pods(kube) if p.startswith(("first", "second"))]
         # y-idle is still being cut (as a restarted agent would find it): the next gang waits for it as it is,
         # and runs once a MIG manager finishes the job.

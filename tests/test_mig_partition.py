@@ -4,6 +4,7 @@ counts that when it picks a cluster."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from federation import gangs
@@ -11,13 +12,16 @@ from federation.cli.manifest import jobs_from_documents
 from federation.cli.yamldoc import load_documents
 from federation.scheduler import cluster_view
 from federation.scheduling.fit import JobView, cannot_run, check
-from federation.v1 import agent_pb2
+from federation.v1 import agent_pb2, common_pb2
 from federation.validation import inventory_problem
 from member_agent import clusters, mig
+from member_agent.agent import Agent
 from member_agent.gang import gang_request
 from member_agent.placement import Rejection, place
+from member_agent.simulated import SimulatedBackend
 from member_agent.state import ClusterState
 from member_agent.topology import ROOT, build, load_objects
+from tests.kubehelp import drain
 
 GPU = "nvidia.com/gpu"
 SLICE = "nvidia.com/mig-1g.10gb"
@@ -146,3 +150,29 @@ def test_a_hard_gang_s_cut_stays_under_one_hypernode_of_its_tier() -> None:
     assert mig.plan_for(wanted, state, highest_tier=1) == {"n3": "all-1g.10gb", "n4": "all-1g.10gb"}
     assert mig.plan_for({SLICE: 120}, state, highest_tier=1) is None
     assert mig.plan_for({SLICE: 20}, state, highest_tier=1) == {"n2": "all-1g.10gb"}  # rack0: one node, by name
+
+
+class _RecordingBackend(SimulatedBackend):
+    """A simulated cluster whose MIG manager requests are recorded (and left unanswered)."""
+
+    def __init__(self, state: ClusterState) -> None:
+        super().__init__(state)
+        self.asked: list[dict[str, str]] = []
+
+    async def repartition(self, layouts: Mapping[str, str]) -> None:
+        self.asked.append(dict(layouts))
+
+
+async def test_the_agent_waits_for_a_node_being_cut_already_and_relabels_only_the_rest() -> None:
+    cutting = {**H100, mig.STATE_LABEL: "pending", mig.CONFIG_LABEL: "all-1g.10gb", "nvidia.com/gpu.count": "2"}
+    backend = _RecordingBackend(cluster(("a-cut", {GPU: "2"}, cutting), ("b-idle", {GPU: "8"}, H100)))
+    backend.state.set_ready("a-cut", False)  # as the Kubernetes backend keeps a node being cut
+    agent = Agent("east", {}, backend)
+    spec = common_pb2.JobSpec(name="slices", queue="q", tasks=[
+        common_pb2.TaskSpec(name="infer", replicas=10, resources={SLICE: "2", "cpu": "1"})])
+    await agent.assign(common_pb2.Job(id="slices-1", spec=spec), attempt=1)
+    (update,) = drain(agent)
+    assert update.type == agent_pb2.PREPARING, update.reason
+    assert "node a-cut to all-1g.10gb, node b-idle to all-1g.10gb" in update.reason  # 14 coming, 6 more needed
+    assert backend.asked == [{"b-idle": "all-1g.10gb"}]  # a-cut's label is left as it is
+    assert "b-idle" not in backend.state.ready  # nothing else goes on a node being cut
