@@ -1,7 +1,8 @@
 """SubmitJobs throughput: jobs per second accepted into PostgreSQL, batches of 100, against PostgreSQL's own.
 
 Starts a real federation-server on an embedded PostgreSQL, submits N jobs over gRPC in batches
-of 100 (one client, then several concurrent clients), and writes the medians of repeated runs to
+of 100 (one client, then several concurrent clients; then those clients spread over two front ends, the
+second a `serve --role api` process on the same database), and writes the medians of repeated runs to
 api.json and api.md. Beside them, the ceiling: what the same PostgreSQL ingests when a client does
 nothing but write what a submission writes (a job row and an event row per job, the federation's
 schema and indexes, in a database of its own, transactions of 100, pipelined).
@@ -74,15 +75,17 @@ def ceiling_database(uri: str) -> str:
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-async def submit_all(address: str, jobs: int, clients: int, run: int) -> float:
+async def submit_all(addresses: Sequence[str], jobs: int, clients: int, run: int) -> float:
+    """Jobs per second accepted from `clients` concurrent clients, spread over the front ends at `addresses`."""
     batches = [[job(i, run) for i in range(start, min(jobs, start + BATCH))] for start in range(0, jobs, BATCH)]
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = jobs_pb2_grpc.JobServiceStub(channel)
+    channels = [grpc.aio.insecure_channel(address) for address in addresses]
+    try:
+        stubs = [jobs_pb2_grpc.JobServiceStub(channel) for channel in channels]
         queue: asyncio.Queue[list[common_pb2.JobSpec]] = asyncio.Queue()
         for batch in batches:
             queue.put_nowait(batch)
 
-        async def client() -> int:
+        async def client(stub: jobs_pb2_grpc.JobServiceStub) -> int:
             accepted = 0
             while not queue.empty():
                 batch = queue.get_nowait()
@@ -91,8 +94,11 @@ async def submit_all(address: str, jobs: int, clients: int, run: int) -> float:
             return accepted
 
         start = time.perf_counter()
-        accepted = sum(await asyncio.gather(*(client() for _ in range(clients))))
+        accepted = sum(await asyncio.gather(*(client(stubs[i % len(stubs)]) for i in range(clients))))
         elapsed = time.perf_counter() - start
+    finally:
+        for channel in channels:
+            await channel.close()
     assert accepted == jobs
     return jobs / elapsed
 
@@ -106,36 +112,42 @@ def main(argv: Sequence[str] | None = None) -> None:
     jobs = args.jobs or (1_000 if args.quick else 10_000)
     runs = args.runs or (1 if args.quick else 3)
 
-    with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
-        server = ServerProcess("--data-dir", str(Path(tmp) / "pg"), "--auto-migrate", env={"FEDERATION_LOG_LEVEL":
-                                                                                          "warning"})
+    quiet = {"FEDERATION_LOG_LEVEL": "warning"}
+    with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp, embedded_postgres(Path(tmp) / "pg") as uri:
+        server = ServerProcess("--database-url", uri, "--auto-migrate", env=quiet)
+        second = None
         try:
             channel = grpc.insecure_channel(server.address)
             admin = admin_pb2_grpc.AdminServiceStub(channel)
             admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="bench")))
             admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="bench", tenant="bench")))
+            second = ServerProcess("--database-url", uri, "--role", "api", env=quiet)  # a second front end
+            settings = [(clients, [server.address]) for clients in args.clients]
+            settings += [(clients, [server.address, second.address]) for clients in args.clients if clients > 1]
             results = {}
-            with bar(len(args.clients) * runs, "SubmitJobs runs", "runs") as progress:
-                for clients in args.clients:
+            with bar(len(settings) * runs, "SubmitJobs runs", "runs") as progress:
+                for clients, addresses in settings:
                     rates = []
                     for _ in range(runs):
-                        rates.append(asyncio.run(submit_all(server.address, jobs, clients, progress.n)))
+                        rates.append(asyncio.run(submit_all(addresses, jobs, clients, progress.n)))
                         progress.update()
-                    results[str(clients)] = {"runs_jobs_per_s": [round(r) for r in rates],
-                                             "median_jobs_per_s": round(statistics.median(rates))}
-            with embedded_postgres(Path(tmp) / "pg") as uri:  # the server's own PostgreSQL, adopted
-                ceiling_uri = ceiling_database(uri)
-                ceilings = [postgres_ceiling(ceiling_uri, jobs, run) for run in range(runs)]
+                    key = f"{clients}" if len(addresses) == 1 else f"{clients}, over {len(addresses)} front ends"
+                    results[key] = {"runs_jobs_per_s": [round(r) for r in rates],
+                                    "median_jobs_per_s": round(statistics.median(rates))}
+            ceiling_uri = ceiling_database(uri)
+            ceilings = [postgres_ceiling(ceiling_uri, jobs, run) for run in range(runs)]
         finally:
+            if second is not None:
+                second.stop()
             server.stop()
 
     ceiling = round(statistics.median(ceilings))
-    target = ceiling // 4
+    target, target_two = ceiling // 4, ceiling * 2 // 5  # one front end a quarter of it; two, two fifths
     report = {
         "benchmark": "SubmitJobs throughput (jobs accepted into PostgreSQL per second)",
         "jobs_per_run": jobs, "batch_size": BATCH, "runs": runs, "by_clients": results,
         "postgres_ceiling_jobs_per_s": ceiling, "postgres_ceiling_runs": [round(c) for c in ceilings],
-        "target_jobs_per_s": target, "measured_at": measured(),
+        "target_jobs_per_s": target, "target_two_front_ends_jobs_per_s": target_two, "measured_at": measured(),
         "machine": f"{machine()}; server, embedded PostgreSQL and client on the same machine",
     }
     lines = [f"# SubmitJobs throughput ({report['measured_at']})", "",
@@ -144,12 +156,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     lines += [f"| {c} | {r['median_jobs_per_s']} | {', '.join(map(str, r['runs_jobs_per_s']))} | "
               f"{r['median_jobs_per_s'] / ceiling:.0%} |" for c, r in results.items()]
     lines += ["", f"PostgreSQL's ceiling on the same machine in the same run: **{ceiling:,} jobs/s** "
-                  f"({', '.join(f'{c:,.0f}' for c in ceilings)}); target: a quarter of it, {target:,} jobs/s."]
-    best = max(r["median_jobs_per_s"] for r in results.values())
+                  f"({', '.join(f'{c:,.0f}' for c in ceilings)}); targets: a quarter of it with one front end "
+                  f"({target:,} jobs/s), two fifths with two ({target_two:,} jobs/s)."]
+    one = max(r["median_jobs_per_s"] for c, r in results.items() if "front ends" not in c)
+    two = max((r["median_jobs_per_s"] for c, r in results.items() if "front ends" in c), default=0)
     write(out_dir(args), "api", report, "\n".join(lines) + "\n",
-          [(f"SubmitJobs, {c} client(s), median", f"{r['median_jobs_per_s']:,} jobs/s") for c, r in results.items()]
-          + [("SubmitJobs vs PostgreSQL's own ceiling", f"{best:,} of {ceiling:,} jobs/s, target a quarter "
-              f"({target:,}): {'met' if best >= target else 'not met'}")])
+          [(f"SubmitJobs, {c.replace(',', ' client(s),', 1) if ',' in c else c + ' client(s)'}, median",
+            f"{r['median_jobs_per_s']:,} jobs/s") for c, r in results.items()]
+          + [("SubmitJobs vs PostgreSQL's own ceiling", f"one front end {one:,} ({one / ceiling:.0%}), two "
+              f"{two:,} ({two / ceiling:.0%}) of {ceiling:,} jobs/s; targets 25 % and 40 %: "
+              f"{'met' if one >= target else 'not met'}, {'met' if two >= target_two else 'not met'}")])
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ A federation-server process on an embedded PostgreSQL and two simulated member a
 runs one gang of 16 GPUs and has a backlog of N more waiting for it (16 GPUs each: no other cluster can hold
 them); `idle` (one 8-GPU node) is empty. Probes of one GPU, one at a time, each submitted after the last was
 dispatched: the time from SubmitJob's answer to the job's Dispatched event on a WatchJobs stream, with no
-backlog and with N jobs waiting, in the same run.
+backlog and with N jobs waiting, in the same run. Meanwhile a client calls GetJob every 50 ms: how long the
+API takes to answer while the scheduler works through the backlog. Both for `serve`'s default (the scheduler
+in a process of its own) and, as the baseline, for one process doing everything (`--role all`).
 
 Writes latency.json and latency.md.
 Usage: python -m bench.bench_latency [--quick] [--backlog N] [--probes N]
@@ -82,15 +84,40 @@ def _probe(jobs: Any, dispatches: Dispatches, n: int, label: str) -> list[float]
     return out
 
 
+class Poller:
+    """GetJob every POLL_EVERY seconds from its own channel, each answer's time kept, while it runs."""
+
+    def __init__(self, address: str, job_id: str) -> None:
+        self.stub = jobs_pb2_grpc.JobServiceStub(grpc.insecure_channel(address))
+        self.job_id, self.seconds, self.stopped = job_id, [], threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            started = time.perf_counter()
+            self.stub.GetJob(jobs_pb2.GetJobRequest(id=self.job_id), timeout=60)
+            self.seconds.append(time.perf_counter() - started)
+            self.stopped.wait(POLL_EVERY)
+
+    def stop(self) -> list[float]:
+        self.stopped.set()
+        self.thread.join()
+        return self.seconds
+
+
+POLL_EVERY = 0.05
+
+
 def _summary(seconds: list[float]) -> dict[str, float]:
     ordered = sorted(seconds)
     return {"p50": statistics.median(ordered), "p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
             "max": ordered[-1], "probes": len(ordered)}
 
 
-def run(backlog: int, probes: int) -> dict[str, Any]:
+def run(backlog: int, probes: int, role: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
-        server = ServerProcess("--data-dir", str(Path(tmp) / "pg"), "--auto-migrate",
+        server = ServerProcess("--data-dir", str(Path(tmp) / "pg"), "--auto-migrate", "--role", role,
                                env={"FEDERATION_LOG_LEVEL": "warning"}, timeout=180)
         agents = []
         try:
@@ -109,19 +136,24 @@ def run(backlog: int, probes: int) -> dict[str, Any]:
             dispatches = Dispatches(channel)
             first = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=_job("runs", "backlog", 16))).job.id
             dispatches.wait(first)
+            poller = Poller(server.address, first)
             empty = _probe(jobs, dispatches, probes, "empty")
+            polled_empty = poller.stop()
             with bar(backlog, "backlog submitted", "jobs") as progress:
                 for start in range(0, backlog, SUBMIT_BATCH):
                     specs = [_job(f"b{i}", "backlog", 16) for i in range(start, min(backlog, start + SUBMIT_BATCH))]
                     jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=specs))
                     progress.update(len(specs))
+            poller = Poller(server.address, first)
             waited = _probe(jobs, dispatches, probes, "backlog")
+            polled = poller.stop()
             dispatches.stream.cancel()
         finally:
             for agent in agents:
                 agent.stop()
             server.stop()
-    return {"backlog": backlog, "empty": _summary(empty), "with_backlog": _summary(waited),
+    return {"role": role, "backlog": backlog, "empty": _summary(empty), "with_backlog": _summary(waited),
+            "get_job_empty": _summary(polled_empty), "get_job_with_backlog": _summary(polled),
             "seconds_empty": empty, "seconds_with_backlog": waited}
 
 
@@ -130,19 +162,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--backlog", type=int, default=None, help="jobs waiting (default 100,000; quick 2,000)")
     p.add_argument("--probes", type=int, default=None, help="probe jobs per setting (default 100; quick 10)")
     args = p.parse_args(argv)
-    result = run(args.backlog or (2_000 if args.quick else 100_000), args.probes or (10 if args.quick else 100))
-    results = {"benchmark": "latency", "date": measured(), "machine": machine(), "quick": args.quick, **result}
-    e, w = result["empty"], result["with_backlog"]
+    backlog, probes = args.backlog or (2_000 if args.quick else 100_000), args.probes or (10 if args.quick else 100)
+    runs = [run(backlog, probes, role) for role in ("both", "all")]
+    results = {"benchmark": "latency", "date": measured(), "machine": machine(), "quick": args.quick,
+               **runs[0], "runs": runs}
+    split, one = runs
     lines = [f"# Submit-to-dispatch latency ({results['date']})", "",
              f"Machine: {results['machine']}; server, embedded PostgreSQL, two simulated agents and the client on the "
              f"same cores. A one-GPU job that fits at once on an idle cluster, one at a time, SubmitJob's answer to "
-             f"its Dispatched event; {w['probes']} probes per setting, same run.", "",
-             "| jobs waiting | p50 (s) | p99 (s) | max (s) |", "|---:|---:|---:|---:|",
-             f"| 0 | {e['p50']:.3f} | {e['p99']:.3f} | {e['max']:.3f} |",
-             f"| {result['backlog']:,} | {w['p50']:.3f} | {w['p99']:.3f} | {w['max']:.3f} |"]
+             f"its Dispatched event; {split['with_backlog']['probes']} probes per setting. Meanwhile GetJob every "
+             f"{POLL_EVERY * 1000:.0f} ms, each answer timed. `both`: `serve`'s default, the scheduler in a process "
+             f"of its own; `all`, the baseline in the same run: one process doing everything.", "",
+             "| server | jobs waiting | dispatch p50 (s) | p99 (s) | max (s) | GetJob p50 (s) | p99 (s) | max (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        for label, d, g in (("0", r["empty"], r["get_job_empty"]),
+                            (f"{r['backlog']:,}", r["with_backlog"], r["get_job_with_backlog"])):
+            lines.append(f"| {r['role']} | {label} | {d['p50']:.3f} | {d['p99']:.3f} | {d['max']:.3f} | "
+                         f"{g['p50']:.3f} | {g['p99']:.3f} | {g['max']:.3f} |")
+    w, e, g, base = split["with_backlog"], split["empty"], split["get_job_with_backlog"], one["get_job_with_backlog"]
     write(out_dir(args), "latency", results, "\n".join(lines) + "\n",
-          [(f"submit-to-dispatch, {result['backlog']:,} waiting", f"p50 {w['p50']:.3f} s, p99 {w['p99']:.3f} s "
-            f"(no backlog: p50 {e['p50']:.3f} s, p99 {e['p99']:.3f} s)")])
+          [(f"submit-to-dispatch, {backlog:,} waiting", f"p50 {w['p50']:.3f} s, p99 {w['p99']:.3f} s "
+            f"(no backlog: p50 {e['p50']:.3f} s, p99 {e['p99']:.3f} s)"),
+           (f"GetJob while {backlog:,} wait", f"p99 {g['p99']:.3f} s, max {g['max']:.3f} s (one process: p99 "
+            f"{base['p99']:.3f} s, max {base['max']:.3f} s)")])
 
 
 if __name__ == "__main__":

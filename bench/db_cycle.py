@@ -99,7 +99,7 @@ async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, round
         started = time.perf_counter()
         await scheduler.cycle()
         settling.append(time.perf_counter() - started)
-    times, placed, steps = [], 0, []
+    times, placed, steps, lags = [], 0, [], []
     for _ in range(rounds):
         holding = sorted(scheduler.cache.holding.values(), key=lambda j: j.id)
         for job in rng.sample(holding, len(holding) // 10):
@@ -108,8 +108,10 @@ async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, round
         await store.submit([_job(f"t{(t := rng.randrange(100)):03d}-q{rng.randrange(10)}", f"t{t:03d}", rng)
                             for _ in range(len(holding) // 10)])
         started = time.perf_counter()
+        sampler = asyncio.create_task(_loop_lag(lags))
         decisions = await scheduler.cycle()
         times.append(time.perf_counter() - started)
+        sampler.cancel()
         steps.append(scheduler.steps)
         placed += len(decisions.assign)
         await standby.tick()
@@ -124,7 +126,28 @@ async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, round
             "median_seconds": statistics.median(times), "max_seconds": max(times), "jobs_placed": placed,
             "jobs_per_second": placed / sum(times), "seconds": times,
             "median_step_seconds": {step: statistics.median(s.get(step, 0.0) for s in steps)
-                                    for step in dict.fromkeys(k for s in steps for k in s)}}
+                                    for step in dict.fromkeys(k for s in steps for k in s)},
+            # How late the event loop ran a 10 ms timer during the sustained cycles (what an RPC beside them
+            # waited), beside the longest decide step: what the loop waited, whole, when the cycle decided on it.
+            "loop_lag_p99_seconds": _quantile(lags, 0.99), "loop_lag_max_seconds": max(lags, default=0.0),
+            "decide_max_seconds": max((s.get("decide", 0.0) for s in steps), default=0.0)}
+
+
+LAG_PERIOD = 0.01
+
+
+async def _loop_lag(lags: list[float]) -> None:
+    """Sample the event loop's lag every LAG_PERIOD until cancelled."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + LAG_PERIOD
+        await asyncio.sleep(LAG_PERIOD)
+        lags.append(max(loop.time() - due, 0.0))
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)] if ordered else 0.0
 
 
 async def _attempt(store: JobStore, job_id: str) -> int:

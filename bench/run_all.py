@@ -38,6 +38,7 @@ BENCHMARKS = {
     "backlog": ("bench.bench_backlog", "a cycle whose cost follows change: queue manager walk vs cycle from scratch"),
     "history": ("bench.bench_history", "a long history: submit path and cycle, ended jobs archived vs left in jobs"),
     "latency": ("bench.bench_latency", "submit-to-dispatch latency of a job that fits at once, with a backlog waiting"),
+    "flow": ("bench.bench_flow", "jobs released at once to one simulated cluster, until all Running"),
 }
 
 

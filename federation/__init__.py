@@ -1,3 +1,11 @@
 """Federation control plane: API servicers, Postgres store, scheduling core and the fedctl CLI."""
 
+import os
+
 __version__ = "0.1.0"
+
+# Every process of ours that starts another (the server its scheduler, `fedctl dev` a federation, the tests each
+# program) forks while gRPC is live and then execs at once: it never needs gRPC's fork handlers, and with them the
+# forked child may restart gRPC's poller on a descriptor `subprocess` closed and abort before its exec (grpc
+# issue 43055: "Epoll1Poller … epoll_wait error: Bad file descriptor", seen under load). Read when gRPC starts.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")

@@ -1,6 +1,9 @@
 """Which member agents are connected, and the bounded queue of orders to each.
 
-A queue that fills up means the agent is not reading: rather than let it stall the sender, the
+The order relay fills a queue only up to RELAY_LIMIT and waits, its cursor kept, for the agent to read
+some (`taken` tells it), however many orders a cycle wrote for one cluster: a burst is flow, not a
+fault. The rest of the queue is for the stream's answers (heartbeat acks, reconciles). A queue that
+fills up all the same means the agent is not reading: rather than let it stall the sender, the
 connection is dropped, and the agent's reconnect brings a full resynchronisation.
 """
 
@@ -8,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from federation.v1 import agent_pb2
@@ -15,6 +19,7 @@ from federation.v1 import agent_pb2
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 1000
+RELAY_LIMIT = 900  # orders relayed from the event log that a queue holds at most
 
 
 @dataclass(eq=False)
@@ -23,11 +28,23 @@ class Connection:
     queue: asyncio.Queue[agent_pb2.ControlMessage] = field(default_factory=lambda: asyncio.Queue(QUEUE_LIMIT))
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     cursor: int = 0  # orders from job events up to this sequence number have been relayed to it
+    waiting_for_room: bool = False  # the relay stopped at its cursor for a full queue
+
+    def has_room(self) -> bool:
+        """May the relay queue one more order?"""
+        return self.queue.qsize() < RELAY_LIMIT
 
 
 class Connections:
     def __init__(self) -> None:
         self._by_cluster: dict[str, Connection] = {}
+        self.on_room: Callable[[], None] = lambda: None  # the relay's wake: a queue it stopped at has room
+
+    def taken(self, conn: Connection) -> None:
+        """The stream sent one of `conn`'s orders: wake the relay once half the queue it waits on is free."""
+        if conn.waiting_for_room and conn.queue.qsize() <= RELAY_LIMIT // 2:
+            conn.waiting_for_room = False
+            self.on_room()
 
     def open(self, cluster: str, cursor: int) -> Connection:
         """A new stream for `cluster`, relayed orders after `cursor`; an older one is closed (the agent reconnected)."""

@@ -22,7 +22,7 @@ from federation.resources import GPU, parse_resources, with_share
 from federation.scheduling.cycle import PendingJob
 from federation.scheduling.fit import JobView
 from federation.scheduling.queues import QueueManager
-from federation.store.jobs import ACTIVE_PHASES, WAITING_PHASES, JobStore
+from federation.store.jobs import ACTIVE_PHASES, SENT_BACK_EVENTS, WAITING_PHASES, JobStore
 from federation.validation import EXPECTED_DURATION
 
 SCAN_LIMIT = 200_000
@@ -88,6 +88,8 @@ class JobCache:
         self.reasons: dict[str, str | None] = {}
         self.expected: dict[str, float] = {}  # waiting job -> its expected-duration annotation, seconds
         self.refusals: dict[str, dict[str, str]] = {}  # waiting job -> clusters that refused it for good, and why
+        # (job, cluster, why) a cluster sent back (rejected, not for good, or evacuated) since the last `take_sent_back`
+        self.sent_back: list[tuple[str, str, str]] = []
         self._cursor: int | None = None
         self._lock = asyncio.Lock()
 
@@ -135,6 +137,8 @@ class JobCache:
                 latest[event["job_id"]] = event
                 if event["type"] == "Rejected":
                     refused.add(event["job_id"])
+                if event["type"] in SENT_BACK_EVENTS and " for good: " not in event["message"]:
+                    self.sent_back.append((event["job_id"], event["cluster"], event["message"].partition(": ")[2]))
             cursor = events[-1]["seq"]
         arrived: list[str] = []
         held: dict[str, Any] = {}
@@ -195,6 +199,11 @@ class JobCache:
                 return  # the next refresh loads them
             current = {r["id"]: r["reason"] for r in await self.jobs.pending(SCAN_LIMIT)}
             self.reasons = {job_id: current.get(job_id) for job_id in self.waiting}
+
+    def take_sent_back(self) -> list[tuple[str, str, str]]:
+        """The (job, cluster, why) sent back by a cluster since the last call, oldest first."""
+        sent, self.sent_back = self.sent_back, []
+        return sent
 
     def take_touched(self) -> set[str]:
         """The jobs with an event since the last call: their reasons in PostgreSQL may be anything."""

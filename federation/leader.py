@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import time
 import uuid
 from collections.abc import Callable
@@ -48,6 +49,10 @@ class Fence:
     async def check(self, conn: AsyncConnection) -> None:
         """Inside a writing transaction: hold the lease row so no one takes it over before this commits.
 
+        The hold is a KEY SHARE lock: it keeps a takeover out (a takeover locks the row FOR UPDATE first) but not
+        the holder's own renewal (a plain UPDATE of the expiry, which KEY SHARE admits). So a long write, a
+        hundred thousand reasons say, never makes the leader miss its renewal and lose the lease it writes under.
+
         A leader frozen or cut off mid-transaction would hold that row (and the jobs it locked) until
         PostgreSQL noticed its client gone, which a silent network can put off for many minutes, and no
         replica could take the lease meanwhile. So PostgreSQL ends such a transaction itself once it has
@@ -56,7 +61,7 @@ class Fence:
         await conn.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {int(self.lease * 1000)}"))
         row = (await conn.execute(text(
             "SELECT 1 FROM leader_lease WHERE id = 1 AND holder = :holder AND epoch = :epoch AND expires_at > now() "
-            "FOR SHARE"), {"holder": self.holder, "epoch": self.epoch})).first()
+            "FOR KEY SHARE"), {"holder": self.holder, "epoch": self.epoch})).first()
         if row is None:
             raise NotLeader(f"the scheduling lease of epoch {self.epoch} is no longer this replica's")
 
@@ -66,10 +71,18 @@ def conninfo(url: URL) -> str:
 
 
 class Leadership:
-    def __init__(self, url: URL, on_notice: Callable[[], None], lease: float = LEASE) -> None:
+    """The lease, and change notices. `candidate`: this process may lead (a scheduler); an API front end only
+    listens. `address`: where this process answers as leader (SchedulerService), published with the lease
+    beside a secret drawn here, which the front ends present there."""
+
+    def __init__(self, url: URL, on_notice: Callable[[], None], lease: float = LEASE, candidate: bool = True,
+                 address: str = "") -> None:
         self.url = url
         self.on_notice = on_notice
         self.lease = lease
+        self.candidate = candidate
+        self.address = address
+        self.secret = secrets.token_hex(16)
         self.renew_every = lease / 4
         self.holder = f"{uuid.uuid4().hex[:12]}"
         self.epoch = 0
@@ -117,6 +130,8 @@ class Leadership:
                 await asyncio.wait_for(self._stopping.wait(), self.renew_every)
 
     async def _renew(self, conn: psycopg.AsyncConnection) -> None:
+        if not self.candidate:
+            return
         started = time.monotonic()
         interval = f"{self.lease} seconds"
         if self.epoch:
@@ -128,12 +143,23 @@ class Leadership:
                 self.epoch = 0
                 return
         else:
-            cur = await conn.execute(
-                "INSERT INTO leader_lease (id, holder, epoch, expires_at) VALUES (1, %s, 1, now() + %s::interval) "
-                "ON CONFLICT (id) DO UPDATE SET holder = EXCLUDED.holder, epoch = leader_lease.epoch + 1, "
-                "expires_at = EXCLUDED.expires_at WHERE leader_lease.expires_at <= now() RETURNING epoch",
-                (self.holder, interval))
-            row = await cur.fetchone()
+            # An expired lease is taken FOR UPDATE: that waits for the fenced writes still in flight under it
+            # (they hold KEY SHARE, which the UPDATE's own lock would not wait for), so none of them commits after
+            # another replica leads; and a lease renewed meanwhile is seen so, and left alone.
+            async with conn.transaction():
+                expired = await (await conn.execute(
+                    "SELECT 1 FROM leader_lease WHERE id = 1 AND expires_at <= now() FOR UPDATE")).fetchone()
+                if expired is not None:
+                    cur = await conn.execute(
+                        "UPDATE leader_lease SET holder = %s, epoch = epoch + 1, expires_at = now() + %s::interval, "
+                        "address = %s, secret = %s WHERE id = 1 RETURNING epoch",
+                        (self.holder, interval, self.address, self.secret))
+                else:  # no lease yet, or a live one (the insert then does nothing)
+                    cur = await conn.execute(
+                        "INSERT INTO leader_lease (id, holder, epoch, expires_at, address, secret) "
+                        "VALUES (1, %s, 1, now() + %s::interval, %s, %s) ON CONFLICT (id) DO NOTHING RETURNING epoch",
+                        (self.holder, interval, self.address, self.secret))
+                row = await cur.fetchone()
             if row is None:
                 return  # another replica holds it
             self.epoch = int(row[0])

@@ -3,9 +3,9 @@
 Stopping waits for the pass under way to finish: cancelling one mid-transaction can leave a
 database connection in a state the pool cannot recover, so a pass is never cut short.
 
-A pass shares the server's one event loop with the API. One that computes for long (a scheduling
-cycle over tens of thousands of waiting jobs) holds the loop meanwhile, and one woken by every
-submit would run back to back and leave the API the gaps: `rest` makes the loop wait that many
+A pass shares the server's one process with the API. One that computes for long (a scheduling
+cycle over tens of thousands of waiting jobs, in a worker thread) shares the interpreter with the loop
+meanwhile, and one woken by every submit would run back to back: `rest` makes the loop wait that many
 times as long as the last pass took before the next, so the pass never takes more than
 1 / (1 + rest) of the time, however often it is woken. Short passes rest for next to nothing.
 """

@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import grpc
 from aiohttp import web
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.aiohttp import make_aiohttp_handler
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from federation.auth import Principal
@@ -55,28 +65,75 @@ class _Both(Collector):
         yield from TENANTS.collect()
 
 
-def app(authenticate: Callable[[str | None], Awaitable[Principal | str]]) -> web.Application:
+SCOPE_HEADER, SECRET_HEADER = "X-Federation-Metrics-Scope", "X-Federation-Metrics-Secret"
+CHILD_TIMEOUT = 5.0  # seconds the parent waits for its scheduler process's series
+
+
+class _Merged(Collector):
+    """This process's series, with the scheduler's families (and any this one lacks) from the scheduler process's
+    exposition: one scrape for `federation-server serve`'s two processes, each series from the process that sets
+    it (the API process has the scheduler's families too, never set)."""
+
+    def __init__(self, own: Collector | CollectorRegistry, other: str) -> None:
+        self.own, self.other = own, other
+
+    def collect(self) -> Any:
+        mine = {m.name: m for m in self.own.collect()}
+        for family in text_string_to_metric_families(self.other):
+            if family.name in _scheduler_families() or family.name not in mine:
+                mine[family.name] = family
+        yield from mine.values()
+
+
+def _scheduler_families() -> set[str]:
+    """The metric families the scheduler sets (a cycle's, and what it reads of queues and clusters each cycle)."""
+    return {m.describe()[0].name for m in (
+        CYCLE_SECONDS, CYCLE_STEP_SECONDS, JOBS_SCHEDULED, JOBS_PREEMPTED, PENDING, LOST_GPU_HOURS,
+        PREEMPTION_LOST_GPU_HOURS, QUEUE_PENDING, QUEUE_DOMINANT_SHARE, QUEUE_USAGE, QUEUE_DESERVED,
+        CLUSTER_UTILISATION, CLUSTER_READY, CLUSTER_HEARTBEAT_AGE, CLUSTER_DRIFT)}
+
+
+def app(authenticate: Callable[[str | None], Awaitable[Principal | str]], secret: str = "",
+        child: tuple[str, str] | None = None) -> web.Application:
     """/metrics: per-queue series for an admin's bearer token, the federation-wide ones for anyone else;
-    a token that does not authenticate is a 401 (a scraper misconfigured should hear it, not get less)."""
-    public, everything = make_aiohttp_handler(REGISTRY), make_aiohttp_handler(_Both())
+    a token that does not authenticate is a 401 (a scraper misconfigured should hear it, not get less).
+    `secret`: a caller presenting it names the scope itself (the parent of a scheduler process). `child`: the
+    scheduler process's metrics address and secret, whose series this one's scrape includes."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
         header = request.headers.get("Authorization")
-        principal = await authenticate(header)  # --insecure-dev: everyone is an admin
-        if isinstance(principal, Principal):
-            return await (everything if principal.admin else public)(request)
-        if header is None:
-            return await public(request)
-        raise web.HTTPUnauthorized(text=f"{principal}\n", headers={"WWW-Authenticate": "Bearer"})
+        if secret and hmac.compare_digest(request.headers.get(SECRET_HEADER, ""), secret):
+            everything = request.headers.get(SCOPE_HEADER) == "all"
+        else:
+            principal = await authenticate(header)  # --insecure-dev: everyone is an admin
+            if not isinstance(principal, Principal) and header is not None:
+                raise web.HTTPUnauthorized(text=f"{principal}\n", headers={"WWW-Authenticate": "Bearer"})
+            everything = isinstance(principal, Principal) and principal.admin
+        own: Collector | CollectorRegistry = _Both() if everything else REGISTRY
+        if child is not None:
+            own = _Merged(own, await _scrape(child, "all" if everything else "public"))
+        return web.Response(body=generate_latest(own), headers={"Content-Type": CONTENT_TYPE_LATEST})  # type: ignore[arg-type]
 
     application = web.Application()
     application.router.add_get("/metrics", handle)
     return application
 
 
-async def serve(address: str, authenticate: Callable[[str | None], Awaitable[Principal | str]]) -> web.AppRunner:
+async def _scrape(child: tuple[str, str], scope: str) -> str:
+    """The scheduler process's exposition, or nothing while it is not there (restarting, say)."""
+    address, secret = child
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=CHILD_TIMEOUT)) as session, \
+                session.get(f"http://{address}/metrics", headers={SECRET_HEADER: secret, SCOPE_HEADER: scope}) as got:
+            return await got.text() if got.status == 200 else ""
+    except (aiohttp.ClientError, TimeoutError):
+        return ""
+
+
+async def serve(address: str, authenticate: Callable[[str | None], Awaitable[Principal | str]], secret: str = "",
+                child: tuple[str, str] | None = None) -> web.AppRunner:
     """Serve /metrics at HOST:PORT (port 0 picks one) on this event loop; the runner's `addresses` say where."""
-    runner = web.AppRunner(app(authenticate), access_log=None)
+    runner = web.AppRunner(app(authenticate, secret, child), access_log=None)
     await runner.setup()
     host, _, port = address.rpartition(":")
     try:
@@ -110,6 +167,20 @@ RPC_HANDLED = Counter("grpc_server_handled_total", "RPCs completed on the server
 RPC_SECONDS = Histogram("grpc_server_handling_seconds", "Time to complete an RPC (a stream: its whole life).",
                         ["grpc_type", "grpc_service", "grpc_method"],
                         buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+LOOP_LAG_SECONDS = Histogram("federation_event_loop_lag_seconds",
+                             "How late the server's event loop ran a timer it set (sampled every 0.1 s): how long "
+                             "something held the loop that serves the API, the agents' streams and the lease.",
+                             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+LOOP_LAG_PERIOD = 0.1
+
+
+async def watch_loop_lag() -> None:
+    """Sample the event loop's lag until cancelled: a handler or a pass that computes on the loop shows here."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + LOOP_LAG_PERIOD
+        await asyncio.sleep(LOOP_LAG_PERIOD)
+        LOOP_LAG_SECONDS.observe(max(loop.time() - due, 0.0))
 
 
 class Series:

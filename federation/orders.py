@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from federation.api.convert import job_to_proto
-from federation.connections import Connections
+from federation.connections import Connection, Connections
 from federation.loop import WakeLoop
 from federation.v1 import agent_pb2
 
@@ -52,6 +52,7 @@ class OrderRelay:
         self._load, self._current, self._jobs = load, current, jobs
         self._loop = WakeLoop("order-relay", period, self._relay)
         self.wake, self.start, self.stop = self._loop.wake, self._loop.start, self._loop.stop
+        connections.on_room = self.wake
 
     async def _relay(self) -> None:
         conns = self.connections.all()
@@ -65,12 +66,19 @@ class OrderRelay:
         dispatched = [e["job_id"] for e in events if e["type"] == "Dispatched"]
         jobs = await self._jobs(dispatched) if dispatched else {}
         by_cluster = {c.cluster: c for c in conns}
+        full: set[Connection] = set()
         for event in events:
             conn = by_cluster.get(event["cluster"])
-            if conn is None or event["seq"] <= conn.cursor:
+            if conn is None or conn in full or event["seq"] <= conn.cursor:
                 continue
             order = order_for(event, jobs.get(event["job_id"]))
-            if order is not None and not self.connections.send(conn, order):
-                conn.cursor = upto  # dropped for not reading: its reconnect resynchronises it
+            if order is None:
+                continue
+            if not conn.has_room():  # this order and the rest once the agent has read some (flow, not a fault)
+                full.add(conn)
+                conn.cursor, conn.waiting_for_room = event["seq"] - 1, True
+            elif not self.connections.send(conn, order):
+                conn.cursor = upto  # closed: its reconnect resynchronises it
         for conn in conns:
-            conn.cursor = max(conn.cursor, upto)
+            if conn not in full:
+                conn.cursor = max(conn.cursor, upto)

@@ -14,14 +14,14 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from itertools import chain, islice
 from typing import Any, Generic, TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from federation import metrics
+from federation import failpoints, metrics
 from federation.drift import DriftWatch, difference, signed
 from federation.jobcache import HoldingJob, JobCache, job_view
 from federation.leader import Fence, NotLeader
@@ -164,6 +164,21 @@ class _Steps:
         metrics.CYCLE_STEP_SECONDS.labels(name).observe(self.seconds[name])
 
 
+@dataclass(frozen=True)
+class _Decided:
+    """What one cycle's pure part returns to the loop that writes it."""
+
+    decisions: Decisions
+    waiting: Counter[str]  # per queue, the jobs still waiting after the cycle
+    reasons: dict[str, str]  # the waiting jobs' reasons PostgreSQL does not hold yet
+    walk: tuple[Mapping[str, Sequence[Settled]], set[str]] | None  # the walk's settled ranges and owed jobs
+    order: list[str]  # the waiting jobs the forecast looks at, in the order they would be served
+    jobs: dict[str, PendingJob]  # those, and the jobs dispatched or holding room, by id
+    forecast: Decisions  # the decisions as the forecast reads them
+    holds: dict[str, str]
+    held: dict[str, tuple[dict[str, int], list[tuple[str, str]]]]
+
+
 class Scheduler:
     def __init__(self, jobs: JobStore, admin: AdminStore, is_leader: Callable[[], bool],
                  on_change: Callable[[], None], period: float = 1.0,
@@ -189,6 +204,7 @@ class Scheduler:
         self.holds: dict[str, str] = {}  # waiting job -> what holds it whatever is free, by the last cycle
         self._cycles = 0
         self._snapshot_version = -1  # the job cache's version the last snapshot saw
+        self._deciding = asyncio.Lock()  # held from a cycle's snapshot to the end of its decisions
         # The last walk whose reasons were all written (the cache's generation, its ranges per queue), and the jobs
         # it decided first: the next cycle writes only what may differ from it. None: unknown, write all.
         self._written: tuple[int, Mapping[str, Sequence[Settled]]] | None = None
@@ -211,10 +227,11 @@ class Scheduler:
         if self._forecasting is not None:
             await self._forecasting
 
-    def rejected(self, job_id: str, cluster: str, reason: str) -> None:
-        """An agent refused the job: do not offer it to that cluster again for a while."""
-        self._refused.put((job_id, cluster), f"rejected it recently: {reason}")
-        self.wake()
+    def _sent_back(self) -> None:
+        """Jobs a cluster rejected (not for good) or evacuated, read from the event log whichever replica heard the
+        agent: not offered to that cluster again for a while."""
+        for job_id, cluster, reason in self.cache.take_sent_back():
+            self._refused.put((job_id, cluster), f"rejected it recently: {reason}")
 
     def _refusals(self) -> dict[str, dict[str, str]]:
         """Per job, the clusters that refused it recently (a transient refusal) or for good, and why."""
@@ -234,6 +251,7 @@ class Scheduler:
             if await self.cache.refresh():
                 _settle_heap()
             self.cache.take_touched()  # a standby writes no reasons: nothing to keep for it
+            self._sent_back()  # but remembers what clusters sent back, for when it leads
             return
         if not self._leading:
             await self.cache.reread_reasons()  # the last leader rewrote them without events
@@ -251,6 +269,7 @@ class Scheduler:
         await self.cache.refresh()  # the bulk: the events since the last cycle (every job, on the first)
         rows, upto = await self.admin.clusters(self.heartbeat_timeout)
         await self.cache.refresh(upto)  # and those up to the moment of the inventories, no further
+        self._sent_back()
         pending, active = list(self.cache.waiting.values()), list(self.cache.holding.values())
         self._snapshot_version = self.cache.version
         classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
@@ -321,41 +340,16 @@ class Scheduler:
 
     async def cycle(self) -> Decisions:
         clock = _Steps()
-        snapshot = await self.snapshot()
-        clock.step("snapshot")
-        backlog = self.cache.backlog
-        walked = self.cache.version == self._snapshot_version
-        if walked:
-            decisions = schedule_backlog(snapshot, backlog)
-            pending: Mapping[str, PendingJob] = self.cache.waiting
-            waiting = Counter({q.name: 0 for q in snapshot.queues} | {q: backlog.count(q) for q in backlog.order})
-        else:  # another reader caught the cache up since the snapshot: decide on the snapshot's own list
-            decisions = schedule(snapshot)
-            pending = {job.id: job for job in snapshot.pending}
-            waiting = Counter({q.name: 0 for q in snapshot.queues})
-            waiting.update(job.queue for job in snapshot.pending)
-        waiting.subtract(pending[j].queue for j in decisions.assign)
-        clock.step("decide")
-        # Read before anything awaits: the walk's reasons come from the backlog, which the next refresh changes.
-        # Only those that may have changed since the last written walk are looked at (see Reasons.changed_since).
-        touched = self.cache.take_touched() | self._owed
-        written, self._written = self._written, None  # known again once these are written
-        if walked and isinstance(decisions.waiting, Reasons) and written is not None \
-                and written[0] == self.cache.generation:
-            candidates: Mapping[str, str] = decisions.waiting.changed_since(written[1], touched)
-        else:
-            candidates = decisions.waiting
-        reasons = self.cache.changed_reasons(candidates)
-        walk = decisions.waiting.walk if walked and isinstance(decisions.waiting, Reasons) else None
-        self.holds = outlook.holds(decisions)
-        order = list(islice((j for j in decisions.waiting if j not in decisions.cannot_run), FORECAST_JOBS))
-        jobs = {j: pending[j] for j in chain(decisions.assign, decisions.reserved, order)}
-        forecast = replace(decisions, waiting={}, cannot_run=set(),
-                           limited={j: held for j in order if (held := decisions.limited.get(j)) is not None})
-        tenant_of = {q.name: q.tenant for q in snapshot.queues}
-        self.held = {cluster: (room, [(j, tenant_of.get(jobs[j].queue, "")) for j in holders])
-                     for cluster, (room, holders) in outlook.reserved_room(decisions, jobs).items()}
-        clock.step("explain")
+        # The snapshot and the decisions over it are one step no other reader of the cache may cut into: the
+        # decisions (and their reasons) are read from the backlog, which a refresh changes.
+        async with self._deciding:
+            snapshot = await self.snapshot()
+            clock.step("snapshot")
+            # Pure Python for as long as the backlog makes it: off the event loop, which keeps serving RPCs,
+            # heartbeats and the lease's renewal meanwhile.
+            d = await asyncio.to_thread(self._decide, snapshot, clock)
+        decisions, waiting, reasons, order, jobs = d.decisions, d.waiting, d.reasons, d.order, d.jobs
+        self.holds, self.held = d.holds, d.held
         for job_id, cluster in decisions.making_room.items():
             self._making_room.put(job_id, cluster)
         for job_id in decisions.assign:
@@ -371,9 +365,9 @@ class Scheduler:
         clock.step("write")
         await self.jobs.set_waiting(reasons, fence)
         self.cache.reasons_written(reasons)
-        if walk is not None:
-            self._written = (self.cache.generation, walk.settled)
-            self._owed = set(walk.owed)  # decided on their own: not what the ranges around them say
+        if d.walk is not None:
+            self._written = (self.cache.generation, d.walk[0])
+            self._owed = d.walk[1]  # decided on their own: not what the ranges around them say
         clock.step("reasons")
         self._cycles += 1
         if self._cycles % HEAP_SETTLE_CYCLES == 1:
@@ -385,10 +379,50 @@ class Scheduler:
         new_jobs = not self._forecast_asked.issuperset(order)
         due = since >= max(FORECAST_PERIOD, spacing) or (new_jobs and since >= spacing)
         if due and (self._forecasting is None or self._forecasting.done()):
-            self._forecasting = asyncio.create_task(self._forecast(snapshot, forecast, order, jobs), name="forecast")
+            self._forecasting = asyncio.create_task(self._forecast(snapshot, d.forecast, order, jobs), name="forecast")
         self.steps = clock.seconds
         self._record(decisions, waiting, snapshot.running, sum(clock.seconds.values()))
         return decisions
+
+    def _decide(self, snapshot: Snapshot, clock: _Steps) -> _Decided:
+        """The cycle's pure part: decisions over the snapshot and the backlog, and what changed of the reasons.
+        Run in a worker thread while the cycle holds `_deciding`, so nothing refreshes the cache meanwhile."""
+        backlog = self.cache.backlog
+        walked = self.cache.version == self._snapshot_version
+        if walked:
+            decisions = schedule_backlog(snapshot, backlog)
+            pending: Mapping[str, PendingJob] = self.cache.waiting
+            waiting = Counter({q.name: 0 for q in snapshot.queues} | {q: backlog.count(q) for q in backlog.order})
+        else:  # another reader caught the cache up since the snapshot: decide on the snapshot's own list
+            decisions = schedule(snapshot)
+            pending = {job.id: job for job in snapshot.pending}
+            waiting = Counter({q.name: 0 for q in snapshot.queues})
+            waiting.update(job.queue for job in snapshot.pending)
+        waiting.subtract(pending[j].queue for j in decisions.assign)
+        if decisions.assign:
+            failpoints.reached("cycle:dispatching")  # a cycle that decided something, still computing
+        clock.step("decide")
+        # The walk's reasons come from the backlog, which the next refresh changes: read them now. Only those that
+        # may have changed since the last written walk are looked at (see Reasons.changed_since).
+        touched = self.cache.take_touched() | self._owed
+        written, self._written = self._written, None  # known again once these are written
+        if walked and isinstance(decisions.waiting, Reasons) and written is not None \
+                and written[0] == self.cache.generation:
+            candidates: Mapping[str, str] = decisions.waiting.changed_since(written[1], touched)
+        else:
+            candidates = decisions.waiting
+        reasons = self.cache.changed_reasons(candidates)
+        walk = decisions.waiting.walk if walked and isinstance(decisions.waiting, Reasons) else None
+        order = list(islice((j for j in decisions.waiting if j not in decisions.cannot_run), FORECAST_JOBS))
+        jobs = {j: pending[j] for j in chain(decisions.assign, decisions.reserved, order)}
+        forecast = replace(decisions, waiting={}, cannot_run=set(),
+                           limited={j: held for j in order if (held := decisions.limited.get(j)) is not None})
+        tenant_of = {q.name: q.tenant for q in snapshot.queues}
+        held = {cluster: (room, [(j, tenant_of.get(jobs[j].queue, "")) for j in holders])
+                for cluster, (room, holders) in outlook.reserved_room(decisions, jobs).items()}
+        clock.step("explain")
+        return _Decided(decisions, waiting, reasons, None if walk is None else (walk.settled, set(walk.owed)),
+                        order, jobs, forecast, outlook.holds(decisions), held)
 
     def _running(self, job: HoldingJob, priority_class: Mapping[str, Any], now: datetime) -> RunningJob:
         """A gang holding resources, with what evicting it would cost as of `now`."""
@@ -433,10 +467,6 @@ class Scheduler:
         self._forecast_at = time.monotonic()
         self._forecast_asked = set(order)
         self._forecast_seconds = self._forecast_at - started
-
-    def expected_start(self, job_id: str) -> tuple[datetime, str] | None:
-        """When and where a waiting job is expected to start, by the last forecast (the leader's)."""
-        return self.forecast.get(job_id)
 
     def _record(self, decisions: Decisions, waiting: Counter[str], running: Sequence[RunningJob],
                 seconds: float) -> None:
@@ -484,8 +514,10 @@ class Scheduler:
     async def queue_status(self, queue: Mapping[str, Any]) -> admin_pb2.QueueStatus:
         """Usage, deserved share and counts of one queue (its row), computed now as a cycle would."""
         name = queue["name"]
-        snapshot = await self.snapshot()
-        tree, usage, _ = shares(snapshot, self.cache.backlog)
+        async with self._deciding:  # a cycle's decisions are read from the backlog this refreshes
+            snapshot = await self.snapshot()
+            tree, usage, _ = await asyncio.to_thread(shares, snapshot, self.cache.backlog)
+            pending = self.cache.backlog.count(name)
         deserved = {r: round(a) for r, a in tree.queues.get(name, {}).items()}
         share = dominant_share(usage.get(name, {}), tree.queues.get(name, {}))
         return admin_pb2.QueueStatus(
@@ -494,7 +526,7 @@ class Scheduler:
             dominant_share=share if share != float("inf") else -1.0,
             history=[admin_pb2.ShareSample(time=Timestamp(seconds=int(t), nanos=int(t % 1 * 1e9)), dominant_share=v)
                      for t, v in self._history.get(name, ())],
-            pending=self.cache.backlog.count(name),
+            pending=pending,
             running=sum(1 for j in snapshot.running if j.queue == name))
 
     @staticmethod

@@ -1,6 +1,6 @@
 """Shared fixtures: a real PostgreSQL, a fresh database per test, and a server on a real socket.
 
-PostgreSQL is found as DESIGN §8 says: FEDERATION_TEST_DATABASE_URL, else a testcontainers
+PostgreSQL is found as docs/architecture.md (Test database) says: FEDERATION_TEST_DATABASE_URL, else a testcontainers
 container when a Docker engine answers, else the embedded server. The schema is migrated once
 into a template database; each test gets its own copy (CREATE DATABASE ... TEMPLATE), so tests
 are isolated and cheap.
@@ -8,8 +8,12 @@ are isolated and cheap.
 
 from __future__ import annotations
 
-import contextlib
 import os
+
+# Before gRPC is first imported (it reads this once): see federation/__init__.py.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import contextlib
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator

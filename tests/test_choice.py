@@ -102,9 +102,9 @@ def test_a_shape_that_fits_nowhere_is_remembered_with_its_reasons() -> None:
 
 
 def test_many_clusters_are_summarised_by_kind_without_amounts() -> None:
-    def reason(free: int) -> str:
+    def reason(free: int, count: int = 5) -> str:
         clusters = [ClusterView(f"c{i}", {"zone": "a" if i < 4 else "b"}, {GPU: free + i},
-                                [TierFree(0, "node", {GPU: 8})]) for i in range(5)]
+                                [TierFree(0, "node", {GPU: 8})]) for i in range(count)]
         table = ClusterTable(clusters, {GPU: 64})
         gang = JobView("g", {GPU: 16}, {GPU: 8}, {"zone": "a"})
         assert table.best(gang, {}) is None
@@ -113,9 +113,12 @@ def test_many_clusters_are_summarised_by_kind_without_amounts() -> None:
         assert why is not None
         return why
 
-    assert reason(2) == ("no ready cluster fits: not enough free in 4 clusters; lacks label zone=a in 1 cluster "
-                         "(see fedctl explain)")
+    assert reason(2) == ("no ready cluster fits: lacks label zone=a; not enough free "
+                         "(each cluster's reason: fedctl explain)")
     assert reason(4) == reason(2)  # other free amounts, same words: nothing to rewrite for each waiting job
+    # A cluster joining (or falling silent) with a reason already named changes no waiting job's words either.
+    assert reason(2, count=6) == reason(2)
+    assert reason(2, count=4) == "no ready cluster fits: not enough free (each cluster's reason: fedctl explain)"
 
 
 def test_the_pool_says_where_eviction_could_make_room() -> None:

@@ -219,8 +219,13 @@ def test_limits_hold_under_a_flood(federation: Federation) -> None:
     assert waiting.jobs and all("limit" in j.status.reason for j in waiting.jobs)
 
 
+# The replica tests below run servers of one process each (`--role all`): the lease and its fencing are the same
+# code where a scheduler process of its own leads (`tests/test_e2e_roles.py` kills one of those).
+ONE_PROCESS = ("--role", "all")
+
+
 def test_a_second_replica_takes_over_scheduling_without_dispatching_twice(db_url: URL, tmp_path: Path) -> None:
-    fed = start(db_url, tmp_path, replicas=2)
+    fed = start(db_url, tmp_path, 2, *ONE_PROCESS)
     try:
         leader, standby = fed.servers
         assert b"now the scheduling leader" in leader.log and b"now the scheduling leader" not in standby.log
@@ -269,7 +274,7 @@ def test_a_stalled_leader_is_replaced_within_its_lease_and_nothing_is_dispatched
     import signal
 
     proxy, through = _proxied(db_url)
-    fed = start(db_url, tmp_path, 2, "--leader-lease", str(LEASE), urls=[through, db_url])
+    fed = start(db_url, tmp_path, 2, *ONE_PROCESS, "--leader-lease", str(LEASE), urls=[through, db_url])
     try:
         leader, standby = fed.servers
         assert b"now the scheduling leader" in leader.log
@@ -320,7 +325,7 @@ def test_a_replica_frozen_inside_a_write_stalls_the_others_writes_no_longer_than
     frozen_index = 0 if write == "Dispatched" else 1  # the first replica started leads
     envs: list[dict[str, str]] = [{}, {}]
     envs[frozen_index] = {"FEDERATION_FAILPOINTS": f"events:{write}"}
-    fed = start(db_url, tmp_path, 2, "--leader-lease", str(LEASE), envs=envs)
+    fed = start(db_url, tmp_path, 2, *ONE_PROCESS, "--leader-lease", str(LEASE), envs=envs)
     frozen, healthy = fed.servers[frozen_index], fed.servers[1 - frozen_index]
     frozen_api = jobs_pb2_grpc.JobServiceStub(grpc.insecure_channel(frozen.address))
     outcome: list[BaseException | object] = []

@@ -1,4 +1,5 @@
-"""The pure placement core: every rule of DESIGN §6, on small trees built like real HyperNodes."""
+"""The pure placement core: every rule of docs/architecture.md (Placement), on small trees built like real
+HyperNodes."""
 
 import re
 from collections.abc import Mapping
@@ -375,3 +376,38 @@ def test_counting_every_node_at_once_matches_counting_node_by_node(data: st.Data
     state.counts.shapes.clear()
     counted = {d: _Trial(state).capacity(d, task) for d in state.topology.domains}
     assert counted == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=12, max_size=12), st.lists(st.tuples(st.integers(1, 3), st.sampled_from(
+    [1, 2, 4, 8]), st.booleans()), min_size=1, max_size=25), st.booleans())
+def test_nodes_alike_scored_once_choose_exactly_as_each_scored(used: list[int], pods: list[tuple[int, int, bool]],
+                                                               single: bool) -> None:
+    """The placement scores a kind of node once per pod (`_Trial.alike`): the same choices, pod for pod, as
+    scoring every node on its own (the oracle: every node its own kind)."""
+    import member_agent.placement as placement
+
+    def run(oracle: bool) -> list[tuple[str, ...]]:
+        state = cluster([2, 6], {GPU: "8", "cpu": "64"})
+        for node, gpus in zip(sorted(state.free), used, strict=True):  # a few kinds of node: 0 to 6 GPUs used
+            if gpus:
+                state.allocate(node, {GPU: 2 * gpus})
+        for _ in range(3 if single else 0):  # a pod mix of lone pods: spread, and scored by fragmentation
+            state.fragmentation.mix.add({GPU: 1, "cpu": 1000})
+        original = placement._Trial.alike
+        if oracle:
+            placement._Trial.alike = lambda self, node: (node,)  # type: ignore[method-assign]
+        try:
+            out = []
+            for replicas, gpus, hard in pods:
+                result = place(state, gang(replicas, gpus, mode="hard" if hard else "", highest_tier=1 if hard
+                                           else None))
+                out.append(tuple(p.node for p in result.pods) if isinstance(result, Placement) else ())
+                if isinstance(result, Placement):
+                    for pod in result.pods:
+                        state.allocate(pod.node, {GPU: gpus})
+            return out
+        finally:
+            placement._Trial.alike = original  # type: ignore[method-assign]
+
+    assert run(oracle=False) == run(oracle=True)

@@ -1,4 +1,4 @@
-"""Every static rule of DESIGN §7 rejects with the field at fault; a valid spec passes whole."""
+"""Every static rule of docs/architecture.md (Bad input) rejects with the field at fault; a valid spec passes whole."""
 
 from collections.abc import Callable
 

@@ -20,7 +20,7 @@ from federation.api.status import servicer
 from federation.auth import current, require_admin, require_sees
 from federation.connections import Connections
 from federation.errors import FailedPrecondition, InvalidArgument, Unavailable
-from federation.scheduler import Scheduler
+from federation.leaderview import LeaderView
 from federation.store.admin import AdminStore
 from federation.store.models import Base, Cluster, Flavor, PriorityClass, Queue, Tenant
 from federation.store.tokens import TokenStore
@@ -74,11 +74,11 @@ MAX_TOKEN_TTL = timedelta(days=3650)
 
 @servicer
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, store: AdminStore, scheduler: Scheduler, tokens: TokenStore,
+    def __init__(self, store: AdminStore, leader: LeaderView, tokens: TokenStore,
                  forget_token: Callable[[str], None], connections: Connections | None = None) -> None:
         self.connections = connections or Connections()  # agents' streams on this replica: node orders go there
         self.store = store
-        self.scheduler = scheduler
+        self.leader = leader  # what only the scheduling leader knows: a queue's status as a cycle computes it
         self.tokens = tokens
         self.forget_token = forget_token  # a revoked token stops working on this replica at once
 
@@ -144,7 +144,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return await self._delete(QUEUE, request.name)
 
     async def GetQueueStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await self.scheduler.queue_status(await self._queue(request.name))
+        return await self.leader.queue_status(await self._queue(request.name))
 
     async def CreatePriorityClass(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._create(PRIORITY_CLASS, request.priority_class)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -24,9 +24,9 @@ from federation import metrics
 from federation.api.convert import job_to_proto
 from federation.api.status import check_request, servicer
 from federation.connections import Connection, Connections
-from federation.errors import AlreadyExists, InvalidArgument, PermissionDenied
+from federation.errors import AlreadyExists, FederationError, InvalidArgument, PermissionDenied
 from federation.logrelay import LogRelay
-from federation.scheduler import Scheduler
+from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Cluster
@@ -43,6 +43,8 @@ from federation.validation import (
 )
 
 log = logging.getLogger(__name__)
+INBOX = 500  # messages of one agent's stream read ahead while the last ones are written, and handled together
+_END = object()  # the agent closed its side of the stream
 
 
 def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
@@ -66,14 +68,16 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
 
 @servicer
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, admin: AdminStore, jobs: JobStore, connections: Connections, scheduler: Scheduler,
-                 on_change: Callable[[], None], logs: LogRelay, require_identity: bool = False) -> None:
+    def __init__(self, admin: AdminStore, jobs: JobStore, connections: Connections, on_change: Callable[[], None],
+                 logs: LogRelay, require_identity: bool = False, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+                 lost_grace: float = LOST_GRACE) -> None:
         self.require_identity = require_identity  # the client certificate must name the registering cluster
         self.logs = logs  # pod logs users asked for, coming back on this stream
         self.admin = admin
         self.jobs = jobs
         self.connections = connections
-        self.scheduler = scheduler
+        self.heartbeat_timeout = heartbeat_timeout  # a cluster silent this long is taken over by a new agent
+        self.lost_grace = lost_grace  # the agent fences its gangs after this long cut off (it is told)
         self.on_change = on_change  # wakes the scheduler and the watchers
 
     async def _set(self, cluster: str, instance: str | None = None, **values: Any) -> None:
@@ -89,65 +93,110 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         live = await self.jobs.live_attempts(cluster, sorted({a.job_id for a in running}))
         return agent_pb2.Reconciled(round=round_, live=[a for a in running if live.get(a.job_id) == a.attempt])
 
-    async def _apply(self, conn: Connection, u: agent_pb2.JobUpdate) -> None:
-        u.reason = clean_text(u.reason)  # stored, listed and printed later: bounded, nothing raw
-        for pod in u.pod_statuses:
-            pod.message = clean_text(pod.message)
-        problem = update_problem(u)
-        if problem:  # a rogue or broken agent: its update is not applied, nothing else is held up
-            log.warning("cluster %s: its agent's update of job %s is not used: %s", conn.cluster,
-                        clean_text(u.job_id, 80), problem)
+    async def _apply(self, conn: Connection, updates: Sequence[agent_pb2.JobUpdate]) -> None:
+        """Apply updates the agent sent one after the other (in one transaction), each checked on its own."""
+        valid = []
+        for u in updates:
+            u.reason = clean_text(u.reason)  # stored, listed and printed later: bounded, nothing raw
+            for pod in u.pod_statuses:
+                pod.message = clean_text(pod.message)
+            problem = update_problem(u)
+            if problem:  # a rogue or broken agent: its update is not applied, nothing else is held up
+                log.warning("cluster %s: its agent's update of job %s is not used: %s", conn.cluster,
+                            clean_text(u.job_id, 80), problem)
+                continue
+            valid.append(u)
+        if not valid:
             return
-        applied = await self.jobs.apply_update(conn.cluster, u)
-        if applied.stop:
-            self.connections.send(conn, agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
-                job_id=u.job_id, attempt=u.attempt, reason=applied.stop)))
-        if (applied.rejected and not u.permanent) or applied.evacuated:  # a permanent refusal is in the row for good
-            self.scheduler.rejected(u.job_id, conn.cluster, u.reason)
-        if u.type == agent_pb2.ORPHANS_DELETED:
-            metrics.ORPHAN_PODS_DELETED.labels(conn.cluster).inc(u.pods)
-            log.warning("cluster %s: its agent deleted %d pod(s) of job %s attempt %d, which no longer runs there",
-                        conn.cluster, u.pods, u.job_id, u.attempt)
+        for u, applied in zip(valid, await self.jobs.apply_updates(conn.cluster, valid), strict=True):
+            if applied.stop:
+                self.connections.send(conn, agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
+                    job_id=u.job_id, attempt=u.attempt, reason=applied.stop)))
+            if u.type == agent_pb2.ORPHANS_DELETED:
+                metrics.ORPHAN_PODS_DELETED.labels(conn.cluster).inc(u.pods)
+                log.warning("cluster %s: its agent deleted %d pod(s) of job %s attempt %d, which no longer runs "
+                            "there", conn.cluster, u.pods, u.job_id, u.attempt)
         self.on_change()
 
-    async def _resend_unreported(self, conn: Connection, reported: dict[str, int]) -> None:
+    async def _unreported(self, cluster: str, reported: dict[str, int]) -> list[agent_pb2.ControlMessage]:
         """Assign again what this cluster should be running and its agent did not mention: an order
-        lost with a stream, or a job the agent forgot when it restarted (it adopts the pods it finds)."""
-        for row in await self.jobs.active(conn.cluster):
-            if reported.get(row["id"], 0) < row["attempt"]:
-                conn.queue.put_nowait(agent_pb2.ControlMessage(
-                    assign=agent_pb2.Assign(job=job_to_proto(row), attempt=row["attempt"])))
+        lost with a stream, or a job the agent forgot when it restarted (it adopts the pods it finds).
+        Sent straight on the stream (its own flow control paces them), not through the order queue,
+        which however many there are they would overflow."""
+        return [agent_pb2.ControlMessage(assign=agent_pb2.Assign(job=job_to_proto(row), attempt=row["attempt"]))
+                for row in await self.jobs.active(cluster) if reported.get(row["id"], 0) < row["attempt"]]
 
     async def _read(self, conn: Connection, request_iterator: Any) -> None:
+        """Read the stream while what came before is written, then handle together what arrived meanwhile:
+        consecutive job updates in one transaction, so a burst of reports costs a commit per burst, not per
+        report (the stream's own flow control holds the agent back while INBOX messages wait)."""
+        inbox: asyncio.Queue[Any] = asyncio.Queue(INBOX)
+
+        async def receive() -> None:
+            try:
+                async for message in request_iterator:
+                    await inbox.put(message)
+                await inbox.put(_END)
+            except Exception as err:  # handed to the reader below, which ends the stream with it
+                await inbox.put(err)
+
+        receiving = asyncio.create_task(receive())
+        try:
+            while True:
+                batch = [await inbox.get()]
+                while not inbox.empty() and len(batch) < INBOX:
+                    batch.append(inbox.get_nowait())
+                updates: list[agent_pb2.JobUpdate] = []
+                for message in batch:
+                    if message is _END or isinstance(message, Exception):
+                        await self._apply(conn, updates)
+                        if isinstance(message, Exception):
+                            raise message
+                        return
+                    try:
+                        check_request(message, texts=False)  # its texts: left out or cleaned below, the stream goes on
+                    except FederationError:
+                        await self._apply(conn, updates)  # what came before it stands
+                        raise
+                    if message.WhichOneof("msg") == "job_update":
+                        updates.append(message.job_update)
+                        continue
+                    await self._apply(conn, updates)
+                    updates = []
+                    await self._handle(conn, message)
+                await self._apply(conn, updates)
+        finally:
+            receiving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await receiving
+
+    async def _handle(self, conn: Connection, message: agent_pb2.AgentMessage) -> None:
+        """One message of the stream other than a job update."""
         cluster = conn.cluster
-        async for message in request_iterator:
-            check_request(message, texts=False)  # its texts: left out or cleaned below, the stream goes on
-            kind = message.WhichOneof("msg")
-            if kind == "inventory":
-                problem = inventory_problem(message.inventory)
-                if problem:  # left out of scheduling, with the reason; every other cluster goes on
-                    log.warning("cluster %s: its agent's inventory is not used: %s", cluster, problem)
-                    await self._set(cluster, problem=f"its agent reported an inventory that cannot be used: {problem}",
-                                    last_heartbeat=func.now())
-                else:
-                    await self._set(cluster, inventory=inventory_json(message.inventory), problem="",
-                                    last_heartbeat=func.now())
-                self.on_change()
-            elif kind == "heartbeat":
-                await self._set(cluster, last_heartbeat=func.now(), status="READY")
-                # Recorded: the agent may count the federation as hearing it up to when it sent this.
-                self.connections.send(conn, agent_pb2.ControlMessage(heartbeat_ack=agent_pb2.HeartbeatAck()))
-            elif kind == "job_update":
-                await self._apply(conn, message.job_update)
-            elif kind == "log_chunk":
-                self.logs.deliver(cluster, message.log_chunk)
-            elif kind == "reconcile":
-                if bad := text_violations(message.reconcile):
-                    log.warning("cluster %s: its agent's reconcile is not used: %s %s", cluster, bad[0].field,
-                                bad[0].description)
-                    continue
-                self.connections.send(conn, agent_pb2.ControlMessage(reconciled=await self._live(
-                    cluster, message.reconcile.running, message.reconcile.round)))
+        kind = message.WhichOneof("msg")
+        if kind == "inventory":
+            problem = inventory_problem(message.inventory)
+            if problem:  # left out of scheduling, with the reason; every other cluster goes on
+                log.warning("cluster %s: its agent's inventory is not used: %s", cluster, problem)
+                await self._set(cluster, problem=f"its agent reported an inventory that cannot be used: {problem}",
+                                last_heartbeat=func.now())
+            else:
+                await self._set(cluster, inventory=inventory_json(message.inventory), problem="",
+                                last_heartbeat=func.now())
+            self.on_change()
+        elif kind == "heartbeat":
+            await self._set(cluster, last_heartbeat=func.now(), status="READY")
+            # Recorded: the agent may count the federation as hearing it up to when it sent this.
+            self.connections.send(conn, agent_pb2.ControlMessage(heartbeat_ack=agent_pb2.HeartbeatAck()))
+        elif kind == "log_chunk":
+            self.logs.deliver(cluster, message.log_chunk)
+        elif kind == "reconcile":
+            if bad := text_violations(message.reconcile):
+                log.warning("cluster %s: its agent's reconcile is not used: %s %s", cluster, bad[0].field,
+                            bad[0].description)
+                return
+            self.connections.send(conn, agent_pb2.ControlMessage(reconciled=await self._live(
+                cluster, message.reconcile.running, message.reconcile.round)))
 
     async def Connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         first = await anext(aiter(request_iterator), None)
@@ -172,7 +221,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                                        f"not for cluster {reg.cluster!r}")
         try:
             await self.admin.register_cluster(reg.cluster, dict(reg.labels), reg.agent_version, reg.instance,
-                                              self.scheduler.heartbeat_timeout)
+                                              self.heartbeat_timeout)
         except AlreadyExists as err:
             metrics.AGENTS_REFUSED.labels(reg.cluster).inc()
             log.warning("refused an agent (instance %s) for cluster %s: %s", reg.instance or "unnamed", reg.cluster,
@@ -182,22 +231,27 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         conn = self.connections.open(reg.cluster, cursor=await self.jobs.last_event_seq())
         tasks: list[asyncio.Task[Any]] = []
         try:
-            for u in reg.jobs:
-                await self._apply(conn, u)
+            await self._apply(conn, list(reg.jobs))
             # After its reports: a job the agent stopped while cut off is not live any more.
-            conn.queue.put_nowait(agent_pb2.ControlMessage(registered=agent_pb2.Registered(
+            registered = agent_pb2.ControlMessage(registered=agent_pb2.Registered(
                 cluster=reg.cluster, reconciled=await self._live(reg.cluster, reg.running),
-                fence_seconds=self.scheduler.lost_grace)))
+                fence_seconds=self.lost_grace))
             await self.jobs.cluster_back(reg.cluster)
-            await self._resend_unreported(conn, {u.job_id: u.attempt for u in reg.jobs})
+            resent = await self._unreported(reg.cluster, {u.job_id: u.attempt for u in reg.jobs})
             reader = asyncio.create_task(self._read(conn, request_iterator))
             closed = asyncio.create_task(conn.closed.wait())
             tasks += [reader, closed]
+            yield registered
+            for message in resent:
+                if conn.closed.is_set() or reader.done():
+                    break
+                yield message
             while True:
                 order = asyncio.create_task(conn.queue.get())
                 done, _ = await asyncio.wait({order, reader, closed}, return_when=asyncio.FIRST_COMPLETED)
                 if order in done:
                     yield order.result()
+                    self.connections.taken(conn)
                     continue
                 order.cancel()
                 if reader in done:

@@ -25,8 +25,9 @@ from federation.auth import Principal, RateLimiter, current, require_sees
 from federation.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from federation.events import EventHub
 from federation.jobcache import job_view
+from federation.leaderview import LeaderView
 from federation.logrelay import LogRelay
-from federation.scheduler import Scheduler
+from federation.scheduler import HEARTBEAT_TIMEOUT, Scheduler
 from federation.scheduling.cycle import NO_READY_CLUSTER
 from federation.store import database
 from federation.store.admin import AdminStore, SubmissionView
@@ -64,14 +65,16 @@ def _not_our_token() -> InvalidArgument:
 
 @servicer
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
-    def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub, scheduler: Scheduler,
-                 on_change: Callable[[], None], limiter: RateLimiter, logs: LogRelay) -> None:
+    def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub, leader: LeaderView,
+                 on_change: Callable[[], None], limiter: RateLimiter, logs: LogRelay,
+                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT) -> None:
         self.logs = logs
         self.schema_revision = database.head_revision()
         self.jobs = jobs
         self.admin = admin
         self.hub = hub
-        self.scheduler = scheduler
+        self.leader = leader  # what only the scheduling leader knows: explanations, expected starts
+        self.heartbeat_timeout = heartbeat_timeout
         self.on_change = on_change  # wakes the scheduler and the watchers
         self.limiter = limiter
         self._watching: Counter[str] = Counter()  # live watches per tenant
@@ -134,7 +137,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         """Why each job could not run as the federation stands ("" if it could). Such a job is accepted,
         since capacity may come, unless the caller asked to refuse it: then nothing is stored."""
         tenants = {t["name"]: t for t in view.tenants}
-        reasons = self.scheduler.inadmissible([
+        reasons = Scheduler.inadmissible([
             (job_view({"id": n.name, "request": n.request, "spec": n.spec}), n.queue, tenants[n.tenant])
             for n in new], view.queues, view.clusters)
         refused = [(path, why) for path, why in zip(paths, reasons, strict=True) if why]
@@ -144,7 +147,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def SubmitJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.limiter.take(current(), 1)
-        view = await self.admin.for_submission(self.scheduler.heartbeat_timeout)
+        view = await self.admin.for_submission(self.heartbeat_timeout)
         (new,) = await self._prepare([request.spec], ["spec"], view, request.allow_unknown_resources)
         (why,) = self._admissibility([new], ["spec"], request.reject_inadmissible, view)
         if request.dry_run:  # as SubmitJobs: validated and judged, nothing stored, so the job has no id
@@ -164,7 +167,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             raise InvalidArgument([Violation("specs", f"at most {MAX_BATCH} jobs per batch, got {len(request.specs)}")])
         self.limiter.take(current(), len(request.specs))
         paths = [f"specs[{i}]" for i in range(len(request.specs))]
-        view = await self.admin.for_submission(self.scheduler.heartbeat_timeout)
+        view = await self.admin.for_submission(self.heartbeat_timeout)
         new = await self._prepare(request.specs, paths, view, request.allow_unknown_resources)
         reasons = self._admissibility(new, paths, request.reject_inadmissible, view)
         if request.dry_run:  # valid, and what the federation as it stands says of each: nothing stored
@@ -177,10 +180,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def GetJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         row = await self._job(request.id)
-        return convert.job_to_proto(row, self._expected(row))
+        return convert.job_to_proto(row, (await self._expected([row])).get(row["id"]))
 
-    def _expected(self, row: Mapping[str, Any]) -> tuple[datetime, str] | None:
-        return self.scheduler.expected_start(row["id"]) if row["phase"] in WAITING_PHASES else None
+    async def _expected(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[datetime, str]]:
+        """When and where these jobs, those waiting, are expected to start: by the leader's last forecast."""
+        return await self.leader.expected_starts([r["id"] for r in rows if r["phase"] in WAITING_PHASES])
 
     async def ListJobs(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         if request.page_size < 0:
@@ -205,8 +209,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                                     limit=size + 1, newest_first=request.newest_first,
                                     history=request.include_history)
         page, used = [], 0
+        expected = await self._expected(rows[:size])
         for row in rows[:size]:  # a page is also bounded in bytes, so any client's default limit takes it
-            job = convert.job_to_proto(row, self._expected(row))
+            job = convert.job_to_proto(row, expected.get(row["id"]))
             if page and used + job.ByteSize() > MAX_PAGE_BYTES:
                 break
             page.append(job)
@@ -304,12 +309,12 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         row = await self._job(request.id)
         response = jobs_pb2.ExplainJobResponse(job_id=row["id"], phase=common_pb2.JobPhase.Value(row["phase"]),
                                                reason=row["reason"], queue_position=row["queue_position"])
-        expected = self._expected(row)
+        expected = (await self._expected([row])).get(row["id"])
         if expected is not None:
             response.expected_start_time.FromDatetime(expected[0])
             response.expected_cluster = expected[1]
         if row["phase"] in WAITING_PHASES:
-            for cluster, why in await self.scheduler.explain(row):
+            for cluster, why in await self.leader.explain(row):
                 response.clusters.add(cluster=cluster, fits=why is None,
                                       reason=why or "fits now; waiting for its turn in the next cycle")
         return response

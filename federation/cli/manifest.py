@@ -1,6 +1,6 @@
 """Volcano Job and admin manifests to API messages, remembering where each field came from.
 
-`fedctl submit` reads `batch.volcano.sh/v1alpha1` Job manifests (DESIGN §3) and `fedctl apply`
+`fedctl submit` reads `batch.volcano.sh/v1alpha1` Job manifests (docs/architecture.md, Job manifests) and `fedctl apply`
 reads the federation's own Tenant, Queue and PriorityClass manifests. Each converted message
 comes with an origin map from its field paths back to manifest lines, so that the server's
 field violations (`tasks[0].replicas`) can be shown at the line the user wrote.

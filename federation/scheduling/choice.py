@@ -3,15 +3,14 @@
 A cycle asks "which cluster is best for this gang?" tens of thousands of times over a hundred or
 more clusters; asked one cluster at a time in Python, that alone takes seconds. Here the question
 is one set of array operations over all clusters at once, with the same rule as `fit.check`
-(selector, free totals, largest pod on one node, hard tier limit) and DESIGN §5's preference
-(lowest fitting tier, then least left over, then name). Reasons for a job that fits nowhere are
-still worded by `fit.check`, cluster by cluster: that path runs once per distinct gang shape,
-because within a cycle free resources only shrink and a shape that fits nowhere stays so.
+(selector, free totals, largest pod on one node, hard tier limit) and the preference of
+docs/architecture.md, Cluster choice (lowest fitting tier, then least left over, then name). Reasons for
+a job that fits nowhere are still worded by `fit.check`, cluster by cluster: that path runs once per distinct
+gang shape, because within a cycle free resources only shrink and a shape that fits nowhere stays so.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -190,9 +189,9 @@ class ClusterTable:
         return fit_tier * 2.0 + left + unhealthy
 
     def _scores(self, job: JobView, rows: slice | np.ndarray) -> np.ndarray | None:
-        """Per cluster of `rows`, DESIGN §5's preference as one number (fitting tier, then the largest
-        share of a federation-wide resource left over); infinite where the gang does not fit. None when
-        it asks for a resource no cluster has."""
+        """Per cluster of `rows`, the preference of docs/architecture.md (Cluster choice) as one number
+        (fitting tier, then the largest share of a federation-wide resource left over); infinite where the gang
+        does not fit. None when it asks for a resource no cluster has."""
         request, largest = self.vector(job.request), self.vector(job.largest_pod)
         if request is None or largest is None:
             return None
@@ -295,15 +294,15 @@ SHOWN_REASONS = 3  # up to this many clusters, a waiting job's reason names each
 def summary(reasons: Sequence[str]) -> str:
     """The clusters' reasons ("name: why: detail") as one line for a waiting job.
 
-    A few clusters are named with their details. Many are counted by kind of reason, without the
-    free amounts: those change whenever any gang starts or ends somewhere, and a reason that changed
-    for every waiting job in every cycle would have to be written for all of them each time.
+    A few clusters are named with their details. Many are listed by kind of reason, in a fixed order,
+    without free amounts or counts of clusters: those change whenever any gang starts or ends somewhere
+    or a cluster joins or falls silent, and a reason that changed for every waiting job then would have
+    to be written for all of them each time (a hundred thousand rows for one cluster joining).
     """
     if len(reasons) <= SHOWN_REASONS:
         return "; ".join(reasons)
-    kinds = Counter(r.split(": ", 2)[1] for r in reasons)
-    return "; ".join(f"{why} in {n} clusters" if n > 1 else f"{why} in 1 cluster"
-                     for why, n in sorted(kinds.items(), key=lambda k: (-k[1], k[0]))) + " (see fedctl explain)"
+    kinds = sorted({r.split(": ", 2)[1] for r in reasons})
+    return "; ".join(kinds) + " (each cluster's reason: fedctl explain)"
 
 
 class PreemptiblePool:

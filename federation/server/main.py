@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import signal
 import ssl
 import sys
@@ -28,6 +29,9 @@ from federation.leader import LEASE
 from federation.oidc import OidcConfig
 from federation.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.server.app import (
+    ALL,
+    API,
+    SCHEDULER,
     SUBMIT_BURST,
     SUBMIT_RATE,
     AgentTls,
@@ -37,11 +41,13 @@ from federation.server.app import (
     SchemaOutOfDate,
     ensure_schema,
 )
+from federation.server.child import EXIT_WITH_STDIN, METRICS_SECRET, SchedulerChild, exit_with_stdin
 from federation.store import database
 from federation.store.tokens import TokenStore
 from federation.ui.server import Dashboard
 
 log = logging.getLogger("federation.server")
+BOTH = "both"  # `serve`'s default: the API in this process, the scheduler in a child it supervises
 
 _database_url = click.option(
     "--database-url", envvar="FEDERATION_DATABASE_URL", metavar="URL",
@@ -83,8 +89,19 @@ def cli(log_level: str) -> None:
 
 
 @cli.command()
+@click.option("--role", envvar="FEDERATION_ROLE", default=BOTH, show_default=True,
+              type=click.Choice([BOTH, API, SCHEDULER, ALL]),
+              help="What this process runs. both: the API and the agents' streams here, and the scheduler as a child "
+                   "process (started again if it exits), so a long scheduling cycle never holds the API; api: the "
+                   "API only (any number of them, sharing the database; the scheduler runs elsewhere); scheduler: the "
+                   "scheduler only (leader-elected; --listen is its own address, where API processes ask it what "
+                   "only it knows: explanations, expected starts, queue status); all: everything in one process.")
 @click.option("--listen", envvar="FEDERATION_LISTEN", default="0.0.0.0:50051", show_default=True,
-              help="Address of the gRPC API (port 0 picks a free port).")
+              help="Address of the gRPC API (port 0 picks a free port); with --role scheduler, of the scheduler's own "
+                   "listener (a cluster-internal address: it is for the API processes).")
+@click.option("--advertise", envvar="FEDERATION_ADVERTISE", default="", metavar="HOST:PORT",
+              help="With --role scheduler: the address API processes reach it by, published with its lease ('': "
+                   "--listen's, or this host's address when --listen is every address).")
 @_database_url
 @_data_dir
 @click.option("--auto-migrate/--no-auto-migrate", envvar="FEDERATION_AUTO_MIGRATE", default=False,
@@ -160,7 +177,8 @@ def cli(log_level: str) -> None:
               help="The claim (a string or a list) that makes the caller an admin when it holds --oidc-admin-value.")
 @click.option("--oidc-admin-value", envvar="FEDERATION_OIDC_ADMIN_VALUE", default="federation-admins",
               show_default=True, help="The value of --oidc-admin-claim that makes the caller an admin.")
-def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: bool, metrics_listen: str,
+def serve(role: str, listen: str, advertise: str, database_url: str | None, data_dir: Path, auto_migrate: bool,
+          metrics_listen: str,
           ui_listen: str, ui_tls_cert: Path | None, ui_tls_key: Path | None, heartbeat_timeout: float,
           lost_grace: float, drift_after: float, archive_after: float, retention: float, cycle_burst: int,
           leader_lease: float, insecure_dev: bool,
@@ -168,6 +186,9 @@ def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: b
           agent_ca: Path | None, client_ca: Path | None, oidc_issuer: str, oidc_audience: str, oidc_jwks: Path | None,
           oidc_tenant_claim: str, oidc_admin_claim: str, oidc_admin_value: str) -> None:
     """Serve JobService and AdminService (and AgentService on --agent-listen) until SIGINT or SIGTERM."""
+    if role == SCHEDULER and (ui_listen or agent_listen):
+        raise click.UsageError("--role scheduler serves no dashboard and no agents: drop --ui-listen and "
+                               "--agent-listen")
     if agent_listen and not (tls_cert and tls_key and agent_ca):
         raise click.UsageError("--agent-listen needs --tls-cert, --tls-key and --agent-ca")
     if agent_ca and not agent_listen:
@@ -209,11 +230,19 @@ def serve(listen: str, database_url: str | None, data_dir: Path, auto_migrate: b
                                       submit_rate=submit_rate, submit_burst=submit_burst, agent_listen=agent_listen,
                                       agent_tls=tls, oidc=oidc, api_tls=api_tls, leader_lease=leader_lease,
                                       drift_after=drift_after, archive_after=archive_after, retention=retention,
-                                      cycle_burst=cycle_burst)
+                                      cycle_burst=cycle_burst, role=API if role == BOTH else role,
+                                      advertise=advertise)
         except ValueError as err:
             raise click.ClickException(str(err)) from None
+        child = None
+        if role == BOTH:  # the scheduler's settings, as given here
+            settings = ["--heartbeat-timeout", str(heartbeat_timeout), "--lost-grace", str(lost_grace),
+                        "--drift-after", str(drift_after), "--archive-after", str(archive_after),
+                        "--retention", str(retention), "--cycle-burst", str(cycle_burst),
+                        "--leader-lease", str(leader_lease), *(["--insecure-dev"] if insecure_dev else [])]
+            child = SchedulerChild(url, settings, logging.getLevelName(logging.getLogger().level).lower())
         try:
-            asyncio.run(_serve(server, metrics_listen, ui_listen, ui_tls))
+            asyncio.run(_serve(server, metrics_listen, ui_listen, ui_tls, child))
         except PortInUse as err:
             raise click.ClickException(str(err)) from None
 
@@ -254,9 +283,11 @@ def _dashboard(server: FederationServer, port: int, ui_tls: ssl.SSLContext | Non
 
 
 async def _serve(server: FederationServer, metrics_listen: str, ui_listen: str = "",
-                 ui_tls: ssl.SSLContext | None = None) -> None:
+                 ui_tls: ssl.SSLContext | None = None, child: SchedulerChild | None = None) -> None:
     listen = server.listen
     port = await server.start()
+    stop = asyncio.Event()
+    watching = asyncio.create_task(exit_with_stdin(stop)) if os.environ.get(EXIT_WITH_STDIN) else None
     dashboard = None
     if ui_listen:
         dashboard = _dashboard(server, port, ui_tls)
@@ -270,27 +301,38 @@ async def _serve(server: FederationServer, metrics_listen: str, ui_listen: str =
     metrics_runner = None
     if metrics_listen:
         try:
-            metrics_runner = await metrics.serve(metrics_listen, server.authenticate)
+            metrics_runner = await metrics.serve(
+                metrics_listen, server.authenticate, os.environ.get(METRICS_SECRET, ""),
+                (child.metrics_address, child.metrics_secret) if child is not None else None)
         except OSError as err:
             await server.stop(0)
             raise PortInUse(f"cannot serve metrics on {metrics_listen}: {err.strerror}") from None
         metrics_port = metrics_runner.addresses[0][1]
-        print(f"federation-server metrics on {metrics_listen.rpartition(':')[0]}:{metrics_port}", flush=True)
+        what = "scheduler's metrics at" if server.role == SCHEDULER else "metrics on"
+        print(f"federation-server {what} {metrics_listen.rpartition(':')[0]}:{metrics_port}", flush=True)
     if server.agent_listen:
         print(f"federation-server agents (mTLS) on {server.agent_listen.rpartition(':')[0]}:{server.agent_port}",
               flush=True)
+    if child is not None:  # once this process listens: nothing left that could fail and leave it behind
+        await child.start()
     host = listen.rpartition(":")[0]
-    print(f"federation-server listening{' with TLS' if server.api_tls else ''} on {host}:{port}", flush=True)
-    stop = asyncio.Event()
+    if server.role == SCHEDULER:
+        print(f"federation-server scheduler answering the API processes on {host}:{port}", flush=True)
+    else:
+        print(f"federation-server listening{' with TLS' if server.api_tls else ''} on {host}:{port}", flush=True)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
+    if child is not None:
+        await child.stop()
     if dashboard is not None:
         await dashboard.stop()
     if metrics_runner is not None:
         await metrics_runner.cleanup()
+    if watching is not None:
+        watching.cancel()
     await server.stop()
 
 
@@ -369,3 +411,7 @@ def token_create(database_url: str | None, data_dir: Path, admin: bool, tenant: 
             click.echo(asyncio.run(create()))
         except FederationError as err:  # an unknown tenant, say: one line, no traceback
             raise click.ClickException(str(err)) from None
+
+
+if __name__ == "__main__":  # the scheduler process `serve` starts: python -m federation.server.main
+    cli()

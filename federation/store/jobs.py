@@ -45,6 +45,8 @@ TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
 ACTIVE_PHASES = ("DISPATCHED", "RUNNING", "RESTARTING")
 WAITING_PHASES = ("PENDING", "PREEMPTED")  # in a queue, waiting to be scheduled
 ARCHIVE_BATCH = 10_000  # jobs moved to the history, or expired from it, per transaction
+REASON_BATCH = 5_000  # waiting reasons written per transaction
+SENT_BACK_EVENTS = ("Rejected", "Evacuated")  # a cluster sent the job back: its message says why
 LAST_EVENT_SEQ = select(EventCounter.last_seq).where(EventCounter.id == 1)
 ORDER_EVENTS = ("Dispatched", "Preempted", "Cancelled", "Requeued", "Lost")  # orders to an agent (federation.orders)
 
@@ -75,12 +77,10 @@ class SubmitResult:
 
 @dataclass(frozen=True)
 class Applied:
-    """What applying an agent's update means for the agent and the scheduler."""
+    """What applying an agent's update means for the agent (the scheduler reads the events it appended)."""
 
     stop: str = ""  # the agent runs what it must not (cancelled, preempted or moved meanwhile): why it must stop
-    rejected: bool = False  # the agent refused the job, which is Pending again
-    requeued: bool = False  # the agent stopped the job itself (fenced), which is back in its queue
-    evacuated: bool = False  # moved off degraded hardware with no healthy room in the cluster: offer it elsewhere
+    requeued: bool = False  # the agent stopped the job itself (fenced) or moved it off, and it is back in its queue
 
 
 @dataclass(frozen=True)
@@ -432,8 +432,11 @@ class JobStore:
             return list((await conn.execute(query)).mappings().all())
 
     async def phases_after(self, after_seq: int, upto: int, limit: int) -> list[Any]:
-        """Sequence number, job, type, phase and cluster of the events after `after_seq` up to `upto`, in order."""
-        query = (select(JobEvent.seq, JobEvent.job_id, JobEvent.type, JobEvent.phase, JobEvent.cluster)
+        """Sequence number, job, type, phase and cluster of the events after `after_seq` up to `upto`, in order;
+        the message too of those that send a job back from a cluster (Rejected, Evacuated): the scheduler keeps the
+        job away from that cluster for a while, whichever replica heard the agent."""
+        message = case((JobEvent.type.in_(SENT_BACK_EVENTS), JobEvent.message), else_="").label("message")
+        query = (select(JobEvent.seq, JobEvent.job_id, JobEvent.type, JobEvent.phase, JobEvent.cluster, message)
                  .where(JobEvent.seq > after_seq, JobEvent.seq <= upto).order_by(JobEvent.seq).limit(limit))
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
@@ -588,18 +591,19 @@ class JobStore:
         return list(rows)
 
     async def set_waiting(self, reasons: dict[str, str], fence: Fence | None = None) -> None:
-        """Why each of these jobs waits, for those still waiting; one statement for the whole batch."""
-        if not reasons:
-            return
+        """Why each of these jobs waits, for those still waiting: a statement per REASON_BATCH of them, each in a
+        transaction of its own, so no writer holds these rows (or the lease, when fenced) for a whole rewrite."""
         ids = sorted(reasons)
-        async with self.engine.begin() as conn:
-            if fence is not None:  # only under the lease: a stale leader's decisions are not written
-                await fence.check(conn)
-            await conn.execute(text(
-                "UPDATE jobs SET reason = v.reason, updated_at = now() "
-                "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS v(id, reason) "
-                "WHERE jobs.id = v.id AND jobs.phase IN ('PENDING', 'PREEMPTED')"),
-                {"ids": ids, "reasons": [reasons[i] for i in ids]})
+        for start in range(0, len(ids), REASON_BATCH):
+            batch = ids[start:start + REASON_BATCH]
+            async with self.engine.begin() as conn:
+                if fence is not None:  # only under the lease: a stale leader's decisions are not written
+                    await fence.check(conn)
+                await conn.execute(text(
+                    "UPDATE jobs SET reason = v.reason, updated_at = now() "
+                    "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS v(id, reason) "
+                    "WHERE jobs.id = v.id AND jobs.phase IN ('PENDING', 'PREEMPTED')"),
+                    {"ids": batch, "reasons": [reasons[i] for i in batch]})
 
     async def requeue_from_silent(self, heartbeat_timeout: float, grace: float,
                                   fence: Fence | None = None) -> list[Any]:
@@ -650,92 +654,100 @@ class JobStore:
 
     async def apply_update(self, cluster: str, u: agent_pb2.JobUpdate) -> Applied:
         """Apply an agent's JobUpdate, fenced by cluster and attempt; a repeat or a stale one changes nothing."""
+        return (await self.apply_updates(cluster, [u]))[0]
+
+    async def apply_updates(self, cluster: str, updates: Sequence[agent_pb2.JobUpdate]) -> list[Applied]:
+        """Apply updates an agent sent one after the other, in order, in one transaction: what a stream brings
+        while the last batch was written costs one commit, not one each (a burst of bindings reports thousands)."""
         async with self.engine.begin() as conn:
-            row = (await conn.execute(select(Job).where(Job.id == u.job_id).with_for_update())).mappings().first()
-            if u.type == agent_pb2.ORPHANS_DELETED:  # about an attempt no longer live there: said on the job
-                if row is not None:
-                    await append_events(conn, [EventRecord(
-                        row["id"], row["tenant"], row["queue"], "OrphansDeleted", row["phase"],
-                        f"cluster {cluster} deleted {u.pods} pod(s) of attempt {u.attempt}, which no longer runs "
-                        f"there: {u.reason}", u.attempt, cluster)])
-                return Applied()
-            if u.type == agent_pb2.POD_STATUS:  # what users see of their pods: no event, the job's row only
-                if row is not None and row["cluster"] == cluster and row["attempt"] == u.attempt:
-                    await conn.execute(update(Job).where(Job.id == row["id"]).values(pods=_pod_statuses(u)))
-                return Applied()
-            alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED, agent_pb2.PODS_ADDED,
-                               agent_pb2.DRAIN_PLANNED, agent_pb2.DRAINED, agent_pb2.PREPARING)
-            if row is None or row["cluster"] != cluster or row["attempt"] != u.attempt:
-                # Stale: another attempt, or another cluster, owns the job now (it was preempted or
-                # moved while this agent was away); whatever the agent still runs of it must stop.
-                return Applied(stop="the job was preempted or moved to another cluster" if alive else "")
-            phase, kind = row["phase"], u.type
-            if phase in TERMINAL_PHASES:
-                return Applied(stop="the job was cancelled" if alive and phase == "CANCELLED" else "")
-            values: dict[str, Any] = {}
-            event = message = ""
-            if kind == agent_pb2.REJECTED and phase == "DISPATCHED":
-                values = {"phase": "PENDING", "cluster": "", "reason": f"cluster {cluster} rejected it: {u.reason}",
-                          "request": _minimum(row["spec"])}
-                if u.permanent:  # never offered to that cluster again (the scheduler reads `refusals`)
-                    values |= {"refusals": {**row["refusals"], cluster: u.reason},
-                               "reason": f"cluster {cluster} refused it for good: {u.reason}"}
-                event = "Rejected"
-            elif kind == agent_pb2.FENCED and phase in ACTIVE_PHASES:
-                values = _lost(row, f"stopped by the agent of cluster {cluster}: {u.reason}")
-                event = "Lost"
-            elif kind == agent_pb2.BOUND and phase == "DISPATCHED":
-                running = f"running in cluster {cluster} under {u.hypernode} (tier {u.tier})"
-                values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "started_at": func.now(),
-                          "placements": _placements(u), "request": _held(row, u),
-                          "reason": f"{running}; {u.reason}" if u.reason else running}
-                event = "Running"
-            elif kind == agent_pb2.PREPARING and phase == "DISPATCHED":
-                values = {"phase": phase, "reason": f"cluster {cluster} is preparing for it: {u.reason}"}
-                event = "Preparing"
-            elif kind == agent_pb2.JOB_SUCCEEDED:
-                values = {"phase": "SUCCEEDED", "finished_at": func.now(), "reason": u.reason or "succeeded"}
-                event = "Succeeded"
-            elif kind == agent_pb2.JOB_FAILED:
-                values = {"phase": "FAILED", "finished_at": func.now(), "reason": u.reason or "failed"}
-                event = "Failed"
-            elif kind == agent_pb2.POD_RESTARTED and phase == "RUNNING" and u.retries > row["retries"]:
-                # The agent counts restarts over the job's life: a resent (older) report changes nothing.
-                values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "retries": u.retries,
-                          "placements": _placements(u), "request": _held(row, u),
-                          "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); "
-                                    f"restarted {u.retries} time(s), last: {u.reason}"}
-                event, message = "PodRestarted", u.reason
-            elif kind == agent_pb2.PODS_ADDED and phase == "RUNNING" and len(u.placements) > len(row["placements"]):
-                values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier,
-                          "placements": _placements(u), "request": _held(row, u),
-                          "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); "
-                                    f"{len(u.placements)} pods"}
-                event, message = "PodsAdded", u.reason
-            elif kind == agent_pb2.DRAINED and phase == "RUNNING":
-                # Moved off degraded or drained hardware inside the cluster: not the job's fault, no retry counted.
-                values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier,
-                          "placements": _placements(u), "request": _held(row, u),
-                          "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); {u.reason}"}
-                event, message = "Drained", u.reason
-            elif kind == agent_pb2.EVACUATED and phase in ACTIVE_PHASES:
-                values = {"cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [],
-                          "request": _minimum(row["spec"]), "phase": "PENDING",
-                          "reason": f"evacuated from cluster {cluster}: {u.reason}"}
-                event = "Evacuated"
-            elif kind == agent_pb2.DRAIN_PLANNED and phase == "RUNNING":
-                await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "DrainPlanned", phase,
-                                                       u.reason, row["attempt"], cluster)])
-                return Applied()
-            elif kind == agent_pb2.POD_FAILED:
-                pods = ", ".join(f"{p.task}[{p.index}] on {p.node}" for p in u.placements)
-                await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "PodFailed", phase,
-                                                       f"{pods}: {u.reason}", row["attempt"], cluster)])
-                return Applied()
-            if not values:
-                return Applied()  # a repeat of something already applied
-            await conn.execute(update(Job).where(Job.id == row["id"]).values(updated_at=func.now(), **values))
-            await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], event, values["phase"],
-                                                   message or values["reason"], row["attempt"], cluster)])
-        return Applied(rejected=event == "Rejected", requeued=event in ("Lost", "Evacuated"),
-                       evacuated=event == "Evacuated")
+            return [await self._apply(conn, cluster, u) for u in updates]
+
+    async def _apply(self, conn: AsyncConnection, cluster: str, u: agent_pb2.JobUpdate) -> Applied:
+        row = (await conn.execute(select(Job).where(Job.id == u.job_id).with_for_update())).mappings().first()
+        if u.type == agent_pb2.ORPHANS_DELETED:  # about an attempt no longer live there: said on the job
+            if row is not None:
+                await append_events(conn, [EventRecord(
+                    row["id"], row["tenant"], row["queue"], "OrphansDeleted", row["phase"],
+                    f"cluster {cluster} deleted {u.pods} pod(s) of attempt {u.attempt}, which no longer runs "
+                    f"there: {u.reason}", u.attempt, cluster)])
+            return Applied()
+        if u.type == agent_pb2.POD_STATUS:  # what users see of their pods: no event, the job's row only
+            if row is not None and row["cluster"] == cluster and row["attempt"] == u.attempt:
+                await conn.execute(update(Job).where(Job.id == row["id"]).values(pods=_pod_statuses(u)))
+            return Applied()
+        alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED, agent_pb2.PODS_ADDED,
+                           agent_pb2.DRAIN_PLANNED, agent_pb2.DRAINED, agent_pb2.PREPARING)
+        if row is None or row["cluster"] != cluster or row["attempt"] != u.attempt:
+            # Stale: another attempt, or another cluster, owns the job now (it was preempted or
+            # moved while this agent was away); whatever the agent still runs of it must stop.
+            return Applied(stop="the job was preempted or moved to another cluster" if alive else "")
+        phase, kind = row["phase"], u.type
+        if phase in TERMINAL_PHASES:
+            return Applied(stop="the job was cancelled" if alive and phase == "CANCELLED" else "")
+        values: dict[str, Any] = {}
+        event = message = ""
+        if kind == agent_pb2.REJECTED and phase == "DISPATCHED":
+            values = {"phase": "PENDING", "cluster": "", "reason": f"cluster {cluster} rejected it: {u.reason}",
+                      "request": _minimum(row["spec"])}
+            if u.permanent:  # never offered to that cluster again (the scheduler reads `refusals`)
+                values |= {"refusals": {**row["refusals"], cluster: u.reason},
+                           "reason": f"cluster {cluster} refused it for good: {u.reason}"}
+            event = "Rejected"
+        elif kind == agent_pb2.FENCED and phase in ACTIVE_PHASES:
+            values = _lost(row, f"stopped by the agent of cluster {cluster}: {u.reason}")
+            event = "Lost"
+        elif kind == agent_pb2.BOUND and phase == "DISPATCHED":
+            running = f"running in cluster {cluster} under {u.hypernode} (tier {u.tier})"
+            values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "started_at": func.now(),
+                      "placements": _placements(u), "request": _held(row, u),
+                      "reason": f"{running}; {u.reason}" if u.reason else running}
+            event = "Running"
+        elif kind == agent_pb2.PREPARING and phase == "DISPATCHED":
+            values = {"phase": phase, "reason": f"cluster {cluster} is preparing for it: {u.reason}"}
+            event = "Preparing"
+        elif kind == agent_pb2.JOB_SUCCEEDED:
+            values = {"phase": "SUCCEEDED", "finished_at": func.now(), "reason": u.reason or "succeeded"}
+            event = "Succeeded"
+        elif kind == agent_pb2.JOB_FAILED:
+            values = {"phase": "FAILED", "finished_at": func.now(), "reason": u.reason or "failed"}
+            event = "Failed"
+        elif kind == agent_pb2.POD_RESTARTED and phase == "RUNNING" and u.retries > row["retries"]:
+            # The agent counts restarts over the job's life: a resent (older) report changes nothing.
+            values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier, "retries": u.retries,
+                      "placements": _placements(u), "request": _held(row, u),
+                      "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); "
+                                f"restarted {u.retries} time(s), last: {u.reason}"}
+            event, message = "PodRestarted", u.reason
+        elif kind == agent_pb2.PODS_ADDED and phase == "RUNNING" and len(u.placements) > len(row["placements"]):
+            values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier,
+                      "placements": _placements(u), "request": _held(row, u),
+                      "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); "
+                                f"{len(u.placements)} pods"}
+            event, message = "PodsAdded", u.reason
+        elif kind == agent_pb2.DRAINED and phase == "RUNNING":
+            # Moved off degraded or drained hardware inside the cluster: not the job's fault, no retry counted.
+            values = {"phase": "RUNNING", "hypernode": u.hypernode, "tier": u.tier,
+                      "placements": _placements(u), "request": _held(row, u),
+                      "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); {u.reason}"}
+            event, message = "Drained", u.reason
+        elif kind == agent_pb2.EVACUATED and phase in ACTIVE_PHASES:
+            values = {"cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [],
+                      "request": _minimum(row["spec"]), "phase": "PENDING",
+                      "reason": f"evacuated from cluster {cluster}: {u.reason}"}
+            event = "Evacuated"
+        elif kind == agent_pb2.DRAIN_PLANNED and phase == "RUNNING":
+            await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "DrainPlanned", phase,
+                                                   u.reason, row["attempt"], cluster)])
+            return Applied()
+        elif kind == agent_pb2.POD_FAILED:
+            pods = ", ".join(f"{p.task}[{p.index}] on {p.node}" for p in u.placements)
+            await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "PodFailed", phase,
+                                                   f"{pods}: {u.reason}", row["attempt"], cluster)])
+            return Applied()
+        if not values:
+            return Applied()  # a repeat of something already applied
+        # `values` may name updated_at itself (a loss's, from _lost): one keyword, not two.
+        await conn.execute(update(Job).where(Job.id == row["id"]).values({"updated_at": func.now(), **values}))
+        await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], event, values["phase"],
+                                               message or values["reason"], row["attempt"], cluster)])
+        return Applied(requeued=event in ("Lost", "Evacuated"))

@@ -197,6 +197,9 @@ class LeaderLease(Base):
     holder: Mapped[str] = mapped_column(String(64), nullable=False)
     epoch: Mapped[int] = mapped_column(BigInteger, nullable=False)
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # Where the leader answers the API front ends (SchedulerService), and what they present there ('': nowhere).
+    address: Mapped[str] = mapped_column(String(255), nullable=False, server_default="")
+    secret: Mapped[str] = mapped_column(String(64), nullable=False, server_default="")
 
 
 class EventCounter(Base):

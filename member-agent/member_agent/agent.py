@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import Counter, deque
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
@@ -20,7 +20,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from federation.durations import parse_duration
 from federation.gangs import claim_templates, minimum, minimum_pods
-from federation.resources import Resources, add
+from federation.resources import Resources
 from federation.scheduling.fit import TierFree
 from federation.v1 import agent_pb2, common_pb2
 from federation.validation import CHECKPOINT_INTERVAL, MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
@@ -105,10 +105,24 @@ class AgentJob:
     started: float = field(default_factory=time.monotonic)  # when it last started (its checkpoints count from it)
     accepted: frozenset[str] = frozenset()  # degraded nodes it was placed on knowingly (nothing healthy fitted)
     moved: str = ""  # drawn at each move off degraded hardware: its new pods' names differ from those still going
+    _held: tuple[tuple[int, int], Resources] | None = None  # `held`, and the pod list it was summed from
 
     @property
     def gang(self) -> int:
         return gang_size(self.job.spec)
+
+    def held(self) -> Resources:
+        """What its pods hold. Every inventory sums it over every job held (thousands, in a burst of bindings),
+        so it is summed again only when the pod list is another or of another length (a pod replaced keeps its
+        task, and so what it holds)."""
+        key = (id(self.pods), len(self.pods))
+        if self._held is None or self._held[0] != key:
+            total: dict[str, int] = {}
+            for pod in self.pods:
+                for resource, amount in self.requests[pod.task].items():
+                    total[resource] = total.get(resource, 0) + amount
+            self._held = (key, total)
+        return self._held[1]
 
 
 def gang_size(spec: common_pb2.JobSpec) -> int:
@@ -451,10 +465,10 @@ class Agent:
             free=agent_pb2.ResourceAmounts(amounts=self.state.domain_free[d.name]),
             allocatable=agent_pb2.ResourceAmounts(amounts=self.state.domain_allocatable[d.name]))
             for d in sorted(domains, key=lambda d: (-d.tier, d.name))]
-        managed = self.backend.unadopted()
+        managed = dict(self.backend.unadopted())
         for job in self.jobs.values():
-            for task, pods in Counter(p.task for p in job.pods).items():
-                managed = add(managed, job.requests[task], pods)
+            for resource, amount in job.held().items():
+                managed[resource] = managed.get(resource, 0) + amount
         state = self.state
         health = agent_pb2.ClusterHealth(
             degraded_nodes=len(state.degraded), failed_nodes=len(state.failed),

@@ -1,7 +1,8 @@
 """Volcano lifecycle policies: what to do when a pod of a running gang fails, is lost, stays Pending,
 when a task completes, or when the gang's state could not be known.
 
-Pure: the agent asks `respond(spec, event, retries)` and carries out the answer. The rules (DESIGN §6):
+Pure: the agent asks `respond(spec, event, retries)` and carries out the answer. The rules
+(docs/architecture.md, Lifecycle policies):
 a policy of the task that names the event wins over the job's (JobUnknown concerns no one task, so
 only the job's policies answer it); a policy's `timeout` means "act only if the pod has not recovered by
 then"; every restart counts towards `maxRetry` (3 when unset), and the restart that would exceed it

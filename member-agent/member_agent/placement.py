@@ -1,4 +1,4 @@
-"""Topology-aware gang placement: one pure function, the same rules for every job (DESIGN §6).
+"""Topology-aware gang placement: one pure function, the same rules for every job (docs/architecture.md, Placement).
 
 `place(state, gang)` reads the cluster state and returns where every pod goes, or why the gang
 cannot be placed; it changes nothing. The rules:
@@ -256,11 +256,24 @@ class _Trial:
         return before, after
 
     def least_fragmenting(self, domain: str, task: TaskRequest) -> float:
-        """The least one pod of `task` adds to the fragmentation on any node under `domain` that takes it."""
+        """The least one pod of `task` adds to the fragmentation on any node under `domain` that takes it (nodes
+        alike scored once)."""
         d = self.topology.domains[domain]
-        values = [self.fragmenting(n, task.request, task, 1) for n in d.nodes if self.fit(n, task) > 0]
+        alike = {self.alike(n): n for n in d.nodes if self.fit(n, task) > 0}
+        values = [self.fragmenting(n, task.request, task, 1) for n in alike.values()]
         values += [self.least_fragmenting(c, task) for c in d.children if self.capacity(c, task) > 0]
         return min(values, default=0.0)
+
+    def alike(self, node: str) -> tuple[object, ...]:
+        """Everything a node's scores read of it (free resources as this trial leaves them, its totals, its GPU
+        devices' free shares and memory): nodes alike score alike, so a cluster of a few kinds of node is scored
+        a few times per pod, not once per node."""
+        table = self.state.devices.get(node)
+        taken = self.taken.get(node, {})
+        return (tuple(sorted((r, self.free(node, r)) for r in self.state.free[node])),
+                tuple(sorted(self.topology.nodes[node].allocatable.items())),
+                None if table is None else tuple(f - taken.get(d, 0) for d, f in enumerate(table)),
+                self.state.device_memory.get(node, 0))
 
     def _amounts(self, name: str, is_node: bool, resource: str) -> tuple[int, int]:
         """Free and total of `resource` in the node or domain `name`, as this trial leaves it."""
@@ -378,6 +391,8 @@ class _Placer:
         (a single pod of `task` looks into domains for the node it would take), then the fullest (the emptiest, when
         spreading a lone pod); else the one that takes the most (then fullest)."""
         whole = [o for o in options if o[2] >= wanted]
+        if len(whole) == 1:
+            return whole[0]
         if whole:
             request = {r: a * wanted for r, a in per_unit.items()}
 
@@ -387,9 +402,20 @@ class _Placer:
                 return trial.least_fragmenting(name, task) if task is not None and wanted == 1 else 0.0
 
             fuller = -1.0 if self.spread else 1.0
-            return min(whole, key=lambda o: (self.spares(o[0], o[1], per_unit), fragmenting(o[0], o[1]),
-                                             trial.stranding(o[0], o[1], request, resource),
-                                             fuller * trial.leftover(o[0], o[1], request, resource), o[0]))
+            scores: dict[tuple[object, ...], tuple[object, ...]] = {}  # nodes alike score alike: once per kind
+
+            def key(o: tuple[str, bool, int]) -> tuple[object, ...]:
+                kind = trial.alike(o[0]) if o[1] else None
+                score = scores.get(kind) if kind is not None else None
+                if score is None:
+                    score = (self.spares(o[0], o[1], per_unit), fragmenting(o[0], o[1]),
+                             trial.stranding(o[0], o[1], request, resource),
+                             fuller * trial.leftover(o[0], o[1], request, resource))
+                    if kind is not None:
+                        scores[kind] = score
+                return (*score, o[0])
+
+            return min(whole, key=key)
         return min(options, key=lambda o: (-o[2], self.spares(o[0], o[1], per_unit),
                                            trial.leftover(o[0], o[1], {}, resource), o[0]))
 

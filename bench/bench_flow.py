@@ -1,0 +1,128 @@
+"""Orders that flow end to end: N one-GPU jobs released at once to one simulated cluster, until all Running.
+
+A federation-server process (`serve`'s default: the scheduler in a process of its own) on an embedded
+PostgreSQL and one simulated member agent whose cluster has room for all of them (N/8 nodes of 8 GPUs). The
+jobs are submitted while the cluster is cordoned, then it is uncordoned: the release. Timed from the release to
+the last job's Running event on a WatchJobs stream, and to the last Dispatched event, as jobs per second; the
+agent's stream must not be dropped (its reconnects are counted from its log).
+
+Writes flow.json and flow.md.
+Usage: python -m bench.bench_flow [--quick] [--jobs N]
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psutil
+import yaml
+
+from bench.common import bar, machine, measured, out_dir, parser, write
+from federation.cli.dev import AgentProcess, ServerProcess
+from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
+from member_agent.clusters import tree
+
+GPU = "nvidia.com/gpu"
+SUBMIT_BATCH = 1000
+
+
+class Phases:
+    """When each job's Dispatched and Running events arrived, from one WatchJobs stream."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.at: dict[str, dict[str, float]] = {"Dispatched": {}, "Running": {}}
+        self.stream = jobs_pb2_grpc.JobServiceStub(channel).WatchJobs(jobs_pb2.WatchJobsRequest())
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for event in self.stream:
+                if event.type in self.at:
+                    self.at[event.type].setdefault(event.job_id, time.perf_counter())
+        except grpc.RpcError:
+            pass
+
+
+def run(n: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-flow-") as tmp:
+        cluster = Path(tmp) / "big.yaml"
+        cluster.write_text(yaml.safe_dump_all(tree("big", [1, max(n // 8, 1)], {GPU: "8", "cpu": "64"})))
+        quiet = {"FEDERATION_LOG_LEVEL": "warning"}
+        server = ServerProcess("--data-dir", str(Path(tmp) / "pg"), "--auto-migrate", "--submit-rate", "0",
+                               env=quiet, timeout=180)
+        agent = AgentProcess("big", server.address, "--simulate", str(cluster), timeout=180)  # its log: reconnects
+        try:
+            channel = grpc.insecure_channel(server.address)
+            admin, jobs = admin_pb2_grpc.AdminServiceStub(channel), jobs_pb2_grpc.JobServiceStub(channel)
+            admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="bench")))
+            admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="flow", tenant="bench")))
+            while not any(c.status == admin_pb2.READY and c.nodes for c in admin.ListClusters(
+                    admin_pb2.ListClustersRequest()).clusters):
+                time.sleep(0.2)
+            admin.CordonCluster(admin_pb2.CordonClusterRequest(name="big"))
+            phases = Phases(channel)
+            spec = common_pb2.JobSpec(queue="flow", annotations={"federation.dev/sim-duration": "100000s"},
+                                      tasks=[common_pb2.TaskSpec(name="worker", replicas=1, resources={GPU: "1"})])
+            with bar(n, "jobs submitted", "jobs") as progress:
+                for start in range(0, n, SUBMIT_BATCH):
+                    count = min(SUBMIT_BATCH, n - start)
+                    specs = [common_pb2.JobSpec(name=f"flow-{start + i}", queue=spec.queue,
+                                                annotations=spec.annotations, tasks=spec.tasks) for i in range(count)]
+                    jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=specs), timeout=300)
+                    progress.update(count)
+            released = time.perf_counter()
+            admin.UncordonCluster(admin_pb2.UncordonClusterRequest(name="big"))
+            deadline = released + max(600.0, n / 5)
+            with bar(n, "jobs running", "jobs") as progress:
+                while len(phases.at["Running"]) < n and time.perf_counter() < deadline:
+                    progress.update(len(phases.at["Running"]) - progress.n)
+                    time.sleep(0.5)
+            running, dispatched = phases.at["Running"], phases.at["Dispatched"]
+            phases.stream.cancel()
+            times = psutil.Process(agent.proc.pid).cpu_times()
+            agent_cpu = times.user + times.system
+        finally:
+            agent.stop()
+            server.stop()
+        reconnects = agent.log.decode().count(" as cluster big") - 1  # "connected to … as cluster big"
+    all_running = len(running) == n
+    return {"jobs": n, "all_running": all_running, "running": len(running), "dispatched": len(dispatched),
+            "seconds_to_dispatched": (max(dispatched.values()) - released) if dispatched else None,
+            "seconds_to_running": (max(running.values()) - released) if all_running else None,
+            "reconnects": reconnects, "agent_cpu_seconds": agent_cpu,
+            "agent_cpu_ms_per_job": 1000 * agent_cpu / n}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__)
+    p.add_argument("--jobs", type=int, default=None, help="jobs released at once (default 10,000; quick 1,000)")
+    args = p.parse_args(argv)
+    result = run(args.jobs or (1_000 if args.quick else 10_000))
+    results = {"benchmark": "flow", "date": measured(), "machine": machine(), "quick": args.quick, **result}
+    n = result["jobs"]
+    to_run, to_dispatch = result["seconds_to_running"], result["seconds_to_dispatched"]
+    rate = (f"{n / to_run:,.0f} jobs/s ({to_run:.1f} s)" if to_run
+            else f"not all Running: {result['running']:,} of {n:,}")
+    dispatch_rate = f"{n / to_dispatch:,.0f} jobs/s ({to_dispatch:.1f} s)" if to_dispatch else "-"
+    lines = [f"# Orders that flow ({results['date']})", "",
+             f"Machine: {results['machine']}; server (API and scheduler processes), embedded PostgreSQL and one "
+             f"simulated agent on the same cores. {n:,} one-GPU jobs submitted to a cordoned cluster with room for "
+             f"all, then released (uncordoned); timed from the release to the last Dispatched and the last Running "
+             f"event (WatchJobs).", "",
+             "| jobs | release to all Dispatched | release to all Running | agent reconnects | agent CPU per job |",
+             "|---:|---|---|---:|---:|",
+             f"| {n:,} | {dispatch_rate} | {rate} | {result['reconnects']} | "
+             f"{result['agent_cpu_ms_per_job']:.1f} ms |"]
+    write(out_dir(args), "flow", results, "\n".join(lines) + "\n",
+          [(f"{n:,} jobs released to one cluster", f"all Running at {rate}; dispatched at {dispatch_rate}; "
+            f"{result['reconnects']} reconnects; agent CPU {result['agent_cpu_ms_per_job']:.1f} ms per job")])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The scheduling lease beside the leader's own long writes: a write that takes longer than the lease does
+not cost the leader its lease (its renewal goes on beside it), and a replica taking over a lease that ran out
+waits for the writes still in flight under it, so none of them commits after another replica leads."""
+
+import asyncio
+import time
+
+from sqlalchemy import text
+from sqlalchemy.engine import URL
+
+from federation.leader import Leadership
+from federation.store.database import async_engine
+
+LEASE = 0.6
+
+
+async def _leading(leadership: Leadership, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not leadership.is_leader:
+        assert time.monotonic() < deadline, "never led"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_write_longer_than_the_lease_does_not_cost_the_leader_its_lease(db_url: URL) -> None:
+    engine = async_engine(db_url)
+    first = Leadership(db_url, lambda: None, lease=LEASE)
+    second = Leadership(db_url, lambda: None, lease=LEASE)
+    first.start()
+    try:
+        await _leading(first)
+        second.start()
+        leading: list[bool] = []
+
+        async def watch() -> None:
+            while True:
+                leading.append(first.is_leader and not second.is_leader)
+                await asyncio.sleep(0.02)
+
+        watcher = asyncio.create_task(watch())
+        async with engine.begin() as conn:  # a fenced write that works (not idle) for five leases
+            await first.fence.check(conn)
+            await conn.execute(text("SELECT pg_sleep(:s)"), {"s": 5 * LEASE})
+        watcher.cancel()
+        assert len(leading) > 20 and all(leading)  # led all along: renewed while its own write held the row
+        assert first.epoch == 1 and not second.is_leader
+    finally:
+        await second.stop()
+        await first.stop()
+        await engine.dispose()
+
+
+async def test_a_takeover_waits_for_the_writes_in_flight_under_the_lease_it_takes(db_url: URL) -> None:
+    engine = async_engine(db_url)
+    first = Leadership(db_url, lambda: None, lease=LEASE)
+    second = Leadership(db_url, lambda: None, lease=LEASE)
+    first.start()
+    try:
+        await _leading(first)
+        async with engine.begin() as conn:
+            await first.fence.check(conn)
+            first._stopping.set()  # renews no more, without giving the lease back: it runs out under this write
+            second.start()
+            await conn.execute(text("SELECT pg_sleep(:s)"), {"s": 5 * LEASE})
+            assert not second.is_leader  # the lease ran out long ago, but this write still holds it
+        await _leading(second)
+        assert second.epoch == first.epoch + 1
+    finally:
+        await second.stop()
+        await first.stop()
+        await engine.dispose()

@@ -1,0 +1,106 @@
+"""Orders that flow: a burst of assignments larger than an agent's order queue reaches it on the same stream,
+paced by the stream rather than dropped, and a reconnect resends however many assignments its agent did not
+report. The relay's pacing alone, and the server on real PostgreSQL with an agent stream over gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from federation.connections import QUEUE_LIMIT, RELAY_LIMIT, Connections
+from federation.orders import OrderRelay
+from federation.v1 import agent_pb2, jobs_pb2
+from tests.conftest import Api, make_queue
+from tests.test_api_jobs import spec
+
+GPU = "nvidia.com/gpu"
+BURST = QUEUE_LIMIT * 2 - 100  # more than a queue holds; less than a token's submit burst
+
+
+async def test_the_relay_waits_for_room_and_sends_every_order_once_in_order() -> None:
+    connections = Connections()
+    events = [{"seq": seq, "type": "Cancelled", "job_id": f"j{seq}", "attempt": 1, "cluster": "east",
+               "message": "cancelled"} for seq in range(1, 2 * QUEUE_LIMIT + 501)]
+
+    async def load(after: int, upto: int, clusters: object) -> list[dict[str, object]]:
+        return [e for e in events if after < e["seq"] <= upto]
+
+    async def current() -> int:
+        return len(events)
+
+    async def rows(ids: object) -> dict[str, object]:
+        return {}
+
+    relay = OrderRelay(connections, load, current, rows, period=30)  # only a wake moves it before 30 s
+    conn = connections.open("east", cursor=0)
+    relay.start()
+    relay.wake()
+    received: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(received) < len(events):
+            assert time.monotonic() < deadline, f"{len(received)} of {len(events)} orders"
+            order = await asyncio.wait_for(conn.queue.get(), 30)
+            assert conn.queue.qsize() <= RELAY_LIMIT  # never filled past the relay's share
+            received.append(order.cancel.job_id)
+            connections.taken(conn)
+    finally:
+        await relay.stop()
+    assert received == [e["job_id"] for e in events]  # each once, in the log's order
+    assert not conn.closed.is_set() and connections.get("east") is conn
+
+
+def _inventory(gpus: int) -> agent_pb2.AgentMessage:
+    node = agent_pb2.ResourceAmounts(amounts={GPU: 8, "cpu": 64_000})
+    return agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
+        allocatable=agent_pb2.ResourceAmounts(amounts={GPU: gpus, "cpu": gpus * 8000}),
+        used=agent_pb2.ResourceAmounts(amounts={}), healthy=True, nodes=gpus // 8, ready_nodes=gpus // 8,
+        topology=[agent_pb2.TierFree(tier=0, tier_name="node", max_free=node, max_capacity=node)]))
+
+
+async def _assigned(api: Api, instance: str, expected: int) -> set[str]:
+    """Connect as the agent of `east` reporting nothing it runs, and read until `expected` assignments came."""
+    stop = asyncio.Event()
+
+    async def messages() -> AsyncIterator[agent_pb2.AgentMessage]:
+        yield agent_pb2.AgentMessage(register=agent_pb2.Register(cluster="east", instance=instance))
+        while not stop.is_set():
+            yield _inventory(4 * BURST)
+            yield agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat())
+            await asyncio.sleep(0.5)
+
+    call = api.agents.Connect(messages())
+    assigned: set[str] = set()
+    conn = None
+    try:
+        async with asyncio.timeout(240):
+            async for message in call:
+                if message.WhichOneof("msg") == "assign":
+                    assigned.add(message.assign.job.id)
+                    conn = conn or api.server.connections.get("east")
+                    if len(assigned) == expected:
+                        break
+        assert conn is not None and api.server.connections.get("east") is conn  # one stream all along
+        return assigned
+    finally:
+        stop.set()
+        call.cancel()
+
+
+async def test_a_burst_larger_than_the_order_queue_reaches_the_agent_and_a_reconnect_resends_it(api: Api) -> None:
+    await make_queue(api)
+    # Every job waits (no cluster yet), so the first cycle with the cluster dispatches them all at once.
+    ids: set[str] = set()
+    for start in range(0, BURST, 500):
+        submitted = await api.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(
+            specs=[spec(name=f"one-{i}", gpus="1", replicas=1) for i in range(start, min(start + 500, BURST))]))
+        ids |= {r.job_id for r in submitted.results}
+    assert len(ids) == BURST
+    assert await _assigned(api, "first", BURST) == ids
+    # A new agent process is refused while the old one's stream is live: wait until the server saw it close.
+    async with asyncio.timeout(60):
+        while api.server.connections.get("east") is not None:
+            await asyncio.sleep(0.05)
+    # The agent comes back having forgotten them all: every one is assigned again on the new stream.
+    assert await _assigned(api, "second", BURST) == ids
