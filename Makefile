@@ -51,8 +51,8 @@ proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=. --pyi_out=. --grpc_python_out=. proto/federation/v1/*.proto
 
 # Every benchmark, then bench/results/README.md, the report (about an hour; BENCH_ARGS=--quick: a few minutes,
-# written to bench/results/quick/). One benchmark alone: make bench-NAME (scale agent scheduler api faults kube
-# openb replay health), with the same BENCH_ARGS.
+# written to bench/results/quick/). One benchmark alone: make bench-NAME (the names are
+# bench/run_all.py's BENCHMARKS), with the same BENCH_ARGS.
 bench: $(STAMP)
 	$(BIN)/python -m bench.run_all $(BENCH_ARGS)
 

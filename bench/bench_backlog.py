@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.bench_scheduler import apply, federation, finish, jobs, organisation, views
 from bench.common import bar, machine, measured, out_dir, parser, write
-from federation.scheduling.cycle import PendingJob, RunningJob, Snapshot, schedule, schedule_backlog
+from federation.scheduling.cycle import Decisions, PendingJob, RunningJob, Snapshot, schedule, schedule_backlog
 from federation.scheduling.queues import QueueManager
 
 CHURN = 0.01  # of the running gangs, ending before each round
@@ -37,49 +37,70 @@ def _cpu(fn: Any, *args: Any) -> tuple[Any, float]:
     return out, time.process_time() - started
 
 
+class Churn:
+    """A federation in steady state under churn: each round 1% of the running gangs end and new jobs keep the
+    backlog at its size. The queue manager is kept up to date by the same add/remove events the server's job cache
+    applies, so a walk and the cycle from scratch can decide on the same snapshot."""
+
+    def __init__(self, n_jobs: int, n_clusters: int, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.n_jobs = n_jobs
+        self.template, self.capacity = federation(n_clusters)
+        self.tenants, self.queues = organisation(100, 10, self.rng)
+        self.pending: dict[str, PendingJob] = {j.id: j for j in jobs(n_jobs, self.queues, self.rng)}
+        self.listed = list(self.pending.values())
+        self.manager, self.build_seconds = _cpu(QueueManager, self.listed)
+        self.free = {c.name: dict(c.free) for c in self.template}
+        self.running: dict[str, RunningJob] = {}
+        self.next_seq = n_jobs
+
+    def first(self) -> Snapshot:
+        """A new leader's snapshot: every job waiting, nothing running."""
+        return Snapshot(self.tenants, self.queues, self.listed, [], self.template, self.capacity)
+
+    def next(self) -> Snapshot:
+        """The next round's snapshot: some gangs ended, the backlog topped up."""
+        for job_id in self.rng.sample(sorted(self.running), max(1, int(len(self.running) * CHURN))):
+            finish(self.running.pop(job_id), self.free)
+        for job in jobs(self.n_jobs - len(self.pending), self.queues, self.rng, self.next_seq):
+            self.pending[job.id] = job
+            self.manager.add(job)
+            self.next_seq += 1
+        return Snapshot(self.tenants, self.queues, list(self.pending.values()), list(self.running.values()),
+                        views(self.template, self.free), self.capacity)
+
+    def carry_out(self, decisions: Decisions) -> None:
+        """What the agents would report back: dispatched gangs run, preempted ones leave."""
+        for job_id in decisions.assign:
+            self.manager.remove(job_id)
+        apply(decisions, self.free, self.pending, self.running)
+
+
 def steady(n_jobs: int, n_clusters: int, rounds: int, seed: int) -> dict[str, Any]:
-    rng = random.Random(seed)
-    template, capacity = federation(n_clusters)
-    tenants, queues = organisation(100, 10, rng)
+    churn = Churn(n_jobs, n_clusters, seed)
     progress = bar(rounds + 1, f"{n_jobs:,} pending, {n_clusters} clusters", "cycles")
-    pending: dict[str, PendingJob] = {j.id: j for j in jobs(n_jobs, queues, rng)}
-    listed = list(pending.values())
-    manager, build_seconds = _cpu(QueueManager, listed)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    first = Snapshot(tenants, queues, listed, [], template, capacity)
-    walked, first_walk = _cpu(schedule_backlog, first, manager)
+    first = churn.first()
+    walked, first_walk = _cpu(schedule_backlog, first, churn.manager)
     oracle, first_oracle = _cpu(schedule, first)
     assert walked.assign == oracle.assign, "the walk and the cycle from scratch disagree"
-    free = {c.name: dict(c.free) for c in template}
-    running: dict[str, RunningJob] = {}
-    for job_id in walked.assign:
-        manager.remove(job_id)
-    apply(walked, free, pending, running)
+    churn.carry_out(walked)
     progress.update()
-    next_seq, walk_times, oracle_times, placed = n_jobs, [], [], 0
+    walk_times, oracle_times, placed = [], [], 0
     for _ in range(rounds):
-        for job_id in rng.sample(sorted(running), max(1, int(len(running) * CHURN))):
-            finish(running.pop(job_id), free)
-        for job in jobs(n_jobs - len(pending), queues, rng, next_seq):
-            pending[job.id] = job
-            manager.add(job)
-            next_seq += 1
-        snapshot = Snapshot(tenants, queues, list(pending.values()), list(running.values()), views(template, free),
-                            capacity)
-        walked, took = _cpu(schedule_backlog, snapshot, manager)
+        snapshot = churn.next()
+        walked, took = _cpu(schedule_backlog, snapshot, churn.manager)
         oracle, took_oracle = _cpu(schedule, snapshot)
         assert walked.assign == oracle.assign and walked.preempt == oracle.preempt, "the walk disagrees"
         walk_times.append(took)
         oracle_times.append(took_oracle)
         placed += len(walked.assign)
-        for job_id in walked.assign:
-            manager.remove(job_id)
-        apply(walked, free, pending, running)  # preempted gangs leave, as in bench_scheduler
+        churn.carry_out(walked)
         progress.update()
     progress.close()
-    return {"pending": n_jobs, "clusters": n_clusters, "rounds": rounds, "running_at_end": len(running),
+    return {"pending": n_jobs, "clusters": n_clusters, "rounds": rounds, "running_at_end": len(churn.running),
             "first_walk_seconds": first_walk, "first_oracle_seconds": first_oracle,
-            "manager_build_seconds": build_seconds, "peak_rss_mib": peak_mib,
+            "manager_build_seconds": churn.build_seconds, "peak_rss_mib": peak_mib,
             "walk_median_seconds": statistics.median(walk_times), "walk_max_seconds": max(walk_times),
             "oracle_median_seconds": statistics.median(oracle_times),
             "walk_jobs_per_second": placed / sum(walk_times), "oracle_jobs_per_second": placed / sum(oracle_times),

@@ -39,6 +39,7 @@ BENCHMARKS = {
     "history": ("bench.bench_history", "a long history: submit path and cycle, ended jobs archived vs left in jobs"),
     "latency": ("bench.bench_latency", "submit-to-dispatch latency of a job that fits at once, with a backlog waiting"),
     "flow": ("bench.bench_flow", "jobs released at once to one simulated cluster, until all Running"),
+    "profile": ("bench.bench_profile", "where a steady cycle's time goes, per phase: walk vs cycle from scratch"),
 }
 
 

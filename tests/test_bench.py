@@ -82,3 +82,18 @@ def test_the_failure_model_draws_the_llama3_rate_and_both_policies_meet_the_same
     # The crash loses the 10 minutes since its checkpoint, 2 to notice and 5 to restart; the move only the restart.
     assert crash.lost_gpu_h == pytest.approx(64 * (10 + 2 + 5) / 60)
     assert drain.lost_gpu_h == pytest.approx(64 * 5 / 60)
+
+
+def test_the_profile_splits_a_cycle_into_phases_that_add_up_and_leaves_the_core_as_it_was() -> None:
+    from bench.bench_profile import PHASES, phases, point
+    originals = {(owner, name): getattr(owner, name) for methods in PHASES.values() for owner, name in methods}
+    measured = point(600, 4, seed=3)
+    for side in ("walk", "from_scratch"):
+        spent = measured[side]["phases"]
+        assert set(spent) == {*PHASES, "other"} and all(s >= 0 for s in spent.values())
+        assert spent["setup"] > 0 and spent["cluster choice"] > 0  # every cycle builds its tables and places heads
+        assert abs(sum(spent.values()) - measured[side]["wrapped_seconds"]) < 1e-6  # net of what each calls
+    assert measured["walk"]["dispatched"] == measured["from_scratch"]["dispatched"] > 0
+    with phases():
+        assert all(getattr(owner, name) is not method for (owner, name), method in originals.items())
+    assert all(getattr(owner, name) is method for (owner, name), method in originals.items())
