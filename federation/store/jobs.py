@@ -80,7 +80,6 @@ class Applied:
     """What applying an agent's update means for the agent (the scheduler reads the events it appended)."""
 
     stop: str = ""  # the agent runs what it must not (cancelled, preempted or moved meanwhile): why it must stop
-    requeued: bool = False  # the agent stopped the job itself (fenced) or moved it off, and it is back in its queue
 
 
 @dataclass(frozen=True)
@@ -750,4 +749,4 @@ class JobStore:
         await conn.execute(update(Job).where(Job.id == row["id"]).values({"updated_at": func.now(), **values}))
         await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], event, values["phase"],
                                                message or values["reason"], row["attempt"], cluster)])
-        return Applied(requeued=event in ("Lost", "Evacuated"))
+        return Applied()
