@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -202,6 +203,28 @@ def update_problem(u: Any) -> str:
     found = next((why for where, value in checks if (why := _name_problem(where, value))), "")
     bad = text_violations(u, "job_update")  # and every other text of it, by the rule for every text
     return found or (f"{bad[0].field} {bad[0].description}" if bad else "")
+
+
+def pods_problem(spec: Mapping[str, Any], u: Any) -> str:
+    """Why an agent's placements or pod statuses cannot be of this job (its stored spec; "" when they can): each
+    names one of its tasks and an index below that task's replicas; a placement names each pod once, a status at
+    most twice (a pod being replaced, the old one still terminating). A cluster holds no more of a job than it was
+    given, and the job's row, its events and every page that shows them stay as large as the job."""
+    replicas = {t.get("name", ""): int(t.get("replicas", 0)) for t in spec.get("tasks", [])}
+    for name, items, most in (("placements", u.placements, 1), ("pod_statuses", u.pod_statuses, 2)):
+        if len(items) > most * sum(replicas.values()):
+            return f"job_update.{name} names {len(items)} pods, the job has {sum(replicas.values())}"
+        seen: Counter[tuple[str, int]] = Counter()
+        for i, pod in enumerate(items):
+            if pod.task not in replicas:
+                return f"job_update.{name}[{i}].task: the job has no task {pod.task!r}"
+            if not 0 <= pod.index < replicas[pod.task]:
+                return f"job_update.{name}[{i}].index: {pod.index} is not below task {pod.task}'s " \
+                       f"{replicas[pod.task]} replicas"
+            seen[pod.task, pod.index] += 1
+            if seen[pod.task, pod.index] > most:
+                return f"job_update.{name}[{i}] names {pod.task}[{pod.index}] again"
+    return ""
 
 
 def check_name(v: Violations, path: str, value: str, *, required: bool = True) -> None:

@@ -109,6 +109,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         if not valid:
             return
         for u, applied in zip(valid, await self.jobs.apply_updates(conn.cluster, valid), strict=True):
+            if applied.refused:
+                log.warning("cluster %s: its agent's update of job %s is not used: %s", conn.cluster, u.job_id,
+                            applied.refused)
             if applied.stop:
                 self.connections.send(conn, agent_pb2.ControlMessage(cancel=agent_pb2.Cancel(
                     job_id=u.job_id, attempt=u.attempt, reason=applied.stop)))

@@ -39,7 +39,13 @@ from federation.store.models import (
     finished_jobs,
 )
 from federation.v1 import agent_pb2, common_pb2
-from federation.validation import CHECKPOINT_INTERVAL, DEFAULT_MAX_RETRY, EXPECTED_DURATION, ON_CLUSTER_LOST
+from federation.validation import (
+    CHECKPOINT_INTERVAL,
+    DEFAULT_MAX_RETRY,
+    EXPECTED_DURATION,
+    ON_CLUSTER_LOST,
+    pods_problem,
+)
 
 TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
 ACTIVE_PHASES = ("DISPATCHED", "RUNNING", "RESTARTING")
@@ -48,6 +54,7 @@ ARCHIVE_BATCH = 10_000  # jobs moved to the history, or expired from it, per tra
 REASON_BATCH = 5_000  # waiting reasons written per transaction
 SENT_BACK_EVENTS = ("Rejected", "Evacuated")  # a cluster sent the job back: its message says why
 LAST_EVENT_SEQ = select(EventCounter.last_seq).where(EventCounter.id == 1)
+POD_FAILED_NAMED = 8  # pods a PodFailed event names (then "and N more"): an event is replayed to every watcher
 ORDER_EVENTS = ("Dispatched", "Preempted", "Cancelled", "Requeued", "Lost")  # orders to an agent (federation.orders)
 
 _jobs = Job.__table__
@@ -80,6 +87,7 @@ class Applied:
     """What applying an agent's update means for the agent (the scheduler reads the events it appended)."""
 
     stop: str = ""  # the agent runs what it must not (cancelled, preempted or moved meanwhile): why it must stop
+    refused: str = ""  # why the update was not used (its pods are not the job's): nothing of it stored
 
 
 @dataclass(frozen=True)
@@ -670,6 +678,8 @@ class JobStore:
                     f"cluster {cluster} deleted {u.pods} pod(s) of attempt {u.attempt}, which no longer runs "
                     f"there: {u.reason}", u.attempt, cluster)])
             return Applied()
+        if row is not None and (problem := pods_problem(row["spec"], u)):
+            return Applied(refused=problem)
         if u.type == agent_pb2.POD_STATUS:  # what users see of their pods: no event, the job's row only
             if row is not None and row["cluster"] == cluster and row["attempt"] == u.attempt:
                 await conn.execute(update(Job).where(Job.id == row["id"]).values(pods=_pod_statuses(u)))
@@ -739,7 +749,9 @@ class JobStore:
                                                    u.reason, row["attempt"], cluster)])
             return Applied()
         elif kind == agent_pb2.POD_FAILED:
-            pods = ", ".join(f"{p.task}[{p.index}] on {p.node}" for p in u.placements)
+            named = [f"{p.task}[{p.index}] on {p.node}" for p in u.placements[:POD_FAILED_NAMED]]
+            more = len(u.placements) - len(named)
+            pods = ", ".join(named) + (f" and {more} more" if more else "")
             await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "PodFailed", phase,
                                                    f"{pods}: {u.reason}", row["attempt"], cluster)])
             return Applied()

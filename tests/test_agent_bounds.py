@@ -1,0 +1,111 @@
+"""Issue 41 (1, 2): what a member cluster reports of a job is bounded by what it was given. Placements and pod
+statuses name the job's tasks and indexes below their replicas (a pod once; a status at most twice, a pod and its
+replacement); an update that does not is not used, nothing of it is stored, and the agent's stream goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+from federation.store.jobs import JobStore
+from federation.v1 import agent_pb2, agent_pb2_grpc, common_pb2, jobs_pb2
+from federation.validation import pods_problem
+from tests.conftest import Api, make_queue
+
+GPU = "nvidia.com/gpu"
+SPEC = {"tasks": [{"name": "w", "replicas": 2}, {"name": "ps", "replicas": 1}]}
+
+
+def placed(*pods: tuple[str, int]) -> list[common_pb2.PodPlacement]:
+    return [common_pb2.PodPlacement(task=task, index=index, node=f"n{index}") for task, index in pods]
+
+
+def statuses(*pods: tuple[str, int]) -> list[common_pb2.PodStatus]:
+    return [common_pb2.PodStatus(task=task, index=index, name=f"{task}-{index}", phase="Running")
+            for task, index in pods]
+
+
+def test_pods_are_judged_against_the_jobs_tasks_and_replicas() -> None:
+    def problem(**fields: object) -> str:
+        return pods_problem(SPEC, agent_pb2.JobUpdate(job_id="j", **fields))
+
+    assert problem(placements=placed(("w", 0), ("w", 1), ("ps", 0))) == ""
+    assert problem(pod_statuses=statuses(("w", 0), ("w", 0), ("w", 1))) == ""  # one being replaced
+    assert problem(placements=placed(*[("w", i % 2) for i in range(4)])) == \
+        "job_update.placements names 4 pods, the job has 3"
+    assert problem(pod_statuses=statuses(*[("w", 0)] * 7)) == "job_update.pod_statuses names 7 pods, the job has 3"
+    assert problem(placements=placed(("w", 0), ("w", 0))) == "job_update.placements[1] names w[0] again"
+    assert problem(pod_statuses=statuses(("w", 1), ("w", 1), ("w", 1))) == \
+        "job_update.pod_statuses[2] names w[1] again"
+    assert problem(placements=placed(("evil", 0))) == "job_update.placements[0].task: the job has no task 'evil'"
+    assert problem(placements=placed(("ps", 1))) == \
+        "job_update.placements[0].index: 1 is not below task ps's 1 replicas"
+    assert problem(pod_statuses=statuses(("w", -1))) == \
+        "job_update.pod_statuses[0].index: -1 is not below task w's 2 replicas"
+
+
+async def test_a_rogue_agents_oversized_reports_are_not_stored_and_its_stream_goes_on(api: Api) -> None:
+    await make_queue(api)
+    orders: asyncio.Queue[agent_pb2.ControlMessage] = asyncio.Queue()
+    updates: asyncio.Queue[agent_pb2.JobUpdate] = asyncio.Queue()
+
+    async def messages() -> AsyncIterator[agent_pb2.AgentMessage]:
+        yield agent_pb2.AgentMessage(register=agent_pb2.Register(cluster="rogue", instance="r"))
+        yield agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
+            allocatable=agent_pb2.ResourceAmounts(amounts={GPU: 64}), healthy=True, nodes=8, ready_nodes=8))
+        while True:  # connected until the test ends
+            try:
+                update = await asyncio.wait_for(updates.get(), 0.2)
+            except TimeoutError:
+                yield agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat())
+            else:
+                yield agent_pb2.AgentMessage(job_update=update)
+
+    call = agent_pb2_grpc.AgentServiceStub(api.channel).Connect(messages())
+
+    async def relay() -> None:
+        async for order in call:
+            if order.HasField("assign"):
+                await orders.put(order)
+
+    async def until(what: str, done: Callable[[common_pb2.Job], bool]) -> common_pb2.Job:
+        deadline = time.monotonic() + 60
+        while not done(job := await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id))):
+            assert time.monotonic() < deadline, f"{what}: {job.status}"
+            await asyncio.sleep(0.1)
+        return job
+
+    relaying = asyncio.create_task(relay())
+    try:
+        spec = common_pb2.JobSpec(name="j", queue="train",
+                                  tasks=[common_pb2.TaskSpec(name="w", replicas=2, resources={GPU: "4"})])
+        job_id = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec))).job.id
+        order = await asyncio.wait_for(orders.get(), 60)
+        attempt = order.assign.attempt
+
+        def update(kind: agent_pb2.JobUpdateType, **fields: object) -> None:
+            updates.put_nowait(agent_pb2.JobUpdate(job_id=job_id, attempt=attempt, type=kind, hypernode="s0",
+                                                   tier=1, **fields))
+
+        flood = [("w", i) for i in range(20_000)]
+        update(agent_pb2.BOUND, placements=placed(*flood))  # 20,000 placements for 2 replicas
+        update(agent_pb2.BOUND, placements=placed(("w", 0), ("w", 0)))
+        update(agent_pb2.BOUND, placements=placed(("w", 0), ("ps", 0)))  # a task the job has not
+        update(agent_pb2.BOUND, placements=placed(("w", 0), ("w", 1)), reason="bound")
+        job = await until("the honest BOUND to be applied", lambda j: j.status.phase == common_pb2.RUNNING)
+        assert [(p.task, p.index) for p in job.status.placements] == [("w", 0), ("w", 1)]
+
+        update(agent_pb2.POD_STATUS, pod_statuses=statuses(*flood))
+        update(agent_pb2.POD_FAILED, placements=placed(*flood), reason="flood")
+        update(agent_pb2.POD_STATUS, pod_statuses=statuses(("w", 0), ("w", 1)))
+        job = await until("the honest POD_STATUS to be stored", lambda j: len(j.status.pods) == 2)
+        assert [(p.task, p.index) for p in job.status.pods] == [("w", 0), ("w", 1)]
+        # The flood's POD_FAILED came before the status just seen on the same stream: it was read, and refused.
+        events = [e for e in await JobStore(api.server.engine).events_after(0, limit=100) if e["job_id"] == job_id]
+        assert [e["type"] for e in events if e["type"] in ("Running", "PodFailed")] == ["Running"]
+        assert max(len(e["message"]) for e in events) < 1_000
+        assert not call.done()  # the same stream all along
+    finally:
+        relaying.cancel()
+        call.cancel()
