@@ -55,13 +55,13 @@ def phases() -> Iterator[dict[str, float]]:
 
     def wrapped(phase: str, method: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            frame = [time.perf_counter(), 0.0]
+            frame = [time.process_time(), 0.0]
             stack.append(frame)
             try:
                 return method(*args, **kwargs)
             finally:
                 stack.pop()
-                took = time.perf_counter() - frame[0]
+                took = time.process_time() - frame[0]
                 seconds[phase] += took - frame[1]
                 if stack:
                     stack[-1][1] += took
@@ -81,12 +81,12 @@ def phases() -> Iterator[dict[str, float]]:
 def profiled(decide: Callable[[], Decisions]) -> dict[str, Any]:
     """The cycle's seconds per phase (wrapped), and its seconds unwrapped."""
     with phases() as seconds:
-        started = time.perf_counter()
+        started = time.process_time()
         decisions = decide()
-        total = time.perf_counter() - started
-    started = time.perf_counter()
+        total = time.process_time() - started
+    started = time.process_time()
     again = decide()
-    plain = time.perf_counter() - started
+    plain = time.process_time() - started
     assert again.assign == decisions.assign, "the same cycle decided twice differently"
     return {"phases": {**seconds, "other": max(total - sum(seconds.values()), 0.0)}, "wrapped_seconds": total,
             "seconds": plain, "dispatched": len(decisions.assign), "preempted": len(decisions.preempt)}

@@ -594,6 +594,7 @@ def check_queue(v: Violations, path: str, queue: admin_pb2.Queue) -> None:
 
 MAX_INVENTORY_RESOURCES = 64
 MAX_REPORTED_HYPERNODES = 1_000  # an agent reports each HyperNode's free resources up to this many
+MAX_HEALTH_SUMMARY = 8  # lines of a cluster's health summary ("3 nodes degraded (XID 79)"), each a reason long
 
 
 def inventory_problem(inv: Any) -> str:
@@ -602,7 +603,8 @@ def inventory_problem(inv: Any) -> str:
     with that reason, and every other cluster goes on."""
     amounts = [("capacity", inv.capacity.amounts), ("allocatable", inv.allocatable.amounts),
                ("used", inv.used.amounts), ("managed", inv.managed.amounts)]
-    for listed, tiers in (("topology", inv.topology), ("partitionable", inv.partitionable)):
+    for listed, tiers in (("topology", inv.topology), ("partitionable", inv.partitionable),
+                          ("health.healthy_topology", inv.health.healthy_topology)):
         if len(tiers) > MAX_TIER + 2:
             return f"{len(tiers)} {listed} tiers reported, at most {MAX_TIER + 2} are possible"
         for i, tier in enumerate(tiers):
@@ -633,8 +635,18 @@ def inventory_problem(inv: Any) -> str:
                 return f"{where} names an invalid resource {name[:64]!r}"
             if not 0 <= amount <= MAX_AMOUNT:
                 return f"{where}[{name!r}] = {amount} is out of range (0-{MAX_AMOUNT})"
-    if inv.nodes < 0 or inv.ready_nodes < 0:
+    if min(inv.nodes, inv.ready_nodes, inv.health.degraded_nodes, inv.health.failed_nodes) < 0:
         return "negative node counts"
+    if len(inv.health.summary) > MAX_HEALTH_SUMMARY:
+        return f"health.summary has {len(inv.health.summary)} lines, at most {MAX_HEALTH_SUMMARY}"
+    for i, line in enumerate(inv.health.summary):
+        if why := _name_problem(f"health.summary[{i}]", line, MAX_REASON):
+            return why
+    if len(inv.health.degraded_hypernodes) > MAX_REPORTED_HYPERNODES:
+        return f"{len(inv.health.degraded_hypernodes)} degraded HyperNodes reported, at most {MAX_REPORTED_HYPERNODES}"
+    for i, name in enumerate(inv.health.degraded_hypernodes):
+        if why := _name_problem(f"health.degraded_hypernodes[{i}]", name):
+            return why
     bad = text_violations(inv)  # every other text of it, by the rule for every text
     return f"{bad[0].field} {bad[0].description}" if bad else ""
 

@@ -1,6 +1,8 @@
-"""Issue 41 (1, 2): what a member cluster reports of a job is bounded by what it was given. Placements and pod
+"""Issue 41 (1, 2, 3): what a member cluster reports is bounded. Of a job, by what it was given: placements and pod
 statuses name the job's tasks and indexes below their replicas (a pod once; a status at most twice, a pod and its
-replacement); an update that does not is not used, nothing of it is stored, and the agent's stream goes on."""
+replacement); an update that does not is not used, nothing of it is stored, and the agent's stream goes on. Of its
+health, by what a cluster can have: a few summary lines, as many degraded HyperNodes as it may report, no negative
+count; an inventory that breaks them leaves the cluster out with the reason until a valid one replaces it."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from federation.store.jobs import JobStore
-from federation.v1 import agent_pb2, agent_pb2_grpc, common_pb2, jobs_pb2
-from federation.validation import pods_problem
+from federation.v1 import admin_pb2, agent_pb2, agent_pb2_grpc, common_pb2, jobs_pb2
+from federation.validation import MAX_HEALTH_SUMMARY, MAX_REPORTED_HYPERNODES, inventory_problem, pods_problem
 from tests.conftest import Api, make_queue
 
 GPU = "nvidia.com/gpu"
@@ -108,4 +110,62 @@ async def test_a_rogue_agents_oversized_reports_are_not_stored_and_its_stream_go
         assert not call.done()  # the same stream all along
     finally:
         relaying.cancel()
+        call.cancel()
+
+
+def health(**fields: object) -> agent_pb2.Inventory:
+    return agent_pb2.Inventory(allocatable=agent_pb2.ResourceAmounts(amounts={GPU: 64}), healthy=True, nodes=8,
+                               ready_nodes=8, health=agent_pb2.ClusterHealth(**fields))
+
+
+def test_a_health_report_is_bounded_and_its_counts_are_not_negative() -> None:
+    assert inventory_problem(health(degraded_nodes=2, summary=["2 nodes degraded (XID 79)"],
+                                    degraded_hypernodes=["leaf-3"])) == ""
+    assert inventory_problem(health(summary=["x"] * (MAX_HEALTH_SUMMARY + 1))) == \
+        f"health.summary has {MAX_HEALTH_SUMMARY + 1} lines, at most {MAX_HEALTH_SUMMARY}"
+    assert inventory_problem(health(summary=["x" * 1_025])).startswith("health.summary[0] is")
+    hypernodes = [f"leaf-{i}" for i in range(MAX_REPORTED_HYPERNODES + 1)]
+    assert inventory_problem(health(degraded_hypernodes=hypernodes)) == \
+        f"{len(hypernodes)} degraded HyperNodes reported, at most {MAX_REPORTED_HYPERNODES}"
+    assert inventory_problem(health(failed_nodes=-1)) == "negative node counts"
+    assert inventory_problem(health(healthy_topology=[agent_pb2.TierFree(tier=99)])) == \
+        "health.healthy_topology[0].tier 99 is out of range (0-17)"
+
+
+async def test_a_flooded_health_report_leaves_the_cluster_out_and_listing_clusters_whole(api: Api) -> None:
+    inventories: asyncio.Queue[agent_pb2.Inventory] = asyncio.Queue()
+
+    async def messages() -> AsyncIterator[agent_pb2.AgentMessage]:
+        yield agent_pb2.AgentMessage(register=agent_pb2.Register(cluster="rogue", instance="r"))
+        while True:
+            try:
+                inv = await asyncio.wait_for(inventories.get(), 0.2)
+            except TimeoutError:
+                yield agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat())
+            else:
+                yield agent_pb2.AgentMessage(inventory=inv)
+
+    async def problem_becomes(done: Callable[[str], bool]) -> str:
+        deadline = time.monotonic() + 60
+        while True:
+            listed = (await api.admin.ListClusters(admin_pb2.ListClustersRequest())).clusters
+            if listed and done(listed[0].problem):
+                return listed[0].problem
+            assert time.monotonic() < deadline, listed
+            await asyncio.sleep(0.1)
+
+    call = agent_pb2_grpc.AgentServiceStub(api.channel).Connect(messages())
+    reading = asyncio.create_task(call.read())
+    try:
+        inventories.put_nowait(health(degraded_nodes=3_000, summary=[f"node {i} degraded" for i in range(3_000)],
+                                      degraded_hypernodes=[f"leaf-{i}" for i in range(100_000)]))
+        said = await problem_becomes(bool)
+        assert said == "its agent reported an inventory that cannot be used: health.summary has 3000 lines, " \
+                       f"at most {MAX_HEALTH_SUMMARY}"
+        inventories.put_nowait(health(degraded_nodes=1, summary=["1 node degraded (XID 79)"]))
+        assert await problem_becomes(lambda p: p == "") == ""
+        (cluster,) = (await api.admin.ListClusters(admin_pb2.ListClustersRequest())).clusters
+        assert cluster.name == "rogue" and not call.done()
+    finally:
+        reading.cancel()
         call.cancel()

@@ -23,7 +23,7 @@ from federation.gangs import claim_templates, minimum, minimum_pods
 from federation.resources import Resources
 from federation.scheduling.fit import TierFree
 from federation.v1 import agent_pb2, common_pb2
-from federation.validation import CHECKPOINT_INTERVAL, MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
+from federation.validation import CHECKPOINT_INTERVAL, MAX_REASON, MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
 from member_agent import mig
 from member_agent.drain import drain_timing
 from member_agent.faults import Fault
@@ -472,8 +472,8 @@ class Agent:
         state = self.state
         health = agent_pb2.ClusterHealth(
             degraded_nodes=len(state.degraded), failed_nodes=len(state.failed),
-            summary=summary({**state.failed, **state.degraded}),
-            degraded_hypernodes=sorted(state.degraded_links))
+            summary=[line[:MAX_REASON] for line in summary({**state.failed, **state.degraded})],
+            degraded_hypernodes=sorted(state.degraded_links)[:MAX_REPORTED_HYPERNODES])
         if state.degraded or state.degraded_links:
             health.healthy_topology.extend(_tier_messages(state.summary(healthy=True)))
         return agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
