@@ -55,7 +55,7 @@ def test_every_quick_start_line_is_a_target_that_runs(tmp_path: Path, testbed_to
                 break
         assert "kubeconfig (admin):" in printed and "kubeconfig (member-agent's ServiceAccount):" in printed
         bed.send_signal(signal.SIGINT)
-        assert bed.wait(60) == 0
+        assert bed.wait(300) == 0  # it stops the API server, etcd, the controllers and KWOK: slow when loaded
     finally:
         if bed.poll() is None:
             bed.kill()

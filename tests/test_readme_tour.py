@@ -60,7 +60,7 @@ def test_the_readme_tour_runs_as_written(tmp_path: Path) -> None:
             done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True,
                                   timeout=120)
             assert done.returncode == 0, (command, done.stdout[-500:], done.stderr[-500:])
-            if command.startswith("fedctl submit examples/jobs/train-64gpu-hard.yaml"):
+            if command.startswith("fedctl submit examples/tour/llama-pretrain.yaml"):
                 suffix = done.stdout.split()[0].removeprefix("job/llama-pretrain-")
                 job = f"llama-pretrain-{suffix}"
                 # The tour reads the job's pods and log next: let it start (a cycle, a bind) and say its pods.

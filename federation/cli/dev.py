@@ -405,7 +405,7 @@ def up(data_dir: Path, examples: Path, listen: str, metrics_listen: str, agent_a
             click.secho(f"\nfederation ready at {server.address}", bold=True)
             click.secho(f"dashboard at {server.dashboard}", bold=True)
             hint = "" if server.address == "127.0.0.1:50051" else f"--server {server.address} "
-            click.echo(f"try:  fedctl {hint}submit {examples / 'jobs' / 'train-64gpu-hard.yaml'}\n"
+            click.echo(f"try:  fedctl {hint}submit {examples / 'tour' / 'llama-pretrain.yaml'}\n"
                        f"      fedctl {hint}list jobs\n      fedctl {hint}clusters\nstop with Ctrl-C")
             while True:
                 time.sleep(3600)
