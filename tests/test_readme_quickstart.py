@@ -44,8 +44,9 @@ def test_every_quick_start_line_is_a_target_that_runs(tmp_path: Path, testbed_to
 
     kube = recipe("kube-up")
     assert kube == [".venv/bin/fedctl", "dev", "kube"]
-    bed = subprocess.Popen([*kube, "--dir", str(tmp_path / "kube")], cwd=REPO, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+    # started as a script's background job is, with SIGINT ignored: Ctrl-C (here SIGINT) must still stop it
+    argv = ["sh", "-c", 'trap "" INT && exec "$@"', "sh", *kube, "--dir", str(tmp_path / "kube")]
+    bed = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert bed.stdout is not None
         printed = ""

@@ -152,6 +152,23 @@ class _Stopped(Exception):
 
 
 @contextlib.contextmanager
+def _stoppable() -> Iterator[None]:
+    """SIGTERM raises `_Stopped` and SIGINT `KeyboardInterrupt` while inside, even where the shell that
+    started us ignored SIGINT (a background job of a script), so that Ctrl-C or `kill -INT` always stops
+    what we started."""
+    def stopped(signum: int, frame: object) -> None:
+        raise _Stopped()
+
+    previous = signal.signal(signal.SIGTERM, stopped)
+    interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, interrupt)
+
+
+@contextlib.contextmanager
 def _owned(data_dir: Path) -> Iterator[None]:
     """This data directory for this process alone while it runs: a second local federation over a live one
     would wipe the PostgreSQL under it. An exclusive lock beside it, which the kernel drops if we die."""
@@ -201,49 +218,42 @@ def _federation_on(data_dir: Path, examples: Path, listen: str, kube: Path | Non
     logs = data_dir.parent / "logs"
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
-
-    def stopped(signum: int, frame: object) -> None:
-        raise _Stopped()
-
-    previous = signal.signal(signal.SIGTERM, stopped)
-    interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)  # even where a shell ignored it
     click.echo(f"starting federation-server on an embedded PostgreSQL in {data_dir} ...")
     children: list[_Child] = []
     tls = data_dir.parent / "certs"
     certs.write_all(tls, [name for name, _, _ in DEMO_CLUSTERS])
-    try:
-        server = ServerProcess("--data-dir", str(data_dir), "--auto-migrate", "--agent-listen", "127.0.0.1:0",
-                               "--tls-cert", str(tls / "server.crt"), "--tls-key", str(tls / "server.key"),
-                               "--agent-ca", str(tls / "ca.crt"), listen=listen, metrics_listen=ports.metrics,
-                               ui_listen=ports.ui, log_file=logs / "federation-server.log")
-        children.append(server)
-        click.echo(f"federation-server listening on {server.address} (--insecure-dev: no tokens), "
-                   f"agents over mTLS on {server.agent_address} (certificates in {tls}), "
-                   f"metrics on http://{server.metrics}/metrics, dashboard on {server.dashboard}")
-        for (name, file, label), admin in zip(DEMO_CLUSTERS, ports.agent_admin, strict=True):
-            on_kube = kube is not None and name == KUBE_CLUSTER
-            backend = ["--kubeconfig", str(kube), "--namespace", KUBE_NAMESPACE] if on_kube else [
-                "--simulate", str(examples / "clusters" / f"{file}.yaml")]
-            agent = AgentProcess(name, server.agent_address, *backend, "--label", label,
-                                 "--tls-ca", str(tls / "ca.crt"), "--tls-cert", str(tls / f"{name}.crt"),
-                                 "--tls-key", str(tls / f"{name}.key"), admin_listen=admin,
-                                 log_file=logs / f"member-agent-{name}.log")
-            children.append(agent)
-            click.echo(f"member-agent {name} started ({file}{' on the Kubernetes test bed' if on_kube else ''}), "
-                       f"fault injection on {agent.admin}")
-        click.echo(f"logs: {', '.join(str(c.log_file) for c in children)}")
-        click.echo()
-        _run(server.address, "apply", "-f", str(examples / "admin" / "federation.yaml"))
-        yield server
-    except (KeyboardInterrupt, _Stopped):
-        click.echo("\ninterrupted: stopping")
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, interrupt)
-        for child in reversed(children):
-            child.stop()
-        click.echo(f"stopped {len(children)} processes; PostgreSQL data stays in {data_dir}, logs in {logs}")
+    with _stoppable():
+        try:
+            server = ServerProcess("--data-dir", str(data_dir), "--auto-migrate", "--agent-listen", "127.0.0.1:0",
+                                   "--tls-cert", str(tls / "server.crt"), "--tls-key", str(tls / "server.key"),
+                                   "--agent-ca", str(tls / "ca.crt"), listen=listen, metrics_listen=ports.metrics,
+                                   ui_listen=ports.ui, log_file=logs / "federation-server.log")
+            children.append(server)
+            click.echo(f"federation-server listening on {server.address} (--insecure-dev: no tokens), "
+                       f"agents over mTLS on {server.agent_address} (certificates in {tls}), "
+                       f"metrics on http://{server.metrics}/metrics, dashboard on {server.dashboard}")
+            for (name, file, label), admin in zip(DEMO_CLUSTERS, ports.agent_admin, strict=True):
+                on_kube = kube is not None and name == KUBE_CLUSTER
+                backend = ["--kubeconfig", str(kube), "--namespace", KUBE_NAMESPACE] if on_kube else [
+                    "--simulate", str(examples / "clusters" / f"{file}.yaml")]
+                agent = AgentProcess(name, server.agent_address, *backend, "--label", label,
+                                     "--tls-ca", str(tls / "ca.crt"), "--tls-cert", str(tls / f"{name}.crt"),
+                                     "--tls-key", str(tls / f"{name}.key"), admin_listen=admin,
+                                     log_file=logs / f"member-agent-{name}.log")
+                children.append(agent)
+                click.echo(f"member-agent {name} started ({file}{' on the Kubernetes test bed' if on_kube else ''}), "
+                           f"fault injection on {agent.admin}")
+            click.echo(f"logs: {', '.join(str(c.log_file) for c in children)}")
+            click.echo()
+            _run(server.address, "apply", "-f", str(examples / "admin" / "federation.yaml"))
+            yield server
+        except (KeyboardInterrupt, _Stopped):
+            click.echo("\ninterrupted: stopping")
+            raise
+        finally:
+            for child in reversed(children):
+                child.stop()
+            click.echo(f"stopped {len(children)} processes; PostgreSQL data stays in {data_dir}, logs in {logs}")
 
 
 def _seconds(a: Any, b: Any) -> str:
@@ -366,12 +376,8 @@ def demo(data_dir: Path, examples: Path, timeout: float, on_kube: bool) -> None:
 def kube_testbed(directory: Path, cluster: Path) -> None:
     """A Kubernetes test bed on loopback for a member agent, until Ctrl-C: kube-apiserver (RBAC on), etcd,
     kube-controller-manager and KWOK, built from their Go modules on first use."""
-    def stopped(signum: int, frame: object) -> None:
-        raise _Stopped()
-
-    previous = signal.signal(signal.SIGTERM, stopped)
     try:
-        with _testbed(directory, cluster) as (bed, agent):
+        with _stoppable(), _testbed(directory, cluster) as (bed, agent):
             click.secho(f"\nkubeconfig (admin): {bed.admin_kubeconfig}", bold=True)
             click.secho(f"kubeconfig (member-agent's ServiceAccount): {agent}", bold=True)
             click.echo(f"try:  kubectl --kubeconfig {bed.admin_kubeconfig} get nodes,hypernodes\n"
@@ -381,8 +387,6 @@ def kube_testbed(directory: Path, cluster: Path) -> None:
                 time.sleep(3600)
     except (KeyboardInterrupt, _Stopped):
         click.echo("stopped the test bed")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @dev.command()
