@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 1000
 RELAY_LIMIT = 900  # orders relayed from the event log that a queue holds at most
+NODE_ORDERS_IN_FLIGHT = 8  # operators' node orders a cluster's agent has not answered yet, at most
 
 
 @dataclass(eq=False)
@@ -29,6 +30,8 @@ class Connection:
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     cursor: int = 0  # orders from job events up to this sequence number have been relayed to it
     waiting_for_room: bool = False  # the relay stopped at its cursor for a full queue
+    # Operators' node orders sent and not answered, by order id: the answer, or None when the stream ended first.
+    node_orders: dict[str, asyncio.Future[agent_pb2.NodeOrderDone | None]] = field(default_factory=dict)
 
     def has_room(self) -> bool:
         """May the relay queue one more order?"""
@@ -57,6 +60,9 @@ class Connections:
     def close(self, conn: Connection) -> bool:
         """Forget `conn`; True when it was still the cluster's current connection."""
         conn.closed.set()
+        for answer in conn.node_orders.values():
+            if not answer.done():
+                answer.set_result(None)
         if self._by_cluster.get(conn.cluster) is conn:
             del self._by_cluster[conn.cluster]
             return True
@@ -68,6 +74,12 @@ class Connections:
 
     def all(self) -> list[Connection]:
         return list(self._by_cluster.values())
+
+    def answered(self, conn: Connection, done: agent_pb2.NodeOrderDone) -> None:
+        """The agent's answer to a node order sent on this stream (an unknown id: one whose asker gave up)."""
+        answer = conn.node_orders.get(done.order_id)
+        if answer is not None and not answer.done():
+            answer.set_result(done)
 
     def send(self, conn: Connection, message: agent_pb2.ControlMessage) -> bool:
         if conn.closed.is_set():

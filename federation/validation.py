@@ -237,6 +237,15 @@ def check_name(v: Violations, path: str, value: str, *, required: bool = True) -
                     "starting and ending with a letter or digit, at most 63 characters)")
 
 
+def check_object_name(v: Violations, path: str, value: str) -> None:
+    """A Kubernetes object name (a Node's, a HyperNode's): a DNS-1123 subdomain, as the API server holds them."""
+    if not value:
+        v.add(path, "is required")
+    elif len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+        v.add(path, f"{value[:64]!r}{'...' if len(value) > 64 else ''} is not a Kubernetes object name (a DNS-1123 "
+                    "subdomain: lower-case letters, digits, '-' and '.', at most 253 characters)")
+
+
 def _check_qualified_key(v: Violations, path: str, key: str) -> None:
     prefix, _, name = key.rpartition("/")
     if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):

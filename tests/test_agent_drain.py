@@ -123,15 +123,15 @@ async def test_an_operator_drain_moves_gangs_off_a_hypernode_within_its_grace() 
     leaf = [u for u in seen if u.type == agent_pb2.BOUND][-1].hypernode
     said = await agent.order_node(agent_pb2.NodeOrder(action="drain", kind="hypernode", name=leaf,
                                                       grace_seconds=0.5))
-    assert said == f"drain of hypernode {leaf} (4 nodes)"
+    assert said.done and said.message == f"drain of hypernode {leaf} (4 nodes)"
     moved = await until(agent, agent_pb2.DRAINED, seen)
     assert {p.node for p in moved.placements}.isdisjoint(agent.state.nodes_under(leaf))
     assert moved.hypernode != leaf
     assert not set(agent.state.nodes_under(leaf)) & agent.state.ready  # cordoned
     await agent.order_node(agent_pb2.NodeOrder(action="uncordon", kind="hypernode", name=leaf))
     assert set(agent.state.nodes_under(leaf)) <= agent.state.ready and not agent.draining
-    assert await agent.order_node(agent_pb2.NodeOrder(action="cordon", kind="node", name="nope")) == \
-        "node nope is not in cluster h100"
+    missing = await agent.order_node(agent_pb2.NodeOrder(action="cordon", kind="node", name="nope", order_id="7"))
+    assert (missing.order_id, missing.done, missing.message) == ("7", False, "node nope is not in cluster h100")
     await settle(agent)
 
 
@@ -151,3 +151,24 @@ async def test_a_node_that_fails_fails_its_pods_and_the_policy_restarts_them_els
     agent.inject(Fault(0, "node", node, "healthy"))
     assert node in agent.state.ready and not agent.state.failed
     await settle(agent)
+
+
+async def test_a_burst_of_node_orders_is_answered_one_by_one_and_reported_in_one_inventory() -> None:
+    """Each order answers its own id; the cluster's change is reported once for the burst, as any burst of
+    changes is (one inventory per order was a flood the federation had to read before the next assignment)."""
+    agent = make_agent([2, 4])
+    nodes = sorted(agent.state.free)
+    orders = [agent_pb2.NodeOrder(action=("cordon", "uncordon")[i % 2], kind="node", name=nodes[i // 2 % len(nodes)],
+                                  order_id=str(i)) for i in range(40)]
+    for order in orders:
+        agent.dispatch(agent_pb2.ControlMessage(node_order=order))
+    await settle(agent)
+    said: list[agent_pb2.AgentMessage] = []
+    deadline = time.monotonic() + 60
+    while not any(m.HasField("inventory") for m in said) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        while not agent.outbox.empty():
+            said.append(agent.outbox.get_nowait())
+    answers = [m.node_order_done for m in said if m.HasField("node_order_done")]
+    assert [(a.order_id, a.done) for a in answers] == [(o.order_id, True) for o in orders]
+    assert 1 <= sum(m.HasField("inventory") for m in said) < len(orders) // 4

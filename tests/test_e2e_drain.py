@@ -3,6 +3,8 @@ it skipped a cluster), and `fedctl drain` moves a gang off a node, to another cl
 
 from __future__ import annotations
 
+import concurrent.futures
+import signal
 from pathlib import Path
 
 import grpc
@@ -11,6 +13,7 @@ import yaml
 from sqlalchemy.engine import URL
 
 from federation.cli.dev import AgentProcess, ServerProcess
+from federation.connections import NODE_ORDERS_IN_FLIGHT
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from member_agent.clusters import tree
 from tests.processes import fedctl
@@ -40,7 +43,9 @@ def test_the_federation_prefers_healthy_hardware_and_a_drain_moves_a_gang_to_ano
         db_url: URL, tmp_path: Path) -> None:
     faults = tmp_path / "faults.yaml"  # cluster a's node a0-0 reports XID 79 from the start
     faults.write_text("- {at: 0s, node: a0-0, state: degraded, reason: XID 79}\n")
-    server = ServerProcess("--database-url", db_url.render_as_string(hide_password=False))
+    # a long heartbeat timeout: agent a is frozen for a while below, and must come back to the same stream
+    server = ServerProcess("--database-url", db_url.render_as_string(hide_password=False),
+                           "--heartbeat-timeout", "300")
     agents: list[AgentProcess] = []
     try:
         agents.append(AgentProcess("a", server.address, "--simulate", str(cluster_file(tmp_path, "a", "a")),
@@ -90,7 +95,45 @@ def test_the_federation_prefers_healthy_hardware_and_a_drain_moves_a_gang_to_ano
         assert missing.returncode != 0 and "needs --cluster" in missing.stderr
         undone = fedctl(server.address, "uncordon", "node", "a0-1", "--cluster", "a")
         assert undone.returncode == 0 and "uncordoned" in undone.stdout, undone.stderr
+        check_node_orders(server.address, admin, agents[0])
     finally:
         for agent in agents:
             agent.stop()
         server.stop()
+
+
+def node_orders(admin: admin_pb2_grpc.AdminServiceStub) -> list[str]:
+    return [e.name for e in admin.ListAuditEvents(admin_pb2.ListAuditEventsRequest(limit=1000)).events
+            if e.kind in ("node", "hypernode")]
+
+
+def check_node_orders(address: str, admin: admin_pb2_grpc.AdminServiceStub, agent: AgentProcess) -> None:
+    """What an operator's node order answers is what the agent did; names are Kubernetes names; an order is
+    audited before it is sent; a cluster holds a few unanswered orders at a time, not a flood."""
+    audited = node_orders(admin)
+    for name in ("../../etc/passwd", "x" * 4000, "A0-1"):
+        bad = fedctl(address, "cordon", "node", name, "--cluster", "a")
+        assert bad.returncode != 0 and "name:" in bad.stderr and "DNS-1123" in bad.stderr, bad.stderr
+        assert "Traceback" not in bad.stderr
+    missing = fedctl(address, "cordon", "node", "a9-9", "--cluster", "a")
+    assert missing.returncode != 0 and "node a9-9 is not in cluster a" in missing.stderr, missing.stderr
+    assert node_orders(admin) == ["a/a9-9", *audited]  # the refused names were not audited; a9-9 was, first
+
+    agent.proc.send_signal(signal.SIGSTOP)  # it reads nothing: its orders stay unanswered
+    try:
+        with concurrent.futures.ThreadPoolExecutor(NODE_ORDERS_IN_FLIGHT) as pool:
+            waiting = [pool.submit(admin.OrderNode, admin_pb2.OrderNodeRequest(
+                cluster="a", action="cordon", kind="node", name="a0-0")) for _ in range(NODE_ORDERS_IN_FLIGHT)]
+            wait_for("every order audited", lambda: len(node_orders(admin)) == len(audited) + 1 +
+                     NODE_ORDERS_IN_FLIGHT)
+            with pytest.raises(grpc.RpcError) as more:
+                admin.OrderNode(admin_pb2.OrderNodeRequest(cluster="a", action="cordon", kind="node", name="a0-1"))
+            assert more.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert f"{NODE_ORDERS_IN_FLIGHT} node orders not yet answered" in more.value.details()
+            assert len(node_orders(admin)) == len(audited) + 1 + NODE_ORDERS_IN_FLIGHT  # not audited
+            agent.proc.send_signal(signal.SIGCONT)
+            assert [w.result().message for w in waiting] == ["node/a0-0 in cluster a: cordoned"] * len(waiting)
+    finally:
+        agent.proc.send_signal(signal.SIGCONT)
+    undone = admin.OrderNode(admin_pb2.OrderNodeRequest(cluster="a", action="uncordon", kind="node", name="a0-0"))
+    assert undone.message == "node/a0-0 in cluster a: uncordoned"

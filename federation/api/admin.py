@@ -7,6 +7,8 @@ does not leak), and the priority classes and clusters everyone submits against.
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -18,8 +20,8 @@ from google.protobuf.message import Message
 from federation.api import convert
 from federation.api.status import servicer
 from federation.auth import current, require_admin, require_sees
-from federation.connections import Connections
-from federation.errors import FailedPrecondition, InvalidArgument, Unavailable
+from federation.connections import NODE_ORDERS_IN_FLIGHT, Connections
+from federation.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from federation.leaderview import LeaderView
 from federation.store.admin import AdminStore
 from federation.store.models import Base, Cluster, Flavor, PriorityClass, Queue, Tenant
@@ -27,16 +29,20 @@ from federation.store.tokens import TokenStore
 from federation.v1 import admin_pb2, admin_pb2_grpc, agent_pb2
 from federation.validation import (
     MAX_PROTECTED_RUN_SECONDS,
+    MAX_REASON,
     Violation,
     Violations,
     check_flavor,
     check_name,
+    check_object_name,
     check_priority_class,
     check_queue,
     check_tenant,
+    clean_text,
 )
 
 NODE_ACTIONS = ("cordon", "drain", "uncordon")
+NODE_ORDER_ANSWER_SECONDS = 30.0  # an agent answers at once unless its cluster's API server is slow to cordon
 
 
 class _Kind:
@@ -191,6 +197,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return convert.cluster_to_proto(await self.store.set_cordoned(request.name, False, require_admin().name))
 
     async def OrderNode(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """Audited, then sent to the cluster's agent; the answer is what the agent did (a node it does not
+        have changes nothing and is NOT_FOUND). A few orders at a time per cluster: an agent works through
+        them beside its gangs, and a flood would only queue behind its own assignments."""
         actor = require_admin().name
         v = Violations()
         if request.action not in NODE_ACTIONS:
@@ -198,8 +207,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if request.kind not in ("node", "hypernode"):
             v.add("kind", "must be node or hypernode")
         check_name(v, "cluster", request.cluster)
-        if not request.name:
-            v.add("name", "is required")
+        check_object_name(v, "name", request.name)
         grace = 0.0
         if request.HasField("grace"):
             grace = request.grace.seconds + request.grace.nanos / 1e9
@@ -216,11 +224,29 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if conn is None:
             raise FailedPrecondition(f"cluster {request.cluster}'s agent is not connected to this server replica; "
                                      "try again (or through the replica it is connected to)")
-        order = agent_pb2.NodeOrder(action=request.action, kind=request.kind, name=request.name, grace_seconds=grace)
-        if not self.connections.send(conn, agent_pb2.ControlMessage(node_order=order)):
-            raise Unavailable(f"cluster {request.cluster}'s agent is not reading its orders; try again")
-        await self.store.record_order(actor, request.cluster, request.action, request.kind, request.name, grace)
+        if len(conn.node_orders) >= NODE_ORDERS_IN_FLIGHT:
+            raise ResourceExhausted(f"cluster {request.cluster}'s agent has {len(conn.node_orders)} node orders "
+                                    "not yet answered; try again when they are")
+        order_id = uuid.uuid4().hex
+        answer = conn.node_orders[order_id] = asyncio.get_running_loop().create_future()
+        try:
+            await self.store.record_order(actor, request.cluster, request.action, request.kind, request.name, grace)
+            order = agent_pb2.NodeOrder(action=request.action, kind=request.kind, name=request.name,
+                                        grace_seconds=grace, order_id=order_id)
+            if not self.connections.send(conn, agent_pb2.ControlMessage(node_order=order)):
+                raise Unavailable(f"cluster {request.cluster}'s agent is not reading its orders; try again")
+            try:
+                done = await asyncio.wait_for(asyncio.shield(answer), NODE_ORDER_ANSWER_SECONDS)
+            except TimeoutError:
+                done = None
+        finally:
+            conn.node_orders.pop(order_id, None)
         what = f"{request.kind}/{request.name} in cluster {request.cluster}"
+        if done is None:
+            raise Unavailable(f"{what}: the order was sent but its agent did not answer within "
+                              f"{NODE_ORDER_ANSWER_SECONDS:g}s (it may still carry it out); try again")
+        if not done.done:
+            raise NotFound(f"{what}: {clean_text(done.message, MAX_REASON)}")
         if request.action == "drain":
             return admin_pb2.OrderNodeResponse(message=(
                 f"{what}: cordoned; each gang on it moves at its next checkpoint"

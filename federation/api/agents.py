@@ -193,6 +193,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             self.connections.send(conn, agent_pb2.ControlMessage(heartbeat_ack=agent_pb2.HeartbeatAck()))
         elif kind == "log_chunk":
             self.logs.deliver(cluster, message.log_chunk)
+        elif kind == "node_order_done":
+            self.connections.answered(conn, message.node_order_done)
         elif kind == "reconcile":
             if bad := text_violations(message.reconcile):
                 log.warning("cluster %s: its agent's reconcile is not used: %s %s", cluster, bad[0].field,

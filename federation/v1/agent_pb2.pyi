@@ -47,20 +47,32 @@ EVACUATED: JobUpdateType
 PREPARING: JobUpdateType
 
 class AgentMessage(_message.Message):
-    __slots__ = ("register", "inventory", "heartbeat", "job_update", "reconcile", "log_chunk")
+    __slots__ = ("register", "inventory", "heartbeat", "job_update", "reconcile", "log_chunk", "node_order_done")
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     INVENTORY_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     JOB_UPDATE_FIELD_NUMBER: _ClassVar[int]
     RECONCILE_FIELD_NUMBER: _ClassVar[int]
     LOG_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    NODE_ORDER_DONE_FIELD_NUMBER: _ClassVar[int]
     register: Register
     inventory: Inventory
     heartbeat: Heartbeat
     job_update: JobUpdate
     reconcile: Reconcile
     log_chunk: LogChunk
-    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_update: _Optional[_Union[JobUpdate, _Mapping]] = ..., reconcile: _Optional[_Union[Reconcile, _Mapping]] = ..., log_chunk: _Optional[_Union[LogChunk, _Mapping]] = ...) -> None: ...
+    node_order_done: NodeOrderDone
+    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_update: _Optional[_Union[JobUpdate, _Mapping]] = ..., reconcile: _Optional[_Union[Reconcile, _Mapping]] = ..., log_chunk: _Optional[_Union[LogChunk, _Mapping]] = ..., node_order_done: _Optional[_Union[NodeOrderDone, _Mapping]] = ...) -> None: ...
+
+class NodeOrderDone(_message.Message):
+    __slots__ = ("order_id", "done", "message")
+    ORDER_ID_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    order_id: str
+    done: bool
+    message: str
+    def __init__(self, order_id: _Optional[str] = ..., done: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Register(_message.Message):
     __slots__ = ("cluster", "labels", "agent_version", "jobs", "instance", "running")
@@ -303,16 +315,18 @@ class HeartbeatAck(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeOrder(_message.Message):
-    __slots__ = ("action", "kind", "name", "grace_seconds")
+    __slots__ = ("action", "kind", "name", "grace_seconds", "order_id")
     ACTION_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     GRACE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ORDER_ID_FIELD_NUMBER: _ClassVar[int]
     action: str
     kind: str
     name: str
     grace_seconds: float
-    def __init__(self, action: _Optional[str] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., grace_seconds: _Optional[float] = ...) -> None: ...
+    order_id: str
+    def __init__(self, action: _Optional[str] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., grace_seconds: _Optional[float] = ..., order_id: _Optional[str] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
     __slots__ = ("assign", "cancel", "preempt", "registered", "reconciled", "heartbeat_ack", "logs", "logs_cancel", "node_order")

@@ -502,6 +502,8 @@ class Agent:
         still one gang at a time: it never awaits, and books what it chose before binding starts."""
         order = getattr(message, message.WhichOneof("msg") or "assign", None)
         job_id = order.job.id if isinstance(order, agent_pb2.Assign) else getattr(order, "job_id", "")
+        if isinstance(order, agent_pb2.NodeOrder):
+            job_id = NODE_ORDERS  # one after another, beside the gangs' orders rather than before them
         self._serially(job_id, self.handle(message))
 
     def _serially(self, job_id: str, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
@@ -534,7 +536,9 @@ class Agent:
         elif kind == "logs_cancel":
             self.close_logs(message.logs_cancel.stream_id)
         elif kind == "node_order":
-            log.info("operator order: %s", await self.order_node(message.node_order))
+            done = await self.order_node(message.node_order)
+            log.info("operator order: %s", done.message)
+            self._send(agent_pb2.AgentMessage(node_order_done=done))
 
     async def assign(self, job: common_pb2.Job, attempt: int) -> None:
         """The federation runs this attempt here: record it as desired and reconcile the job. A repeat, or an
@@ -1075,14 +1079,16 @@ class Agent:
         self._send_inventory()
         return True
 
-    async def order_node(self, order: agent_pb2.NodeOrder) -> str:
-        """An operator's cordon, drain or uncordon of a node or HyperNode; what was done, or why not."""
+    async def order_node(self, order: agent_pb2.NodeOrder) -> agent_pb2.NodeOrderDone:
+        """An operator's cordon, drain or uncordon of a node or HyperNode: what was done, or why nothing was.
+        The inventory follows once for a burst of orders, as for any change of the cluster."""
         try:
             nodes = [order.name] if order.kind == "node" else self.state.nodes_under(order.name)
         except KeyError:
             nodes = []
         if not nodes or any(n not in self.state.free for n in nodes):
-            return f"{order.kind} {order.name} is not in cluster {self.cluster}"
+            return agent_pb2.NodeOrderDone(order_id=order.order_id, done=False,
+                                           message=f"{order.kind} {order.name} is not in cluster {self.cluster}")
         await self.backend.cordon(nodes, order.action != "uncordon")
         if order.action == "drain":
             deadline = time.monotonic() + order.grace_seconds if order.grace_seconds > 0 else None
@@ -1091,8 +1097,9 @@ class Agent:
             for node in nodes:
                 self.draining.pop(node, None)
         self.health_changed()
-        self._send_inventory()
-        return f"{order.action} of {order.kind} {order.name} ({len(nodes)} node{'s' if len(nodes) > 1 else ''})"
+        self.capacity_changed()
+        return agent_pb2.NodeOrderDone(order_id=order.order_id, done=True, message=(
+            f"{order.action} of {order.kind} {order.name} ({len(nodes)} node{'s' if len(nodes) > 1 else ''})"))
 
 
 def _tier_messages(tiers: Sequence[TierFree]) -> list[agent_pb2.TierFree]:
@@ -1108,6 +1115,7 @@ def _checkpoint(job: AgentJob) -> float | None:
         return None
 
 
+NODE_ORDERS = "node orders"  # their own line of _serially (no job id has a space)
 PHASE_EVENTS = {"Failed": "PodFailed", "Evicted": "PodEvicted", "Unknown": "Unknown"}
 BIND_TRIES = 4  # a transient refusal is tried again this many times in all, within the same assignment
 BIND_BACKOFF = wait_exponential(multiplier=0.5, max=4)  # 0.5 s, 1 s, 2 s between them
