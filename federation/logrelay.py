@@ -2,16 +2,19 @@
 
 A GetJobLogs call becomes a LogsRequest on the stream of the agent of the job's cluster, under a random
 stream id; the agent's LogChunks for that id come back on the same stream and are handed to the waiting call.
-Only chunks from that cluster's agent are taken for it. Each call holds at most QUEUE chunks (64 KiB each):
-a reader too slow for a followed log is ended with RESOURCE_EXHAUSTED rather than let memory grow. Only the
-replica holding the agent's stream can relay; another says so (UNAVAILABLE), and fedctl's retry of the call
-on another replica reaches it.
+Only chunks from that cluster's agent are taken for it. What waits for a reader is bounded in bytes, as a
+watch's queue is: READER_BYTES per call and TENANT_BYTES over one tenant's calls, each chunk at most
+MAX_CHUNK (an agent sending more ends that call, not its stream). A reader too slow for a followed log is
+ended with RESOURCE_EXHAUSTED rather than let memory grow, and a tenant holds at most
+MAX_STREAMS_PER_TENANT live calls on a replica. Only the replica holding the agent's stream can relay;
+another says so (UNAVAILABLE), and fedctl's retry of the call on another replica reaches it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -20,29 +23,44 @@ from federation.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from federation.v1 import agent_pb2
 from federation.validation import clean_text
 
-QUEUE = 256  # chunks waiting for a reader
+MAX_CHUNK = 64 * 1024  # bytes of log in one LogChunk (the agent cuts its reads to this)
+CHUNK_COST = 256  # bytes a chunk counts for beyond its data: an endless run of empty chunks is bounded too
+READER_BYTES = 4 * 1024 * 1024  # waiting for one call's reader
+TENANT_BYTES = 16 * 1024 * 1024  # waiting for the readers of one tenant's calls on this replica
+MAX_STREAMS_PER_TENANT = 16  # live GetJobLogs of one tenant on one replica (admins are not capped)
 FIRST_WORD = 30.0  # seconds an agent has to start answering (an older agent never does)
 
 
 @dataclass
 class _Stream:
     cluster: str
-    chunks: asyncio.Queue[agent_pb2.LogChunk] = field(default_factory=lambda: asyncio.Queue(QUEUE))
-    overflowed: bool = False
+    tenant: str | None  # whose bytes these are; None: an admin's call
+    chunks: asyncio.Queue[agent_pb2.LogChunk] = field(default_factory=asyncio.Queue)
+    held: int = 0  # bytes of the chunks waiting in `chunks`
+    problem: str = ""  # why the call ends early (set with the end chunk)
 
 
 class LogRelay:
     def __init__(self, connections: Connections) -> None:
         self.connections = connections
         self._streams: dict[str, _Stream] = {}
+        self._held: Counter[str] = Counter()  # tenant -> bytes waiting for its readers
+        self._live: Counter[str] = Counter()  # tenant -> its live calls
 
-    async def stream(self, cluster: str, request: agent_pb2.LogsRequest) -> AsyncIterator[bytes]:
+    async def stream(self, cluster: str, request: agent_pb2.LogsRequest,
+                     tenant: str | None = None) -> AsyncIterator[bytes]:
+        """The log `request` asks for, from `cluster`'s agent; `tenant` is the caller's (None for an admin)."""
         conn = self.connections.get(cluster)
         if conn is None:
             raise Unavailable(f"the agent of cluster {cluster} is not connected to this server replica; try again "
                               "(another replica may hold its stream)")
+        if tenant is not None and self._live[tenant] >= MAX_STREAMS_PER_TENANT:
+            raise ResourceExhausted(f"at most {MAX_STREAMS_PER_TENANT} logs read at once per tenant on this "
+                                    "replica; end one (each fedctl logs -f holds one)")
         request.stream_id = secrets.token_hex(16)
-        stream = self._streams[request.stream_id] = _Stream(cluster)
+        stream = self._streams[request.stream_id] = _Stream(cluster, tenant)
+        if tenant is not None:
+            self._live[tenant] += 1
         try:
             if not self.connections.send(conn, agent_pb2.ControlMessage(logs=request)):
                 raise Unavailable(f"the agent of cluster {cluster} went away")
@@ -54,8 +72,9 @@ class LogRelay:
                     raise Unavailable(f"the agent of cluster {cluster} did not answer for {FIRST_WORD:g}s "
                                       "(an agent older than pod logs?)") from None
                 wait = None
-                if stream.overflowed:
-                    raise ResourceExhausted("the log came faster than it was read; read it again (--tail)")
+                self._release(stream, chunk)
+                if stream.problem:
+                    raise ResourceExhausted(stream.problem)
                 if chunk.data:
                     yield chunk.data
                 if chunk.end:
@@ -64,21 +83,52 @@ class LogRelay:
                     return
         finally:
             del self._streams[request.stream_id]
+            while not stream.chunks.empty():
+                self._release(stream, stream.chunks.get_nowait())
+            if tenant is not None:
+                self._live[tenant] -= 1
+                if not self._live[tenant]:
+                    del self._live[tenant]
             if not conn.closed.is_set():
                 self.connections.send(conn, agent_pb2.ControlMessage(
                     logs_cancel=agent_pb2.LogsCancel(stream_id=request.stream_id)))
 
     def deliver(self, cluster: str, chunk: agent_pb2.LogChunk) -> None:
-        """A chunk from `cluster`'s agent: to its call, if that call is still reading and targets that cluster."""
+        """A chunk from `cluster`'s agent: to its call, if that call is still reading and targets that cluster,
+        and there is room for it; otherwise the call ends, saying why."""
         stream = self._streams.get(chunk.stream_id)
-        if stream is None or stream.cluster != cluster:
+        if stream is None or stream.cluster != cluster or stream.problem:
             return
-        try:
-            stream.chunks.put_nowait(chunk)
-        except asyncio.QueueFull:
-            stream.overflowed = True
-            stream.chunks.get_nowait()  # room for the end, which the reader acts on
-            stream.chunks.put_nowait(agent_pb2.LogChunk(stream_id=chunk.stream_id, end=True))
+        cost = len(chunk.data) + CHUNK_COST
+        if len(chunk.data) > MAX_CHUNK:
+            stream.problem = (f"cluster {cluster}'s agent sent a log chunk of {len(chunk.data)} bytes, more than "
+                              f"{MAX_CHUNK // 1024} KiB; the log was cut there")
+        elif stream.held + cost > READER_BYTES:
+            stream.problem = "the log came faster than it was read; read it again (--tail)"
+        elif stream.tenant is not None and self._held[stream.tenant] + cost > TENANT_BYTES:
+            stream.problem = (f"the logs read by tenant {stream.tenant} came faster than they were read "
+                              f"({TENANT_BYTES // 2**20} MiB waiting); read them again (--tail)")
+        if stream.problem:  # the reader acts on the end chunk; the chunks before it are dropped
+            while not stream.chunks.empty():
+                self._release(stream, stream.chunks.get_nowait())
+            chunk = agent_pb2.LogChunk(stream_id=chunk.stream_id, end=True)
+            cost = CHUNK_COST
+        stream.held += cost
+        if stream.tenant is not None:
+            self._held[stream.tenant] += cost
+        stream.chunks.put_nowait(chunk)
+
+    def _release(self, stream: _Stream, chunk: agent_pb2.LogChunk) -> None:
+        cost = len(chunk.data) + CHUNK_COST
+        stream.held -= cost
+        if stream.tenant is not None:
+            self._held[stream.tenant] -= cost
+            if not self._held[stream.tenant]:
+                del self._held[stream.tenant]
+
+    def held(self, tenant: str) -> int:
+        """Bytes waiting for the readers of `tenant`'s calls on this replica."""
+        return self._held[tenant]
 
     def cluster_gone(self, cluster: str) -> None:
         """The agent's stream ended: every call reading from it ends too."""

@@ -295,9 +295,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             raise InvalidArgument(v.items)
         if not row["cluster"] or not row["attempt"]:
             raise FailedPrecondition(f"job {row['id']} has no pods: it is {row['phase'].lower()}")
+        caller = current()
         async for data in self.logs.stream(row["cluster"], agent_pb2.LogsRequest(
                 job_id=row["id"], attempt=row["attempt"], task=task, index=request.index, follow=request.follow,
-                previous=request.previous, tail_lines=request.tail_lines)):
+                previous=request.previous, tail_lines=request.tail_lines),
+                tenant=caller.tenant if not caller.admin and caller.tenant else None):
             yield jobs_pb2.LogData(data=data)
 
     async def GetVersion(self, request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -47,6 +47,8 @@ HERE = Path(__file__).parent
 SESSION_COOKIE = "fed_session"
 SESSION_SECONDS = 8 * 3600  # a signed-in browser signs in again after a working day
 LOG_LINES = 500  # lines of a pod's log a page shows
+LOG_PAGE_BYTES = 256 * 1024  # of them at most: what a page keeps while the log streams in
+LOG_READ_BYTES = 8 * 1024 * 1024  # read at most, then the call ends (an agent may send more than it was asked)
 MAX_TOKEN = 4096  # characters: a bearer token or a JWT is far shorter
 HEADERS = secure.Secure(
     csp=secure.ContentSecurityPolicy().default_src("'none'").script_src("'self'").style_src("'self'")
@@ -350,9 +352,9 @@ class Dashboard:
         stream = api.jobs.GetJobLogs(jobs_pb2.GetJobLogsRequest(id=job_id, task=task, index=index,
                                                                 tail_lines=LOG_LINES), metadata=api.metadata,
                                      timeout=30)
-        data = b"".join([chunk.data async for chunk in stream])
+        text, cut = await last_lines(stream, LOG_LINES, LOG_PAGE_BYTES, LOG_READ_BYTES)
         return await self._page(request, "logs.html", title=f"Log of {job_id}", job_id=job_id, task=task,
-                                index=index, tail=LOG_LINES, text=output.safe_log(data))
+                                index=index, tail=LOG_LINES, text=output.safe_log(text), cut=cut)
 
     async def _timeline(self, api: Api, job_id: str) -> list[common_pb2.JobEvent]:
         """The job's events so far: its watch replayed from the start, until it has nothing more to say."""
@@ -432,3 +434,23 @@ class Dashboard:
             watch.cancel()
         return response
 
+
+async def last_lines(stream: Any, lines: int, keep: int, read: int) -> tuple[bytes, bool]:
+    """The last `lines` lines of a streamed log, holding at most `keep` bytes of it and reading at most `read`
+    (then the call is cancelled); and whether the log was cut (longer lines, or more, than a page holds)."""
+    tail, seen, cut = bytearray(), 0, False
+    async for chunk in stream:
+        seen += len(chunk.data)
+        tail += chunk.data
+        if len(tail) > keep:
+            del tail[:len(tail) - keep]
+            cut = True
+        if seen >= read:
+            stream.cancel()
+            cut = True
+            break
+    kept = bytes(tail).split(b"\n")
+    if cut and len(kept) > 1:
+        kept = kept[1:]  # the first line lost its start
+    kept = kept[-lines - (0 if kept[-1] else 1):]  # a log ending in a line break ends in an empty piece
+    return b"\n".join(kept), cut
