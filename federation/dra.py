@@ -105,7 +105,9 @@ def claim_spec(spec: Any, path: str) -> ClaimSpec:
                 _program(expression)
             except celpy.CELParseError as err:
                 raise ClaimError(f"{rpath}.exactly.selectors[{j}].cel.expression",
-                                 "does not parse as CEL: " + " ".join(str(err).split())) from None
+                                 "does not parse as CEL: " + " ".join(str(err).split())[:400]) from None
+            except CelTooCostly as err:
+                raise ClaimError(f"{rpath}.exactly.selectors[{j}].cel.expression", str(err)) from None
             selectors.append(expression)
         requests.append(DeviceRequest(req["name"], exactly["deviceClassName"], count, tuple(selectors)))
     if not requests:
@@ -113,9 +115,25 @@ def claim_spec(spec: Any, path: str) -> ClaimSpec:
     return ClaimSpec(tuple(requests))
 
 
+def _selector_texts(text: str) -> list[str]:
+    """The CEL expressions a template's text holds, read before any is compiled (not JSON: none)."""
+    try:
+        obj = json.loads(text)
+        requests = obj["spec"]["spec"]["devices"]["requests"]
+        return [sel["cel"]["expression"] for req in requests for sel in req["exactly"]["selectors"]
+                if isinstance(sel["cel"]["expression"], str)]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return []
+
+
 def templates(templates_json: Iterable[str]) -> dict[str, ClaimSpec]:
     """The job's ResourceClaimTemplates by name."""
     out: dict[str, ClaimSpec] = {}
+    templates_json = list(templates_json)
+    selectors = sum(len(sel) for text in templates_json for sel in _selector_texts(text))
+    if selectors > MAX_CEL_PER_JOB:
+        raise ClaimError("resource_claim_templates_json", f"its CEL selectors hold {selectors:,} characters, at most "
+                         f"{MAX_CEL_PER_JOB:,} are allowed in one job")
     for i, text in enumerate(templates_json):
         path = f"resource_claim_templates_json[{i}]"
         try:
@@ -248,10 +266,75 @@ _FUNCTIONS = {
 }
 
 
+# Bounds on a CEL selector, checked before it is compiled and so before it is evaluated (Kubernetes bounds a DRA
+# selector's length at 10 Ki and its estimated cost; these are the same idea sized for an interpreter in Python).
+MAX_CEL_LENGTH = 10 * 1024  # characters
+MAX_CEL_PER_JOB = 64 * 1024  # characters of selectors over all of a job's templates: compiled at submit
+MAX_CEL_NESTING = 32  # brackets of any kind open at once: the parser and evaluator recurse on them
+MAX_CEL_COST = 4_000  # syntax-tree nodes evaluated, a comprehension's body once per element (~5 µs each)
+DYNAMIC_RANGE = 32  # elements of a range that is not a literal: a device has at most 32 attributes and capacities
+_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+
+
+class CelTooCostly(ValueError):
+    """A selector beyond the bounds above: refused at submit; passed over (as not accepting) where it is met."""
+
+
+def _nesting(expression: str) -> int:
+    """The deepest bracket nesting outside string literals (a quote inside a literal, escaped, is skipped)."""
+    depth = deepest = 0
+    quote, escaped = "", False
+    for ch in expression:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return deepest
+
+
+def _range_size(tree: Any) -> int:
+    """At most how many elements a comprehension's range holds: its literal elements, and DYNAMIC_RANGE for each
+    value it reads from the device."""
+    literal = sum(len(t.children[0].children) if t.children and hasattr(t.children[0], "children") else 0
+                  for t in tree.iter_subtrees() if t.data in ("list_lit", "map_lit"))
+    reads = sum(1 for t in tree.iter_subtrees() if t.data == "ident")
+    return literal + DYNAMIC_RANGE * reads
+
+
+def _cost(tree: Any, times: int = 1) -> int:
+    """Nodes evaluated, a comprehension's body (the second argument of all, exists, map...) once per element."""
+    if not hasattr(tree, "children"):
+        return 0
+    if tree.data == "member_dot_arg" and len(tree.children) == 3 and str(tree.children[1]) in _MACROS:
+        target, _, args = tree.children
+        body = args.children[1:] if hasattr(args, "children") else []
+        each = times * _range_size(target)
+        return times + _cost(target, times) + sum(_cost(b, each) for b in body)
+    return times + sum(_cost(child, times) for child in tree.children)
+
+
 @functools.lru_cache(maxsize=1024)
 def _program(expression: str) -> Any:
+    """The compiled selector, once per expression; CelTooCostly when it is beyond the bounds."""
+    if len(expression) > MAX_CEL_LENGTH:
+        raise CelTooCostly(f"is {len(expression)} characters long, at most {MAX_CEL_LENGTH} are allowed")
+    if (nesting := _nesting(expression)) > MAX_CEL_NESTING:
+        raise CelTooCostly(f"nests brackets {nesting} deep, at most {MAX_CEL_NESTING} are allowed")
     env = celpy.Environment()
-    return env.program(env.compile(expression), functions=_FUNCTIONS)
+    ast = env.compile(expression)
+    if (cost := _cost(ast)) > MAX_CEL_COST:
+        raise CelTooCostly(f"would evaluate about {cost:,} steps per device, at most {MAX_CEL_COST:,} are allowed")
+    return env.program(ast, functions=_FUNCTIONS)
 
 
 def _cel_device(device: Device) -> Any:
@@ -271,8 +354,8 @@ def accepts(expressions: Sequence[str], device: Device) -> bool:
     for expression in expressions:
         try:
             result = _program(expression).evaluate(view)
-        except celpy.CELEvalError:
-            return False
+        except (celpy.CELEvalError, celpy.CELParseError, CelTooCostly, RecursionError):
+            return False  # a DeviceClass the cluster holds is not checked at submit: its selectors may be anything
         if not isinstance(result, celtypes.BoolType) or not bool(result):
             return False
     return True

@@ -175,9 +175,10 @@ class JobCache:
             batch = rows[start:start + BATCH]
             specs = await self.jobs.specs([r["id"] for r in batch])
             causes = await self.jobs.preemption_causes([r["id"] for r in batch if r["phase"] == "PREEMPTED"])
-            for r in batch:
-                added.append(PendingJob(job_view(specs[r["id"]]), r["queue"], r["priority"], r["seq"],
-                                        causes.get(r["id"], "")))
+            # Off the loop that renews the lease: a view compiles the job's CEL selectors (bounded, but many)
+            views = await asyncio.to_thread(_views, [specs[r["id"]] for r in batch])
+            for r, view in zip(batch, views, strict=True):
+                added.append(PendingJob(view, r["queue"], r["priority"], r["seq"], causes.get(r["id"], "")))
                 self.reasons[r["id"]] = r["reason"]
                 if r["refusals"]:
                     self.refusals[r["id"]] = dict(r["refusals"])
@@ -218,3 +219,7 @@ class JobCache:
     def reasons_written(self, reasons: Mapping[str, str]) -> None:
         """`reasons`, from `changed_reasons`, are what PostgreSQL holds now."""
         self.reasons.update(reasons)
+
+
+def _views(specs: list[Any]) -> list[JobView]:
+    return [job_view(spec) for spec in specs]

@@ -6,6 +6,7 @@ A tenant's token reaches only its own tenant's queues and jobs; another tenant's
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import contextlib
@@ -33,7 +34,14 @@ from federation.store import database
 from federation.store.admin import AdminStore, SubmissionView
 from federation.store.jobs import WAITING_PHASES, JobStore, NewJob
 from federation.v1 import agent_pb2, common_pb2, jobs_pb2, jobs_pb2_grpc
-from federation.validation import Violation, Violations, check_job_spec, check_text, normalise_job_spec
+from federation.validation import (
+    CheckedJob,
+    Violation,
+    Violations,
+    check_job_spec,
+    check_text,
+    normalise_job_spec,
+)
 
 MAX_BATCH = 1000
 DEFAULT_PAGE_SIZE = 100
@@ -88,13 +96,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                        allow_unknown_resources: bool = False) -> list[NewJob]:
         """Validate a batch in full and resolve its references (`view`); raise before anything is stored."""
         v = Violations()
-        checked = []
-        normalised = []
-        for spec, path in zip(specs, paths, strict=True):
-            spec = common_pb2.JobSpec.FromString(spec.SerializeToString())
-            normalise_job_spec(spec)
-            normalised.append(spec)
-            checked.append(check_job_spec(v, path, spec))
+        normalised, checked = await asyncio.to_thread(_checked, v, specs, paths)  # CEL compiles: off the loop
         caller = current()
         queues = {q["name"]: q for q in view.queues if caller.sees(q["tenant"])}
         classes = {c["name"]: c for c in view.classes}
@@ -149,7 +151,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self.limiter.take(current(), 1)
         view = await self.admin.for_submission(self.heartbeat_timeout)
         (new,) = await self._prepare([request.spec], ["spec"], view, request.allow_unknown_resources)
-        (why,) = self._admissibility([new], ["spec"], request.reject_inadmissible, view)
+        (why,) = await asyncio.to_thread(self._admissibility, [new], ["spec"], request.reject_inadmissible, view)
         if request.dry_run:  # as SubmitJobs: validated and judged, nothing stored, so the job has no id
             job = common_pb2.Job(tenant=new.tenant, priority=new.priority,
                                  spec=json_format.ParseDict(new.spec, common_pb2.JobSpec()),
@@ -169,7 +171,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         paths = [f"specs[{i}]" for i in range(len(request.specs))]
         view = await self.admin.for_submission(self.heartbeat_timeout)
         new = await self._prepare(request.specs, paths, view, request.allow_unknown_resources)
-        reasons = self._admissibility(new, paths, request.reject_inadmissible, view)
+        reasons = await asyncio.to_thread(self._admissibility, new, paths, request.reject_inadmissible, view)
         if request.dry_run:  # valid, and what the federation as it stands says of each: nothing stored
             return jobs_pb2.SubmitJobsResponse(results=[jobs_pb2.SubmitJobResult(inadmissible=why) for why in reasons])
         results = await self.jobs.submit(new)
@@ -346,3 +348,15 @@ def _check_resource_names(v: Violations, specs: Sequence[common_pb2.JobSpec], pa
                 hint = f"did you mean {close[0]}?" if close else f"reported: {', '.join(sorted(known))}"
                 v.add(f"{path}.tasks[{i}].resources[{name!r}]", f"no member cluster has reported {name!r}; "
                       f"{hint} (submit with --allow-unknown-resources if a cluster will have it)")
+
+
+def _checked(v: Violations, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str]
+             ) -> tuple[list[common_pb2.JobSpec], list[CheckedJob | None]]:
+    """Each spec normalised (a copy) and checked, violations into `v`."""
+    normalised, checked = [], []
+    for spec, path in zip(specs, paths, strict=True):
+        spec = common_pb2.JobSpec.FromString(spec.SerializeToString())
+        normalise_job_spec(spec)
+        normalised.append(spec)
+        checked.append(check_job_spec(v, path, spec))
+    return normalised, checked
