@@ -41,6 +41,14 @@ def test_thresholds_say_which_nodes_are_degraded_or_failed() -> None:
     assert strict["n0-1-1"].link and list(strict) == ["n0-1-1"]
     with pytest.raises(ValueError):
         dcgm_health("DCGM_FI_DEV_XID_ERRORS{gpu= 1\n")
+    skipped: list[str] = []  # samples that say nothing are passed over, and said
+    odd = dcgm_health('DCGM_FI_DEV_XID_ERRORS{gpu="0",Hostname="a"} +Inf\n'
+                      'DCGM_FI_DEV_XID_ERRORS{gpu="1",Hostname="b"} 13.5\n'
+                      'DCGM_FI_DEV_XID_ERRORS{gpu="2",Hostname="c"} NaN\n'
+                      'DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu="0",Hostname="d"} +Inf\n', skipped=skipped)
+    assert list(odd) == ["d"] and odd["d"].reasons == ("PCIe replays on GPU 0",)
+    assert skipped == ["DCGM_FI_DEV_XID_ERRORS inf of node a GPU 0 is not an XID",
+                       "DCGM_FI_DEV_XID_ERRORS 13.5 of node b GPU 1 is not an XID"]
 
 
 def test_the_rules_file_sets_dcgm_thresholds(tmp_path: Path) -> None:
@@ -57,7 +65,7 @@ def test_the_rules_file_sets_dcgm_thresholds(tmp_path: Path) -> None:
 
 async def test_the_agent_reads_a_dcgm_endpoint_and_its_nodes_follow(kube: Testbed, tmp_path: Path) -> None:
     gpu_cluster(kube)
-    values = {"xid": 0, "pcie": 0}
+    values: dict[str, object] = {"xid": 0, "pcie": 0}
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(text=EXPOSITION % (values["xid"], values["pcie"]), content_type="text/plain")
@@ -83,6 +91,11 @@ async def test_the_agent_reads_a_dcgm_endpoint_and_its_nodes_follow(kube: Testbe
         values.update(xid=0, pcie=0)  # the counters cleared (a GPU reset): healthy again
         await eventually(lambda: not b.state.failed and not b.state.degraded and "n0-0-0" in b.state.ready,
                          what="healthy again")
+        values.update(xid="+Inf", pcie=500)  # a sample that is no XID: passed over, the rest still read
+        await eventually(lambda: "n0-1-0" in b.state.degraded, what="PCIe read beside an infinite XID")
+        assert "n0-0-0" not in b.state.failed
+        values.update(xid=79, pcie=0)  # and the polling goes on after it
+        await eventually(lambda: "n0-0-0" in b.state.failed and not b.state.degraded, what="polling after +Inf")
     finally:
         await b.stop()
         await runner.cleanup()

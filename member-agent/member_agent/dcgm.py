@@ -24,6 +24,7 @@ from member_agent.nodehealth import DEGRADED, FAILED, SOUND, NodeHealth
 NODE_LABELS = ("Hostname", "node", "kubernetes_node")  # dcgm-exporter's, then common relabelings
 XID = "DCGM_FI_DEV_XID_ERRORS"
 FAILED_XIDS = (48, 79, 95)
+MAX_XID = 2**16  # XIDs are small numbers (NVIDIA lists them below 200); a larger value is not one
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,11 @@ def _node(labels: Mapping[str, str]) -> str:
 
 
 def dcgm_health(text: str, thresholds: Sequence[Threshold] = DEFAULT_THRESHOLDS,
-                failed_xids: Iterable[int] = FAILED_XIDS, failure_rate: float = 0.1) -> dict[str, NodeHealth]:
-    """Each node whose GPUs cross a threshold, and how (nodes not named are healthy as far as DCGM says).
+                failed_xids: Iterable[int] = FAILED_XIDS, failure_rate: float = 0.1,
+                skipped: list[str] | None = None) -> dict[str, NodeHealth]:
+    """Each node whose GPUs cross a threshold, and how (nodes not named are healthy as far as DCGM says). A
+    sample that says nothing (NaN, an XID that is not a whole number an XID can be) is passed over and, with
+    `skipped`, described there; an infinite counter is above any threshold.
     ValueError: the text is not Prometheus' exposition format."""
     by_metric = {t.metric: t for t in thresholds}
     fatal = set(failed_xids)
@@ -64,6 +68,10 @@ def dcgm_health(text: str, thresholds: Sequence[Threshold] = DEFAULT_THRESHOLDS,
             gpu = sample.labels.get("gpu", "?")
             if sample.name == XID:
                 if value <= 0:
+                    continue
+                if not value < MAX_XID or value != int(value):
+                    if skipped is not None:
+                        skipped.append(f"{sample.name} {value!r} of node {node[:63]} GPU {gpu[:16]} is not an XID")
                     continue
                 xid = int(value)
                 health = NodeHealth(FAILED if xid in fatal else DEGRADED, (f"XID {xid}",), False,

@@ -544,10 +544,18 @@ class KubernetesBackend:
                     async with session.get(self.dcgm_url) as response:
                         response.raise_for_status()
                         text = await response.text()
-                    found = dcgm_health(text, thresholds, self.rules.dcgm_failed_xids, self.rules.default_failure_rate)
-                except (aiohttp.ClientError, TimeoutError, ValueError) as err:
-                    log.warning("cannot read DCGM metrics from %s: %s (keeping the last reading)", self.dcgm_url, err)
+                    skipped: list[str] = []
+                    found = dcgm_health(text, thresholds, self.rules.dcgm_failed_xids, self.rules.default_failure_rate,
+                                        skipped)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:  # whatever the endpoint sends, the polling goes on
+                    log.warning("cannot read DCGM metrics from %s: %s (keeping the last reading)", self.dcgm_url,
+                                str(err)[:200])
                 else:
+                    if skipped:
+                        log.warning("DCGM metrics from %s: %d samples passed over, e.g. %s", self.dcgm_url,
+                                    len(skipped), skipped[0])
                     changed = {n for n in found.keys() | self._dcgm.keys() if found.get(n) != self._dcgm.get(n)}
                     self._dcgm = found
                     for name in sorted(changed):
