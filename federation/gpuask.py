@@ -17,6 +17,8 @@ from federation.resources import GPU, WHOLE
 FRACTION = "gpu-fraction"
 MEMORY = "gpu-memory"
 NUM_DEVICES = "gpu-fraction-num-devices"
+MAX_DEVICES = 64  # devices one pod may share: more than any node holds
+MAX_MEMORY_MIB = 1 << 20  # MiB of one device's memory a pod may ask: 1 TiB, beyond any GPU's
 
 
 class AskError(ValueError):
@@ -58,7 +60,7 @@ def ask_of(annotations: Mapping[str, str], whole_gpus: int) -> GpuAsk | None:
         raise AskError(f"annotations {FRACTION} and {MEMORY} exclude each other")
     if whole_gpus:
         raise AskError(f"annotation {FRACTION if fraction is not None else MEMORY} excludes requesting {GPU}")
-    devices = _count(annotations.get(NUM_DEVICES, "1"), NUM_DEVICES)
+    devices = _count(annotations.get(NUM_DEVICES, "1"), NUM_DEVICES, MAX_DEVICES)
     if fraction is not None:
         try:
             value = float(fraction)
@@ -70,7 +72,7 @@ def ask_of(annotations: Mapping[str, str], whole_gpus: int) -> GpuAsk | None:
         if share < 1 or share >= WHOLE or abs(share - value * WHOLE) > 1e-6:
             raise AskError(f"annotation {FRACTION}: {fraction!r} is finer than a thousandth of a GPU")
         return GpuAsk(devices, share)
-    return GpuAsk(devices, WHOLE, _count(memory or "", MEMORY))
+    return GpuAsk(devices, WHOLE, _count(memory or "", MEMORY, MAX_MEMORY_MIB))
 
 
 def counted(ask: GpuAsk | None) -> int:
@@ -91,13 +93,13 @@ def pod_share(pod_template_json: str, whole_gpus: int) -> int:
         return whole_gpus * WHOLE
 
 
-def _count(text: str, name: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise AskError(f"annotation {name}: {text!r} is not a whole number") from None
-    if value < 1:
-        raise AskError(f"annotation {name}: {text!r} must be at least 1")
+def _count(text: str, name: str, most: int) -> int:
+    """A count as Kubernetes writes one: ASCII digits (Python's int() also reads '٣' and '1_0'), 1 to `most`."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 12:
+        raise AskError(f"annotation {name}: {text[:32]!r} is not a whole number")
+    value = int(text)
+    if not 1 <= value <= most:
+        raise AskError(f"annotation {name}: {text!r} must be from 1 to {most:,}")
     return value
 
 

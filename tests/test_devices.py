@@ -42,6 +42,11 @@ def test_asks_read_as_kai_defines_them() -> None:
     ({MEMORY: "1.5"}, 0, MEMORY),
     ({NUM_DEVICES: "2"}, 0, NUM_DEVICES),
     ({FRACTION: "0.5", NUM_DEVICES: "0"}, 0, NUM_DEVICES),
+    ({FRACTION: "0.5", NUM_DEVICES: str(2**63 - 1)}, 0, NUM_DEVICES),  # beyond any node
+    ({FRACTION: "0.5", NUM_DEVICES: "\u0663"}, 0, NUM_DEVICES),  # an Arabic-Indic 3, which int() reads
+    ({FRACTION: "0.5", NUM_DEVICES: "1_0"}, 0, NUM_DEVICES),
+    ({FRACTION: "0.5", NUM_DEVICES: "65"}, 0, NUM_DEVICES),
+    ({MEMORY: str(2**40)}, 0, MEMORY),
 ])
 def test_bad_asks_name_the_annotation(annotations: dict[str, str], gpus: int, names: str) -> None:
     with pytest.raises(AskError, match=names):
