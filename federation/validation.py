@@ -26,6 +26,7 @@ from federation.resources import (
     WHOLE,
     QuantityError,
     Resources,
+    base,
     format_amount,
     parse_amount,
 )
@@ -603,6 +604,9 @@ def check_queue(v: Violations, path: str, queue: admin_pb2.Queue) -> None:
 
 MAX_INVENTORY_RESOURCES = 64
 MAX_REPORTED_HYPERNODES = 1_000  # an agent reports each HyperNode's free resources up to this many
+# What a real member cluster can have: the largest run some 100,000 GPUs on tens of thousands of nodes.
+MAX_CLUSTER_GPUS = 1_000_000  # devices (MIG slices included) of one resource
+MAX_CLUSTER_NODES = 100_000
 MAX_HEALTH_SUMMARY = 8  # lines of a cluster's health summary ("3 nodes degraded (XID 79)"), each a reason long
 
 
@@ -642,10 +646,14 @@ def inventory_problem(inv: Any) -> str:
             _check_qualified_key(v, where, name)
             if v or FLAVOR in name:
                 return f"{where} names an invalid resource {name[:64]!r}"
-            if not 0 <= amount <= MAX_AMOUNT:
-                return f"{where}[{name!r}] = {amount} is out of range (0-{MAX_AMOUNT})"
-    if min(inv.nodes, inv.ready_nodes, inv.health.degraded_nodes, inv.health.failed_nodes) < 0:
+            most = MAX_CLUSTER_GPUS if base(name) == GPU or name.startswith(MIG_PROFILE) else MAX_AMOUNT
+            if not 0 <= amount <= most:
+                return f"{where}[{name!r}] = {amount} is out of range (0-{most:,})"
+    counts = (inv.nodes, inv.ready_nodes, inv.health.degraded_nodes, inv.health.failed_nodes)
+    if min(counts) < 0:
         return "negative node counts"
+    if max(counts) > MAX_CLUSTER_NODES:
+        return f"{max(counts):,} nodes reported, at most {MAX_CLUSTER_NODES:,}"
     if len(inv.health.summary) > MAX_HEALTH_SUMMARY:
         return f"health.summary has {len(inv.health.summary)} lines, at most {MAX_HEALTH_SUMMARY}"
     for i, line in enumerate(inv.health.summary):

@@ -10,9 +10,17 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 
+from federation.resources import WHOLE, format_resources, parse_shown
 from federation.store.jobs import JobStore
 from federation.v1 import admin_pb2, agent_pb2, agent_pb2_grpc, common_pb2, jobs_pb2
-from federation.validation import MAX_HEALTH_SUMMARY, MAX_REPORTED_HYPERNODES, inventory_problem, pods_problem
+from federation.validation import (
+    MAX_CLUSTER_GPUS,
+    MAX_CLUSTER_NODES,
+    MAX_HEALTH_SUMMARY,
+    MAX_REPORTED_HYPERNODES,
+    inventory_problem,
+    pods_problem,
+)
 from tests.conftest import Api, make_queue
 
 GPU = "nvidia.com/gpu"
@@ -130,6 +138,21 @@ def test_a_health_report_is_bounded_and_its_counts_are_not_negative() -> None:
     assert inventory_problem(health(failed_nodes=-1)) == "negative node counts"
     assert inventory_problem(health(healthy_topology=[agent_pb2.TierFree(tier=99)])) == \
         "health.healthy_topology[0].tier 99 is out of range (0-17)"
+
+
+def test_amounts_and_counts_are_within_what_a_real_cluster_has() -> None:
+    """A cluster of 2^53 GPUs was accepted, and the dashboard's clusters page, reading GPUs in thousandths,
+    answered 500 for everyone."""
+    def inventory(gpus: int, nodes: int = 8) -> agent_pb2.Inventory:
+        return agent_pb2.Inventory(allocatable=agent_pb2.ResourceAmounts(amounts={GPU: gpus}), nodes=nodes)
+
+    assert inventory_problem(inventory(MAX_CLUSTER_GPUS)) == ""
+    assert inventory_problem(inventory(2**53)) == \
+        f"allocatable['{GPU}'] = {2**53} is out of range (0-{MAX_CLUSTER_GPUS:,})"
+    assert inventory_problem(inventory(8, nodes=MAX_CLUSTER_NODES + 1)) == \
+        f"{MAX_CLUSTER_NODES + 1:,} nodes reported, at most {MAX_CLUSTER_NODES:,}"
+    shown = format_resources({GPU: MAX_CLUSTER_GPUS})[GPU]  # as ListClusters says it, as the page reads it
+    assert parse_shown(GPU, shown) == MAX_CLUSTER_GPUS * WHOLE
 
 
 async def test_a_flooded_health_report_leaves_the_cluster_out_and_listing_clusters_whole(api: Api) -> None:
