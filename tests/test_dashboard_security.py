@@ -93,6 +93,11 @@ def test_sign_in_is_a_post_with_csrf_into_a_hardened_session(site: Site) -> None
     for bad in ("garbage", "gAAAAA" + "A" * 200, "x" * 3000, session.cookies[SESSION_COOKIE][:-4] + "AAAA"):
         answer = requests.get(f"{ui}/queues", cookies={SESSION_COOKIE: bad}, timeout=30)
         assert answer.status_code == 401, bad[:20]
+    odd = requests.get(f"{ui}/queues", headers={"Cookie": f"{SESSION_COOKIE}=gAAAA\xffA"}, timeout=30)  # byte 0xFF
+    assert odd.status_code == 401
+    # A token that could not go into a header (a line break pasted inside it) is said to be one, not a 500.
+    _, broken = signed_in(ui, alpha[:12] + "\r\n" + alpha[12:])
+    assert broken.status_code == 401 and "no spaces or line breaks inside" in broken.text
 
     # Signing out ends the session.
     csrf = re.search(r'name="csrf" value="([^"]+)"', queues.text)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import re
 import secrets
 import socket
 import ssl
@@ -105,6 +106,19 @@ def _share_of(usage: Any, deserved: Any) -> dict[str, tuple[int, int]]:
     return out
 
 
+class _CookieStorage(EncryptedCookieStorage):
+    """A session cookie that is not ASCII is none of ours (ours is a Fernet token, base64): no session, as for a
+    cookie that does not decrypt, rather than an error while decoding it."""
+
+    def load_cookie(self, request: web.Request) -> str | None:
+        cookie = super().load_cookie(request)
+        return cookie if cookie is None or cookie.isascii() else None
+
+
+# A bearer token as RFC 6750 writes one (our tokens, and JWTs, are); anything else cannot go into a header.
+_BEARER = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
 def local_path(wanted: str | None) -> str:
     """Where to go after signing in: a path of this site, never another's (`//evil`, `https://evil`, `/\\evil`)."""
     if not wanted or not wanted.startswith("/") or wanted.startswith(("//", "/\\")):
@@ -132,7 +146,7 @@ class Dashboard:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._errors])
-        setup_sessions(app, EncryptedCookieStorage(
+        setup_sessions(app, _CookieStorage(
             self.session_key, cookie_name=SESSION_COOKIE, max_age=SESSION_SECONDS, httponly=True,
             secure=self.tls is not None, samesite="Strict"))
         app.on_response_prepare.append(self._headers)
@@ -230,10 +244,11 @@ class Dashboard:
             raise web.HTTPForbidden(text="sign-in refused: the form is stale or was not posted from this site; "
                                          "open /login again\n")
         token = str(form.get("token", "")).strip()
-        if not token or len(token) > MAX_TOKEN:
+        if not token or len(token) > MAX_TOKEN or not _BEARER.fullmatch(token):
             return await self._page(request, "login.html", http_status=401, title="Sign in", signed_out=True,
                                     next=local_path(str(form.get("next", ""))),
-                                    problem="paste a token (at most 4,096 characters)")
+                                    problem="paste a token: at most 4,096 letters, digits and -._~+/ (no spaces "
+                                            "or line breaks inside)")
         assert self.channel is not None
         viewer = Api(self.channel, token)
         try:  # the token's first call: a wrong one is said here, not on the next page
