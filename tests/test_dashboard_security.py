@@ -8,6 +8,7 @@ import re
 import threading
 from pathlib import Path
 
+import grpc
 import pytest
 import requests
 from selenium import webdriver
@@ -17,7 +18,9 @@ from sqlalchemy.engine import URL
 from federation import certs
 from federation.api.jobs import MAX_WATCHES_PER_TENANT
 from federation.cli.dev import ServerProcess
-from federation.ui.server import SESSION_COOKIE, SESSION_SECONDS
+from federation.ui.server import SESSION_COOKIE, SESSION_SECONDS, http_status
+from federation.v1 import jobs_pb2, jobs_pb2_grpc
+from tests.conftest import Api
 from tests.test_dashboard import Site, browser, site  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.e2e
@@ -187,3 +190,16 @@ def test_the_dashboard_over_tls_and_never_in_clear_beyond_loopback(db_url: URL, 
             requests.get(f"http://localhost:{server.dashboard.rsplit(':', 1)[1]}/login", timeout=30)
     finally:
         server.stop()
+
+
+async def test_only_a_limit_the_federation_set_is_shown_as_429(api: Api) -> None:
+    """gRPC's own RESOURCE_EXHAUSTED (a message over its size) is no rate limit: waiting would not help."""
+    async with grpc.aio.insecure_channel(api.address, options=[("grpc.max_receive_message_length", 8)]) as small:
+        with pytest.raises(grpc.aio.AioRpcError) as received:
+            await jobs_pb2_grpc.JobServiceStub(small).GetVersion(jobs_pb2.GetVersionRequest())
+    assert http_status(received.value.code(), received.value.details() or "") == 502
+    async with grpc.aio.insecure_channel(api.address, options=[("grpc.max_send_message_length", 8)]) as small:
+        with pytest.raises(grpc.aio.AioRpcError) as sent:
+            await jobs_pb2_grpc.JobServiceStub(small).GetJob(jobs_pb2.GetJobRequest(id="x" * 64))
+    assert http_status(sent.value.code(), sent.value.details() or "") == 413
+    assert http_status(grpc.StatusCode.RESOURCE_EXHAUSTED, "submit rate limit: 5 jobs asked, 0 allowed now") == 429

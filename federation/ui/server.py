@@ -106,6 +106,19 @@ def _share_of(usage: Any, deserved: Any) -> dict[str, tuple[int, int]]:
     return out
 
 
+def http_status(code: grpc.StatusCode, details: str) -> int:
+    """The page's status for an API refusal. RESOURCE_EXHAUSTED is 429 (try later) when the federation set the
+    limit; gRPC's own, for a message over its size, is no rate limit: 413 for what we sent, 502 for an answer."""
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if "Sent message larger than max" in details:
+            return 413
+        if "Received message larger than max" in details:
+            return 502
+        return 429
+    return {grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.PERMISSION_DENIED: 403,
+            grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.INVALID_ARGUMENT: 400}.get(code, 502)
+
+
 class _CookieStorage(EncryptedCookieStorage):
     """A session cookie that is not ASCII is none of ours (ours is a Fernet token, base64): no session, as for a
     cookie that does not decrypt, rather than an error while decoding it."""
@@ -221,9 +234,7 @@ class Dashboard:
         try:
             return await handler(request)
         except grpc.aio.AioRpcError as err:
-            status = {grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.PERMISSION_DENIED: 403,
-                      grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.INVALID_ARGUMENT: 400,
-                      grpc.StatusCode.RESOURCE_EXHAUSTED: 429}.get(err.code(), 502)
+            status = http_status(err.code(), err.details() or "")
             page = self.templates.get_template("error.html").render(status=status, message=err.details(),
                                                                       login=status == 401, next=request.path_qs,
                                                                       signed_out=status == 401)
