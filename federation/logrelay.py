@@ -111,6 +111,10 @@ class LogRelay:
         if stream.problem:  # the reader acts on the end chunk; the chunks before it are dropped
             while not stream.chunks.empty():
                 self._release(stream, stream.chunks.get_nowait())
+            conn = self.connections.get(cluster)  # and the agent stops reading the log now, not when the
+            if conn is not None:  # reader comes back for the end (a reader stuck in a send may never)
+                self.connections.send(conn, agent_pb2.ControlMessage(
+                    logs_cancel=agent_pb2.LogsCancel(stream_id=chunk.stream_id)))
             chunk = agent_pb2.LogChunk(stream_id=chunk.stream_id, end=True)
             cost = CHUNK_COST
         stream.held += cost

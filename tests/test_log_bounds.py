@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -12,7 +14,10 @@ from federation.connections import Connections
 from federation.errors import ResourceExhausted
 from federation.logrelay import CHUNK_COST, MAX_CHUNK, MAX_STREAMS_PER_TENANT, READER_BYTES, TENANT_BYTES, LogRelay
 from federation.ui.server import last_lines
-from federation.v1 import agent_pb2
+from federation.v1 import agent_pb2, common_pb2, jobs_pb2
+from tests.conftest import Api, make_queue
+
+GPU = "nvidia.com/gpu"
 
 
 def relay_with_agent() -> tuple[LogRelay, Connections]:
@@ -107,3 +112,71 @@ async def test_the_dashboard_keeps_the_last_lines_within_its_bound_and_stops_rea
     one_long_line = Stream([b"x" * 10_000])
     text, cut = await last_lines(one_long_line, 5, 4096, 64 * 1024)
     assert cut and len(text) <= 4096
+
+
+async def test_a_log_reader_that_goes_away_leaves_no_traceback(api: Api, caplog: pytest.LogCaptureFixture) -> None:
+    """A `fedctl logs -f` ended with Ctrl-C: the agent is told to stop, and the server logs no error."""
+    await make_queue(api)
+    out: asyncio.Queue[agent_pb2.AgentMessage] = asyncio.Queue()
+    orders: asyncio.Queue[agent_pb2.ControlMessage] = asyncio.Queue()
+
+    async def messages() -> AsyncIterator[agent_pb2.AgentMessage]:
+        yield agent_pb2.AgentMessage(register=agent_pb2.Register(cluster="c", instance="i"))
+        yield agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
+            allocatable=agent_pb2.ResourceAmounts(amounts={GPU: 16}), healthy=True, nodes=2, ready_nodes=2))
+        while True:
+            try:
+                yield await asyncio.wait_for(out.get(), 0.2)
+            except TimeoutError:
+                yield agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat())
+
+    async def relay() -> None:
+        async for order in agent:
+            await orders.put(order)
+
+    async def next_order(kind: str) -> agent_pb2.ControlMessage:
+        while not (order := await asyncio.wait_for(orders.get(), 60)).HasField(kind):
+            pass
+        return order
+
+    agent = api.agents.Connect(messages())
+    relaying = asyncio.create_task(relay())
+    try:
+        spec = common_pb2.JobSpec(name="j", queue="train",
+                                  tasks=[common_pb2.TaskSpec(name="w", replicas=1, resources={GPU: "1"})])
+        job_id = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec))).job.id
+        attempt = (await next_order("assign")).assign.attempt
+        out.put_nowait(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
+            job_id=job_id, attempt=attempt, type=agent_pb2.BOUND, hypernode="s0", tier=1,
+            placements=[common_pb2.PodPlacement(task="w", index=0, node="n0")])))
+        while (await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id))).status.phase != common_pb2.RUNNING:
+            await asyncio.sleep(0.1)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            call = api.jobs.GetJobLogs(jobs_pb2.GetJobLogsRequest(id=job_id, follow=True))
+            stream_id = (await next_order("logs")).logs.stream_id
+            out.put_nowait(agent_pb2.AgentMessage(log_chunk=agent_pb2.LogChunk(stream_id=stream_id, data=b"step 1\n")))
+            assert (await call.read()).data == b"step 1\n"
+            call.cancel()  # the reader goes
+            assert (await next_order("logs_cancel")).logs_cancel.stream_id == stream_id
+            out.put_nowait(agent_pb2.AgentMessage(log_chunk=agent_pb2.LogChunk(stream_id=stream_id, end=True)))
+            early = api.jobs.GetJobLogs(jobs_pb2.GetJobLogsRequest(id=job_id, follow=True))
+            stream_id = (await next_order("logs")).logs.stream_id
+            early.cancel()  # before the agent said anything
+            assert (await next_order("logs_cancel")).logs_cancel.stream_id == stream_id
+            await asyncio.sleep(0.5)
+            gc.collect()  # an unfinished generator left behind would say so when collected
+            await asyncio.sleep(0.1)
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info] == []
+
+        # A reader that reads nothing: once more is waiting for it than it may have, the agent is told to stop.
+        unread = api.jobs.GetJobLogs(jobs_pb2.GetJobLogsRequest(id=job_id, follow=True))
+        stream_id = (await next_order("logs")).logs.stream_id
+        for _ in range(2 * READER_BYTES // MAX_CHUNK):
+            out.put_nowait(agent_pb2.AgentMessage(log_chunk=agent_pb2.LogChunk(stream_id=stream_id,
+                                                                              data=b"x" * MAX_CHUNK)))
+        assert (await next_order("logs_cancel")).logs_cancel.stream_id == stream_id
+        unread.cancel()
+    finally:
+        relaying.cancel()
+        agent.cancel()
