@@ -7,6 +7,10 @@
    The server runs with --heartbeat-timeout and --lost-grace as printed: recovery cannot be sooner.
 3. A killed server (issue 5 (e)): SIGKILL, restart on the same database and port; from the kill to the
    first answered SubmitJob, to both agents Ready again, and to that job running.
+4. A frozen leader (issue 41 (8)): two replicas (API and scheduler process each), a job accepted by the
+   leader, then the leader's processes stopped (SIGSTOP) at once; from the freeze to the job dispatched by
+   the standby, and to it running (its cluster's agent was on the frozen replica: it moves to the standby).
+   The bound asked is the lease (--leader-lease) plus one cycle.
 
 Wall-clock times on a shared 2-core machine: medians of --runs repetitions.
 Writes faults.json and faults.md. Usage: python -m bench.bench_faults [--quick] [--runs 5]
@@ -14,6 +18,9 @@ Writes faults.json and faults.md. Usage: python -m bench.bench_faults [--quick] 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import signal
 import socket
 import statistics
@@ -25,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psutil
 
 from bench.common import bar, machine, measured, out_dir, parser, write
 from federation.cli.dev import BIN, AgentProcess, ServerProcess
@@ -34,6 +42,7 @@ from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_
 CLUSTER = Path(__file__).resolve().parent.parent / "examples" / "clusters" / "h100-spine-leaf.yaml"
 GPU = "nvidia.com/gpu"
 TIMEOUT, GRACE = 3.0, 3.0  # --heartbeat-timeout and --lost-grace of the server under test
+LEASE = 4.0  # --leader-lease of the two replicas of the frozen-leader runs (the default)
 
 
 def until(probe: Callable[[], Any], timeout: float = 120) -> float:
@@ -150,6 +159,68 @@ def server_killed(fed: Federation) -> tuple[float, float, float]:
     return answering, agents_back, job_running
 
 
+def _epoch(server: ServerProcess) -> int:
+    """The lease epoch under which this replica last became the leader (0: never)."""
+    said = re.findall(rb"now the scheduling leader \(lease epoch (\d+)\)", server.log)
+    return int(said[-1]) if said else 0
+
+
+def _signal_tree(server: ServerProcess, signum: int) -> None:
+    """To the replica and its scheduler process: the whole replica freezes or wakes, as a paused VM would."""
+    for pid in [server.proc.pid, *(c.pid for c in psutil.Process(server.proc.pid).children(recursive=True))]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def leader_frozen(url: str, runs: int) -> list[tuple[float, float]]:
+    """(seconds to the standby's dispatch, seconds to running) of a job the leader accepted just before it froze."""
+    serve = ("--database-url", url, "--heartbeat-timeout", str(TIMEOUT), "--lost-grace", str(GRACE),
+             "--leader-lease", str(LEASE))
+    servers = [ServerProcess(*serve), ServerProcess(*serve)]
+    agent = AgentProcess("east", "ipv4:" + ",".join(s.address for s in servers), "--simulate", str(CLUSTER),
+                         "--heartbeat", "0.5")
+    stubs = [jobs_pb2_grpc.JobServiceStub(grpc.insecure_channel(s.address)) for s in servers]
+    admin = admin_pb2_grpc.AdminServiceStub(grpc.insecure_channel(servers[0].address))
+    out = []
+    try:
+        until(lambda: any(c.status == admin_pb2.READY and c.nodes
+                          for c in admin.ListClusters(admin_pb2.ListClustersRequest(), timeout=2).clusters))
+        admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="failover")))
+        admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="failover", tenant="failover")))
+        for run in range(runs):
+            out.append(_freeze_after_accepting(servers, stubs, run))
+    finally:
+        for server in servers:
+            _signal_tree(server, signal.SIGCONT)
+        agent.stop()
+        for server in servers:
+            server.stop()
+    return out
+
+
+def _freeze_after_accepting(servers: list[ServerProcess], stubs: list[jobs_pb2_grpc.JobServiceStub],
+                            run: int) -> tuple[float, float]:
+    until(lambda: max(map(_epoch, servers)) > 0)
+    lead = max(range(2), key=lambda i: _epoch(servers[i]))
+    leader, standby = stubs[lead], stubs[1 - lead]
+    spec = common_pb2.JobSpec(name="bench", queue="failover", request_id=f"frozen-{run}",
+                              annotations={"federation.dev/sim-duration": "600s"},
+                              tasks=[common_pb2.TaskSpec(name="worker", replicas=2, resources={GPU: "8", "cpu": "8"})])
+    job_id = leader.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), timeout=10).job.id
+    _signal_tree(servers[lead], signal.SIGSTOP)
+    frozen = time.monotonic()
+
+    def phase() -> int:
+        return standby.GetJob(jobs_pb2.GetJobRequest(id=job_id), timeout=2).status.phase
+
+    dispatched = until(lambda: phase() != common_pb2.PENDING)
+    running = time.monotonic() - frozen + until(lambda: phase() == common_pb2.RUNNING)
+    _signal_tree(servers[lead], signal.SIGCONT)
+    standby.CancelJob(jobs_pb2.CancelJobRequest(id=job_id), timeout=10)
+    until(lambda: phase() == common_pb2.CANCELLED)
+    return dispatched, running
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__)
     p.add_argument("--runs", type=int, default=None, help="repetitions of each fault (default 5, quick 1)")
@@ -170,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         progress.update()
         finally:
             fed.close()
+        frozen = leader_frozen(url.render_as_string(hide_password=False), runs)
 
     def median(values: list[float]) -> float:
         return round(statistics.median(values), 3)
@@ -183,13 +255,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         "server_kill_answering_seconds": median([s[0] for s in servers]),
         "server_kill_agents_ready_seconds": median([s[1] for s in servers]),
         "server_kill_job_running_seconds": median([s[2] for s in servers]),
-        "raw": {"pod_restart": pods, "agent_kill": agents, "server_kill": servers},
+        "leader_lease": LEASE,
+        "leader_frozen_dispatched_seconds": median([f[0] for f in frozen]),
+        "leader_frozen_running_seconds": median([f[1] for f in frozen]),
+        "raw": {"pod_restart": pods, "agent_kill": agents, "server_kill": servers, "leader_frozen": frozen},
     }
     write(out_dir(args), "faults", results, report(results), [
         ("failed pod restarted (RestartTask)", f"{results['pod_restart_seconds']} s"),
         ("killed agent's running job runs elsewhere",
          f"{results['agent_kill_running_seconds']} s (heartbeat timeout {TIMEOUT:g} s + grace {GRACE:g} s)"),
-        ("killed server answers again", f"{results['server_kill_answering_seconds']} s")])
+        ("killed server answers again", f"{results['server_kill_answering_seconds']} s"),
+        ("frozen leader's accepted job dispatched by the standby",
+         f"{results['leader_frozen_dispatched_seconds']} s (lease {LEASE:g} s + one cycle)")])
 
 
 def report(r: dict[str, Any]) -> str:
@@ -206,8 +283,14 @@ def report(r: dict[str, Any]) -> str:
         f"| server SIGKILL and restart | a SubmitJob is answered | {r['server_kill_answering_seconds']} |",
         f"| server SIGKILL and restart | both agents Ready again | {r['server_kill_agents_ready_seconds']} |",
         f"| server SIGKILL and restart | a job submitted then runs | {r['server_kill_job_running_seconds']} |",
+        f"| leader SIGSTOP just after accepting a job (of two replicas) | the standby dispatches it | "
+        f"{r['leader_frozen_dispatched_seconds']} |",
+        f"| leader SIGSTOP just after accepting a job (of two replicas) | it runs (its agent moved to the standby) "
+        f"| {r['leader_frozen_running_seconds']} |",
         "", "The agent-kill figures include the heartbeat timeout (and, for running work, the grace): recovery "
-        "cannot be sooner than those settings.", ""])
+        "cannot be sooner than those settings. The frozen-leader figures are bounded below by the lease "
+        f"({r['leader_lease']:g} s): the standby may lead only once it has expired; the bound asked is the lease "
+        "plus one cycle.", ""])
 
 
 if __name__ == "__main__":

@@ -306,6 +306,13 @@ def test_a_stalled_leader_is_replaced_within_its_lease_and_nothing_is_dispatched
         wait_for("the standby to lead", lambda: b"now the scheduling leader" in standby.log, 30)
         after = fed.submit("q", 6, 1, 8, "1s", name="after")
         wait_for("the standby to dispatch", lambda: any(fed.job(j).status.phase != common_pb2.PENDING for j in after))
+        # east's agent was on the stalled replica, whose TCP stays open: it must notice that its heartbeats are
+        # no longer acknowledged and move to the standby, else east's work waits for the stalled one to wake.
+        spill = fed.submit("q", 12, 1, 8, "60s", name="spill")  # more than west holds
+        wait_for("a job running in east, whose agent left the stalled replica", lambda: any(
+            fed.job(j).status.phase == common_pb2.RUNNING and fed.job(j).status.cluster == "east" for j in spill), 120)
+        for job in spill:
+            fed.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job))
         if fault == "frozen":
             leader.proc.send_signal(signal.SIGCONT)  # wakes with a cycle's worth of stale state
         else:

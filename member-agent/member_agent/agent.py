@@ -368,6 +368,10 @@ class Agent:
     def heartbeat_sent(self) -> None:
         self._beats.append(time.monotonic())
 
+    def unheard_for(self) -> float:
+        """Seconds since the oldest heartbeat on this stream that the server has not acknowledged (0: none)."""
+        return time.monotonic() - self._beats[0] if self._beats else 0.0
+
     def heartbeat_acknowledged(self) -> None:
         """The server recorded our oldest unacknowledged heartbeat: the federation heard us when it was sent."""
         if self._beats:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 import grpc
 
@@ -19,6 +20,16 @@ class ResyncNeeded(Exception):
 
 
 POD_STATUS_EVERY = 2.0  # seconds between looks at what changed of the gangs' pods
+MIN_UNHEARD = 5.0  # seconds a heartbeat may go unacknowledged before the stream counts as stalled (at least)
+
+
+class StreamStalled(Exception):
+    """The server stopped acknowledging heartbeats on an open stream: a frozen replica, or one cut off from
+    PostgreSQL (it acknowledges a heartbeat once recorded). TCP may stay open for good: move on."""
+
+
+def unheard_limit(heartbeat: float) -> float:
+    return max(MIN_UNHEARD, 4 * heartbeat)
 
 async def _writer(call: grpc.aio.StreamStreamCall, agent: Agent, heartbeat: float, reconcile_every: float) -> None:
     """Everything the agent queues, a heartbeat whenever one is due (however busy the stream: the server
@@ -29,9 +40,12 @@ async def _writer(call: grpc.aio.StreamStreamCall, agent: Agent, heartbeat: floa
     next_beat = loop.time() + heartbeat
     next_reconcile = loop.time() + reconcile_every
     next_pods = loop.time()
+    limit = unheard_limit(heartbeat)
     while True:
         if agent.overflowed:
             raise ResyncNeeded
+        if agent.unheard_for() > limit:
+            raise StreamStalled
         now = loop.time()
         if now >= next_pods:  # the pods users see: whatever changed since last said, queued
             agent.report_pod_statuses()
@@ -67,14 +81,23 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
         await call.write(agent.register())
         await call.write(agent.inventory())
         writer = asyncio.create_task(_writer(call, agent, heartbeat, reconcile_every))
+        limit = unheard_limit(heartbeat)
+        read: asyncio.Future[Any] | None = None
         try:
             while True:
-                read = asyncio.ensure_future(call.read())
-                done, _ = await asyncio.wait({read, writer}, return_when=asyncio.FIRST_COMPLETED)
+                read = read or asyncio.ensure_future(call.read())
+                # Woken at least every heartbeat: a writer stuck on a stream the server stopped reading
+                # must not keep us from seeing that nothing is acknowledged.
+                done, _ = await asyncio.wait({read, writer}, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED)
                 if writer in done:
                     read.cancel()
                     writer.result()  # raises what ended it
-                message = read.result()
+                if read not in done:
+                    if agent.unheard_for() > limit:
+                        read.cancel()
+                        raise StreamStalled
+                    continue
+                message, read = read.result(), None
                 if message is grpc.aio.EOF:
                     return
                 kind = message.WhichOneof("msg")
@@ -95,6 +118,17 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
             call.cancel()
+
+
+def rotated(target: str) -> str:
+    """An address list (`ipv4:a,b,c`) with its first address last: a replica that stalls keeps accepting TCP,
+    so pick_first would take it again; the next try starts with the next replica (a stall of that one moves
+    on again). Any other target is kept (a Service's address: a new connection may reach another pod)."""
+    scheme, colon, addresses = target.partition(":")
+    listed = addresses.split(",")
+    if scheme not in ("ipv4", "ipv6") or not colon or len(listed) < 2:
+        return target
+    return f"{scheme}:{','.join(listed[1:] + listed[:1])}"
 
 
 async def _fence_watch(agent: Agent) -> None:
@@ -129,13 +163,18 @@ async def run(server: str, agent: Agent, heartbeat: float = 2.0, connected: asyn
 async def _stay_connected(server: str, agent: Agent, heartbeat: float, connected: asyncio.Event,
                           credentials: grpc.ChannelCredentials | None, reconcile_every: float) -> None:
     backoff = 0.5
+    target = server
     while True:
         try:
-            await _connection(server, agent, heartbeat, connected, credentials, reconcile_every)
+            await _connection(target, agent, heartbeat, connected, credentials, reconcile_every)
         except grpc.aio.AioRpcError as err:
             log.warning("stream to %s ended (%s); reconnecting in %.1fs", server, err.details(), backoff)
         except ResyncNeeded:
             log.warning("outbox overflowed; reconnecting to %s in %.1fs to resend the whole state", server, backoff)
+        except StreamStalled:
+            log.warning("%s has not acknowledged a heartbeat for %.1fs; reconnecting (to another replica, if one "
+                        "answers) in %.1fs", target, agent.unheard_for(), backoff)
+            target = rotated(target)
         except asyncio.InvalidStateError:  # a write raced the end of the stream
             log.warning("stream to %s ended; reconnecting in %.1fs", server, backoff)
         except Exception:
