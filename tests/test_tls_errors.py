@@ -5,6 +5,7 @@ key that do not belong together, or files that are not PEM."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import socket
 import ssl
 import subprocess
@@ -46,7 +47,10 @@ def mtls_server(pki: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 def _fails(result: subprocess.CompletedProcess[str]) -> str:
+    """fedctl's own message, alone: no traceback, and none of gRPC's C-core log lines before it."""
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    core = [line for line in result.stderr.splitlines() if re.match(r"[EWIF]\d{4} |WARNING: All log messages", line)]
+    assert not core, result.stderr
     return result.stderr
 
 
