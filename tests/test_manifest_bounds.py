@@ -117,3 +117,22 @@ def test_a_large_manifest_is_submitted_in_batches(db_url: URL, tmp_path: Path) -
         assert listed.returncode == 0
     finally:
         server.stop()
+
+
+def test_a_64_mb_list_is_refused_before_it_is_composed(tmp_path: Path) -> None:
+    """One document of 64 MB (`kind: List`, as `kubectl get -o yaml` prints): libyaml would compose all of it
+    (1.6 GB) before its size is known; it is measured line by line first, from a file and from a pipe."""
+    item = "  - " + JOB.replace("\n", "\n    ").rstrip() + "\n"
+    path = tmp_path / "list.yaml"
+    with path.open("w") as out:
+        out.write("apiVersion: v1\nkind: List\nitems:\n")
+        n = 0
+        while out.tell() < 64_000_000:
+            out.write(item.format(name=f"job-{n}", queue="q", replicas=1))
+            n += 1
+    for args, stdin in (((str(path),), None), (("-",), path.open("rb"))):
+        run = subprocess.run([str(BIN / "fedctl"), "--server", "127.0.0.1:1", "submit", "--dry-run", "client",
+                              "-f", *args], capture_output=True, timeout=300, preexec_fn=_limited, stdin=stdin)
+        err = run.stderr.decode()
+        assert run.returncode == 1 and "Traceback" not in err and "MemoryError" not in err, err[-500:]
+        assert f"{args[0]}:1: a document of over 3,145,728 characters" in err, err[-500:]

@@ -13,7 +13,10 @@ tree, so an alias bomb (a few hundred bytes naming a billion values) is refused,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import io
+import re
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -120,11 +123,61 @@ def load_documents(text: str, file: str) -> list[Document]:
     return list(iter_documents(text, file))
 
 
+_MARKER = re.compile(r"(---|\.\.\.)(?=[ \t\r\n]|$)")  # a document's start or end: always at column 0
+_MARKER_BYTES = re.compile(_MARKER.pattern.encode())
+
+
+def _oversized(lines: Iterable[str | bytes]) -> int | None:
+    """The line where the first document longer than MAX_DOCUMENT_BYTES starts, read line by line and before
+    anything is parsed: libyaml composes a whole document before its size is known (a 64 MB one, 1.6 GB)."""
+    start, size = 1, 0
+    for number, line in enumerate(lines, 1):
+        marker = _MARKER_BYTES if isinstance(line, bytes) else _MARKER
+        if marker.match(line):  # type: ignore[arg-type]
+            start, size = number, 0
+        size += len(line)
+        if size > MAX_DOCUMENT_BYTES:
+            return start
+    return None
+
+
+def _checked_source(source: str | IO[bytes], file: str) -> str | IO[bytes]:
+    """`source`, once no document in it is too long to compose; a stream that cannot be read twice (stdin) is
+    read into a spool file (on disk past 8 MiB) on the way."""
+    if isinstance(source, str):
+        lines: Iterable[str | bytes] = io.StringIO(source)
+        spool = None
+    elif source.seekable():
+        start = source.tell()
+        lines, spool = source, None
+    else:
+        spool = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)  # noqa: SIM115 (returned, closed by GC)
+        lines = _copied(source, spool)
+    line = _oversized(lines)
+    if line is not None:
+        raise ManifestError(file, line, f"a document of over {MAX_DOCUMENT_BYTES:,} characters; at most "
+                            f"{MAX_DOCUMENT_BYTES:,} (the Kubernetes API server's limit for one object)")
+    if isinstance(source, str):
+        return source
+    if spool is None:
+        source.seek(start)
+        return source
+    spool.seek(0)
+    return spool  # type: ignore[return-value]
+
+
+def _copied(stream: IO[bytes], into: IO[bytes]) -> Iterator[bytes]:
+    for line in stream:
+        into.write(line)
+        yield line
+
+
 def iter_documents(source: str | IO[bytes], file: str) -> Iterator[Document]:
     """Parse the non-empty documents of a multi-document YAML text or binary stream one at a time, as kubectl
     splits them: empty documents skipped, the items of a `List` one document each."""
     loader = yaml.SafeLoader("")
     index = 0
+    source = _checked_source(source, file)
     try:
         for node in yaml.compose_all(source, Loader=yaml.CSafeLoader):
             if node is None:
