@@ -212,9 +212,10 @@ def pods_problem(spec: Mapping[str, Any], u: Any) -> str:
     most twice (a pod being replaced, the old one still terminating). A cluster holds no more of a job than it was
     given, and the job's row, its events and every page that shows them stay as large as the job."""
     replicas = {t.get("name", ""): int(t.get("replicas", 0)) for t in spec.get("tasks", [])}
+    pods = sum(replicas.values())
     for name, items, most in (("placements", u.placements, 1), ("pod_statuses", u.pod_statuses, 2)):
-        if len(items) > most * sum(replicas.values()):
-            return f"job_update.{name} names {len(items)} pods, the job has {sum(replicas.values())}"
+        if len(items) > most * pods:
+            return f"job_update.{name} names {len(items)} pods, the job has {pods}"
         seen: Counter[tuple[str, int]] = Counter()
         for i, pod in enumerate(items):
             if pod.task not in replicas:
