@@ -96,7 +96,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                        allow_unknown_resources: bool = False) -> list[NewJob]:
         """Validate a batch in full and resolve its references (`view`); raise before anything is stored."""
         v = Violations()
-        normalised, checked = await asyncio.to_thread(_checked, v, specs, paths)  # CEL compiles: off the loop
+        # CEL compiles, every spec is walked and turned to JSON: off the loop
+        normalised, checked, stored = await asyncio.to_thread(_checked, v, specs, paths)
         caller = current()
         queues = {q["name"]: q for q in view.queues if caller.sees(q["tenant"])}
         classes = {c["name"]: c for c in view.classes}
@@ -120,7 +121,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         ready = any(c["status"] == "READY" and not c["cordoned"] for c in view.clusters)
         reason = WAITING_REASON if ready else NO_READY_CLUSTER
         out = []
-        for spec, check in zip(normalised, checked, strict=True):
+        for spec, check, spec_json in zip(normalised, checked, stored, strict=True):
             queue = queues[spec.queue]
             if queue["state"] != "OPEN":
                 raise FailedPrecondition(f"queue {spec.queue!r} is {queue['state'].lower()} and accepts no new jobs")
@@ -131,7 +132,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             out.append(NewJob(
                 name=spec.name, tenant=queue["tenant"], queue=spec.queue,
                 priority_class=pc["name"] if pc else "", priority=pc["value"] if pc else 0,
-                request=check.minimum, spec=convert.spec_to_json(spec), request_id=spec.request_id, reason=reason))
+                request=check.minimum, spec=spec_json, request_id=spec.request_id, reason=reason))
         return out
 
     def _admissibility(self, new: Sequence[NewJob], paths: Sequence[str], reject: bool,
@@ -351,12 +352,13 @@ def _check_resource_names(v: Violations, specs: Sequence[common_pb2.JobSpec], pa
 
 
 def _checked(v: Violations, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str]
-             ) -> tuple[list[common_pb2.JobSpec], list[CheckedJob | None]]:
-    """Each spec normalised (a copy) and checked, violations into `v`."""
-    normalised, checked = [], []
+             ) -> tuple[list[common_pb2.JobSpec], list[CheckedJob | None], list[dict[str, Any]]]:
+    """Each spec normalised (a copy), checked (violations into `v`) and as it is stored (JSON; {} if invalid)."""
+    normalised, checked, stored = [], [], []
     for spec, path in zip(specs, paths, strict=True):
         spec = common_pb2.JobSpec.FromString(spec.SerializeToString())
         normalise_job_spec(spec)
         normalised.append(spec)
-        checked.append(check_job_spec(v, path, spec))
-    return normalised, checked
+        checked.append(check := check_job_spec(v, path, spec))
+        stored.append(convert.spec_to_json(spec) if check is not None else {})
+    return normalised, checked, stored

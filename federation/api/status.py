@@ -6,6 +6,7 @@ unexpected is logged with its traceback on the server and reaches the client onl
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -133,6 +134,9 @@ async def _internal(context: grpc.aio.ServicerContext, method: str) -> None:
     await context.abort(grpc.StatusCode.INTERNAL, "internal error; the server log has the details")
 
 
+LARGE_REQUEST = 64 * 1024  # bytes of a request whose texts are checked on a worker thread
+
+
 def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.isasyncgenfunction(method):
         @functools.wraps(method)
@@ -152,7 +156,10 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            check_request(request)
+            if isinstance(request, Message) and request.ByteSize() > LARGE_REQUEST:
+                await asyncio.to_thread(check_request, request)  # every text of a big batch: off the loop
+            else:
+                check_request(request)
             return await method(self, request, context)
         except FederationError as err:
             await abort(context, err)
