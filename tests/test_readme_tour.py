@@ -60,6 +60,12 @@ def test_the_readme_tour_runs_as_written(tmp_path: Path) -> None:
             done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True,
                                   timeout=120)
             assert done.returncode == 0, (command, done.stdout[-500:], done.stderr[-500:])
+            if command.startswith("fedctl cancel"):
+                # The tour's job runs until cancelled, however slow the machine: the cancel ended it, not time.
+                phase = subprocess.run([str(BIN / "fedctl"), "get", "job", f"llama-pretrain-{suffix}", "-o",
+                                        "jsonpath={.status.phase}"], env=env, capture_output=True, text=True,
+                                       timeout=60)
+                assert phase.stdout.strip() == "Cancelled", (phase.stdout, phase.stderr)
             if command.startswith("fedctl submit examples/tour/llama-pretrain.yaml"):
                 suffix = done.stdout.split()[0].removeprefix("job/llama-pretrain-")
                 job = f"llama-pretrain-{suffix}"
