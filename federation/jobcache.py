@@ -23,7 +23,7 @@ from federation.scheduling.cycle import PendingJob
 from federation.scheduling.fit import JobView
 from federation.scheduling.queues import QueueManager
 from federation.store.jobs import ACTIVE_PHASES, SENT_BACK_EVENTS, WAITING_PHASES, JobStore
-from federation.validation import EXPECTED_DURATION
+from federation.validation import EXPECTED_DURATION, NODE_OWN_LABEL
 
 SCAN_LIMIT = 200_000
 BATCH = 10_000
@@ -34,6 +34,9 @@ def job_view(row: Mapping[str, Any]) -> JobView:
     spec = row["spec"]
     topo = spec.get("network_topology", {})
     largest: dict[str, int] = {}
+    # The label pairs its pods select nodes by, but the node's own name (no agent reports every node's).
+    node_selector = sorted({f"{k}={v}" for task in spec.get("tasks", []) for k, v in
+                            task.get("node_selector", {}).items() if k != NODE_OWN_LABEL})
     templates = spec.get("resource_claim_templates_json")
     claims = gangs.claim_templates(templates) if templates else None
     for task in spec.get("tasks", []):
@@ -42,7 +45,8 @@ def job_view(row: Mapping[str, Any]) -> JobView:
         for resource, amount in request.items():
             largest[resource] = max(largest.get(resource, 0), amount)
     return JobView(row["id"], with_share(row["request"]), largest, spec.get("cluster_selector", {}),
-                   topo.get("mode", ""), topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""))
+                   topo.get("mode", ""), topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""),
+                   tuple(node_selector))
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from federation.drift import DriftWatch, difference, signed
 from federation.jobcache import HoldingJob, JobCache, job_view
 from federation.leader import Fence, NotLeader
 from federation.loop import WakeLoop
+from federation.rejections import Rejections, fingerprint
 from federation.resources import add, format_resources, with_share
 from federation.scheduling import outlook
 from federation.scheduling.cycle import (
@@ -58,7 +59,6 @@ HISTORY_SAMPLES = 120  # an hour of them
 K = TypeVar("K")
 V = TypeVar("V")
 
-REJECTION_MEMORY = 30.0  # seconds a cluster's rejection keeps a job away from it
 ROOM_MEMORY = 60.0  # seconds a job waits for the gangs preempted for it before it may preempt again
 HEAP_SETTLE_CYCLES = 60  # the heap is settled after the first cycle (the cache's load), then every this many
 DRIFT_AFTER = 60.0  # seconds a difference between an agent's report and the federation's belief lasts to be drift
@@ -86,9 +86,11 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
     domains = [DomainFree(h["name"], h["tier"], h["parent"], with_share(h["free"])) for h in inv.get("hypernodes", [])]
     health = inv.get("health") or {}
     healthy = [_tier_free(t, partitionable) for t in health.get("healthy_topology", [])] or None
+    node_labels = inv.get("node_labels")
     return ClusterView(row["name"], row["labels"], free, tiers, capacity=allocatable, domains=domains,
                        healthy_tiers=healthy, health=health.get("summary", []),
-                       partitionable=whole.get("max_capacity", {}))
+                       partitionable=whole.get("max_capacity", {}),
+                       node_labels=frozenset(node_labels) if node_labels is not None else None)
 
 
 def _tier_free(t: Mapping[str, Any], partitionable: Mapping[int, Mapping[str, Any]]) -> TierFree:
@@ -195,7 +197,7 @@ class Scheduler:
         self._loop = WakeLoop("scheduler", period, self.tick, rest=CYCLE_REST)
         self.wake, self.start = self._loop.wake, self._loop.start
         self._forecasting: asyncio.Task[None] | None = None  # the forecast under way beside the loop, if one is
-        self._refused: _Expiring[tuple[str, str], str] = _Expiring(REJECTION_MEMORY)  # (job, cluster) -> why
+        self._refused = Rejections()  # (job, cluster) -> why, until the cluster reports a change
         self._making_room: _Expiring[str, str] = _Expiring(ROOM_MEMORY)  # job -> cluster preempted for it
         self.cache = JobCache(jobs)
         self.steps: dict[str, float] = {}  # of the last cycle: seconds per step
@@ -230,13 +232,21 @@ class Scheduler:
     def _sent_back(self) -> None:
         """Jobs a cluster rejected (not for good) or evacuated, read from the event log whichever replica heard the
         agent: not offered to that cluster again for a while."""
+        now = asyncio.get_running_loop().time()
         for job_id, cluster, reason in self.cache.take_sent_back():
-            self._refused.put((job_id, cluster), f"rejected it recently: {reason}")
+            self._refused.put(job_id, cluster, f"rejected it recently: {reason}", now)
 
-    def _refusals(self) -> dict[str, dict[str, str]]:
-        """Per job, the clusters that refused it recently (a transient refusal) or for good, and why."""
+    def _refusals(self, rows: Sequence[Mapping[str, Any]] | None = None) -> dict[str, dict[str, str]]:
+        """Per job, the clusters that refused it recently (a transient refusal, until the cluster's inventory
+        changes: `rows`, the clusters as now read) or for good, and why."""
         out: dict[str, dict[str, str]] = {}
-        for (job_id, cluster), why in self._refused.live().items():
+        inventories = None
+        if rows is not None:
+            rejecting = self._refused.clusters()
+            inventories = {c["name"]: fingerprint(c["inventory"]) for c in rows if c["name"] in rejecting}
+        live = self._refused.live(asyncio.get_running_loop().time(), inventories,
+                                  self.cache.waiting if rows is not None else None)
+        for (job_id, cluster), why in live.items():
             out.setdefault(job_id, {})[cluster] = why
         for job_id, refusals in self.cache.refusals.items():
             for cluster, why in refusals.items():
@@ -303,7 +313,7 @@ class Scheduler:
             running=[self._running(j, classes.get(j.priority_class, {}), now) for j in active],
             clusters=[cluster_view(c, inflight.get(c["name"], {})) for c in clusters],
             capacity=capacity,
-            refused=self._refusals(),
+            refused=self._refusals(rows),
             making_room=self._making_room.live(),
             flavors=[FlavorInfo(f["name"], f["resource"], f["cluster_selector"])
                      for f in await self.admin.list(Flavor)],

@@ -605,6 +605,10 @@ def check_queue(v: Violations, path: str, queue: admin_pb2.Queue) -> None:
 
 MAX_INVENTORY_RESOURCES = 64
 MAX_REPORTED_HYPERNODES = 1_000  # an agent reports each HyperNode's free resources up to this many
+# An agent reports the label pairs its nodes carry up to this many (else none: the federation then leaves pods'
+# nodeSelectors to the agent there), leaving out the label each node has its own value of.
+MAX_REPORTED_NODE_LABELS = 1_000
+NODE_OWN_LABEL = "kubernetes.io/hostname"
 # What a real member cluster can have: the largest run some 100,000 GPUs on tens of thousands of nodes.
 MAX_CLUSTER_GPUS = 1_000_000  # devices (MIG slices included) of one resource
 MAX_CLUSTER_NODES = 100_000
@@ -655,6 +659,15 @@ def inventory_problem(inv: Any) -> str:
         return "negative node counts"
     if max(counts) > MAX_CLUSTER_NODES:
         return f"{max(counts):,} nodes reported, at most {MAX_CLUSTER_NODES:,}"
+    if len(inv.node_labels.pairs) > MAX_REPORTED_NODE_LABELS:
+        return f"{len(inv.node_labels.pairs)} node labels reported, at most {MAX_REPORTED_NODE_LABELS}"
+    for i, pair in enumerate(inv.node_labels.pairs):
+        key, equals, value = pair.partition("=")
+        v = Violations()
+        if equals:
+            check_labels(v, f"node_labels.pairs[{i}]", {key: value})
+        if v or not equals:
+            return f"node_labels.pairs[{i}] is not a label pair (key=value)"
     if len(inv.health.summary) > MAX_HEALTH_SUMMARY:
         return f"health.summary has {len(inv.health.summary)} lines, at most {MAX_HEALTH_SUMMARY}"
     for i, line in enumerate(inv.health.summary):

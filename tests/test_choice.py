@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from federation.scheduling.choice import ClusterTable, PreemptiblePool
-from federation.scheduling.fit import ClusterView, JobView, TierFree
+from federation.scheduling.fit import ClusterView, JobView, TierFree, selects
 
 GPU, CPU = "nvidia.com/gpu", "cpu"
 
@@ -19,7 +19,9 @@ def cluster(draw: st.DrawFn, name: str) -> ClusterView:
         most = {r: draw(st.integers(below[r], free[r])) for r in free}
         tiers.append(TierFree(tier, tier_name, most))
         below = most
-    return ClusterView(name, {"zone": draw(st.sampled_from(["a", "b"]))}, free, tiers)
+    node_labels = draw(st.sampled_from([None, frozenset(), frozenset({"os=linux"}),
+                                        frozenset({"os=linux", "disk=ssd"})]))
+    return ClusterView(name, {"zone": draw(st.sampled_from(["a", "b"]))}, free, tiers, node_labels=node_labels)
 
 
 @st.composite
@@ -28,7 +30,9 @@ def job(draw: st.DrawFn) -> JobView:
     largest = {r: draw(st.integers(0, a)) for r, a in request.items()}
     mode = draw(st.sampled_from(["", "soft", "hard"]))
     selector = draw(st.sampled_from([{}, {"zone": "a"}, {"zone": "b"}]))
-    return JobView("j", request, largest, selector, mode, draw(st.integers(1, 2)) if mode == "hard" else 0)
+    node_selector = draw(st.sampled_from([(), ("os=linux",), ("disk=ssd", "os=linux")]))
+    return JobView("j", request, largest, selector, mode, draw(st.integers(1, 2)) if mode == "hard" else 0,
+                   node_selector=node_selector)
 
 
 @settings(max_examples=300, deadline=None)
@@ -73,12 +77,11 @@ def test_where_a_gang_would_fit_but_for_reservations_follows_every_reservation(
     """Remembered per shape between reservations, the answer is still what the free and held room say now."""
     capacity = {GPU: 64 * len(clusters), CPU: 512 * len(clusters)}
     table = ClusterTable(list(clusters), capacity)
-    labels = {c.name: c.labels for c in clusters}
+    views = {c.name: c for c in clusters}
     held: dict[str, dict[str, int]] = {c.name: {} for c in clusters}
     for n, holds in steps:
         for other in shapes:
-            expected = next((name for name in table.names if held[name] and all(
-                labels[name].get(k) == v for k, v in other.cluster_selector.items()) and all(
+            expected = next((name for name in table.names if held[name] and selects(other, views[name]) and all(
                 table.free_of(name, r) + held[name].get(r, 0) >= a for r, a in other.request.items())), None)
             assert table.fits_without_reservations(other) == expected
         gang = shapes[n % len(shapes)]

@@ -130,6 +130,23 @@ def test_gangs_are_placed_within_their_tier_limits_and_finish(federation: Federa
     assert too_big.status.cluster == "" and not too_big.status.placements
 
 
+def test_pods_select_nodes_by_labels_the_federation_checks_before_sending(federation: Federation) -> None:
+    """Issue 42 (1). Volcano's own task-start-dependency example selects `kubernetes.io/os: linux`, a label the
+    kubelet gives every node: it runs. A selector no node matches is never sent to a cluster (each would refuse
+    it, again and again): the job waits, and its reason and each cluster's verdict name the label."""
+    linux = gang("linux", 2, 8, node_selector={"kubernetes.io/os": "linux"})
+    ssd = gang("ssd", 1, 8, accelerator="gb300", node_selector={"disktype": "ssd", "kubernetes.io/os": "linux"})
+    ids = [r.job_id for r in federation.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=[linux, ssd])).results]
+    wait_for("the linux job to succeed", lambda: federation.job(ids[0]).status.phase == common_pb2.SUCCEEDED, 90)
+    wait_for("the ssd job's reason", lambda: "disktype=ssd" in federation.job(ids[1]).status.reason)
+    waiting = federation.job(ids[1]).status
+    assert waiting.reason == ("cannot run: no member cluster matches its selector (it needs nodes labelled "
+                              "disktype=ssd,kubernetes.io/os=linux, as its pods' nodeSelector asks)")
+    assert waiting.phase == common_pb2.PENDING and waiting.attempt == 0  # never dispatched
+    rows = {c.cluster: c.reason for c in federation.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=ids[1])).clusters}
+    assert rows["gb300"] == "no node has label disktype=ssd (its pods' nodeSelector)", rows
+
+
 def test_cancel_reaches_the_agent_and_frees_its_resources(federation: Federation) -> None:
     big = federation.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=gang("long", 32, 8, duration="10m"))).job
     wait_for("the long job to run", lambda: federation.job(big.id).status.phase == common_pb2.RUNNING)

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy.engine import URL
 
 from federation.cli.dev import AgentProcess, ServerProcess
+from federation.rejections import FLOOR
 from federation.testbed.cluster import Testbed
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from tests.kubehelp import GPU, JOBS, gpu_cluster, pods
@@ -144,7 +145,9 @@ def test_a_job_the_cluster_forbids_is_sent_there_once_and_holds_no_room_there(
     # Had the refused job kept a reservation of the whole cluster, this one would wait behind it.
     small = fed.submit(1)
     wait_for("the next job Running in k8s", lambda: fed.job(small).status.phase == common_pb2.RUNNING)
-    time.sleep(35)  # longer than a transient refusal keeps a job away from a cluster (REJECTION_MEMORY)
+    # A transient refusal would have lifted by now: its floor (FLOOR) passed and the cluster's inventory changed
+    # (the small job runs there).
+    time.sleep(10 * FLOOR)
     dispatched = [e for e in fed.events(forbidden) if e.type == "Dispatched"]
     assert len(dispatched) == 1 and dispatched[0].cluster == "k8s"
     status = fed.job(forbidden).status

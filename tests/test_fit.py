@@ -46,3 +46,23 @@ def test_explain_never_says_fits_now_where_the_room_is_reserved_for_another() ->
     assert explain(job, state, held={"h100": ({GPU: 56}, "wide-3")}) == [
         ("h100", "the room it needs is reserved for wide-3")]
     assert explain(job, state, held={"h100": ({GPU: 48}, "wide-3")}) == [("h100", None)]  # room enough beside it
+
+
+def test_a_gang_goes_only_where_some_node_has_each_label_its_pods_select() -> None:
+    """Volcano's own task-start-dependency example selects `kubernetes.io/os: linux`: a cluster whose agent reports
+    no node with a label a pod selects is never sent the gang (its agent would refuse it every time); one that
+    does not report its nodes' labels is left to its agent."""
+    from dataclasses import replace
+
+    from federation.scheduling.fit import cannot_run, could_hold
+
+    job = JobView("j", {GPU: 8}, {GPU: 8}, node_selector=("disktype=ssd", "kubernetes.io/os=linux"))
+    linux = replace(H100, node_labels=frozenset({"kubernetes.io/os=linux", "accelerator=h100"}))
+    assert check(job, linux) == "no node has label disktype=ssd (its pods' nodeSelector)"
+    assert not could_hold(job, linux)
+    assert cannot_run(job, [linux]) == ("cannot run: no member cluster matches its selector (it needs nodes "
+                                        "labelled disktype=ssd,kubernetes.io/os=linux, as its pods' nodeSelector "
+                                        "asks)")
+    ssd = replace(linux, node_labels=linux.node_labels | {"disktype=ssd"})
+    assert check(job, ssd) is None and could_hold(job, ssd) and cannot_run(job, [linux, ssd]) is None
+    assert check(job, H100) is None  # labels not reported: the agent's placement decides

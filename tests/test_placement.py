@@ -123,7 +123,9 @@ def test_node_selectors() -> None:
     task = TaskRequest("w", 2, {GPU: 8}, node_selector={"pool": "b"})
     assert {p.node for p in placed(place(state, GangRequest(tasks=(task,)))).pods} == {"b0-0", "b0-1"}
     nowhere = TaskRequest("w", 1, {GPU: 8}, node_selector={"pool": "c"})
-    assert isinstance(place(state, GangRequest(tasks=(nowhere,))), Rejection)
+    refused = place(state, GangRequest(tasks=(nowhere,)))
+    assert isinstance(refused, Rejection)
+    assert refused.reason == "no node matches task w's nodeSelector pool=c"  # the cause, not room
 
 
 def test_a_blocked_greedy_choice_tries_the_next_candidate() -> None:

@@ -63,6 +63,7 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
                    "healthy_topology": [{"tier": t.tier, "tier_name": t.tier_name, "max_free": dict(t.max_free.amounts),
                                          "max_capacity": dict(t.max_capacity.amounts)}
                                         for t in inv.health.healthy_topology]},
+        **({"node_labels": sorted(set(inv.node_labels.pairs))} if inv.HasField("node_labels") else {}),
     }
 
 

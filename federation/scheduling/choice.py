@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from federation.scheduling.fit import ClusterView, JobView, Shape, TierFree, check, fits_healthy
+from federation.scheduling.fit import ClusterView, JobView, Shape, TierFree, check, fits_healthy, unlabelled
 
 NO_TIER = 1 << 20  # the "fit tier" of a cluster where no HyperNode covers the gang
 ROWS_ONE_BY_ONE = 4  # clusters changed since a shape was last scored, up to which they are rescored in Python
@@ -37,6 +37,7 @@ class ClusterTable:
         by_name = {c.name: c for c in clusters}
         self._views = by_name  # as reported (health included), for the choice by tier names
         self.labels = [by_name[n].labels for n in self.names]
+        self.node_labels = [by_name[n].node_labels for n in self.names]
         self.tier_names = [{t.tier: t.tier_name for t in by_name[n].tiers} for n in self.names]
         resources = sorted({r for c in clusters for r in c.free} | {r for c in clusters for t in c.tiers
                                                                     for r in t.max_free} | set(capacity))
@@ -66,7 +67,7 @@ class ClusterTable:
         self.capacity = np.array([capacity.get(r, 0) for r in resources], dtype=np.float64)
         self.per_capacity = np.divide(1.0, self.capacity, out=np.zeros_like(self.capacity), where=self.capacity > 0)
         self._per_capacity: list[float] = self.per_capacity.tolist()
-        self._selectors: dict[tuple[tuple[str, str], ...], np.ndarray] = {}
+        self._selectors: dict[tuple[object, ...], np.ndarray] = {}
         # Shapes found to fit nowhere in this cycle: each cluster's reason, and the waiting reason.
         self._nowhere: dict[Shape, list[str]] = {}
         self.nowhere: dict[Shape, str] = {}
@@ -97,7 +98,7 @@ class ClusterTable:
         tiers = [TierFree(t, self.tier_names[i].get(t, ""),
                           {r: int(self.tiers[i, t, k]) for r, k in self.resource.items()})
                  for t in range(self.top + 1) if t in self.tier_names[i]]
-        return ClusterView(name, self.labels[i], free, tiers)
+        return ClusterView(name, self.labels[i], free, tiers, node_labels=self.node_labels[i])
 
     def free_of(self, name: str, resource: str) -> int:
         k = self.resource.get(resource)
@@ -107,11 +108,13 @@ class ClusterTable:
         i = self.index[name]
         return {r: int(self.free[i, k]) for r, k in self.resource.items()}
 
-    def _selector(self, selector: Mapping[str, str]) -> np.ndarray:
-        key = tuple(sorted(selector.items()))
+    def selects(self, job: JobView) -> np.ndarray:
+        """Per cluster, whether it matches the gang's cluster selector and has nodes with its pods' labels."""
+        key = (tuple(sorted(job.cluster_selector.items())), job.node_selector)
         mask = self._selectors.get(key)
         if mask is None:
-            mask = np.array([all(labels.get(k) == v for k, v in key) for labels in self.labels], dtype=bool)
+            mask = np.array([all(labels.get(k) == v for k, v in key[0]) and not unlabelled(job, nodes)
+                             for labels, nodes in zip(self.labels, self.node_labels, strict=True)], dtype=bool)
             self._selectors[key] = mask
         return mask
 
@@ -168,7 +171,7 @@ class ClusterTable:
 
     def _score(self, job: JobView, i: int) -> float:
         """`_scores` for one cluster, in plain Python: for a row or two, numpy's per-call cost is most of it."""
-        if not self._selector(job.cluster_selector)[i]:
+        if not self.selects(job)[i]:
             return np.inf
         free, tiers = self.free[i].tolist(), self.tiers[i].tolist()
         request = [(self.resource[r], a) for r, a in job.request.items() if a > 0]
@@ -196,7 +199,7 @@ class ClusterTable:
         if request is None or largest is None:
             return None
         free, tiers = self.free[rows], self.tiers[rows]
-        mask = self._selector(job.cluster_selector)[rows] & (free >= request).all(1) & (
+        mask = self.selects(job)[rows] & (free >= request).all(1) & (
             tiers[:, 0, :] >= largest).all(1)
         covers = (tiers[:, 1:, :] >= request).all(2)  # [c, t - 1]
         if job.mode == "hard":
@@ -262,7 +265,7 @@ class ClusterTable:
         request = self.vector(job.request)
         found = None
         if request is not None and self.held.any():
-            mask = self._selector(job.cluster_selector) & self.held.any(1) & (
+            mask = self.selects(job) & self.held.any(1) & (
                 (self.free + self.held) >= request).all(1)
             hits = np.flatnonzero(mask)
             found = self.names[int(hits[0])] if len(hits) else None

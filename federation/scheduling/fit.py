@@ -49,6 +49,9 @@ class ClusterView:
     # MIG slices its agent could cut idle GPUs into (NVIDIA's MIG manager): room for a gang beside `capacity`,
     # never counted in it (the same GPUs are counted whole there).
     partitionable: Resources = field(default_factory=dict)
+    # The label pairs ("key=value") its nodes carry, as its agent reports them (None: not reported, so a pod's
+    # nodeSelector is left to the agent's placement there).
+    node_labels: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,10 @@ class JobView:
     mode: str = ""
     highest_tier: int = 0
     highest_tier_name: str = ""
+    # Every label pair ("key=value") one of its pods' nodeSelectors asks for: a cluster none of whose nodes
+    # carries one of them cannot hold the gang (a necessary condition; the agent's placement matches them node
+    # by node).
+    node_selector: tuple[str, ...] = ()
 
     # Everything about the gang that decides where it fits: equal shapes fit the same clusters, and are one
     # object (`Shape`). Made once with the view (it is asked for hundreds of thousands of times a cycle),
@@ -68,8 +75,8 @@ class JobView:
 
     def __post_init__(self) -> None:
         shape = shape_of((tuple(self.request.items()), tuple(self.largest_pod.items()),
-                          tuple(self.cluster_selector.items()), self.mode, self.highest_tier, self.highest_tier_name),
-                         self)
+                          tuple(self.cluster_selector.items()), self.mode, self.highest_tier, self.highest_tier_name,
+                          self.node_selector), self)
         object.__setattr__(self, "shape", shape)
         # Equal shapes hold equal amounts: the first view's mappings serve them all (a million waiting jobs of a
         # few hundred shapes would otherwise hold three dicts each). Nothing changes a view's mappings in place.
@@ -123,11 +130,27 @@ def _short(resources: Mapping[str, int], request: Mapping[str, int]) -> str:
     return ", ".join(f"{r} {free[r]}/{want[r]} free" for r in want)
 
 
+def unlabelled(job: JobView, node_labels: frozenset[str] | None) -> list[str]:
+    """The label pairs the gang's pods select nodes by that no node of a cluster reporting `node_labels` has."""
+    if not job.node_selector or node_labels is None:
+        return []
+    return [pair for pair in job.node_selector if pair not in node_labels]
+
+
+def selects(job: JobView, cluster: ClusterView) -> bool:
+    """Whether the cluster's labels match the gang's cluster selector and its nodes have every label the
+    pods' nodeSelectors name: whatever is free, a cluster that does not could never take the gang."""
+    return all(cluster.labels.get(k) == v for k, v in job.cluster_selector.items()) and \
+        not unlabelled(job, cluster.node_labels)
+
+
 def check(job: JobView, cluster: ClusterView) -> str | None:
     """None when the job fits `cluster`, else why not (for the job's reason and ExplainJob)."""
     missing = {k: v for k, v in job.cluster_selector.items() if cluster.labels.get(k) != v}
     if missing:
         return "lacks label " + ",".join(f"{k}={v}" for k, v in sorted(missing.items()))
+    if nodes_lack := unlabelled(job, cluster.node_labels):
+        return f"no node has label {','.join(nodes_lack)} (its pods' nodeSelector)"
     if not covers(cluster.free, job.request):
         return "not enough free: " + _short(cluster.free, job.request)
     nodes = [t for t in cluster.tiers if t.tier == 0]
@@ -177,6 +200,8 @@ def _lacks(job: JobView, cluster: ClusterView) -> tuple[int, str, Resources, Res
     if any(cluster.labels.get(k) != v for k, v in job.cluster_selector.items()):
         return 0, "a cluster labelled " + ",".join(f"{k}={v}" for k, v in sorted(job.cluster_selector.items())), \
             {}, {}
+    if unlabelled(job, cluster.node_labels):
+        return 0, "nodes labelled " + ",".join(job.node_selector) + ", as its pods' nodeSelector asks", {}, {}
     capacity = add(cluster.capacity, cluster.partitionable) if cluster.partitionable else cluster.capacity
     if capacity and not covers(capacity, job.request):
         return 1, "in one cluster", job.request, capacity

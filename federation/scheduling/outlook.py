@@ -27,7 +27,8 @@ def after_dispatch(snap: Snapshot, d: Decisions, pending: Mapping[str, PendingJo
         for r, a in pending[job_id].view.request.items():
             into[r] = into.get(r, 0) + a
     return [ClusterView(c.name, c.labels, {r: a - gone.get(c.name, {}).get(r, 0) for r, a in c.free.items()},
-                        c.tiers, c.capacity, c.domains, partitionable=c.partitionable) for c in snap.clusters]
+                        c.tiers, c.capacity, c.domains, partitionable=c.partitionable, node_labels=c.node_labels)
+            for c in snap.clusters]
 
 
 def holds(d: Decisions) -> dict[str, str]:

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from federation.scheduling.fairshare import keeps_share
-from federation.scheduling.fit import ClusterView, DomainFree, JobView, covers
+from federation.scheduling.fit import ClusterView, DomainFree, JobView, covers, selects
 from federation.scheduling.model import (
     MOVE_BUDGET_SECONDS,
     RESOURCE_FOR_FEWEST,
@@ -130,11 +130,11 @@ class Preemption:
         wanted = request.get(RESOURCE_FOR_FEWEST, 0)
         short = {c: wanted - (int(self.clusters.free[self.clusters.index[c], gpus]) if gpus is not None else 0)
                  for c in candidates}
+        selected = self.clusters.selects(job.view)
         for cluster in sorted(candidates, key=lambda c: (short[c], c)):
             if best is not None and (lowest, 0.0, max(short[cluster], 0), 1) > best[:4]:
                 continue
-            labels = self.clusters.labels[self.clusters.index[cluster]]
-            if cluster in refused or any(labels.get(k) != v for k, v in job.view.cluster_selector.items()):
+            if cluster in refused or not selected[self.clusters.index[cluster]]:
                 continue
             freed = self.clusters.free_dict(cluster)
             if covers(freed, request):
@@ -167,8 +167,7 @@ class Preemption:
         reported = False
         refused = self.snap.refused.get(job.id, {})
         for view in self.snap.clusters:
-            selector = job.view.cluster_selector
-            if view.name in refused or not view.domains or any(view.labels.get(k) != v for k, v in selector.items()):
+            if view.name in refused or not view.domains or not selects(job.view, view):
                 continue
             reported = True
             cluster_free = self.clusters.free_dict(view.name)  # a HyperNode has no more than its cluster left
@@ -204,8 +203,7 @@ class Preemption:
         best: tuple[float, int, int, str, str, list[RunningJob]] | None = None
         refused = self.snap.refused.get(job.id, {})
         for view in self.snap.clusters:
-            selector = job.view.cluster_selector
-            if view.name in refused or not view.domains or any(view.labels.get(k) != v for k, v in selector.items()):
+            if view.name in refused or not view.domains or not selects(job.view, view):
                 continue
             cluster_free = self.clusters.free_dict(view.name)
             if not covers(cluster_free, request):

@@ -29,6 +29,7 @@ from kubernetes.client.rest import ApiException
 
 from federation import certs
 from federation.testbed.build import REPO, Tools
+from member_agent.clusters import registered
 
 STAGES = REPO / "testbed" / "kwok" / "stages.yaml"
 AGENT_RBAC = REPO / "deploy" / "kubernetes" / "agent" / "rbac.yaml"
@@ -207,10 +208,11 @@ class Testbed:
         raise TestbedError(f"the CRD {crd['metadata']['name']} was not established")
 
     def apply(self, objects: Sequence[dict[str, Any]]) -> None:
-        """Create these objects as the admin (custom objects, such as HyperNodes, included)."""
+        """Create these objects as the admin (custom objects, such as HyperNodes, included); Nodes with the
+        labels a kubelet would have given them."""
         api = self.admin()
         custom = client.CustomObjectsApi(api)
-        for obj in objects:
+        for obj in map(registered, objects):
             group, _, version = obj["apiVersion"].rpartition("/")
             if group.endswith(".volcano.sh"):
                 plural = obj["kind"].lower() + "s"

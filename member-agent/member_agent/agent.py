@@ -480,7 +480,9 @@ class Agent:
             degraded_hypernodes=sorted(state.degraded_links)[:MAX_REPORTED_HYPERNODES])
         if state.degraded or state.degraded_links:
             health.healthy_topology.extend(_tier_messages(state.summary(healthy=True)))
+        pairs = state.node_label_pairs
         return agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
+            node_labels=agent_pb2.NodeLabels(pairs=pairs) if pairs is not None else None,
             health=health, managed=agent_pb2.ResourceAmounts(amounts=managed),
             capacity=agent_pb2.ResourceAmounts(amounts=capacity),
             allocatable=agent_pb2.ResourceAmounts(amounts=allocatable),

@@ -12,6 +12,24 @@ from typing import Any
 from member_agent.topology import HYPERNODE_API
 
 Obj = dict[str, Any]
+# What the kubelet labels every node it registers with (Kubernetes' well-known labels): pods select nodes by them,
+# as Volcano's own examples do (`kubernetes.io/os: linux`).
+KUBELET_LABELS = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+
+
+def kubelet_labels(name: str, labels: Mapping[str, str]) -> dict[str, str]:
+    """A node's labels as a kubelet would have registered it: with the well-known ones (its hostname, OS and
+    architecture) the description leaves out. KWOK's nodes and simulated ones have no kubelet to add them."""
+    return {"kubernetes.io/hostname": name, **KUBELET_LABELS, **labels}
+
+
+def registered(obj: Any) -> Any:
+    """A Node object with the labels a kubelet would have given it; any other object as it is."""
+    if not isinstance(obj, Mapping) or obj.get("kind") != "Node" or not isinstance(obj.get("metadata"), Mapping):
+        return obj
+    meta = obj["metadata"]
+    return {**obj, "metadata": {**meta, "labels": kubelet_labels(str(meta.get("name", "")),
+                                                                   meta.get("labels") or {})}}
 
 
 def node(name: str, allocatable: Mapping[str, str], labels: Mapping[str, str] | None = None) -> Obj:

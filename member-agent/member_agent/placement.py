@@ -491,6 +491,8 @@ class _Placer:
 
 def place(state: ClusterState, gang: GangRequest) -> Placement | Rejection:
     """Healthy nodes first; degraded ones (not behind degraded links for a hard-tier gang) only when that fails."""
+    if unmatched := _unmatched(state, gang):  # whatever is free: said as such, not as room lacking
+        return Rejection(unmatched)
     if not state.degraded and not state.degraded_links:
         return _place(state, gang)
     hard = gang.mode == "hard" and gang.highest_tier is not None
@@ -508,6 +510,17 @@ def place(state: ClusterState, gang: GangRequest) -> Placement | Rejection:
         avoided.append(f"{len(state.degraded_links)} HyperNode(s) with degraded links ("
                        f"{', '.join(sorted(state.degraded_links)[:3])})")
     return Rejection(f"{outcome.reason}; avoided: {'; '.join(avoided)}" if avoided else outcome.reason)
+
+
+def _unmatched(state: ClusterState, gang: GangRequest) -> str:
+    """Why no node of the cluster could ever take one of the gang's tasks: no node has every label its
+    nodeSelector names; "" when each task's selector matches some node."""
+    for task in gang.tasks:
+        if task.node_selector and not any(all(node.labels.get(k) == v for k, v in task.node_selector.items())
+                                          for node in state.topology.nodes.values()):
+            pairs = ",".join(f"{k}={v}" for k, v in sorted(task.node_selector.items()))
+            return f"no node matches task {task.name}'s nodeSelector {pairs}"
+    return ""
 
 
 def _place(state: ClusterState, gang: GangRequest) -> Placement | Rejection:

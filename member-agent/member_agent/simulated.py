@@ -2,16 +2,19 @@
 
 Pods "run" for the duration their task or job asks for (annotation `federation.dev/sim-duration`
 on the task's pod template or the job, default a few seconds) and then succeed, so demos and
-end-to-end tests finish on their own; `federation.dev/sim-start-delay` keeps new pods Pending that
-long first (an image pull). Pods listed in the file occupy their nodes for good, like other
-workloads in a real cluster.
+end-to-end tests finish on their own (`infinity`: until cancelled, as `sleep infinity` runs);
+`federation.dev/sim-start-delay` keeps new pods Pending that long first (an image pull). Pods listed in
+the file occupy their nodes for good, like other workloads in a real cluster. Nodes have the labels a kubelet
+gives every node.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from federation.durations import parse_duration
 from federation.resources import QuantityError, Resources, parse_amount
 from federation.v1 import common_pb2
 from member_agent.agent import AgentJob, BindError
+from member_agent.clusters import kubelet_labels
 from member_agent.placement import PodPlacement
 from member_agent.state import ClusterState
 from member_agent.topology import TopologyError, build, load_objects
@@ -29,6 +33,7 @@ from member_agent.topology import TopologyError, build, load_objects
 DURATION_ANNOTATION = "federation.dev/sim-duration"
 START_DELAY_ANNOTATION = "federation.dev/sim-start-delay"  # how long a new pod stays Pending
 DEFAULT_DURATION = 5.0
+UNTIL_CANCELLED = "infinity"  # a duration annotation for pods that run until the job is cancelled
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,7 @@ def pod_requests(pod: Mapping[str, Any]) -> Resources:
 def load_cluster(objects: Iterable[Mapping[str, Any]]) -> ClusterState:
     """Build the cluster state from its objects; bound Pods take their share of their nodes."""
     nodes, hypernodes, pods = load_objects(objects)
+    nodes = [dataclasses.replace(n, labels=kubelet_labels(n.name, n.labels)) for n in nodes]
     state = ClusterState(build(nodes, hypernodes))
     for note in state.topology.notes:
         log.warning("%s", note)
@@ -95,7 +101,13 @@ def annotation(spec: common_pb2.JobSpec, task: str, name: str) -> str:
     return spec.annotations.get(name, "")
 
 
+def _running_for(seconds: float) -> str:
+    return f"running for {seconds:g}s\n" if math.isfinite(seconds) else "running until cancelled\n"
+
+
 def _seconds(text: str, default: float) -> float:
+    if text.strip() == UNTIL_CANCELLED:
+        return math.inf
     try:
         return parse_duration(text) if text else default
     except ValueError:
@@ -138,7 +150,7 @@ class SimulatedBackend:
         if previous:
             raise LookupError(f"pod {task}[{index}] of job {job.job.id} has not restarted: no previous log")
         lines = [f"simulated pod {job.job.id}-{task}-{index} on node {pod.node}, attempt {job.attempt}\n",
-                 f"running for {self.duration(job, task):g}s\n"]
+                 _running_for(self.duration(job, task))]
         yield "".join(lines[-tail_lines:] if tail_lines else lines).encode()
         beat = 0
         while follow and (job.job.id, task) in self.tasks:
@@ -166,6 +178,8 @@ class SimulatedBackend:
                         delay, self._started, job_id, attempt, task, pod.index)
             if all((p.task, p.index) in bound for p in job.pods if p.task == task):
                 self._cancel(self.tasks.pop((job_id, task), None))
+                # Never fires for a task that runs until cancelled (an infinite delay), which still has its
+                # entry: its pods' logs follow while it runs.
                 self.tasks[(job_id, task)] = loop.call_later(
                     delay + self.duration(job, task), self._complete, job_id, attempt, task)
 

@@ -6,6 +6,7 @@ node and its few ancestors only, so the per-tier summary sent to the server is c
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 from federation.gpuask import GPU, WHOLE, GpuAsk
 from federation.resources import SHARE, Resources
 from federation.scheduling.fit import TierFree
+from federation.validation import MAX_REPORTED_NODE_LABELS, NODE_OWN_LABEL
 from member_agent.devices import assign, fits, memory_mib, take
 from member_agent.fragmentation import Fragmentation
 from member_agent.nodehealth import DEGRADED, NodeHealth
@@ -314,6 +316,15 @@ class ClusterState:
         cap = self.counts.cap
         for domain, total in zip(self._domain_list, totals, strict=True):
             cap[(domain, shape)] = total
+
+    @functools.cached_property
+    def node_label_pairs(self) -> list[str] | None:
+        """The label pairs (`key=value`) its nodes carry, but each node's own name, for the federation to check
+        pods' nodeSelectors against; None when there are too many to report. Once per topology: a node's labels
+        changing rebuilds it."""
+        pairs = {f"{k}={v}" for node in self.topology.nodes.values() for k, v in node.labels.items()
+                 if k != NODE_OWN_LABEL}
+        return sorted(pairs) if len(pairs) <= MAX_REPORTED_NODE_LABELS else None
 
     def summary(self, healthy: bool = False) -> list[TierFree]:
         """For each tier, lowest first, the most of each resource free inside one of its domains, and the

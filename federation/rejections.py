@@ -1,0 +1,70 @@
+"""What a cluster that sent a job back keeps it from: being offered that job again until the cluster changed.
+
+A rejection is the agent's verdict on the cluster as it was when it tried. It stays true while the cluster's
+inventory stays as it was, and no longer: a fixed memory either sends the job back to a cluster that will refuse
+it again, or keeps it from room freed for it (the room a reclaim made, a link healed) until the time is up. So a
+rejection holds until the cluster reports a different inventory. Under that, a floor: each rejection of the same
+waiting job by the same cluster doubles the time it holds whatever changes (from `FLOOR` to at most `CEILING`
+seconds), as Kueue's requeue backoff does, so a busy cluster whose inventory changes every second is not asked
+every second about a job it keeps refusing. Pure: the caller gives the clock and each cluster's inventory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Container, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+FLOOR = 1.0  # seconds the first rejection of a job by a cluster holds, whatever the cluster reports
+CEILING = 60.0  # the most the floor doubles to
+
+
+def fingerprint(inventory: Mapping[str, Any] | None) -> str:
+    """What tells one inventory from another."""
+    return hashlib.blake2b(json.dumps(inventory or {}, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+@dataclass
+class _Held:
+    why: str
+    until: float  # the floor's end
+    inventory: str | None  # the cluster's inventory when it was first seen after the rejection
+
+
+class Rejections:
+    """(job, cluster) -> the cluster's reason, while it holds."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], _Held] = {}
+        self._count: dict[tuple[str, str], int] = {}  # rejections of a waiting job by a cluster so far
+
+    def put(self, job_id: str, cluster: str, why: str, now: float) -> None:
+        key = (job_id, cluster)
+        count = self._count[key] = self._count.get(key, 0) + 1
+        self._held[key] = _Held(why, now + min(FLOOR * 2 ** (count - 1), CEILING), None)
+
+    def clusters(self) -> set[str]:
+        """The clusters some rejection is held for (whose inventories `live` needs)."""
+        return {cluster for _, cluster in self._held}
+
+    def live(self, now: float, inventories: Mapping[str, str] | None = None,
+             waiting: Container[str] | None = None) -> dict[tuple[str, str], str]:
+        """The rejections that hold. `inventories`: each Ready cluster's inventory fingerprint now (one left out
+        changes nothing); a rejection's baseline is the first it is given after it was put. `waiting`: the jobs
+        still waiting (the others' rejections and counts are forgotten)."""
+        if waiting is not None:
+            self._count = {k: n for k, n in self._count.items() if k[0] in waiting}
+        kept: dict[tuple[str, str], _Held] = {}
+        for key, held in self._held.items():
+            if waiting is not None and key[0] not in waiting:
+                continue
+            now_seen = (inventories or {}).get(key[1])
+            if held.inventory is None:
+                held.inventory = now_seen
+            elif now_seen is not None and now_seen != held.inventory and now >= held.until:
+                continue  # the cluster changed since, and the floor has passed
+            kept[key] = held
+        self._held = kept
+        return {key: held.why for key, held in kept.items()}
