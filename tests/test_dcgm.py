@@ -3,6 +3,8 @@ real HTTP endpoint beside the test bed's API server."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,9 @@ from member_agent.dcgm import Threshold, dcgm_health
 from member_agent.kube import KubernetesBackend
 from member_agent.kubeapi import Kube
 from member_agent.nodehealth import DEGRADED, FAILED, HealthConfigError, load_rules
+from tests.conftest import REPO
 from tests.kubehelp import JOBS, eventually, gpu_cluster, ready_nodes
+from tests.processes import BIN
 
 # As dcgm-exporter prints them (default counters, with the node's name in Hostname).
 EXPOSITION = """\
@@ -56,11 +60,31 @@ def test_the_rules_file_sets_dcgm_thresholds(tmp_path: Path) -> None:
     rules.write_text("dcgm:\n  failedXids: [13]\n  thresholds:\n    - {metric: DCGM_FI_DEV_PCIE_REPLAY_COUNTER, "
                      "above: 1000, state: failed, reason: PCIe}\n")
     loaded = load_rules(rules)
-    found = dcgm_health(EXPOSITION % (13, 250), loaded.dcgm_thresholds, loaded.dcgm_failed_xids)
+    found = dcgm_health(EXPOSITION % (13, 250), loaded.dcgm_thresholds, loaded.failed_xids)
     assert found["n0-0-0"].state == FAILED and "n0-1-0" not in found
     rules.write_text("dcgm:\n  thresholds:\n    - {metric: X, above: lots}\n")
     with pytest.raises(HealthConfigError, match=r"dcgm\.thresholds\[0\]\.above"):
         load_rules(rules)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("dcgm: {thresholds: 5}\n", r"dcgm\.thresholds must be a list"),
+    ("dcgm:\n  thresholds:\n    - {metric: X, abvoe: 3}\n", r"dcgm\.thresholds\[0\]: unknown field 'abvoe'"),
+    ("dcgm:\n  thresholds:\n    - {metric: X, link: sometimes}\n", r"dcgm\.thresholds\[0\]: reason must be"),
+    ("failureRates: 5\n", "failureRates must map"),
+])
+def test_a_bad_rules_file_stops_the_agent_with_the_field_not_a_traceback(tmp_path: Path, text: str,
+                                                                       message: str) -> None:
+    """Issue 42 (5): `dcgm: {thresholds: 5}` crashed the agent with a traceback."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(text)
+    with pytest.raises(HealthConfigError, match=message):
+        load_rules(rules)
+    done = subprocess.run([str(BIN / "member-agent"), "--cluster", "c", "--server", "127.0.0.1:9", "--simulate",
+                           str(REPO / "examples" / "clusters" / "cpu-small.yaml"), "--health-rules", str(rules)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert re.search(message, done.stderr) and str(rules) in done.stderr, done.stderr
 
 
 async def test_the_agent_reads_a_dcgm_endpoint_and_its_nodes_follow(kube: Testbed, tmp_path: Path) -> None:

@@ -87,10 +87,10 @@ def test_a_gang_on_a_node_that_turns_degraded_moves_by_its_checkpoint_inside_its
         before = fed.status(job_id)
         leaf, nodes = before.hypernode, {p.node for p in before.placements}
         bad = sorted(nodes)[0]
-        apply(kube.admin(), Fault(0, "node", bad, "degraded", "XID 48"))
+        apply(kube.admin(), Fault(0, "node", bad, "degraded", "XID 63"))
         wait_for("the move planned", lambda: [e for e in events(fed.jobs, job_id) if e.type == "DrainPlanned"])
         planned = next(e for e in events(fed.jobs, job_id) if e.type == "DrainPlanned")
-        assert f"node {bad} degraded (XID 48)" in planned.message
+        assert f"node {bad} degraded (XID 63)" in planned.message
         # Planned for its next checkpoint (its 20 s interval counted from its start), not at once: the agent's timer.
         delay = int(re.search(r"moving at the next checkpoint in (\d+)s", planned.message).group(1))  # type: ignore[union-attr]
         assert 0 < delay <= 20

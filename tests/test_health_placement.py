@@ -50,14 +50,54 @@ def test_nvsentinel_condition_and_taint_read_as_failed_and_degraded() -> None:
     assert hypernode_degraded([{"type": "Ready", "status": "True"}], RULES) == ""
 
 
+# As NVSentinel's syslog health monitor writes its conditions' messages (its own tests' words), and the kernel's line.
+NVSENTINEL_XID_79 = ("ErrorCode:79 PCI:0000:ef:00 GPU_UUID:GPU-b5f21324-f1f9-f1a4-1a37-1166234f6e4f "
+                     "MESSAGE=NVRM: Xid (PCI:0000:ef:00): 79, pid=0, name=<unknown>, GPU has fallen off the bus. "
+                     "Recommended Action=RESTART_BM;")
+NVSENTINEL_XID_48 = ("ErrorCode:48 PCI:0000:17:00 GPU_UUID:GPU-22222222-2222-2222-2222-222222222222 "
+                     "kernel: [16450076.435595] NVRM: Xid (PCI:0000:17:00): 48, pid=1582259, name=python, "
+                     "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at "
+                     "partition 1, subpartition 0. Recommended Action=RESTART_BM;")
+NVSENTINEL_XID_13 = ("ErrorCode:13 PCI:0000:19:00 GPU_UUID:GPU-33333333-3333-3333-3333-333333333333 "
+                     "kernel: [16450076.435584] NVRM: Xid (PCI:0000:19:00): 13, pid='<unknown>', name=<unknown>, "
+                     "Graphics SM Warp Exception on (GPC 1, TPC 0, SM 0): Misaligned Address "
+                     "Recommended Action=NONE;")
+KERNEL_SXID = "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error"
+
+
+def test_the_xid_in_nvsentinels_messages_decides_failed_or_degraded() -> None:
+    """Issue 42 (5): health read "SysLogsXIDError", not the XID in its message, so a double-bit ECC error (48)
+    and an application's illegal address (13) were the same. XIDs 48, 79 and 95 fail a node (the rules' failedXids),
+    others degrade it; each is named; a message holding several (compacted) takes the worst."""
+    def xid(message: str, kind: str = "SysLogsXIDError") -> NodeHealth:
+        return node_health([{"type": kind, "status": "True", "message": message}], [], RULES)
+
+    assert (xid(NVSENTINEL_XID_79).state, xid(NVSENTINEL_XID_79).reasons) == (FAILED, ("XID 79",))
+    assert (xid(NVSENTINEL_XID_48).state, xid(NVSENTINEL_XID_48).reasons) == (FAILED, ("XID 48",))
+    assert (xid(NVSENTINEL_XID_13).state, xid(NVSENTINEL_XID_13).reasons) == (DEGRADED, ("XID 13",))
+    both = xid(f"{NVSENTINEL_XID_13} {NVSENTINEL_XID_48}")
+    assert (both.state, both.reasons) == (FAILED, ("XID 48", "XID 13"))
+    kernel = xid("NVRM: Xid (PCI:0000:cb:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
+    assert (kernel.state, kernel.reasons) == (FAILED, ("XID 79",))
+    sxid = xid(KERNEL_SXID, "SysLogsSXIDError")
+    assert (sxid.state, sxid.reasons, sxid.link) == (DEGRADED, ("SXID 12028",), True)
+    assert summary({"a": xid(NVSENTINEL_XID_79), "b": xid(NVSENTINEL_XID_13)}) == [
+        "1 node failed (XID 79)", "1 node degraded (XID 13)"]
+
+
 def test_rules_are_configuration_and_a_bad_file_names_its_field(tmp_path: Path) -> None:
     good = tmp_path / "health.yaml"
-    good.write_text("conditions:\n  degraded: [MyGpuWatch]\nfailureRates:\n  default: 0.5\n  XID 79: 2\n")
+    good.write_text("conditions:\n  degraded: [MyGpuWatch]\nfailureRates:\n  default: 0.5\n  XID 31: 2\n")
     rules = load_rules(good)
     assert rules.degraded_conditions == ("MyGpuWatch",)
     assert rules.failed_conditions == HealthRules().failed_conditions  # what is left out keeps its default
-    h = node_health([{"type": "MyGpuWatch", "status": "True", "message": "xid 79"}], [], rules)
+    h = node_health([{"type": "MyGpuWatch", "status": "True", "message": "xid 31"}], [], rules)
     assert (h.state, h.failure_rate) == (DEGRADED, 2.0)
+    fatal = node_health([{"type": "MyGpuWatch", "status": "True", "message": "xid 79"}], [], rules)
+    assert (fatal.state, fatal.reasons) == (FAILED, ("XID 79",))  # an XID that fails a node
+    good.write_text("failedXids: [31]\n")
+    assert node_health([{"type": "SysLogsXIDError", "status": "True", "message": "xid 31"}], [],
+                       load_rules(good)).state == FAILED
     assert node_health([{"type": "SysLogsXIDError", "status": "True"}], [], rules).state == HEALTHY
     bad = tmp_path / "bad.yaml"
     bad.write_text("conditions:\n  degraded: MyGpuWatch\n")

@@ -36,6 +36,16 @@ def _condition(kind: str, on: bool, message: str) -> dict[str, Any]:
             "lastTransitionTime": _now()}
 
 
+def _message(reason: str) -> str:
+    """As NVSentinel's syslog health monitor words a condition: the XID's code, the GPU and the kernel's line."""
+    kind, _, code = reason.partition(" ")
+    if kind.upper() not in ("XID", "SXID") or not code.isdigit():
+        return f"{reason} reported by the syslog health monitor"
+    return (f"ErrorCode:{code} PCI:0000:17:00 GPU_UUID:GPU-00000000-0000-0000-0000-000000000000 kernel: "
+            f"NVRM: {'SXid' if kind.upper() == 'SXID' else 'Xid'} (PCI:0000:17:00): {code}, pid=0, name=<unknown>, "
+            f"Recommended Action=NONE;")
+
+
 def apply(api: client.ApiClient, fault: Fault) -> None:
     """Write one fault to the cluster."""
     if fault.kind == "hypernode":
@@ -47,11 +57,10 @@ def apply(api: client.ApiClient, fault: Fault) -> None:
             *HYPERNODE, fault.name, {"status": {"conditions": [condition]}})
         return
     core = client.CoreV1Api(api)
-    reason = fault.reason or ("XID 79" if fault.state == FAILED else "XID 48")
+    reason = fault.reason or ("XID 79" if fault.state == FAILED else "XID 63")
     sxid = reason.upper().startswith("SXID")
     conditions = [
-        _condition("SysLogsSXIDError" if sxid else "SysLogsXIDError", fault.state == DEGRADED,
-                   f"{reason} reported by the syslog health monitor"),
+        _condition("SysLogsSXIDError" if sxid else "SysLogsXIDError", fault.state == DEGRADED, _message(reason)),
         _condition("SysLogsGPUFallenOff", fault.state == FAILED, f"{reason}: GPU has fallen off the bus"),
     ]
     core.patch_node_status(fault.name, {"status": {"conditions": conditions}})

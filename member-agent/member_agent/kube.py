@@ -545,7 +545,7 @@ class KubernetesBackend:
                         response.raise_for_status()
                         text = await response.text()
                     skipped: list[str] = []
-                    found = dcgm_health(text, thresholds, self.rules.dcgm_failed_xids, self.rules.default_failure_rate,
+                    found = dcgm_health(text, thresholds, self.rules.failed_xids, self.rules.default_failure_rate,
                                         skipped)
                 except asyncio.CancelledError:
                     raise

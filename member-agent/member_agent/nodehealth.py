@@ -44,7 +44,14 @@ HYPERNODE_DEGRADED = ("LinkDegraded", "Degraded", "NetworkDegraded")
 # A degraded node fails at this rate (per hour) until repaired: an XID or ECC warning is typically
 # followed by a hard failure within hours (Meta's Llama 3 report: most interruptions were GPU and HBM faults).
 DEFAULT_FAILURE_RATE = 0.1
-_XID = re.compile(r"\b[Ss]?XID[ :=#-]*(\d+)", re.IGNORECASE)
+# How monitors write an XID into a condition's message. NVSentinel: "ErrorCode:79 PCI:0000:ef:00 GPU_UUID:GPU-…
+# MESSAGE=NVRM: Xid (PCI:0000:ef:00): 79, pid=0, … Recommended Action=RESTART_BM;" (several such, compacted into
+# one message, when a node has had several); the kernel's own line "NVRM: Xid (PCI:0000:cb:00): 13, …" or
+# "SXid (PCI:0000:05:00.0): 12028, Non-fatal, …"; people and simpler monitors: "XID 79", "xid=48".
+_KERNEL_XID = re.compile(r"\b(S?XID)\s*\(PCI:[^)]*\):\s*(\d+)", re.IGNORECASE)
+_ERROR_CODE = re.compile(r"\bErrorCode:(\d+)\b")
+_XID = re.compile(r"\b(S?XID)[ :=#-]*(\d+)", re.IGNORECASE)
+MAX_XID = 2**16  # larger numbers are not XIDs (SXIDs run to five digits)
 
 
 class HealthConfigError(ValueError):
@@ -62,8 +69,9 @@ class HealthRules:
     hypernode_conditions: tuple[str, ...] = HYPERNODE_DEGRADED  # status True: the HyperNode's links degraded
     failure_rates: Mapping[str, float] = field(default_factory=dict)  # condition type or "XID n" -> per hour
     default_failure_rate: float = DEFAULT_FAILURE_RATE
-    # DCGM exporter metrics, when the agent reads them (member_agent.dcgm): the fatal XIDs and the thresholds
-    dcgm_failed_xids: tuple[int, ...] = (48, 79, 95)
+    # XIDs that fail a node, named in a condition's message or in DCGM's metrics (others degrade it)
+    failed_xids: tuple[int, ...] = (48, 79, 95)
+    # DCGM exporter metrics, when the agent reads them (member_agent.dcgm): the thresholds
     dcgm_thresholds: tuple[Any, ...] = ()  # dcgm.Threshold; () means dcgm.DEFAULT_THRESHOLDS
 
     def rate(self, reason: str, condition: str) -> float:
@@ -86,12 +94,27 @@ class NodeHealth:
 SOUND = NodeHealth()
 
 
-def reason_of(condition: str, message: str) -> str:
-    """What a condition says in a word: its XID when the message names one (as NVSentinel's do), else its type."""
-    found = _XID.search(message or "")
-    if found:
-        return f"{'SXID' if found.group(0).upper().startswith('SXID') else 'XID'} {found.group(1)}"
-    return condition
+def xids_of(condition: str, message: str) -> list[tuple[str, int]]:
+    """The XIDs (and NVSwitch SXIDs) a condition's message names, in order, each once: ("XID", 79)."""
+    sxid = "SXID" in condition  # SysLogsSXIDError; SysLogsXIDError reads "sXID"
+    found = [(kind.upper(), int(n)) for kind, n in _KERNEL_XID.findall(message)]
+    if "XID" in condition:  # NVSentinel's ErrorCode is the XID in its XID conditions only
+        found += [("SXID" if sxid else "XID", int(n)) for n in _ERROR_CODE.findall(message)]
+    if not found:
+        found = [(kind.upper(), int(n)) for kind, n in _XID.findall(message)]
+    return [x for x in dict.fromkeys(found) if x[1] < MAX_XID]
+
+
+def _condition_health(kind: str, message: str, rules: HealthRules) -> NodeHealth:
+    """A True condition of a type the rules name: failed by its type, or by an XID it names that fails a node
+    (48 double-bit ECC, 79 fallen off the bus, 95 uncontained ECC by default); else degraded. Its reasons are
+    the XIDs it names (those that fail the node first), else its type."""
+    xids = xids_of(kind, message)
+    fatal = [x for x in xids if x[0] == "XID" and x[1] in rules.failed_xids]
+    state = FAILED if kind in rules.failed_conditions or fatal else DEGRADED
+    reasons = tuple(f"{k} {n}" for k, n in dict.fromkeys(fatal + xids)) or (kind,)
+    return NodeHealth(state, reasons, kind in rules.link_conditions,
+                      rules.rate(reasons[0], kind) if state == DEGRADED else 0.0)
 
 
 def node_health(conditions: Iterable[Mapping[str, Any]], taints: Iterable[Mapping[str, Any]],
@@ -102,13 +125,8 @@ def node_health(conditions: Iterable[Mapping[str, Any]], taints: Iterable[Mappin
         kind = str(c.get("type", ""))
         if str(c.get("status", "")) != "True":
             continue
-        state = FAILED if kind in rules.failed_conditions else DEGRADED if kind in rules.degraded_conditions \
-            else None
-        if state is None:
-            continue
-        reason = reason_of(kind, str(c.get("message", "")))
-        health = health.worst(NodeHealth(state, (reason,), kind in rules.link_conditions,
-                                         rules.rate(reason, kind) if state == DEGRADED else 0.0))
+        if kind in rules.failed_conditions or kind in rules.degraded_conditions:
+            health = health.worst(_condition_health(kind, str(c.get("message", "")), rules))
     for t in taints:
         key, value = str(t.get("key", "")), str(t.get("value", ""))
         if any(fnmatch.fnmatchcase(key, g) for g in rules.failed_taints):
@@ -127,7 +145,9 @@ def hypernode_degraded(conditions: Iterable[Mapping[str, Any]], rules: HealthRul
     for c in conditions:
         kind = str(c.get("type", ""))
         if kind in rules.hypernode_conditions and str(c.get("status", "")) == "True":
-            return reason_of(c.get("reason") or kind, str(c.get("message", "")))
+            said = c.get("reason") or kind
+            xids = xids_of(said, str(c.get("message", "")))
+            return f"{xids[0][0]} {xids[0][1]}" if xids else said
     return ""
 
 
@@ -164,10 +184,11 @@ def load_rules(path: Path) -> HealthRules:
         raise HealthConfigError(f"{path}: {err}") from None
     if not isinstance(data, Mapping):
         raise HealthConfigError(f"{path}: must be a mapping (conditions, taints, hypernodes, failureRates)")
-    unknown = set(data) - {"conditions", "taints", "hypernodes", "failureRates", "dcgm"}
+    unknown = set(data) - {"conditions", "taints", "hypernodes", "failureRates", "failedXids", "dcgm"}
     if unknown:
         raise HealthConfigError(f"{path}: unknown field {sorted(unknown)[0]!r} (conditions, taints, hypernodes, "
-                                "failureRates, dcgm)")
+                                "failureRates, failedXids, dcgm)")
+    xids = {} if "failedXids" not in data else {"failed_xids": _xids(data["failedXids"], f"{path}: failedXids")}
     d = HealthRules()
     rates = data.get("failureRates") or {}
     if not isinstance(rates, Mapping) or not all(
@@ -183,7 +204,13 @@ def load_rules(path: Path) -> HealthRules:
         hypernode_conditions=_strings(data, "hypernodes", "degraded", str(path), d.hypernode_conditions),
         failure_rates={str(k): float(v) for k, v in rates.items() if k != "default"},
         default_failure_rate=float(rates.get("default", d.default_failure_rate)),
-        **_dcgm(data.get("dcgm"), str(path)))
+        **xids, **_dcgm(data.get("dcgm"), str(path)))
+
+
+def _xids(xids: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(xids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in xids):
+        raise HealthConfigError(f"{where} must be a list of XID numbers")
+    return tuple(xids)
 
 
 def _dcgm(data: Any, where: str) -> dict[str, Any]:
@@ -195,17 +222,20 @@ def _dcgm(data: Any, where: str) -> dict[str, Any]:
     if not isinstance(data, Mapping) or set(data) - {"failedXids", "thresholds"}:
         raise HealthConfigError(f"{where}: dcgm must be a mapping of failedXids and thresholds")
     out: dict[str, Any] = {}
-    if "failedXids" in data:
-        xids = data["failedXids"]
-        if not isinstance(xids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in xids):
-            raise HealthConfigError(f"{where}: dcgm.failedXids must be a list of XID numbers")
-        out["dcgm_failed_xids"] = tuple(xids)
+    if "failedXids" in data:  # as the top-level failedXids (where it was first given: still taken)
+        out["failed_xids"] = _xids(data["failedXids"], f"{where}: dcgm.failedXids")
     if "thresholds" in data:
+        if not isinstance(data["thresholds"] or [], list):
+            raise HealthConfigError(f"{where}: dcgm.thresholds must be a list of {{metric, above, state, reason}}")
         found = []
         for i, t in enumerate(data["thresholds"] or []):
             at = f"{where}: dcgm.thresholds[{i}]"
             if not isinstance(t, Mapping) or not isinstance(t.get("metric"), str):
                 raise HealthConfigError(f"{at}: needs metric (a DCGM field name, e.g. DCGM_FI_DEV_PCIE_REPLAY_COUNTER)")
+            if unknown := sorted(set(map(str, t)) - {"metric", "above", "state", "reason", "link"}):
+                raise HealthConfigError(f"{at}: unknown field {unknown[0]!r} (metric, above, state, reason, link)")
+            if not isinstance(t.get("reason", ""), str) or not isinstance(t.get("link", False), bool):
+                raise HealthConfigError(f"{at}: reason must be a string and link true or false")
             above = t.get("above", 0)
             if isinstance(above, bool) or not isinstance(above, int | float):
                 raise HealthConfigError(f"{at}.above: must be a number")
