@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from federation.testbed import build
 from federation.testbed.cluster import Testbed
 from federation.v1 import agent_pb2, common_pb2
 from member_agent import clusters
@@ -28,6 +29,19 @@ from tests.kubehelp import (
     pods,
     ready_nodes,
 )
+
+
+def test_the_api_server_says_the_release_it_was_built_from_and_nodes_have_kubelets_labels(kube: Testbed) -> None:
+    """Issue 42 (11): unstamped, the test bed's API server said v0.0.0-master+$Format:%H$, which operators that
+    check the server's version (Kueue among them) refuse; and (1) its nodes had none of the labels a kubelet
+    gives every node, which Volcano's own examples select."""
+    api = kube.admin()
+    info = client.VersionApi(api).get_code()
+    assert info.git_version == build.kube_version() and (info.major, info.minor) == tuple(
+        build.kube_version().removeprefix("v").split(".")[:2])
+    kube.apply([clusters.node("v0", {"cpu": "8"}, {"pool": "a"})])
+    assert client.CoreV1Api(api).read_node("v0").metadata.labels == {
+        "kubernetes.io/hostname": "v0", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "pool": "a"}
 
 
 async def test_reads_nodes_hypernodes_and_other_workloads_pods(kube: Testbed, tmp_path: Path) -> None:

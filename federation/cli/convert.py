@@ -199,7 +199,7 @@ class _Converter:
         kind = data.get("kind")
         why = {"ResourceFlavor": "a flavor here is a resource on clusters picked by their labels: "
                                  "fedctl flavor create NAME --resource R --selector K=V",
-               "Topology": "topology comes from each cluster's HyperNodes (or its agent's --topology-labels)",
+               "Topology": "topology comes from each cluster's HyperNodes (or its agent's --topology-label)",
                "AdmissionCheck": "the federation dispatches to member clusters itself",
                "MultiKueueConfig": "member clusters join by running an agent",
                "MultiKueueCluster": "member clusters join by running an agent"}[str(kind)]

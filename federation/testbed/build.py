@@ -4,8 +4,8 @@
 staging modules required at the matching releases) and etcd at the release that Kubernetes release is
 tested with; KWOK is installed at `KWOK_VERSION`; Volcano's CRDs are rendered from Volcano's published
 API module by controller-gen (`testbed/volcano/go.mod`), the generator Volcano itself uses. The cache
-is keyed by a hash of everything that decides the output (the Go files, go.mod/go.sum, KWOK's version
-and the Go toolchain), so a change to any of them builds afresh, and concurrent callers (pytest
+is keyed by a hash of everything that decides the output (the Go files, go.mod/go.sum, KWOK's version,
+the Go toolchain and the linker's flags), so a change to any of them builds afresh, and concurrent callers (pytest
 workers, a person's `make kube-up`) wait on one lock instead of building twice.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,13 +59,32 @@ def _go() -> str:
     return go
 
 
+def kube_version() -> str:
+    """The Kubernetes release `testbed/go.mod` pins (v1.34.4)."""
+    found = re.search(r"^\s*k8s\.io/kubernetes (v\d+\.\d+\.\d+)\s*$", (MODULE / "go.mod").read_text(), re.MULTILINE)
+    if found is None:
+        raise BuildError(f"{MODULE / 'go.mod'} does not require k8s.io/kubernetes at a release")
+    return found.group(1)
+
+
+def ldflags() -> str:
+    """Stripped, and stamped with the release as Kubernetes' own build stamps it: without the stamp the API
+    server says it is v0.0.0-master+$Format:%H$, which operators that check the server's version refuse."""
+    version = kube_version()
+    major, minor, _ = version.removeprefix("v").split(".")
+    stamp = {"gitVersion": version, "gitMajor": major, "gitMinor": minor, "gitTreeState": "clean"}
+    return " ".join(["-s -w"] + [f"-X {package}.{name}={value}" for package in
+                                 ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+                                 for name, value in stamp.items()])
+
+
 def key() -> str:
     """What the cache is keyed by: the module sources, KWOK's version and the Go toolchain."""
     digest = hashlib.sha256()
     for path in sorted(p for p in MODULE.rglob("*") if p.is_file() and p.suffix in (".go", ".mod", ".sum")):
         digest.update(str(path.relative_to(MODULE)).encode() + b"\0" + path.read_bytes() + b"\0")
     version = subprocess.run([_go(), "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout
-    digest.update(f"kwok {KWOK_VERSION} {version.strip()}".encode())
+    digest.update(f"kwok {KWOK_VERSION} {version.strip()} {ldflags()}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -101,7 +121,7 @@ def ensure(say: Callable[[str], None] = lambda _: None) -> Tools:
         say(f"building the Kubernetes test bed into {target} (once per version; about 10 minutes on 2 cores)")
         env = {"GOFLAGS": "-buildvcs=false -trimpath", "CGO_ENABLED": "0"}
         say("  kube-apiserver, kube-controller-manager, etcd ...")
-        _run([_go(), "build", "-ldflags=-s -w", "-o", str(tools.bin) + "/", "./cmd/..."], MODULE, env)
+        _run([_go(), "build", f"-ldflags={ldflags()}", "-o", str(tools.bin) + "/", "./cmd/..."], MODULE, env)
         say(f"  kwok {KWOK_VERSION} ...")
         _run([_go(), "install", "-ldflags=-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"], MODULE,
              {**env, "GOBIN": str(tools.bin)})
