@@ -148,6 +148,13 @@ CLUSTER_READY = Gauge("federation_cluster_ready", "1 while a member cluster is s
                       "the heartbeat timeout, not cordoned, its report usable), else 0.", ["cluster"])
 CLUSTER_HEARTBEAT_AGE = Gauge("federation_cluster_heartbeat_age_seconds",
                               "Seconds since a member cluster's agent was last heard from.", ["cluster"])
+JOB_WAIT_SECONDS = Histogram("federation_job_wait_seconds", "Seconds from a job's submission to its pods running, "
+                             "by queue.", ["queue"], registry=TENANTS,
+                             buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400, 7 * 86400))
+JOBS_FINISHED = Counter("federation_jobs_finished_total", "Jobs that ended, by outcome (succeeded, failed, "
+                        "cancelled).", ["outcome"])
+REJECTIONS = Counter("federation_rejections_total", "Dispatched jobs a member cluster's agent sent back "
+                     "(rejected, or refused for good), by cluster.", ["cluster"])
 ORPHAN_PODS_DELETED = Counter("federation_orphan_pods_deleted_total",
                               "Pods of attempts the federation no longer runs in a cluster, found there by its agent's "
                               "reconciliation and deleted.", ["cluster"])

@@ -118,3 +118,35 @@ def test_queue_series_only_for_an_admins_scrape(empty_db_url: URL) -> None:
         assert refused.value.code == 401
     finally:
         server.stop()
+
+
+async def test_wait_times_outcomes_and_rejections_in_the_metrics(api: Api, h100: Agent) -> None:  # noqa: F811
+    """Issue 42 (9): how long jobs waited (per queue, an admin's scrape), how they ended, and what clusters sent
+    back, as Kueue's admission wait time and Armada's outcomes are."""
+    from federation.v1 import common_pb2, jobs_pb2
+
+    def counts() -> tuple[float, ...]:
+        return (sample("federation_job_wait_seconds_count", queue="train") or 0,
+                sample("federation_jobs_finished_total", outcome="succeeded") or 0,
+                sample("federation_jobs_finished_total", outcome="cancelled") or 0,
+                sample("federation_rejections_total", cluster="h100") or 0)
+
+    before = counts()
+
+    def job(name: str, **task: object) -> common_pb2.JobSpec:
+        return common_pb2.JobSpec(name=name, queue="train", annotations={"federation.dev/sim-duration": "1s"},
+                                  tasks=[common_pb2.TaskSpec(name="w", replicas=1, resources={"cpu": "1"}, **task)])
+
+    quick = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=job("quick")))).job.id
+    # No agent reports each node's own name: sent, and the agent says no node has it.
+    pinned = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=job(
+        "pinned", node_selector={"kubernetes.io/hostname": "elsewhere"})))).job.id
+    await until("the quick job to succeed and the pinned one to be sent back", lambda: counts()[1] > before[1] and
+                counts()[3] > before[3])
+    assert counts()[0] >= before[0] + 1
+    reason = (await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=pinned))).status.reason
+    assert "no node matches task w's nodeSelector kubernetes.io/hostname=elsewhere" in reason, reason
+    await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=pinned))
+    await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=pinned))  # again: ended once
+    assert counts()[2] == before[2] + 1
+    assert (await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=quick))).status.phase == common_pb2.SUCCEEDED

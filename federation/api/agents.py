@@ -67,6 +67,16 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
     }
 
 
+def _observe(cluster: str, applied: Any) -> None:
+    """The metrics of what an update did to its job: how long it waited, how it ended, a cluster's refusals."""
+    if applied.event == "Running" and applied.waited is not None:
+        metrics.JOB_WAIT_SECONDS.labels(applied.queue).observe(max(applied.waited, 0.0))
+    elif applied.event in ("Succeeded", "Failed"):
+        metrics.JOBS_FINISHED.labels(applied.event.lower()).inc()
+    elif applied.event == "Rejected":
+        metrics.REJECTIONS.labels(cluster).inc()
+
+
 @servicer
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     def __init__(self, admin: AdminStore, jobs: JobStore, connections: Connections, on_change: Callable[[], None],
@@ -110,6 +120,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         if not valid:
             return
         for u, applied in zip(valid, await self.jobs.apply_updates(conn.cluster, valid), strict=True):
+            _observe(conn.cluster, applied)
             if applied.refused:
                 log.warning("cluster %s: its agent's update of job %s is not used: %s", conn.cluster, u.job_id,
                             applied.refused)

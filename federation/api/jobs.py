@@ -20,6 +20,7 @@ import grpc
 from google.protobuf import json_format
 
 import federation
+from federation import metrics
 from federation.api import convert
 from federation.api.status import servicer
 from federation.auth import Principal, RateLimiter, current, require_sees
@@ -231,8 +232,10 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         check_text(v, "reason", request.reason)
         if v:
             raise InvalidArgument(v.items)
-        await self._job(request.id)
+        before = await self._job(request.id)
         row = await self.jobs.cancel(request.id, request.reason)
+        if before["phase"] != "CANCELLED" and row["phase"] == "CANCELLED":
+            metrics.JOBS_FINISHED.labels("cancelled").inc()
         self.on_change()  # the Cancelled event is relayed to the job's agent as an order
         return convert.job_to_proto(row)
 

@@ -16,7 +16,7 @@ import secrets
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.protobuf import json_format
@@ -88,6 +88,9 @@ class Applied:
 
     stop: str = ""  # the agent runs what it must not (cancelled, preempted or moved meanwhile): why it must stop
     refused: str = ""  # why the update was not used (its pods are not the job's): nothing of it stored
+    event: str = ""  # the job event it appended that changed the job's phase or pods ("Running", "Rejected")
+    queue: str = ""
+    waited: float | None = None  # seconds from submission to running, when it started the job
 
 
 @dataclass(frozen=True)
@@ -761,4 +764,5 @@ class JobStore:
         await conn.execute(update(Job).where(Job.id == row["id"]).values({"updated_at": func.now(), **values}))
         await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], event, values["phase"],
                                                message or values["reason"], row["attempt"], cluster)])
-        return Applied()
+        waited = (datetime.now(UTC) - row["created_at"]).total_seconds() if event == "Running" else None
+        return Applied(event=event, queue=row["queue"], waited=waited)
