@@ -179,5 +179,9 @@ def test_get_job_as_yaml_is_the_volcano_job_and_submits_again(server: ServerProc
     again.write_text(printed.stdout)
     resubmitted = run(server, "submit", "-f", str(again))
     assert resubmitted.returncode == 0, resubmitted.stderr
+    new = resubmitted.stdout.split()[0].removeprefix("job/")
+    assert new != job  # a new job, which does not carry the old one's id (issue 42, 8)
+    stored = json.loads(run(server, "get", "job", new, "-o", "json").stdout)["spec"].get("annotations", {})
+    assert "federation.dev/job-id" not in stored, stored
     several = yaml.safe_load(run(server, "get", "jobs", "-l", "team=a", "-o", "yaml").stdout)
     assert several["kind"] == "List" and {i["kind"] for i in several["items"]} == {"Job"}

@@ -158,3 +158,13 @@ def test_admin_manifests() -> None:
                             "spec:\n  tenant: t\n  state: sleeping\n", "q.yaml")
     with pytest.raises(ManifestError, match=r"q.yaml:6: spec.state: 'sleeping' is not one of"):
         admin_from_document(doc)
+
+
+def test_each_command_points_to_the_other_for_what_it_does_not_take() -> None:
+    """Issue 42 (8): `fedctl apply -f job.yaml`, a kubectl habit, says jobs go to `submit` (and the reverse)."""
+    (job,) = load_documents((REPO / "examples" / "jobs" / "cpu-batch.yaml").read_text(), "cpu-batch.yaml")
+    with pytest.raises(ManifestError, match=r"cpu-batch.yaml:\d+: kind: .*; jobs go to 'fedctl submit -f'"):
+        admin_from_document(job)
+    (tenant,) = load_documents("apiVersion: federation.dev/v1\nkind: Tenant\nmetadata: {name: t}\n", "t.yaml")
+    with pytest.raises(ManifestError, match=r"admin objects go to 'fedctl apply -f'"):
+        job_from_document(tenant)

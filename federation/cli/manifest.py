@@ -31,6 +31,7 @@ VOLCANO_API = "batch.volcano.sh/v1alpha1"
 FEDERATION_API = "federation.dev/v1"
 CLUSTER_SELECTOR_ANNOTATION = "federation.dev/cluster-selector"
 REQUEST_ID_ANNOTATION = "federation.dev/request-id"
+JOB_ID_ANNOTATION = "federation.dev/job-id"  # which job `get -o yaml` printed: set by the server, never taken back
 
 VOLCANO_SCHEDULER = "volcano"  # the schedulerName Volcano's jobs carry: the federation stands in for it
 GENERATED_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' alphabet for generateName's 5 characters
@@ -301,6 +302,7 @@ def job_from_document(doc: Document) -> Converted:
     if REQUEST_ID_ANNOTATION in annotations:
         spec.request_id = annotations.pop(REQUEST_ID_ANNOTATION)
         o["request_id"] = f"metadata.annotations.{REQUEST_ID_ANNOTATION}"
+    annotations.pop(JOB_ID_ANNOTATION, None)
     spec.annotations.update(annotations)
     o["annotations"] = "metadata.annotations"
     if "namespace" in meta:
@@ -479,7 +481,8 @@ def admin_from_document(doc: Document) -> tuple[str, Converted]:
     kind = data.get("kind")
     if data.get("apiVersion") != FEDERATION_API or kind not in ADMIN_KINDS:
         raise doc.error("kind", f"expected apiVersion {FEDERATION_API} with kind {', '.join(ADMIN_KINDS)}, or "
-                                f"{VOLCANO_QUEUE_API} Queue; found {data.get('apiVersion')}/{kind}")
+                                f"{VOLCANO_QUEUE_API} Queue; found {data.get('apiVersion')}/{kind}"
+                        + ("; jobs go to 'fedctl submit -f'" if data.get("apiVersion") == VOLCANO_API else ""))
     message_type, fields = ADMIN_KINDS[kind]
     return kind, _admin(doc, kind, message_type(), fields)
 

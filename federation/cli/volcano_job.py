@@ -10,10 +10,9 @@ from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 
-from federation.cli.manifest import CLUSTER_SELECTOR_ANNOTATION, REQUEST_ID_ANNOTATION, VOLCANO_API
+from federation.cli.manifest import CLUSTER_SELECTOR_ANNOTATION, JOB_ID_ANNOTATION, REQUEST_ID_ANNOTATION, VOLCANO_API
 from federation.v1 import common_pb2
 
-JOB_ID_ANNOTATION = "federation.dev/job-id"
 # The federation's phases as Volcano's JobPhase names them.
 STATES = {common_pb2.PENDING: "Pending", common_pb2.DISPATCHED: "Pending", common_pb2.RUNNING: "Running",
           common_pb2.RESTARTING: "Restarting", common_pb2.SUCCEEDED: "Completed", common_pb2.FAILED: "Failed",
