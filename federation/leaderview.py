@@ -37,7 +37,7 @@ Starts = dict[str, tuple[datetime, str]]  # job -> when and where it is expected
 
 
 class LeaderView(Protocol):
-    async def explain(self, row: Mapping[str, Any]) -> Explained: ...
+    async def explain(self, row: Mapping[str, Any], name_holders: bool = False) -> Explained: ...
 
     async def expected_starts(self, ids: Sequence[str]) -> Starts: ...
 
@@ -50,8 +50,8 @@ class InProcess:
     def __init__(self, scheduler: Any) -> None:
         self.scheduler = scheduler
 
-    async def explain(self, row: Mapping[str, Any]) -> Explained:
-        result: Explained = await self.scheduler.explain(row)
+    async def explain(self, row: Mapping[str, Any], name_holders: bool = False) -> Explained:
+        result: Explained = await self.scheduler.explain(row, name_holders)
         return result
 
     async def expected_starts(self, ids: Sequence[str]) -> Starts:
@@ -106,8 +106,9 @@ class Remote:
                          method, err.details())
         raise Unavailable(NO_LEADER)
 
-    async def explain(self, row: Mapping[str, Any]) -> Explained:
-        answer = await self._call("ExplainClusters", scheduler_pb2.ExplainClustersRequest(job_id=row["id"]))
+    async def explain(self, row: Mapping[str, Any], name_holders: bool = False) -> Explained:
+        answer = await self._call("ExplainClusters", scheduler_pb2.ExplainClustersRequest(
+            job_id=row["id"], name_holders=name_holders))
         return [(c.cluster, None if c.fits else c.reason) for c in answer.clusters]
 
     async def expected_starts(self, ids: Sequence[str]) -> Starts:

@@ -551,8 +551,9 @@ class Scheduler:
         return [inadmissible(view, views, [infos[q] for q in chains[queue]], _tenant_info(t)) or ""
                 for view, queue, t in jobs]
 
-    async def explain(self, row: Mapping[str, Any]) -> list[tuple[str, str | None]]:
-        """For a waiting job, each cluster and why it does not fit there now (None: it does)."""
+    async def explain(self, row: Mapping[str, Any], name_holders: bool = False) -> list[tuple[str, str | None]]:
+        """For a waiting job, each cluster and why it does not fit there now (None: it does). The job room is
+        reserved for is named when it is of the same tenant, or with `name_holders` (an admin asks)."""
         inflight = _inflight([HoldingJob(**r) for r in await self.jobs.holding()])
         states = [ClusterState(cluster_view(c, inflight.get(c["name"], {})), c["live"], c["cordoned"], c["problem"])
                   for c in (await self.admin.clusters(self.heartbeat_timeout))[0]]
@@ -563,6 +564,6 @@ class Scheduler:
                 mine = any(h == row["id"] for h, _ in holders) and row["id"] in self.cache.waiting
                 own = self.cache.waiting[row["id"]].view.request if mine else {}
                 holder, tenant = others[0]
-                named = holder if tenant == row["tenant"] else "a job of another tenant"
+                named = holder if name_holders or tenant == row["tenant"] else "a job of another tenant"
                 held[cluster] = ({r: a - own.get(r, 0) for r, a in room.items()}, named)
         return explain(job_view(row), states, self._refusals().get(row["id"], {}), held, self.holds.get(row["id"]))

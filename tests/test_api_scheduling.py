@@ -18,9 +18,11 @@ from federation.store.database import async_engine
 from federation.store.jobs import EventRecord, append_events
 from federation.store.models import Cluster
 from federation.v1 import admin_pb2, agent_pb2, common_pb2, jobs_pb2
+from member_agent.agent import Agent
 from tests.conftest import Api, make_queue
 from tests.processes import fedctl
 from tests.test_api_admin import rpc_error
+from tests.test_api_admission import h100  # noqa: F401  (a fixture: one member cluster with its agent)
 from tests.test_api_jobs import spec
 
 GPU = "nvidia.com/gpu"
@@ -397,3 +399,34 @@ async def test_waiting_jobs_show_when_and_where_they_are_expected_to_start(api: 
     err = await rpc_error(api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=bad)))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "annotations['federation.dev/expected-duration']" in err.details() and "soon" in err.details()
+
+
+async def test_an_admin_reads_which_job_holds_the_room_a_tenant_reads_only_whose(
+        api: Api, h100: Agent) -> None:  # noqa: F811
+    """Issue 42 (3): an admin saw "behind a job of another tenant", never which job. The room a cycle reserves for
+    one tenant's waiting gang is named in ExplainJob to an admin; to another tenant only as someone else's."""
+    await make_queue(api, "other-q", "other")
+    # The other tenant holds 56 of the 64 GPUs: ml, under its share, gets the rest held for its big gang.
+    filler = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(queue="other-q", replicas=7)))).job.id
+    for _ in range(100):
+        if (await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=filler))).status.phase == common_pb2.RUNNING:
+            break
+        await asyncio.sleep(0.1)
+    big = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(replicas=2)))).job.id  # 16: room held
+    # Longer than the big gang would wait for the filler to end: it may not take that room meanwhile.
+    small = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(
+        queue="other-q", replicas=1, annotations={"federation.dev/expected-duration": "10h"})))).job.id
+
+    async def rows() -> dict[str, str]:
+        explained = await api.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=small))
+        return {c.cluster: c.reason for c in explained.clusters}
+
+    for _ in range(100):  # a cycle reserves the free room for the big gang, first in line
+        if "reserved for" in (await rows()).get("h100", ""):
+            break
+        api.server.scheduler.wake()
+        await asyncio.sleep(0.1)
+    assert (await rows()).get("h100") == f"the room it needs is reserved for {big}"  # the caller is an admin
+    row = await api.server.scheduler.jobs.get(small)
+    assert dict(await api.server.scheduler.explain(row))["h100"] == \
+        "the room it needs is reserved for a job of another tenant"

@@ -322,7 +322,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             response.expected_start_time.FromDatetime(expected[0])
             response.expected_cluster = expected[1]
         if row["phase"] in WAITING_PHASES:
-            for cluster, why in await self.leader.explain(row):
+            # An admin sees every tenant's jobs: the job room is held for is named to one, whoever's it is.
+            for cluster, why in await self.leader.explain(row, current().admin):
                 response.clusters.add(cluster=cluster, fits=why is None,
                                       reason=why or "fits now; waiting for its turn in the next cycle")
         return response

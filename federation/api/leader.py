@@ -39,7 +39,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
             raise FailedPrecondition(f"job {row['id']} is not waiting")
         return scheduler_pb2.ExplainClustersResponse(clusters=[
             jobs_pb2.ClusterFit(cluster=cluster, fits=why is None, reason=why or "")
-            for cluster, why in await self.scheduler.explain(row)])
+            for cluster, why in await self.scheduler.explain(row, request.name_holders)])
 
     async def ExpectedStarts(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self._check(context)

@@ -27,7 +27,7 @@ from federation.v1 import admin_pb2 as federation_dot_v1_dot_admin__pb2
 from federation.v1 import jobs_pb2 as federation_dot_v1_dot_jobs__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x66\x65\x64\x65ration/v1/scheduler.proto\x12\rfederation.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19\x66\x65\x64\x65ration/v1/admin.proto\x1a\x18\x66\x65\x64\x65ration/v1/jobs.proto\"(\n\x16\x45xplainClustersRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"F\n\x17\x45xplainClustersResponse\x12+\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x19.federation.v1.ClusterFit\"(\n\x15\x45xpectedStartsRequest\x12\x0f\n\x07job_ids\x18\x01 \x03(\t\"J\n\rExpectedStart\x12(\n\x04time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\"\xa8\x01\n\x16\x45xpectedStartsResponse\x12\x41\n\x06starts\x18\x01 \x03(\x0b\x32\x31.federation.v1.ExpectedStartsResponse.StartsEntry\x1aK\n\x0bStartsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12+\n\x05value\x18\x02 \x01(\x0b\x32\x1c.federation.v1.ExpectedStart:\x02\x38\x01\x32\xa7\x02\n\x10SchedulerService\x12`\n\x0f\x45xplainClusters\x12%.federation.v1.ExplainClustersRequest\x1a&.federation.v1.ExplainClustersResponse\x12]\n\x0e\x45xpectedStarts\x12$.federation.v1.ExpectedStartsRequest\x1a%.federation.v1.ExpectedStartsResponse\x12R\n\x0eGetQueueStatus\x12$.federation.v1.GetQueueStatusRequest\x1a\x1a.federation.v1.QueueStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x66\x65\x64\x65ration/v1/scheduler.proto\x12\rfederation.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19\x66\x65\x64\x65ration/v1/admin.proto\x1a\x18\x66\x65\x64\x65ration/v1/jobs.proto\">\n\x16\x45xplainClustersRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0cname_holders\x18\x02 \x01(\x08\"F\n\x17\x45xplainClustersResponse\x12+\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x19.federation.v1.ClusterFit\"(\n\x15\x45xpectedStartsRequest\x12\x0f\n\x07job_ids\x18\x01 \x03(\t\"J\n\rExpectedStart\x12(\n\x04time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\"\xa8\x01\n\x16\x45xpectedStartsResponse\x12\x41\n\x06starts\x18\x01 \x03(\x0b\x32\x31.federation.v1.ExpectedStartsResponse.StartsEntry\x1aK\n\x0bStartsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12+\n\x05value\x18\x02 \x01(\x0b\x32\x1c.federation.v1.ExpectedStart:\x02\x38\x01\x32\xa7\x02\n\x10SchedulerService\x12`\n\x0f\x45xplainClusters\x12%.federation.v1.ExplainClustersRequest\x1a&.federation.v1.ExplainClustersResponse\x12]\n\x0e\x45xpectedStarts\x12$.federation.v1.ExpectedStartsRequest\x1a%.federation.v1.ExpectedStartsResponse\x12R\n\x0eGetQueueStatus\x12$.federation.v1.GetQueueStatusRequest\x1a\x1a.federation.v1.QueueStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,17 +37,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXPECTEDSTARTSRESPONSE_STARTSENTRY']._loaded_options = None
   _globals['_EXPECTEDSTARTSRESPONSE_STARTSENTRY']._serialized_options = b'8\001'
   _globals['_EXPLAINCLUSTERSREQUEST']._serialized_start=134
-  _globals['_EXPLAINCLUSTERSREQUEST']._serialized_end=174
-  _globals['_EXPLAINCLUSTERSRESPONSE']._serialized_start=176
-  _globals['_EXPLAINCLUSTERSRESPONSE']._serialized_end=246
-  _globals['_EXPECTEDSTARTSREQUEST']._serialized_start=248
-  _globals['_EXPECTEDSTARTSREQUEST']._serialized_end=288
-  _globals['_EXPECTEDSTART']._serialized_start=290
-  _globals['_EXPECTEDSTART']._serialized_end=364
-  _globals['_EXPECTEDSTARTSRESPONSE']._serialized_start=367
-  _globals['_EXPECTEDSTARTSRESPONSE']._serialized_end=535
-  _globals['_EXPECTEDSTARTSRESPONSE_STARTSENTRY']._serialized_start=460
-  _globals['_EXPECTEDSTARTSRESPONSE_STARTSENTRY']._serialized_end=535
-  _globals['_SCHEDULERSERVICE']._serialized_start=538
-  _globals['_SCHEDULERSERVICE']._serialized_end=833
+  _globals['_EXPLAINCLUSTERSREQUEST']._serialized_end=196
+  _globals['_EXPLAINCLUSTERSRESPONSE']._serialized_start=198
+  _globals['_EXPLAINCLUSTERSRESPONSE']._serialized_end=268
+  _globals['_EXPECTEDSTARTSREQUEST']._serialized_start=270
+  _globals['_EXPECTEDSTARTSREQUEST']._serialized_end=310
+  _globals['_EXPECTEDSTART']._serialized_start=312
+  _globals['_EXPECTEDSTART']._serialized_end=386
+  _globals['_EXPECTEDSTARTSRESPONSE']._serialized_start=389
+  _globals['_EXPECTEDSTARTSRESPONSE']._serialized_end=557
+  _globals['_EXPECTEDSTARTSRESPONSE_STARTSENTRY']._serialized_start=482
+  _globals['_EXPECTEDSTARTSRESPONSE_STARTSENTRY']._serialized_end=557
+  _globals['_SCHEDULERSERVICE']._serialized_start=560
+  _globals['_SCHEDULERSERVICE']._serialized_end=855
 # @@protoc_insertion_point(module_scope)

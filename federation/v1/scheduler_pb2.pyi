@@ -12,10 +12,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ExplainClustersRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "name_holders")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_HOLDERS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    name_holders: bool
+    def __init__(self, job_id: _Optional[str] = ..., name_holders: _Optional[bool] = ...) -> None: ...
 
 class ExplainClustersResponse(_message.Message):
     __slots__ = ("clusters",)
