@@ -5,9 +5,10 @@ the queue that should be served next, check its quotas, choose a cluster, and if
 consider reclaim or preemption, else a reservation. Every job the cycle looks at gets a decision
 or a reason; nothing here reads a clock or a database.
 
-Order: higher queue priority first; among equals, the queue whose tenant, then itself, would have
-the lowest dominant share (of its deserved share) once its head job starts; inside a queue, higher
-job priority, then earlier submission.
+Order: first the queue heads that stay within their tenant's and their queues' deserved shares once
+started, then those that would go past one; in each, higher queue priority first; among equals, the queue
+whose tenant, then itself, would have the lowest dominant share (of its deserved share) once its head job
+starts; inside a queue, higher job priority, then earlier submission.
 
 The parts, each its own module: the model (`model.py`), the waiting jobs as a walk sees them (`backlog.py`, over
 the queue manager of `queues.py`), cluster choice (`choice.py`, `fit.py`, `flavors.py`), deserved shares
@@ -231,7 +232,8 @@ class _Cycle(Preemption, Reservations):
     # -- the loop ------------------------------------------------------------------------------
 
     def key(self, queue: str, job: PendingJob) -> tuple[float, ...]:
-        """Serve the queue of highest priority; then, level by level (tenants, then a tenant's queues, then a
+        """Serve heads within every share before heads past one; among them, the queue of highest priority;
+        then, level by level (tenants, then a tenant's queues, then a
         parent queue's children): first those that stay within what they deserve with the whole head job
         started, the one least far into it with half the job started first (Sainte-Laguë's divisor:
         counting the whole job starves queues deserving less than one, counting none lets them take two);
@@ -261,7 +263,11 @@ class _Cycle(Preemption, Reservations):
                 level = q_share
             levels += (False, 0.0) * (self.depth - 1 - len(afters))  # leaves of different depths: level by level
             kept = self._queue_levels[queue] = (versions, job, tuple(levels), tuple(afters))
-        return (-self.queues[queue].priority, over, measure, *kept[2], after, *kept[3])
+        # Queue priority orders heads that stay within every share they are under; past a share a head comes
+        # after all of those: room past its share is only borrowed (a sibling within its share reclaims it), so
+        # priority giving it first would hand out what is taken back a cycle later.
+        past = over or any(kept[2][0::2])
+        return (past, -self.queues[queue].priority, over, measure, *kept[2], after, *kept[3])
 
     def _closed(self, queue: str) -> str | None:
         """Why no job of the queue can run whatever the resources (gone, a parent, closed, its tenant disabled)."""
