@@ -10,13 +10,15 @@ its handler runs and sets the caller for that call's task only.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import hmac
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -132,6 +134,29 @@ class Authenticator:
             return "token expired"
         label = f"token {row.id}" + (f" ({row.name})" if row.name else "")
         return Principal(label, row.tenant, row.admin)
+
+
+class TenantSlots:
+    """At most `most` live calls of one kind (watches, log reads) per tenant on this replica; admins, who pass
+    no tenant, are not capped. `refusal` is what the one too many is told."""
+
+    def __init__(self, most: int, refusal: str) -> None:
+        self.most, self.refusal = most, refusal
+        self._held: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def slot(self, tenant: str | None) -> Iterator[None]:
+        if tenant is not None and self._held[tenant] >= self.most:
+            raise ResourceExhausted(self.refusal)
+        if tenant is not None:
+            self._held[tenant] += 1
+        try:
+            yield
+        finally:
+            if tenant is not None:
+                self._held[tenant] -= 1
+                if not self._held[tenant]:
+                    del self._held[tenant]
 
 
 class RateLimiter:

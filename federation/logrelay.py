@@ -18,7 +18,8 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from federation.connections import Connections
+from federation.auth import TenantSlots
+from federation.connections import Connection, Connections
 from federation.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from federation.v1 import agent_pb2
 from federation.validation import clean_text
@@ -45,7 +46,8 @@ class LogRelay:
         self.connections = connections
         self._streams: dict[str, _Stream] = {}
         self._held: Counter[str] = Counter()  # tenant -> bytes waiting for its readers
-        self._live: Counter[str] = Counter()  # tenant -> its live calls
+        self._live = TenantSlots(MAX_STREAMS_PER_TENANT, f"at most {MAX_STREAMS_PER_TENANT} logs read at once per "
+                                 "tenant on this replica; end one (each fedctl logs -f holds one)")
 
     async def stream(self, cluster: str, request: agent_pb2.LogsRequest,
                      tenant: str | None = None) -> AsyncIterator[bytes]:
@@ -54,13 +56,14 @@ class LogRelay:
         if conn is None:
             raise Unavailable(f"the agent of cluster {cluster} is not connected to this server replica; try again "
                               "(another replica may hold its stream)")
-        if tenant is not None and self._live[tenant] >= MAX_STREAMS_PER_TENANT:
-            raise ResourceExhausted(f"at most {MAX_STREAMS_PER_TENANT} logs read at once per tenant on this "
-                                    "replica; end one (each fedctl logs -f holds one)")
+        with self._live.slot(tenant):
+            async for data in self._relay(conn, cluster, request, tenant):
+                yield data
+
+    async def _relay(self, conn: Connection, cluster: str, request: agent_pb2.LogsRequest,
+                     tenant: str | None) -> AsyncIterator[bytes]:
         request.stream_id = secrets.token_hex(16)
         stream = self._streams[request.stream_id] = _Stream(cluster, tenant)
-        if tenant is not None:
-            self._live[tenant] += 1
         try:
             if not self.connections.send(conn, agent_pb2.ControlMessage(logs=request)):
                 raise Unavailable(f"the agent of cluster {cluster} went away")
@@ -85,10 +88,6 @@ class LogRelay:
             del self._streams[request.stream_id]
             while not stream.chunks.empty():
                 self._release(stream, stream.chunks.get_nowait())
-            if tenant is not None:
-                self._live[tenant] -= 1
-                if not self._live[tenant]:
-                    del self._live[tenant]
             if not conn.closed.is_set():
                 self.connections.send(conn, agent_pb2.ControlMessage(
                     logs_cancel=agent_pb2.LogsCancel(stream_id=request.stream_id)))

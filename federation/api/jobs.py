@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 import difflib
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -23,8 +21,8 @@ import federation
 from federation import metrics
 from federation.api import convert
 from federation.api.status import servicer
-from federation.auth import Principal, RateLimiter, current, require_sees
-from federation.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from federation.auth import Principal, RateLimiter, TenantSlots, current, require_sees
+from federation.errors import FailedPrecondition, InvalidArgument
 from federation.events import EventHub
 from federation.jobcache import job_view
 from federation.leaderview import LeaderView
@@ -86,7 +84,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self.heartbeat_timeout = heartbeat_timeout
         self.on_change = on_change  # wakes the scheduler and the watchers
         self.limiter = limiter
-        self._watching: Counter[str] = Counter()  # live watches per tenant
+        # each live watch holds a queue in the event hub, so one tenant must not hold them all
+        self._watches = TenantSlots(MAX_WATCHES_PER_TENANT, f"at most {MAX_WATCHES_PER_TENANT} live watches per "
+                                    "tenant on this replica; close one (each fedctl watch or dashboard tab holds one)")
 
     async def _job(self, job_id: str) -> Any:
         row = await self.jobs.get(job_id)
@@ -244,26 +244,10 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             raise InvalidArgument([Violation("after_sequence", "must not be negative")])
         after = request.after_sequence if request.HasField("after_sequence") else None
         caller = current()
-        async with self._watch_slot(caller):
+        with self._watches.slot(caller.tenant if not caller.admin and caller.tenant else None):
             await context.send_initial_metadata(())  # accepted: say so now, though no event may come for long
             async for event in self._watch(request, caller, after):
                 yield event
-
-    @contextlib.asynccontextmanager
-    async def _watch_slot(self, caller: Principal) -> AsyncIterator[None]:
-        """One of a tenant's MAX_WATCHES_PER_TENANT live watches on this replica (admins are not capped):
-        each holds a queue in the event hub, so one tenant must not hold them all."""
-        key = caller.tenant if not caller.admin and caller.tenant else None
-        if key is not None and self._watching[key] >= MAX_WATCHES_PER_TENANT:
-            raise ResourceExhausted(f"at most {MAX_WATCHES_PER_TENANT} live watches per tenant on this replica; "
-                                    "close one (each fedctl watch or dashboard tab holds one)")
-        if key is not None:
-            self._watching[key] += 1
-        try:
-            yield
-        finally:
-            if key is not None:
-                self._watching[key] -= 1
 
     async def _watch(self, request: Any, caller: Principal, after: int | None) -> AsyncIterator[Any]:
         # A tenant's token numbers its watch by the tenant's own events (JobEvent.tenant_seq); an admin's

@@ -40,12 +40,9 @@ async def _writer(call: grpc.aio.StreamStreamCall, agent: Agent, heartbeat: floa
     next_beat = loop.time() + heartbeat
     next_reconcile = loop.time() + reconcile_every
     next_pods = loop.time()
-    limit = unheard_limit(heartbeat)
     while True:
         if agent.overflowed:
             raise ResyncNeeded
-        if agent.unheard_for() > limit:
-            raise StreamStalled
         now = loop.time()
         if now >= next_pods:  # the pods users see: whatever changed since last said, queued
             agent.report_pod_statuses()
