@@ -11,10 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from federation.cli.dev import AgentProcess, ServerProcess
 from tests.conftest import REPO
 from tests.processes import BIN
+from tests.test_volcano_fields import CORPUS
 
 JOB = """apiVersion: batch.volcano.sh/v1alpha1
 kind: Job
@@ -185,3 +187,30 @@ def test_get_job_as_yaml_is_the_volcano_job_and_submits_again(server: ServerProc
     assert "federation.dev/job-id" not in stored, stored
     several = yaml.safe_load(run(server, "get", "jobs", "-l", "team=a", "-o", "yaml").stdout)
     assert several["kind"] == "List" and {i["kind"] for i in several["items"]} == {"Job"}
+
+
+def test_convert_output_of_queues_and_jobs_is_applied_then_submitted(server: ServerProcess, tmp_path: Path) -> None:
+    """Issue 42 (7): a Kueue setup and its job converted in one call gave one stream of queues and jobs, which
+    neither `apply` nor `submit` took. Each takes its part and says what it left for the other; a cohort-less
+    ClusterQueue keeps Kueue's meaning, capped at its nominal quota."""
+    setup, job = CORPUS / "kueue" / "admin_single-clusterqueue-setup.yaml", CORPUS / "kueue" / "jobs_sample-job.yaml"
+    converted = run(server, "convert", "-f", str(setup), "-f", str(job))
+    assert converted.returncode == 0, converted.stderr
+    assert "has no cohort: capped at its nominal quota" in converted.stderr
+    queue = next(o for o in yaml.safe_load_all(converted.stdout) if o["kind"] == "Queue")
+    assert queue["spec"]["limit"] == queue["spec"]["guarantee"] and queue["spec"]["guarantee"]
+    mixed = tmp_path / "converted.yaml"
+    mixed.write_text(converted.stdout)
+    run(server, "tenant", "create", "default")  # the tenant converted queues go to (already there: fine)
+    applied = run(server, "apply", "-f", str(mixed))
+    assert applied.returncode == 0, applied.stderr
+    assert f"queue/{queue['metadata']['name']} created" in applied.stdout
+    assert f"note: 1 job manifest left for 'fedctl submit -f {mixed}'" in applied.stderr
+    submitted = run(server, "submit", "-f", str(mixed))
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.stdout.startswith("job/sample-job-")
+    assert f"note: 1 admin object left for 'fedctl apply -f {mixed}'" in submitted.stderr
+    only = tmp_path / "queue.yaml"  # a stream of nothing it takes: refused at the document, as before
+    only.write_text(yaml.safe_dump(queue))
+    refused = run(server, "submit", "-f", str(only))
+    assert refused.returncode != 0 and f"{only}:" in refused.stderr and "for 'fedctl apply -f'" in refused.stderr

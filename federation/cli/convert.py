@@ -171,8 +171,13 @@ class _Converter:
         guarantee, limit, flavors = self._quotas(doc, spec.get("resourceGroups"), "spec.resourceGroups")
         stop = spec.get("stopPolicy")
         state = {"Hold": "Closed", "HoldAndDrain": "Closed"}.get(str(stop)) if stop and stop != "None" else None
+        cohort = str(spec.get("cohortName") or spec.get("cohort") or "")
+        if not cohort:  # nobody to borrow from: Kueue admits up to the nominal quota, never past it
+            limit = dict(guarantee)
+            self.note(doc, "spec.resourceGroups", f"ClusterQueue {name} has no cohort: capped at its nominal quota "
+                                                  "(limit = guarantee), as Kueue admits it no further")
         self._queue(name, weight=_weight(doc, spec), guarantee=guarantee, limit=limit, flavors=flavors,
-                    parent=str(spec.get("cohortName") or spec.get("cohort") or ""), state=state)
+                    parent=cohort, state=state)
         self.note(doc, "metadata.name", f"ClusterQueue {name} -> queue {name} of tenant {DEFAULT_TENANT} (nominal "
                                         "quota -> guarantee, nominal + borrowing limit -> limit, fair sharing "
                                         "weight -> weight, cohort -> parent queue)")

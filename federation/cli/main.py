@@ -8,7 +8,7 @@ import os
 import ssl
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn, TypeVar
 
@@ -23,7 +23,14 @@ from grpc_status import rpc_status
 import federation
 from federation.cli import convert, output, query, tlsprobe
 from federation.cli.dev import dev
-from federation.cli.manifest import Converted, admin_from_document, apply_documents, jobs_from_documents
+from federation.cli.manifest import (
+    Converted,
+    admin_from_document,
+    apply_documents,
+    for_apply,
+    for_submit,
+    jobs_from_documents,
+)
 from federation.cli.volcano_job import volcano_job
 from federation.cli.yamldoc import Document, ManifestError, iter_documents, load_documents
 from federation.cliargs import hoist
@@ -331,7 +338,8 @@ def submit(client: Client, files: tuple[Path, ...], named: tuple[Path, ...], rej
     submitted = 0  # jobs of earlier batches (each batch is let go once sent: a manifest is never held whole)
     last: Document | None = None
     responses = jobs_pb2.SubmitJobsResponse()
-    for converted in _batches(jobs_from_documents(_read_manifests(files)), SUBMIT_BATCH):
+    admin = Left("admin object", "fedctl apply -f")
+    for converted in _batches(jobs_from_documents(admin.skip(_read_manifests(files), for_apply)), SUBMIT_BATCH):
         for c in converted:
             for warning in c.warnings:
                 click.echo(f"fedctl: warning: {warning}", err=True)
@@ -351,10 +359,40 @@ def submit(client: Client, files: tuple[Path, ...], named: tuple[Path, ...], rej
         responses.results.extend(response.results)
         submitted += len(converted)
         last = converted[-1].doc
+    admin.say(files, bool(submitted))
     if not submitted:
         fail([f"{', '.join(map(str, files))}: no job manifests found"])
     if fmt != "table" and dry_run != "client":
         output.emit(fmt, [responses], responses)
+
+
+class Left:
+    """Documents of a stream that the other command takes (`fedctl convert`'s output holds queues and jobs): a
+    stream of only those is refused by the reader, with the document's line; in a mixed one they are left and
+    counted, and said."""
+
+    def __init__(self, what: str, command: str) -> None:
+        self.what, self.command = what, command
+        self.first: Document | None = None
+        self.count = 0
+
+    def skip(self, docs: Iterable[Document], other: Callable[[Document], bool]) -> Iterator[Document]:
+        for doc in docs:
+            if other(doc):
+                self.first = self.first or doc
+                self.count += 1
+            else:
+                yield doc
+
+    def say(self, files: Sequence[Path], any_taken: bool) -> None:
+        """After the stream: a note of what was left, or, when nothing else was in it, the reader's own error."""
+        if not self.count:
+            return
+        if not any_taken and self.first is not None:
+            raise self.first.error("kind", f"a {self.what} is for '{self.command}' (this command takes none here)")
+        plural = "s" if self.count > 1 else ""
+        click.echo(f"fedctl: note: {self.count} {self.what}{plural} left for '{self.command} "
+                   f"{' '.join(map(str, files))}'", err=True)
 
 
 def _partly(submitted: int, last: Document | None, refused: Document, dry_run: str) -> list[str]:
@@ -1015,7 +1053,9 @@ def apply(client: Client, files: tuple[Path, ...], dry_run: str) -> None:
     Queues too (scheduling.volcano.sh/v1beta1), in the tenant their federation.dev/tenant annotation names,
     and Kueue ClusterQueues and Cohorts, mapped as `fedctl convert` shows. Says `unchanged` of an object
     already as written."""
-    converted = [made for doc in _read_manifests(files) for made in _to_apply(doc)]
+    jobs = Left("job manifest", "fedctl submit -f")
+    converted = [made for doc in jobs.skip(_read_manifests(files), for_submit) for made in _to_apply(doc)]
+    jobs.say(files, bool(converted))
     for _, c in converted:
         for warning in c.warnings:
             click.echo(f"fedctl: warning: {warning}", err=True)

@@ -467,6 +467,20 @@ def volcano_queue(doc: Document) -> list[tuple[str, Converted]]:
     return [*made, ("Queue", out)]
 
 
+def for_submit(doc: Document) -> bool:
+    """A document `fedctl submit` takes: a Volcano Job, or a ResourceClaimTemplate its pods' claims name."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    return (data.get("apiVersion"), data.get("kind")) == (VOLCANO_API, "Job") or \
+        data.get("kind") == "ResourceClaimTemplate"
+
+
+def for_apply(doc: Document) -> bool:
+    """A document `fedctl apply` takes: the federation's own kinds, and Volcano's and Kueue's queue objects."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    return data.get("apiVersion") in (FEDERATION_API, VOLCANO_QUEUE_API) or \
+        str(data.get("apiVersion", "")).startswith("kueue.x-k8s.io/")
+
+
 def apply_documents(doc: Document) -> list[tuple[str, Converted]]:
     """What `fedctl apply` makes of one document: the federation's own kinds, or a Volcano Queue."""
     data = doc.data if isinstance(doc.data, dict) else {}
