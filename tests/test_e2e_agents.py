@@ -247,3 +247,53 @@ def test_dev_up_serves_fedctl_until_interrupted_and_leaves_nothing_behind(tmp_pa
     psutil.wait_procs(started, timeout=10)
     assert [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
     assert postgres_running_in(data_dir) == []
+
+
+def test_dev_up_with_tokens_is_a_federation_with_tenants_in_one_command(tmp_path: Path) -> None:
+    """Issue 42 (13): trying tenants locally took eight steps (certificates, db upgrade, the first token, a server
+    with eight flags...). `fedctl dev up --tokens` requires tokens and prints an admin's and each tenant's; what
+    one tenant submits, another cannot see."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.processes import BIN
+
+    up = subprocess.Popen([str(BIN / "fedctl"), "dev", "up", "--tokens", "--data-dir", str(tmp_path / "pg"),
+                           "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--agent-admin-port", "0",
+                           "--ui-listen", "127.0.0.1:0", "--examples", str(REPO / "examples")],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert up.stdout is not None
+        out = b""
+        for line in up.stdout:
+            out += line
+            if b"dashboard at" in line:
+                break
+        text = out.decode()
+        address = text.rsplit("federation ready at ", 1)[1].split()[0]
+        tokens = dict(line.split()[:2] for line in text.split("tokens (", 1)[1].splitlines()[1:4])
+        assert set(tokens) == {"admin:", "research:", "product:"}, text
+        ca = text.split("export FEDERATION_CA=", 1)[1].split()[0]
+
+        def as_(who: str, *args: str) -> subprocess.CompletedProcess[str]:
+            env = {k: v for k, v in os.environ.items() if k != "FEDERATION_TOKEN"} | {"FEDERATION_CA": ca}
+            if who:
+                env["FEDERATION_TOKEN"] = tokens[who]
+            return subprocess.run([str(BIN / "fedctl"), "--server", address, *args], capture_output=True, text=True,
+                                  timeout=60, env=env)
+
+        nobody = as_("", "list", "jobs")
+        assert nobody.returncode != 0 and "UNAUTHENTICATED" in nobody.stderr, nobody.stderr
+        submitted = as_("research:", "submit", str(REPO / "examples" / "jobs" / "cpu-batch.yaml"))
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = submitted.stdout.split("job/", 1)[1].split()[0]
+        assert job_id in as_("admin:", "list", "jobs").stdout
+        hidden = as_("product:", "get", "job", job_id)
+        assert hidden.returncode != 0 and "not found" in hidden.stderr.lower(), hidden.stderr
+    finally:
+        up.send_signal(signal.SIGINT)
+        try:
+            up.wait(60)
+        except subprocess.TimeoutExpired:
+            up.kill()

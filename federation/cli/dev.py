@@ -131,11 +131,37 @@ def dev_certs(directory: Path, clusters: tuple[str, ...], server_names: tuple[st
         click.echo(str(path))
 
 
-def _run(server: str, *args: str) -> None:
+def _run(server: str, *args: str, env: dict[str, str] | None = None) -> None:
     click.secho(f"$ fedctl {' '.join(args)}", bold=True)
-    done = subprocess.run([str(BIN / "fedctl"), "--server", server, *args], check=False)
+    done = subprocess.run([str(BIN / "fedctl"), "--server", server, *args], check=False,
+                          env={**os.environ, **(env or {})})
     if done.returncode:
         raise click.ClickException(f"'fedctl {' '.join(args)}' failed")
+
+
+def _printed(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """What a command prints (a token), or its own words on why it failed."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})})
+    if done.returncode:
+        raise click.ClickException(f"'{' '.join(Path(a).name if i == 0 else a for i, a in enumerate(argv))}' "
+                                   f"failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def _first_admin_token(data_dir: Path) -> str:
+    """The schema, then the first admin token, straight in the (embedded) database, before the server runs on it:
+    as an operator makes the first one (`federation-server token create --admin`)."""
+    server = str(BIN / "federation-server")
+    _printed([server, "db", "upgrade", "--data-dir", str(data_dir)])
+    return _printed([server, "token", "create", "--admin", "--name", "dev", "--data-dir", str(data_dir)])
+
+
+def _tenant_tokens(address: str, env: dict[str, str], examples: Path) -> dict[str, str]:
+    """A token for each tenant of the example admin objects, made through the API as the admin (`env`)."""
+    docs = yaml.safe_load_all((examples / "admin" / "federation.yaml").read_text())
+    tenants = sorted(d["metadata"]["name"] for d in docs if isinstance(d, dict) and d.get("kind") == "Tenant")
+    return {t: _printed([str(BIN / "fedctl"), "--server", address, "token", "create", "--tenant", t, "--name", "dev"],
+                        env) for t in tenants}
 
 
 DEMO_CLUSTERS = (("h100", "h100-spine-leaf", "accelerator=h100"), ("gb300", "gb300-nvl72", "accelerator=gb300"),
@@ -194,13 +220,14 @@ def _owned(data_dir: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _federation(data_dir: Path, examples: Path, listen: str, kube: Path | None = None,
-                ports: DevPorts | None = None) -> Iterator[ServerProcess]:
+                ports: DevPorts | None = None, tokens: dict[str, str] | None = None) -> Iterator[ServerProcess]:
     """The server on an embedded PostgreSQL and the three example clusters' agents; all stopped on the way
     out, whatever the way (an error, Ctrl-C, SIGTERM). With `kube` (a kubeconfig), the H100 cluster is the
     Kubernetes test bed it reaches instead of a simulation. Each process's output goes to a file of its own
-    in `logs/` beside the data directory; `ports` fixes the metrics and agents' admin ports."""
+    in `logs/` beside the data directory; `ports` fixes the metrics and agents' admin ports. With `tokens` (a
+    dict, filled here), the server requires tokens: the admin's (key "admin") and one per example tenant."""
     ports = ports or DevPorts()
-    with _owned(data_dir), _federation_on(data_dir, examples, listen, kube, ports) as server:
+    with _owned(data_dir), _federation_on(data_dir, examples, listen, kube, ports, tokens) as server:
         yield server
 
 
@@ -213,7 +240,7 @@ class DevPorts:
 
 @contextlib.contextmanager
 def _federation_on(data_dir: Path, examples: Path, listen: str, kube: Path | None,
-                   ports: DevPorts) -> Iterator[ServerProcess]:
+                   ports: DevPorts, tokens: dict[str, str] | None = None) -> Iterator[ServerProcess]:
     shutil.rmtree(data_dir, ignore_errors=True)
     logs = data_dir.parent / "logs"
     shutil.rmtree(logs, ignore_errors=True)
@@ -224,12 +251,18 @@ def _federation_on(data_dir: Path, examples: Path, listen: str, kube: Path | Non
     certs.write_all(tls, [name for name, _, _ in DEMO_CLUSTERS])
     with _stoppable():
         try:
+            client: dict[str, str] = {}  # fedctl's environment: with tokens, the admin's, over TLS
+            if tokens is not None:
+                tokens["admin"] = _first_admin_token(data_dir)
+                client = {"FEDERATION_TOKEN": tokens["admin"], "FEDERATION_CA": str(tls / "ca.crt")}
             server = ServerProcess("--data-dir", str(data_dir), "--auto-migrate", "--agent-listen", "127.0.0.1:0",
                                    "--tls-cert", str(tls / "server.crt"), "--tls-key", str(tls / "server.key"),
                                    "--agent-ca", str(tls / "ca.crt"), listen=listen, metrics_listen=ports.metrics,
-                                   ui_listen=ports.ui, log_file=logs / "federation-server.log")
+                                   ui_listen=ports.ui, log_file=logs / "federation-server.log",
+                                   secure=tokens is not None)
             children.append(server)
-            click.echo(f"federation-server listening on {server.address} (--insecure-dev: no tokens), "
+            said = "tokens required" if tokens is not None else "--insecure-dev: no tokens"
+            click.echo(f"federation-server listening on {server.address} ({said}), "
                        f"agents over mTLS on {server.agent_address} (certificates in {tls}), "
                        f"metrics on http://{server.metrics}/metrics, dashboard on {server.dashboard}")
             for (name, file, label), admin in zip(DEMO_CLUSTERS, ports.agent_admin, strict=True):
@@ -245,7 +278,9 @@ def _federation_on(data_dir: Path, examples: Path, listen: str, kube: Path | Non
                            f"fault injection on {agent.admin}")
             click.echo(f"logs: {', '.join(str(c.log_file) for c in children)}")
             click.echo()
-            _run(server.address, "apply", "-f", str(examples / "admin" / "federation.yaml"))
+            _run(server.address, "apply", "-f", str(examples / "admin" / "federation.yaml"), env=client)
+            if tokens is not None:
+                tokens.update(_tenant_tokens(server.address, client, examples))
             yield server
         except (KeyboardInterrupt, _Stopped):
             click.echo("\ninterrupted: stopping")
@@ -400,12 +435,24 @@ def kube_testbed(directory: Path, cluster: Path) -> None:
               help="The agents' fault-injection ports: this one (h100) and the next two (gb300, cpu); 0 picks any.")
 @click.option("--ui-listen", default="127.0.0.1:8080", show_default=True,
               help="The web dashboard (port 0 picks one).")
+@click.option("--tokens", "with_tokens", is_flag=True,
+              help="Require bearer tokens, as a real federation does: an admin token and one per example tenant "
+                   "are made and printed (for fedctl's --token or FEDERATION_TOKEN, and the dashboard's sign-in).")
 def up(data_dir: Path, examples: Path, listen: str, metrics_listen: str, agent_admin_port: int,
-       ui_listen: str) -> None:
+       ui_listen: str, with_tokens: bool) -> None:
     """The same federation as the demo, kept running for `fedctl` until Ctrl-C (or SIGTERM), on fixed ports."""
     admin = tuple(f"127.0.0.1:{agent_admin_port + i if agent_admin_port else 0}" for i in range(len(DEMO_CLUSTERS)))
+    tokens: dict[str, str] | None = {} if with_tokens else None
     try:
-        with _federation(data_dir, examples, listen, ports=DevPorts(metrics_listen, ui_listen, admin)) as server:
+        with _federation(data_dir, examples, listen, ports=DevPorts(metrics_listen, ui_listen, admin),
+                         tokens=tokens) as server:
+            if tokens is not None:
+                click.echo("\ntokens (each works for fedctl --token or FEDERATION_TOKEN, and signs in to the "
+                           "dashboard):")
+                for who, bearer in tokens.items():
+                    click.echo(f"  {who + ':':10} {bearer}")
+                click.echo(f"  the API is served over TLS: export FEDERATION_CA={data_dir.parent / 'certs' / 'ca.crt'} "
+                           f"FEDERATION_TOKEN={tokens['admin']}")
             click.secho(f"\nfederation ready at {server.address}", bold=True)
             click.secho(f"dashboard at {server.dashboard}", bold=True)
             hint = "" if server.address == "127.0.0.1:50051" else f"--server {server.address} "
