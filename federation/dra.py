@@ -19,10 +19,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import celpy
-from celpy import celtypes
-from kubernetes.utils.quantity import parse_quantity
-
 from federation.resources import Resources
 
 CLASS_RESOURCE = "deviceclass.resource.kubernetes.io/"  # + a DeviceClass's name: Kubernetes' implicit name for it
@@ -101,6 +97,8 @@ def claim_spec(spec: Any, path: str) -> ClaimSpec:
             expression = (sel.get("cel") or {}).get("expression") if isinstance(sel, dict) else None
             if not isinstance(expression, str):
                 raise ClaimError(f"{rpath}.exactly.selectors[{j}].cel.expression", "required")
+            import celpy  # CEL on first use: it takes 0.1-0.2 s to import, and most callers never need it
+
             try:
                 _program(expression)
             except celpy.CELParseError as err:
@@ -221,6 +219,8 @@ def _attribute(value: Any) -> Any:
 
 
 def _amount(quantity: Any) -> int:
+    from kubernetes.utils.quantity import parse_quantity  # on first use: the package takes 0.2-0.5 s to import
+
     value = parse_quantity(str(quantity))
     return int(value) if value == value.to_integral_value() else int(value.to_integral_value(rounding="ROUND_CEILING"))
 
@@ -244,26 +244,22 @@ def slice_devices(resource_slice: Mapping[str, Any]) -> list[Device]:
     return out
 
 
-class _Quantity(celtypes.IntType):
-    """A Kubernetes quantity in CEL (its `quantity()` library), as its amount in base units."""
+@functools.cache
+def _functions() -> dict[str, Any]:
+    """Kubernetes' CEL `quantity()` library: a quantity as its amount in base units, compared as one."""
+    from celpy import celtypes
 
+    class Quantity(celtypes.IntType):  # type: ignore[misc]
+        pass
 
-def _quantity(text: celtypes.StringType) -> _Quantity:
-    return _Quantity(_amount(str(text)))
-
-
-def _compare(a: celtypes.IntType, b: celtypes.IntType) -> celtypes.IntType:
-    return celtypes.IntType((int(a) > int(b)) - (int(a) < int(b)))
-
-
-_FUNCTIONS = {
-    "quantity": _quantity,
-    "compareTo": _compare,
-    "isGreaterThan": lambda a, b: celtypes.BoolType(int(a) > int(b)),
-    "isLessThan": lambda a, b: celtypes.BoolType(int(a) < int(b)),
-    "asInteger": lambda a: celtypes.IntType(int(a)),
-    "asApproximateFloat": lambda a: celtypes.DoubleType(float(int(a))),
-}
+    return {
+        "quantity": lambda text: Quantity(_amount(str(text))),
+        "compareTo": lambda a, b: celtypes.IntType((int(a) > int(b)) - (int(a) < int(b))),
+        "isGreaterThan": lambda a, b: celtypes.BoolType(int(a) > int(b)),
+        "isLessThan": lambda a, b: celtypes.BoolType(int(a) < int(b)),
+        "asInteger": lambda a: celtypes.IntType(int(a)),
+        "asApproximateFloat": lambda a: celtypes.DoubleType(float(int(a))),
+    }
 
 
 # Bounds on a CEL selector, checked before it is compiled and so before it is evaluated (Kubernetes bounds a DRA
@@ -330,14 +326,18 @@ def _program(expression: str) -> Any:
         raise CelTooCostly(f"is {len(expression)} characters long, at most {MAX_CEL_LENGTH} are allowed")
     if (nesting := _nesting(expression)) > MAX_CEL_NESTING:
         raise CelTooCostly(f"nests brackets {nesting} deep, at most {MAX_CEL_NESTING} are allowed")
+    import celpy
+
     env = celpy.Environment()
     ast = env.compile(expression)
     if (cost := _cost(ast)) > MAX_CEL_COST:
         raise CelTooCostly(f"would evaluate about {cost:,} steps per device, at most {MAX_CEL_COST:,} are allowed")
-    return env.program(ast, functions=_FUNCTIONS)
+    return env.program(ast, functions=_functions())
 
 
 def _cel_device(device: Device) -> Any:
+    import celpy
+
     return celpy.json_to_cel({
         "driver": device.driver,
         "attributes": {d: dict(v) for d, v in device.attributes.items()},
@@ -350,6 +350,9 @@ def accepts(expressions: Sequence[str], device: Device) -> bool:
     type mismatch) does not: Kubernetes' allocator would stop with that error; here the device is passed over."""
     if not expressions:
         return True
+    import celpy
+    from celpy import celtypes
+
     view = {"device": _cel_device(device)}
     for expression in expressions:
         try:

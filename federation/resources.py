@@ -12,8 +12,6 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 
-from kubernetes.utils.quantity import parse_quantity
-
 CPU = "cpu"
 GPU = "nvidia.com/gpu"
 # Thousandths of GPU devices, whole and fractional together: what quotas and fair shares count GPUs in beside `GPU`
@@ -66,6 +64,8 @@ def parse_amount(resource: str, quantity: str | int | float) -> int:
     text = str(quantity)
     if isinstance(quantity, bool) or len(text) > MAX_QUANTITY_CHARS or not _QUANTITY.match(text):
         raise QuantityError(f"{text[:MAX_QUANTITY_CHARS]!r} is not a valid quantity")
+    from kubernetes.utils.quantity import parse_quantity  # on first use: the package takes 0.2-0.5 s to import
+
     try:
         value = parse_quantity(text)
     except (ValueError, TypeError) as err:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import grpc
@@ -23,9 +23,11 @@ import yaml
 from federation import certs
 from federation.cli.output import render_table
 from federation.testbed import build
-from federation.testbed.cluster import Testbed, TestbedError, running
 from federation.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import Violations, check_name
+
+if TYPE_CHECKING:
+    from federation.testbed.cluster import Testbed
 
 BIN = Path(sys.executable).parent
 
@@ -356,6 +358,8 @@ _examples = click.option("--examples", type=click.Path(path_type=Path, exists=Tr
 def _testbed(directory: Path, cluster: Path) -> Iterator[tuple[Testbed, Path]]:
     """The Kubernetes test bed (built first when needed) holding `cluster`'s Nodes, HyperNodes and Pods, and
     a kubeconfig for the member agent's ServiceAccount; stopped on the way out."""
+    from federation.testbed.cluster import TestbedError, running  # the Kubernetes client: only when it runs
+
     try:
         tools = build.ensure(click.echo)
     except build.BuildError as err:
