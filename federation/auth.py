@@ -43,6 +43,9 @@ class Principal:
 
 
 INSECURE_DEV = Principal("insecure-dev", None, True)  # every caller, when the server runs with --insecure-dev
+WARNING_METADATA = "x-federation-warning"  # trailing metadata a client shows its user (as kubectl shows Warning:)
+INSECURE_DEV_WARNING = ("the server runs with --insecure-dev: your token was not checked, and you act as an admin "
+                        "over every tenant")
 NOBODY = Principal("nobody", None, False)  # sees nothing: what a call no interceptor vouched for gets
 _current: contextvars.ContextVar[Principal] = contextvars.ContextVar("principal", default=NOBODY)
 
@@ -201,6 +204,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             if isinstance(principal, str):
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, principal)
             assert isinstance(principal, Principal)
+            if principal is INSECURE_DEV and header is not None:  # the caller thinks its token counts: say not
+                context.set_trailing_metadata(((WARNING_METADATA, INSECURE_DEV_WARNING),))
             return principal
 
         if handler.unary_unary is not None:

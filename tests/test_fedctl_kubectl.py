@@ -226,3 +226,12 @@ def test_fedctl_starts_without_the_kubernetes_client_or_cel() -> None:
     from federation.resources import parse_amount  # and when used, they are there
 
     assert parse_amount("memory", "1Gi") == 2**30
+
+
+def test_a_token_given_to_an_insecure_dev_server_is_warned_of(server: ServerProcess) -> None:
+    """Issue 42 (8): with --insecure-dev, `--token bogus` showed every tenant without a word. The server says in
+    the call's trailing metadata that the token was not checked; fedctl shows it once, as kubectl shows Warning:."""
+    given = run(server, "--token", "bogus", "list", "jobs")
+    assert given.returncode == 0, given.stderr
+    assert given.stderr.count("fedctl: warning: the server runs with --insecure-dev: your token was not checked") == 1
+    assert "insecure-dev" not in run(server, "list", "jobs").stderr  # no token, nothing to warn of

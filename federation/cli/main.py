@@ -21,6 +21,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 import federation
+from federation.auth import WARNING_METADATA
 from federation.cli import convert, output, query, tlsprobe
 from federation.cli.dev import dev
 from federation.cli.manifest import (
@@ -97,10 +98,27 @@ class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercepto
                             details.credentials, details.wait_for_ready, details.compression)
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        return continuation(self._with_token(details), request)
+        outcome = continuation(self._with_token(details), request)
+        _warn(outcome)
+        return outcome
 
     def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._with_token(details), request)
+
+
+_warned: set[str] = set()
+
+
+def _warn(call: Any) -> None:
+    """What the server warns of in a call's trailing metadata, once per command (kubectl's `Warning:` lines)."""
+    try:
+        trailing = call.trailing_metadata() or ()
+    except Exception:
+        return
+    for key, value in trailing:
+        if key == WARNING_METADATA and value not in _warned:
+            _warned.add(value)
+            click.echo(f"fedctl: warning: {value}", err=True)
 
 
 def _pem(path: str, what: str) -> bytes:
