@@ -235,3 +235,29 @@ def test_a_token_given_to_an_insecure_dev_server_is_warned_of(server: ServerProc
     assert given.returncode == 0, given.stderr
     assert given.stderr.count("fedctl: warning: the server runs with --insecure-dev: your token was not checked") == 1
     assert "insecure-dev" not in run(server, "list", "jobs").stderr  # no token, nothing to warn of
+
+
+def test_cancel_and_delete_pick_jobs_as_kubectl_delete_does(server: ServerProcess, tmp_path: Path) -> None:
+    """Issue 42 (8): `-l`, `--all` and `-n` on cancel and delete, `-o name`, a phase filter on get
+    (`--field-selector status.phase=...`), and a jsonpath that matches nothing printing nothing."""
+    x = [submit(server, tmp_path, f"sweep-x{i}", "sweep", "{sweep: x}") for i in range(2)]
+    y = submit(server, tmp_path, "sweep-y", "sweep", "{sweep: y}")
+    names = run(server, "get", "jobs", "-l", "sweep", "-o", "name")
+    assert sorted(names.stdout.split()) == sorted(f"job/{j}" for j in [*x, y]), names.stderr
+    cancelled = run(server, "cancel", "-l", "sweep=x", "--reason", "sweep")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert sorted(cancelled.stdout.split("\n")[:-1]) == sorted(f"job/{j} cancelled" for j in x)
+    gone = run(server, "get", "jobs", "-l", "sweep", "--field-selector", "status.phase=Cancelled", "-o", "name")
+    assert sorted(gone.stdout.split()) == sorted(f"job/{j}" for j in x)
+    alive = run(server, "get", "jobs", "-l", "sweep", "--field-selector", "status.phase!=Cancelled", "-o", "name")
+    assert alive.stdout.split() == [f"job/{y}"]
+    assert run(server, "delete", "jobs", "-l", "sweep=y", "-n", "elsewhere").stdout == ""  # not in that namespace
+    deleted = run(server, "delete", "jobs", "-l", "sweep=y", "-n", "sweep")
+    assert deleted.returncode == 0 and deleted.stdout.strip() == f"job/{y} cancelled", deleted.stderr
+    again = run(server, "cancel", "-l", "sweep")  # none left that has not ended
+    assert again.returncode == 0 and again.stdout == "" and "No resources found." in again.stderr
+    nothing = run(server, "get", "jobs", "-l", "sweep=none", "-o", "jsonpath={.jobs[*].id}")
+    assert nothing.returncode == 0 and nothing.stdout == ""
+    for wrong in (("cancel",), ("cancel", x[0], "--all"), ("delete", "queue", "--all")):
+        refused = run(server, *wrong)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, (wrong, refused.stderr)

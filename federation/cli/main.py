@@ -226,7 +226,8 @@ class OutputFormat(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value)
         kind, sep, rest = text.partition("=")
-        if text in ("table", "wide", "json", "yaml") or (sep and kind in ("jsonpath", "custom-columns") and rest):
+        if text in ("table", "wide", "json", "yaml", "name") or (
+                sep and kind in ("jsonpath", "custom-columns") and rest):
             if sep:  # a bad path is said now, not after the call
                 try:
                     query.custom_columns([], rest) if kind == "custom-columns" else query.jsonpath({}, rest)
@@ -238,13 +239,13 @@ class OutputFormat(click.ParamType):
     def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
         from click.shell_completion import CompletionItem
 
-        return [CompletionItem(f) for f in ("table", "wide", "json", "yaml", "jsonpath=", "custom-columns=")
+        return [CompletionItem(f) for f in ("table", "wide", "json", "yaml", "name", "jsonpath=", "custom-columns=")
                 if f.startswith(incomplete)]
 
 
 def _format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("-o", "--output", "fmt", type=OutputFormat(), default="table", show_default=True,
-                        help="Output format: table, wide, json, yaml, jsonpath=TEMPLATE, "
+                        help="Output format: table, wide, json, yaml, name, jsonpath=TEMPLATE, "
                              "custom-columns=NAME:.PATH,...")(fn)
 
 
@@ -574,17 +575,20 @@ def _listed(client: Client, kind: str, history: bool = False) -> tuple[list[Mess
 
 
 def _narrowed(kind: str, items: list[Message], whole: Message | None, selector: str, namespace: str,
-              sort_by: str) -> tuple[list[Message], Message | None]:
-    """kubectl's -l, -n and --sort-by over what was fetched (jobs' labels and namespaces; any kind's fields)."""
+              sort_by: str, field_selector: str = "") -> tuple[list[Message], Message | None]:
+    """kubectl's -l, -n, --field-selector and --sort-by over what was fetched (jobs' labels and namespaces; any
+    kind's fields)."""
     if (selector or namespace) and kind != "job":
         raise click.UsageError("-l and -n select jobs (by their labels and namespaces)")
     try:
         wanted = query.Selector(selector) if selector else None
+        fields = query.FieldSelector(field_selector) if field_selector else None
         key = query.sort_key(sort_by) if sort_by else None
     except query.QueryError as err:
         raise click.UsageError(str(err)) from None
     kept = [i for i in items if (wanted is None or wanted.matches(i.spec.labels))  # type: ignore[attr-defined]
-            and (not namespace or i.spec.namespace == namespace)]  # type: ignore[attr-defined]
+            and (not namespace or i.spec.namespace == namespace)  # type: ignore[attr-defined]
+            and (fields is None or fields.matches(output.as_dict(i)))]
     if key is not None:
         kept.sort(key=lambda i: key(output.as_dict(i)))
     if kept == items:
@@ -644,6 +648,9 @@ def _listing_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.option("-l", "--selector", default="", help="Jobs whose labels match (a=b,c!=d,e,!f,g in (x,y))."),
             click.option("-n", "--namespace", default="", help="Jobs whose pods go to this namespace."),
             click.option("-A", "--all-namespaces", is_flag=True, help="Jobs of every namespace (the default)."),
+            click.option("--field-selector", default="", metavar="SELECTOR",
+                         help="Objects whose fields match, as -o json names them (status.phase=Running,"
+                              "spec.queue!=batch)."),
             click.option("--sort-by", default="", metavar="PATH", help="Sort by a field, as -o json names it "
                                                                        "(.status.createTime)."),
             click.option("-w", "--watch", is_flag=True, help="After the list, a row for each job as it changes "
@@ -662,7 +669,7 @@ def _listing_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_listing_options
 @pass_client
 def get(client: Client, kind: str, names: tuple[str, ...], fmt: str, selector: str, namespace: str,
-        all_namespaces: bool, sort_by: str, watch: bool, history: bool) -> None:
+        all_namespaces: bool, field_selector: str, sort_by: str, watch: bool, history: bool) -> None:
     """Show objects of KIND (jobs, pods, events, queues, tenants, priorityclasses, flavors, clusters): the
     ones NAMEd, or all. A job is shown with its pods; with -o yaml, as the Volcano Job it came from, with a
     status (-o json: the federation's record). `get pods JOB...`: the pods of those jobs, as their member
@@ -696,7 +703,7 @@ def get(client: Client, kind: str, names: tuple[str, ...], fmt: str, selector: s
         items, whole = objects, objects[0] if len(objects) == 1 else None
     else:
         items, whole = _listed(client, kind, history)
-    items, whole = _narrowed(kind, items, whole, selector, namespace, sort_by)
+    items, whole = _narrowed(kind, items, whole, selector, namespace, sort_by, field_selector)
     if kind == "job" and fmt == "yaml":  # as kubectl get vcjob -o yaml: Volcano Jobs (a List of several)
         made = [volcano_job(j) for j in items]  # type: ignore[arg-type]
         data = made[0] if names and len(made) == 1 else {"apiVersion": "v1", "kind": "List", "items": made}
@@ -724,8 +731,8 @@ def get(client: Client, kind: str, names: tuple[str, ...], fmt: str, selector: s
 @_listing_options
 @pass_client
 def list_(client: Client, kind: str, tenant: str, queue: str, phases: tuple[str, ...], limit: int | None,
-          fmt: str, selector: str, namespace: str, all_namespaces: bool, sort_by: str, watch: bool,
-          history: bool) -> None:
+          fmt: str, selector: str, namespace: str, all_namespaces: bool, field_selector: str, sort_by: str,
+          watch: bool, history: bool) -> None:
     """List objects of KIND (jobs in submission order, with filters; queues, tenants, ...), as `get KIND`."""
     kind = _kind(kind)
     if kind != "job":
@@ -739,7 +746,7 @@ def list_(client: Client, kind: str, tenant: str, queue: str, phases: tuple[str,
         items, whole = list(jobs), jobs_pb2.ListJobsResponse(jobs=jobs)
     if watch and kind != "job":
         raise click.UsageError("-w watches jobs")
-    items, whole = _narrowed(kind, items, whole, selector, namespace, sort_by)
+    items, whole = _narrowed(kind, items, whole, selector, namespace, sort_by, field_selector)
     output.emit(fmt, items, whole)
     if watch:
         _watch_jobs(client, fmt, selector, namespace, ())
@@ -775,20 +782,54 @@ def _indent(text: str) -> str:
     return "\n".join(f"  {line}" for line in text.splitlines())
 
 
+def _selection(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """kubectl delete's ways to name many jobs: -l, --all, -n."""
+    for option in reversed((
+            click.option("-l", "--selector", default="", help="Every job not ended whose labels match."),
+            click.option("--all", "every", is_flag=True, help="Every job not ended (that the caller sees)."),
+            click.option("-n", "--namespace", default="", help="With -l or --all: of this namespace only."))):
+        fn = option(fn)
+    return fn
+
+
+ENDED_PHASES = ("Succeeded", "Failed", "Cancelled")
+
+
+def _chosen(client: Client, job_ids: tuple[str, ...], selector: str, every: bool, namespace: str) -> list[str]:
+    """The jobs named, or those -l or --all picks among the jobs not ended."""
+    if job_ids and (selector or every):
+        raise click.UsageError("name the jobs, or pick them with -l or --all, not both")
+    if not job_ids and not selector and not every:
+        raise click.UsageError("name the jobs (JOB_ID...), or pick them with -l SELECTOR or --all")
+    if job_ids:
+        return list(job_ids)
+    live = [p for p in common_pb2.JobPhase.keys()[1:] if p.capitalize() not in ENDED_PHASES]
+    jobs: list[Message] = list(_all_jobs(client, phases=tuple(live)))
+    picked, _ = _narrowed("job", jobs, None, selector, namespace, "")
+    if not picked:
+        click.echo("No resources found.", err=True)
+    return [j.id for j in picked]  # type: ignore[attr-defined]
+
+
 @cli.command()
 @_kind_argument
-@click.argument("names", nargs=-1, required=True, metavar="NAME...")
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@_selection
 @pass_client
-def delete(client: Client, kind: str, names: tuple[str, ...]) -> None:
-    """Delete objects of KIND by name; deleting a job cancels it (its record and events stay)."""
+def delete(client: Client, kind: str, names: tuple[str, ...], selector: str, every: bool, namespace: str) -> None:
+    """Delete objects of KIND by name; deleting a job cancels it (its record and events stay), and jobs may be
+    picked with -l or --all as kubectl deletes them."""
     kind = _kind(kind)
     if kind == "cluster":
         raise click.UsageError("a cluster leaves when its agent stops; `fedctl cordon NAME` stops new work for it")
+    if kind == "job":
+        _cancel(client, _chosen(client, names, selector, every, namespace))
+        return
+    if selector or every or namespace:
+        raise click.UsageError("-l, --all and -n pick jobs")
+    if not names:
+        raise click.UsageError("name the objects to delete")
     for name in names:
-        if kind == "job":
-            job = client.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=name))
-            click.echo(f"job/{job.id} {output.phase_name(job.status.phase).lower()}")
-            continue
         _admin_call(client, "Delete", kind, name=name)
         click.echo(f"{kind.replace('_', '')}/{name} deleted")
 
@@ -846,12 +887,19 @@ def logs(client: Client, job_id: str, task: str, index: int, follow: bool, previ
 
 
 @cli.command()
-@click.argument("job_ids", nargs=-1, required=True, metavar="JOB_ID...",
+@click.argument("job_ids", nargs=-1, metavar="[JOB_ID]...",
                 shell_complete=lambda ctx, param, incomplete: _names(ctx, incomplete, "jobs"))
 @click.option("--reason", default="", help="Shown as the jobs' reason.")
+@_selection
 @pass_client
-def cancel(client: Client, job_ids: tuple[str, ...], reason: str) -> None:
-    """Cancel the jobs JOB_ID... (each on its own: one that cannot be cancelled is said, the rest go on)."""
+def cancel(client: Client, job_ids: tuple[str, ...], reason: str, selector: str, every: bool,
+           namespace: str) -> None:
+    """Cancel the jobs JOB_ID... , or those -l or --all picks (each on its own: one that cannot be cancelled is
+    said, the rest go on)."""
+    _cancel(client, _chosen(client, job_ids, selector, every, namespace), reason)
+
+
+def _cancel(client: Client, job_ids: Sequence[str], reason: str = "") -> None:
     failed = []
     for job_id in job_ids:
         try:

@@ -19,7 +19,7 @@ from federation.resources import parse_amount
 from federation.v1 import admin_pb2, common_pb2
 from federation.validation import escape_controls
 
-FORMATS = ("table", "wide", "json", "yaml", "jsonpath=TEMPLATE", "custom-columns=NAME:.PATH,...")
+FORMATS = ("table", "wide", "json", "yaml", "name", "jsonpath=TEMPLATE", "custom-columns=NAME:.PATH,...")
 
 
 def age(ts: Any, now: datetime | None = None) -> str:
@@ -163,9 +163,23 @@ def table_row(fmt: str, item: Message) -> tuple[Sequence[str], list[Any]]:
     return headers, row(item)
 
 
+def resource_name(item: Message) -> str:
+    """kubectl's `-o name`: `kind/name` (a job by its id, an event by its sequence number)."""
+    kind = {common_pb2.PodStatus: "pod", common_pb2.JobEvent: "event"}.get(type(item)) or \
+        item.DESCRIPTOR.name.lower()
+    for field in ("id", "name", "sequence"):
+        if field in item.DESCRIPTOR.fields_by_name:
+            return f"{kind}/{getattr(item, field)}"
+    return kind
+
+
 def emit(fmt: str, items: Sequence[Message], whole: Message | None = None) -> None:
-    """Print `items` as a table (`wide`: more columns), their fields by kubectl's `jsonpath=` or
-    `custom-columns=`, or `whole` (the response holding them) as JSON or YAML."""
+    """Print `items` as a table (`wide`: more columns), their names (`kind/name`), their fields by kubectl's
+    `jsonpath=` or `custom-columns=`, or `whole` (the response holding them) as JSON or YAML."""
+    if fmt == "name":
+        for item in items:
+            click.echo(resource_name(item))
+        return
     if fmt in ("table", "wide"):
         if not items:
             click.echo("No resources found.")
@@ -182,8 +196,9 @@ def emit(fmt: str, items: Sequence[Message], whole: Message | None = None) -> No
     else:  # several objects named: a list of them, as kubectl prints one
         data = {"items": [as_dict(i) for i in items]}
     if fmt.startswith("jsonpath="):
-        click.echo(safe_log(query.jsonpath(data, fmt.partition("=")[2]).encode()), nl=False)
-        click.echo()
+        found = query.jsonpath(data, fmt.partition("=")[2])
+        if found:  # nothing matched prints nothing, as kubectl (not an empty line)
+            click.echo(safe_log(found.encode()), nl=not found.endswith("\n"))
         return
     if fmt == "json":
         click.echo(json.dumps(data, indent=2))

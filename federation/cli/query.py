@@ -128,6 +128,23 @@ class Selector:
         return all(r.matches(labels) for r in self.requirements)
 
 
+class FieldSelector:
+    """kubectl's `--field-selector`: `path=value`, `path==value` or `path!=value`, comma-separated, each path as
+    `-o json` names the field (`status.phase=Running`, `spec.queue!=batch`), compared as the tables write it."""
+
+    def __init__(self, text: str) -> None:
+        self.requirements: list[tuple[Any, bool, str]] = []
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            m = re.fullmatch(r"([A-Za-z0-9_.]+)\s*(==|!=|=)\s*(.*)", part)
+            if m is None:
+                raise QueryError(f"{part!r} is not a field requirement (status.phase=Running, spec.queue!=batch)")
+            self.requirements.append((_path("." + m[1].lstrip(".")), m[2] == "!=", m[3]))
+
+    def matches(self, data: Mapping[str, Any]) -> bool:
+        return all((value in {_text(m.value) for m in path.find(data)}) != negated
+                   for path, negated, value in self.requirements)
+
+
 def _split(text: str) -> list[str]:
     """Split at commas outside parentheses."""
     parts, depth, current = [], 0, ""
