@@ -51,6 +51,25 @@ def test_the_dashboard_on_a_busy_day(site: Site, browser: webdriver.Chrome) -> N
         order = [tr.get_attribute("data-job") for tr in browser.find_elements(By.CSS_SELECTOR, "tbody tr[data-job]")]
         assert order == jobs
         assert fits(browser), f"jobs at {width}px"
+        # Issue 42 (9): no phase wraps ("Pendin/g"), no header runs into the next, at 1,280 px too.
+        cut = browser.execute_script(
+            "const lines = e => { const r = document.createRange(); r.selectNodeContents(e); "
+            "  return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size; };"
+            "return [...document.querySelectorAll('table.jobs td.phase, table.jobs th')].filter(e => lines(e) > 1 || "
+            "  e.scrollWidth > e.clientWidth + 1).map(e => [e.textContent, e.scrollWidth, e.clientWidth])")
+        assert cut == [], (width, cut)
+        # The two jobs alpha's limit holds wait for the same reason: said once, with its count.
+        reasons = browser.find_elements(By.CSS_SELECTOR, "details.waiting-reasons li")
+        assert [r.get_attribute("data-count") for r in reasons] == ["2"], [r.text for r in reasons]
+        assert "tenant alpha at limit" in reasons[0].text
+        # The cluster filter is the server's: the page holds that cluster's jobs, however many others there are.
+        browser.get(f"{ui}/jobs?cluster=cpu")
+        assert [tr.get_attribute("data-job") for tr in browser.find_elements(
+            By.CSS_SELECTOR, "tbody tr[data-job]")] == [jobs[0]]
+        counts = {a.get_attribute("data-phase"): a.find_element(By.TAG_NAME, "strong").text
+                  for a in browser.find_elements(By.CSS_SELECTOR, "#counts a")}
+        assert counts["Running"] == "1" and counts["Pending"] == "0", counts
+        browser.get(f"{ui}/jobs")
         _shot(browser, f"jobs-{width}")
 
         browser.get(f"{ui}/clusters?job={jobs[0]}")

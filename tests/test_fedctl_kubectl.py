@@ -261,3 +261,15 @@ def test_cancel_and_delete_pick_jobs_as_kubectl_delete_does(server: ServerProces
     for wrong in (("cancel",), ("cancel", x[0], "--all"), ("delete", "queue", "--all")):
         refused = run(server, *wrong)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, (wrong, refused.stderr)
+
+
+def test_jobs_are_listed_by_the_cluster_they_were_sent_to(server: ServerProcess, tmp_path: Path) -> None:
+    """Issue 42 (9): the dashboard's cluster filter picked from a 50-row page; the API filters by cluster now
+    (ListJobsRequest.cluster), for the dashboard and `fedctl list jobs --cluster`."""
+    from tests.test_e2e_agents import wait_for
+
+    job = submit(server, tmp_path, "where", "team-c", "{}")
+    wait_for("the job to be sent to cpu", lambda: run(server, "get", "job", job, "-o",
+                                                       "jsonpath={.status.cluster}").stdout.strip() == "cpu")
+    assert f"job/{job}" in run(server, "list", "jobs", "--cluster", "cpu", "-o", "name").stdout.split()
+    assert run(server, "list", "jobs", "--cluster", "elsewhere", "-o", "name").stdout == ""

@@ -211,7 +211,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             after = found
         rows = await self.jobs.list(tenant=tenant, queue=request.queue, phases=phases, after_seq=after,
                                     limit=size + 1, newest_first=request.newest_first,
-                                    history=request.include_history)
+                                    history=request.include_history, cluster=request.cluster)
         page, used = [], 0
         expected = await self._expected(rows[:size])
         for row in rows[:size]:  # a page is also bounded in bytes, so any client's default limit takes it
@@ -223,7 +223,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         token = _page_token(page[-1].id) if len(rows) > len(page) else ""
         response = jobs_pb2.ListJobsResponse(jobs=page, next_page_token=token)
         if request.count_phases:
-            counts = await self.jobs.phase_counts(tenant=tenant, queue=request.queue, history=request.include_history)
+            counts = await self.jobs.phase_counts(tenant=tenant, queue=request.queue, history=request.include_history,
+                                                  cluster=request.cluster)
             response.phase_counts.update({phase.capitalize(): n for phase, n in counts.items()})
         return response
 

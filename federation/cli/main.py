@@ -539,13 +539,13 @@ def _admin_call(client: Client, verb: str, kind: str, **fields: Any) -> Any:
 
 
 def _all_jobs(client: Client, tenant: str = "", queue: str = "", phases: tuple[str, ...] = (),
-              limit: int | None = None, history: bool = False) -> list[common_pb2.Job]:
+              limit: int | None = None, history: bool = False, cluster: str = "") -> list[common_pb2.Job]:
     jobs: list[common_pb2.Job] = []
     token = ""
     while True:
         page = client.jobs.ListJobs(jobs_pb2.ListJobsRequest(
             tenant=tenant, queue=queue, phases=[common_pb2.JobPhase.Value(p.upper()) for p in phases],
-            page_size=min(limit or 500, 500), page_token=token, include_history=history))
+            page_size=min(limit or 500, 500), page_token=token, include_history=history, cluster=cluster))
         jobs.extend(page.jobs)
         token = page.next_page_token
         if not token or (limit and len(jobs) >= limit):
@@ -724,25 +724,27 @@ def get(client: Client, kind: str, names: tuple[str, ...], fmt: str, selector: s
 @_kind_argument
 @click.option("--tenant", default="", help="Jobs of this tenant only.")
 @click.option("--queue", default="", help="Jobs of this queue only.")
+@click.option("--cluster", default="", help="Jobs sent to this member cluster only.")
 @click.option("--phase", "phases", multiple=True, help="Jobs in this phase: Pending, Running, ... (repeatable).",
               type=click.Choice([p.capitalize() for p in common_pb2.JobPhase.keys()[1:]], case_sensitive=False))
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many jobs (default: all).")
 @_format_option
 @_listing_options
 @pass_client
-def list_(client: Client, kind: str, tenant: str, queue: str, phases: tuple[str, ...], limit: int | None,
+def list_(client: Client, kind: str, tenant: str, queue: str, cluster: str, phases: tuple[str, ...],
+          limit: int | None,
           fmt: str, selector: str, namespace: str, all_namespaces: bool, field_selector: str, sort_by: str,
           watch: bool, history: bool) -> None:
     """List objects of KIND (jobs in submission order, with filters; queues, tenants, ...), as `get KIND`."""
     kind = _kind(kind)
     if kind != "job":
-        if tenant or queue or phases or limit or history:
-            raise click.UsageError("--tenant, --queue, --phase, --limit and --all filter jobs")
+        if tenant or queue or cluster or phases or limit or history:
+            raise click.UsageError("--tenant, --queue, --cluster, --phase, --limit and --all filter jobs")
         if kind in ("pod", "event"):
             raise click.UsageError(f"fedctl get {kind}s JOB... shows them")
         items, whole = _listed(client, kind)
     else:
-        jobs = _all_jobs(client, tenant, queue, phases, limit, history)
+        jobs = _all_jobs(client, tenant, queue, phases, limit, history, cluster)
         items, whole = list(jobs), jobs_pb2.ListJobsResponse(jobs=jobs)
     if watch and kind != "job":
         raise click.UsageError("-w watches jobs")

@@ -326,8 +326,8 @@ class JobStore:
         return row  # type: ignore[return-value]
 
     async def list(self, *, tenant: str = "", queue: str = "", phases: Sequence[str] = (),
-                   after_seq: int = 0, limit: int = 100, newest_first: bool = False, history: bool = False
-                   ) -> list[Any]:
+                   after_seq: int = 0, limit: int = 100, newest_first: bool = False, history: bool = False,
+                   cluster: str = "") -> list[Any]:
         """A page of jobs in submission order after `after_seq` (`newest_first`: before it, newest first); with
         `history`, the ended ones moved to the history too: each table gives its first page, merged by
         submission."""
@@ -345,6 +345,8 @@ class JobStore:
                 query = query.where(columns.tenant == tenant)
             if queue:
                 query = query.where(columns.queue == queue)
+            if cluster:
+                query = query.where(columns.cluster == cluster)
             if phases:
                 query = query.where(columns.phase.in_(phases))
             pages.append(query)
@@ -353,7 +355,8 @@ class JobStore:
         rows.sort(key=lambda row: row["seq"], reverse=newest_first)
         return rows[:limit]
 
-    async def phase_counts(self, *, tenant: str = "", queue: str = "", history: bool = False) -> dict[str, int]:
+    async def phase_counts(self, *, tenant: str = "", queue: str = "", history: bool = False,
+                           cluster: str = "") -> dict[str, int]:
         """How many jobs of the tenant (and queue) are in each phase (with `history`, the history's too)."""
         counts: Counter[str] = Counter()
         async with self.engine.connect() as conn:
@@ -363,6 +366,8 @@ class JobStore:
                     query = query.where(columns.tenant == tenant)
                 if queue:
                     query = query.where(columns.queue == queue)
+                if cluster:
+                    query = query.where(columns.cluster == cluster)
                 counts.update({str(phase): int(n) for phase, n in (await conn.execute(query)).all()})
         return dict(counts)
 

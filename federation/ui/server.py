@@ -23,6 +23,7 @@ import re
 import secrets
 import socket
 import ssl
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -331,14 +332,18 @@ class Dashboard:
         oldest_first = q.get("order") == "oldest"
         listed = await api(api.jobs.ListJobs, jobs_pb2.ListJobsRequest(
             tenant=q.get("tenant", ""), queue=q.get("queue", ""), phases=phases, page_size=PAGE_SIZE,
-            page_token=q.get("page_token", ""), newest_first=not oldest_first, count_phases=True))
-        cluster = q.get("cluster", "")
-        jobs = [j for j in listed.jobs if not cluster or j.status.cluster == cluster]
+            page_token=q.get("page_token", ""), newest_first=not oldest_first, count_phases=True,
+            cluster=q.get("cluster", "")))  # filtered by the server: a page of that cluster's jobs
+        jobs = list(listed.jobs)
         now = datetime.now(UTC)
         rows = [{"job": j, "gpus": output.gpus(j),
                  "age": (now - j.status.create_time.ToDatetime(UTC)).total_seconds(),  # sorts to the microsecond
                  "ran": _ran(j, now)} for j in jobs]
+        # The same reason said once with its count (a busy day has dozens of jobs waiting for the same thing).
+        waiting = Counter(j.status.reason for j in jobs if j.status.phase in (common_pb2.PENDING, common_pb2.PREEMPTED)
+                          and j.status.reason)
         return {"rows": rows, "next": listed.next_page_token, "filters": dict(q), "phases": PHASES,
+                "waiting": sorted(waiting.items(), key=lambda kv: (-kv[1], kv[0])),
                 "counts": [(p, listed.phase_counts.get(p, 0)) for p in PHASES], "oldest_first": oldest_first}
 
     async def jobs(self, request: web.Request) -> web.Response:

@@ -67,7 +67,7 @@ class GetJobRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("tenant", "queue", "phases", "page_size", "page_token", "newest_first", "count_phases", "include_history")
+    __slots__ = ("tenant", "queue", "phases", "page_size", "page_token", "newest_first", "count_phases", "include_history", "cluster")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PHASES_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +76,7 @@ class ListJobsRequest(_message.Message):
     NEWEST_FIRST_FIELD_NUMBER: _ClassVar[int]
     COUNT_PHASES_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     queue: str
     phases: _containers.RepeatedScalarFieldContainer[_common_pb2.JobPhase]
@@ -84,7 +85,8 @@ class ListJobsRequest(_message.Message):
     newest_first: bool
     count_phases: bool
     include_history: bool
-    def __init__(self, tenant: _Optional[str] = ..., queue: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[_common_pb2.JobPhase, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., newest_first: _Optional[bool] = ..., count_phases: _Optional[bool] = ..., include_history: _Optional[bool] = ...) -> None: ...
+    cluster: str
+    def __init__(self, tenant: _Optional[str] = ..., queue: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[_common_pb2.JobPhase, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., newest_first: _Optional[bool] = ..., count_phases: _Optional[bool] = ..., include_history: _Optional[bool] = ..., cluster: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token", "phase_counts")
