@@ -367,7 +367,7 @@ class Scheduler:
         # Preempted and Dispatched events are the orders; the replicas holding the agents relay them.
         fence = self.fence()
         await self.jobs.preempt(decisions.preempt, fence)
-        await self.jobs.dispatch(decisions.assign, fence)
+        await self.jobs.dispatch(decisions.assign, fence, decisions.notes)
         if decisions.assign or decisions.preempt:
             self.on_change()
         if decisions.cut_short:

@@ -71,6 +71,11 @@ def test_the_federation_prefers_healthy_hardware_and_a_drain_moves_a_gang_to_ano
         first = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("first"))).job.id
         wait_for("first Running", lambda: status(first).phase == common_pb2.RUNNING)
         assert status(first).cluster == "b"
+        # Issue 42 (5): why b, said on its Dispatched event.
+        dispatched = [e for e in _replay(jobs, first) if e.type == "Dispatched"]
+        assert dispatched[0].message == ("dispatched to cluster b (on healthy hardware; passed over a: 1 node degraded "
+                                         "(XID 79) (the gang fits there only on degraded hardware)); its agent is "
+                                         "placing the gang"), dispatched
         second = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("second", checkpoint="1h"))).job.id
         wait_for("second Running in a (nothing healthy fits anywhere)", lambda: status(second).phase ==
                  common_pb2.RUNNING)
@@ -137,3 +142,15 @@ def check_node_orders(address: str, admin: admin_pb2_grpc.AdminServiceStub, agen
         agent.proc.send_signal(signal.SIGCONT)
     undone = admin.OrderNode(admin_pb2.OrderNodeRequest(cluster="a", action="uncordon", kind="node", name="a0-0"))
     assert undone.message == "node/a0-0 in cluster a: uncordoned"
+
+
+def _replay(jobs: jobs_pb2_grpc.JobServiceStub, job_id: str) -> list[common_pb2.JobEvent]:
+    """The job's events so far."""
+    stream = jobs.WatchJobs(jobs_pb2.WatchJobsRequest(job_id=job_id, after_sequence=0), timeout=2)
+    out: list[common_pb2.JobEvent] = []
+    try:
+        out.extend(stream)
+    except grpc.RpcError as err:
+        if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise
+    return out

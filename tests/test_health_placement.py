@@ -183,6 +183,10 @@ def test_the_cluster_choice_prefers_healthy_room_and_explain_says_why_it_skipped
         table = ClusterTable(views, {GPU: 128})
         assert table.best(gang, {}) == "b"
         assert table._best_slowly(gang, {}) == "b"
+        # Issue 42 (5): what a user reads of the choice (the Dispatched event says it).
+        assert table.passed_over(gang, "b") == ("on healthy hardware; passed over a: 2 nodes degraded (XID 79) (the "
+                                                "gang fits there only on degraded hardware)")
+        assert table.passed_over(JobView("s", {GPU: 16}, {GPU: 8}, {}, "hard", 1), "a") == ""
     assert ClusterTable([a], {GPU: 64}).best(gang, {}) == "a"  # nothing healthy anywhere: degraded will do
     small = JobView("s", {GPU: 16}, {GPU: 8}, {}, "hard", 1)
     assert ClusterTable([a, b], {GPU: 128}).best(small, {}) == "a"  # fits a's healthy leaf: no reason to skip it

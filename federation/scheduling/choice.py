@@ -218,6 +218,21 @@ class ClusterTable:
             score = score + np.where(fits, 0.0, UNHEALTHY)
         return np.where(mask, score, np.inf)
 
+    def passed_over(self, job: JobView, chosen: str) -> str:
+        """When the gang goes to `chosen` on healthy hardware while other clusters fit it only on degraded
+        hardware, those clusters and what is degraded there ("" otherwise): said on its Dispatched event."""
+        if self.healthy is None or job.highest_tier_name:
+            return ""
+        scores = self._scores(job, slice(None))
+        if scores is None or scores[self.index[chosen]] >= UNHEALTHY:
+            return ""
+        degraded = [self.names[i] for i in np.flatnonzero((scores >= UNHEALTHY) & (scores != np.inf))]
+        if not degraded:
+            return ""
+        said = "; ".join(f"{n}: {', '.join(self._views[n].health) or 'degraded hardware'}" for n in degraded[:3])
+        more = f" and {len(degraded) - 3} more" if len(degraded) > 3 else ""
+        return f"on healthy hardware; passed over {said}{more} (the gang fits there only on degraded hardware)"
+
     def _best_slowly(self, job: JobView, refused: Mapping[str, str]) -> str | None:
         """The same choice, one cluster at a time, for what the arrays do not express (tiers by name)."""
         fitting = []

@@ -449,6 +449,8 @@ class _Cycle(Preemption, Reservations):
         cluster, reasons = self.choose(job, queue)
         if cluster is not None:
             self.out.assign[job.id] = cluster
+            if note := self.clusters.passed_over(job.view, cluster):
+                self.out.notes[job.id] = note
             self.clusters.reserve(job.view, cluster)
             self.use(queue, self.flavors.held(cluster, job.view.request) if self.flavors else job.view.request)
             return

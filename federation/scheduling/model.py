@@ -124,6 +124,8 @@ class Snapshot:
 @dataclass
 class Decisions:
     assign: dict[str, str] = field(default_factory=dict)  # job -> cluster
+    # dispatched job -> what people should know of the choice ("on healthy hardware; passed over b: it fits ...")
+    notes: dict[str, str] = field(default_factory=dict)
     preempt: dict[str, str] = field(default_factory=dict)  # running job -> reason
     making_room: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster preempted for it
     lost: dict[str, float] = field(default_factory=dict)  # preempted job -> GPU-seconds of work lost by it

@@ -14,7 +14,7 @@ import functools
 import json
 import secrets
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -554,8 +554,10 @@ class JobStore:
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
 
-    async def dispatch(self, decisions: dict[str, str], fence: Fence | None = None) -> list[Any]:
-        """Move still-waiting jobs to their chosen cluster with a new attempt; returns the moved rows.
+    async def dispatch(self, decisions: dict[str, str], fence: Fence | None = None,
+                       notes: Mapping[str, str] | None = None) -> list[Any]:
+        """Move still-waiting jobs to their chosen cluster with a new attempt; returns the moved rows. `notes`:
+        what to say of a job's choice besides (its reason and its Dispatched event carry it).
 
         One statement for the whole batch: a first cycle may dispatch tens of thousands of jobs.
         """
@@ -567,12 +569,14 @@ class JobStore:
                 await fence.check(conn)
             moved = (await conn.execute(text(
                 "UPDATE jobs SET phase = 'DISPATCHED', cluster = v.cluster, attempt = jobs.attempt + 1, "
-                "reason = 'dispatched to cluster ' || v.cluster || '; its agent is placing the gang', "
+                "reason = 'dispatched to cluster ' || v.cluster || v.note || '; its agent is placing the gang', "
                 "dispatched_at = now(), updated_at = now() "
-                "FROM unnest(CAST(:ids AS text[]), CAST(:clusters AS text[])) AS v(id, cluster) "
+                "FROM unnest(CAST(:ids AS text[]), CAST(:clusters AS text[]), CAST(:notes AS text[])) "
+                "AS v(id, cluster, note) "
                 "WHERE jobs.id = v.id AND jobs.phase IN ('PENDING', 'PREEMPTED') "
                 "RETURNING jobs.id, jobs.tenant, jobs.queue, jobs.attempt, jobs.cluster, jobs.reason"),
-                {"ids": ids, "clusters": [decisions[i] for i in ids]})).mappings().all()
+                {"ids": ids, "clusters": [decisions[i] for i in ids],
+                 "notes": [f" ({notes[i]})" if notes and i in notes else "" for i in ids]})).mappings().all()
             await append_events(conn, [EventRecord(r["id"], r["tenant"], r["queue"], "Dispatched", "DISPATCHED",
                                                    r["reason"], r["attempt"], r["cluster"]) for r in moved])
         return list(moved)
