@@ -39,14 +39,17 @@ def job_view(row: Mapping[str, Any]) -> JobView:
                             task.get("node_selector", {}).items() if k != NODE_OWN_LABEL})
     templates = spec.get("resource_claim_templates_json")
     claims = gangs.claim_templates(templates) if templates else None
+    sizes: set[int] = set()  # whole GPUs per pod, over its tasks that ask for some
     for task in spec.get("tasks", []):
         request = parse_resources(task.get("resources", {}))
+        if request.get(GPU, 0):
+            sizes.add(request[GPU])
         request.update(gangs.counted(task.get("pod_template_json", ""), request.get(GPU, 0), claims))
         for resource, amount in request.items():
             largest[resource] = max(largest.get(resource, 0), amount)
     return JobView(row["id"], with_share(row["request"]), largest, spec.get("cluster_selector", {}),
                    topo.get("mode", ""), topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""),
-                   tuple(node_selector))
+                   tuple(node_selector), sizes.pop() if len(sizes) == 1 else 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,7 +90,8 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
     return ClusterView(row["name"], row["labels"], free, tiers, capacity=allocatable, domains=domains,
                        healthy_tiers=healthy, health=health.get("summary", []),
                        partitionable=whole.get("max_capacity", {}),
-                       node_labels=frozenset(node_labels) if node_labels is not None else None)
+                       node_labels=frozenset(node_labels) if node_labels is not None else None,
+                       gpu_free_nodes=tuple(inv["gpu_free_nodes"]) if inv.get("gpu_free_nodes") else None)
 
 
 def _tier_free(t: Mapping[str, Any], partitionable: Mapping[int, Mapping[str, Any]]) -> TierFree:

@@ -612,6 +612,7 @@ NODE_OWN_LABEL = "kubernetes.io/hostname"
 # What a real member cluster can have: the largest run some 100,000 GPUs on tens of thousands of nodes.
 MAX_CLUSTER_GPUS = 1_000_000  # devices (MIG slices included) of one resource
 MAX_CLUSTER_NODES = 100_000
+MAX_GPUS_PER_NODE = 1_024  # whole GPUs one node reports (an NVL576 rack as one node would be 576)
 MAX_HEALTH_SUMMARY = 8  # lines of a cluster's health summary ("3 nodes degraded (XID 79)"), each a reason long
 
 
@@ -659,6 +660,10 @@ def inventory_problem(inv: Any) -> str:
         return "negative node counts"
     if max(counts) > MAX_CLUSTER_NODES:
         return f"{max(counts):,} nodes reported, at most {MAX_CLUSTER_NODES:,}"
+    if len(inv.gpu_free_nodes) > MAX_GPUS_PER_NODE + 1:
+        return f"gpu_free_nodes has {len(inv.gpu_free_nodes)} entries, at most {MAX_GPUS_PER_NODE + 1}"
+    if any(not 0 <= n <= MAX_CLUSTER_NODES for n in inv.gpu_free_nodes):
+        return f"gpu_free_nodes counts nodes out of range (0-{MAX_CLUSTER_NODES:,})"
     if len(inv.node_labels.pairs) > MAX_REPORTED_NODE_LABELS:
         return f"{len(inv.node_labels.pairs)} node labels reported, at most {MAX_REPORTED_NODE_LABELS}"
     for i, pair in enumerate(inv.node_labels.pairs):

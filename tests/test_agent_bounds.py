@@ -192,3 +192,29 @@ async def test_a_flooded_health_report_leaves_the_cluster_out_and_listing_cluste
     finally:
         reading.cancel()
         call.cancel()
+
+
+def test_node_labels_and_free_gpus_per_node_are_reported_and_bounded() -> None:
+    """Issue 42 (1, 10): what the server now checks pods against, as an agent reports it, and what it refuses."""
+    from member_agent import clusters
+    from member_agent.agent import Agent
+    from member_agent.simulated import SimulatedBackend, load_cluster
+
+    state = load_cluster(clusters.tree("n", [1, 4], {GPU: "8", "cpu": "64"}, {"pool": "a"}))
+    state.allocate("n0-0", {GPU: 3, "cpu": 1})
+    state.allocate("n0-1", {GPU: 8, "cpu": 1})
+    state.set_ready("n0-3", False)
+    inv = Agent("c", {}, SimulatedBackend(state)).inventory().inventory
+    assert list(inv.gpu_free_nodes) == [1, 0, 0, 0, 0, 1, 0, 0, 1]  # 0 free, 5 free, 8 free; n0-3 not ready
+    assert {"pool=a", "kubernetes.io/os=linux", "kubernetes.io/arch=amd64"} <= set(inv.node_labels.pairs)
+    assert not any(p.startswith("kubernetes.io/hostname=") for p in inv.node_labels.pairs)
+    assert inventory_problem(inv) == ""
+    too_many = health()
+    too_many.gpu_free_nodes.extend([1] * 1_026)
+    assert inventory_problem(too_many) == "gpu_free_nodes has 1026 entries, at most 1025"
+    negative = health()
+    negative.gpu_free_nodes.extend([2, -1])
+    assert inventory_problem(negative).startswith("gpu_free_nodes counts nodes out of range")
+    odd = health()
+    odd.node_labels.pairs.extend(["no-equals-sign"])
+    assert inventory_problem(odd) == "node_labels.pairs[0] is not a label pair (key=value)"

@@ -21,7 +21,9 @@ def cluster(draw: st.DrawFn, name: str) -> ClusterView:
         below = most
     node_labels = draw(st.sampled_from([None, frozenset(), frozenset({"os=linux"}),
                                         frozenset({"os=linux", "disk=ssd"})]))
-    return ClusterView(name, {"zone": draw(st.sampled_from(["a", "b"]))}, free, tiers, node_labels=node_labels)
+    hist = draw(st.none() | st.lists(st.integers(0, 4), min_size=1, max_size=9).map(tuple))
+    return ClusterView(name, {"zone": draw(st.sampled_from(["a", "b"]))}, free, tiers, node_labels=node_labels,
+                       gpu_free_nodes=hist)
 
 
 @st.composite
@@ -32,7 +34,7 @@ def job(draw: st.DrawFn) -> JobView:
     selector = draw(st.sampled_from([{}, {"zone": "a"}, {"zone": "b"}]))
     node_selector = draw(st.sampled_from([(), ("os=linux",), ("disk=ssd", "os=linux")]))
     return JobView("j", request, largest, selector, mode, draw(st.integers(1, 2)) if mode == "hard" else 0,
-                   node_selector=node_selector)
+                   node_selector=node_selector, pod_gpus=draw(st.sampled_from([0, 1, 2, 4, 8])))
 
 
 @settings(max_examples=300, deadline=None)

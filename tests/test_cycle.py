@@ -453,3 +453,20 @@ def test_queue_priority_never_hands_out_room_a_sibling_then_reclaims() -> None:
         running.sort(key=lambda r: (-r.ran_for, r.seq))  # the longest running ends next
         ended, running = running[0], running[1:]
         free += ended.request[GPU]
+
+
+def test_gangs_are_fitted_node_by_node_to_what_agents_report_free() -> None:
+    """Issue 42 (3, 10): the server judged a gang by free totals and the largest free node, the agent by node: with
+    64 GPUs free, one node's 8 of them taken, a second gang of two 8-GPU pods was sent and refused. The agents
+    report how many nodes have each number of GPUs free; a cycle fits pods to it, and takes a gang's pods off it
+    as the agent would place them."""
+    hist = (0, 0, 0, 0, 10, 0, 0, 0, 3)  # 10 nodes with 4 GPUs free, 3 with 8: 64 free
+    c1 = replace(cluster("c1", 64), gpu_free_nodes=hist)
+    a, b = job("a", "q", 16, 1, pod_gpus=8), job("b", "q", 16, 2, pod_gpus=8)
+    small = job("small", "q", 16, 3, pod_gpus=4)
+    d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], [a, b, small], [c1]))
+    assert d.assign == {"a": "c1", "small": "c1"}  # b's second pod has no node with 8 free once a is placed
+    assert "c1: its nodes hold 1 of its 2 pods of 8 nvidia.com/gpu" in d.waiting["b"], d.waiting["b"]
+    unreported = replace(c1, gpu_free_nodes=None)  # an agent that does not say: totals, as before
+    d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], [a, b], [unreported]))
+    assert d.assign == {"a": "c1", "b": "c1"}

@@ -64,6 +64,7 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
                                          "max_capacity": dict(t.max_capacity.amounts)}
                                         for t in inv.health.healthy_topology]},
         **({"node_labels": sorted(set(inv.node_labels.pairs))} if inv.HasField("node_labels") else {}),
+        **({"gpu_free_nodes": list(inv.gpu_free_nodes)} if inv.gpu_free_nodes else {}),
     }
 
 

@@ -16,7 +16,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from federation.scheduling.fit import ClusterView, JobView, Shape, TierFree, check, fits_healthy, unlabelled
+from federation.resources import GPU as GPU_RESOURCE
+from federation.scheduling.fit import (
+    ClusterView,
+    JobView,
+    Shape,
+    TierFree,
+    check,
+    fits_healthy,
+    gpu_pods,
+    unlabelled,
+)
 
 NO_TIER = 1 << 20  # the "fit tier" of a cluster where no HyperNode covers the gang
 ROWS_ONE_BY_ONE = 4  # clusters changed since a shape was last scored, up to which they are rescored in Python
@@ -38,6 +48,15 @@ class ClusterTable:
         self._views = by_name  # as reported (health included), for the choice by tier names
         self.labels = [by_name[n].labels for n in self.names]
         self.node_labels = [by_name[n].node_labels for n in self.names]
+        # [c, f] = cluster c's nodes with f whole GPUs free, where its agent reports them (`gpu_known`): a gang's
+        # pods are checked against them node by node; a reserved gang takes its pods from them best fit first.
+        hists = [by_name[n].gpu_free_nodes for n in self.names]
+        self.gpu_known = np.array([h is not None for h in hists], dtype=bool)
+        self.gpu_hist = np.zeros((len(self.names), max((len(h) for h in hists if h), default=1)), dtype=np.int64)
+        for i, h in enumerate(hists):
+            if h:
+                self.gpu_hist[i, :len(h)] = h
+        self._rooms: dict[int, np.ndarray] = {}  # pod size -> per cluster, how many such pods its nodes hold
         self.tier_names = [{t.tier: t.tier_name for t in by_name[n].tiers} for n in self.names]
         resources = sorted({r for c in clusters for r in c.free} | {r for c in clusters for t in c.tiers
                                                                     for r in t.max_free} | set(capacity))
@@ -98,7 +117,8 @@ class ClusterTable:
         tiers = [TierFree(t, self.tier_names[i].get(t, ""),
                           {r: int(self.tiers[i, t, k]) for r, k in self.resource.items()})
                  for t in range(self.top + 1) if t in self.tier_names[i]]
-        return ClusterView(name, self.labels[i], free, tiers, node_labels=self.node_labels[i])
+        hist = tuple(int(n) for n in self.gpu_hist[i]) if self.gpu_known[i] else None
+        return ClusterView(name, self.labels[i], free, tiers, node_labels=self.node_labels[i], gpu_free_nodes=hist)
 
     def free_of(self, name: str, resource: str) -> int:
         k = self.resource.get(resource)
@@ -107,6 +127,34 @@ class ClusterTable:
     def free_dict(self, name: str) -> dict[str, int]:
         i = self.index[name]
         return {r: int(self.free[i, k]) for r, k in self.resource.items()}
+
+    def rooms(self, pod_gpus: int) -> np.ndarray:
+        """Per cluster, how many pods of `pod_gpus` whole GPUs its nodes hold (unbounded where not reported)."""
+        room = self._rooms.get(pod_gpus)
+        if room is None:
+            per_node = np.arange(self.gpu_hist.shape[1]) // pod_gpus
+            room = self._rooms[pod_gpus] = np.where(self.gpu_known, self.gpu_hist @ per_node, UNBOUNDED)
+        return room
+
+    def _take_pods(self, i: int, job: JobView) -> None:
+        """A gang reserved in cluster i: its pods off the free-GPU histogram, each on the node with the fewest
+        free GPUs that holds it (as the agent packs them); a gang of pods of several sizes: no longer known."""
+        if not self.gpu_known[i] or not job.request.get(GPU_RESOURCE, 0):
+            return
+        if not (pods := gpu_pods(job)):
+            self.gpu_known[i] = False
+        else:
+            hist, size = self.gpu_hist[i], job.pod_gpus
+            for _ in range(pods):
+                fitting = np.flatnonzero(hist[size:] > 0)
+                if not len(fitting):
+                    break
+                at = size + int(fitting[0])
+                hist[at] -= 1
+                hist[at - size] += 1
+        for pod_gpus, room in self._rooms.items():
+            room[i] = int(self.gpu_hist[i] @ (np.arange(self.gpu_hist.shape[1]) // pod_gpus)) \
+                if self.gpu_known[i] else UNBOUNDED
 
     def selects(self, job: JobView) -> np.ndarray:
         """Per cluster, whether it matches the gang's cluster selector and has nodes with its pods' labels."""
@@ -178,6 +226,8 @@ class ClusterTable:
         if any(free[k] < a for k, a in request) or any(
                 tiers[0][self.resource[r]] < a for r, a in job.largest_pod.items() if a > 0):
             return np.inf
+        if (pods := gpu_pods(job)) and self.rooms(job.pod_gpus)[i] < pods:
+            return np.inf
         fit_tier = next((t for t in range(1, self.top + 1) if all(tiers[t][k] >= a for k, a in request)), NO_TIER)
         if job.mode == "hard" and fit_tier > job.highest_tier:
             return np.inf
@@ -201,6 +251,8 @@ class ClusterTable:
         free, tiers = self.free[rows], self.tiers[rows]
         mask = self.selects(job)[rows] & (free >= request).all(1) & (
             tiers[:, 0, :] >= largest).all(1)
+        if pods := gpu_pods(job):
+            mask &= self.rooms(job.pod_gpus)[rows] >= pods
         covers = (tiers[:, 1:, :] >= request).all(2)  # [c, t - 1]
         if job.mode == "hard":
             mask &= covers[:, :job.highest_tier].any(1)
@@ -299,6 +351,7 @@ class ClusterTable:
         assert request is not None
         self._changed.append(i)
         self.free[i] -= request
+        self._take_pods(i, job)
         asked = request > 0
         self.tiers[i][:, asked] = np.maximum(np.minimum(self.tiers[i][:, asked], self.free[i, asked]), 0)
         if self.healthy is not None:

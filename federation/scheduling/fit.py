@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from federation.resources import Resources, add, format_resources
+from federation.resources import GPU, Resources, add, format_resources
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,8 @@ class ClusterView:
     # The label pairs ("key=value") its nodes carry, as its agent reports them (None: not reported, so a pod's
     # nodeSelector is left to the agent's placement there).
     node_labels: frozenset[str] | None = None
+    # [f] = its ready nodes with exactly f whole GPUs free, as its agent reports them (None: not reported)
+    gpu_free_nodes: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,9 @@ class JobView:
     # carries one of them cannot hold the gang (a necessary condition; the agent's placement matches them node
     # by node).
     node_selector: tuple[str, ...] = ()
+    # Whole GPUs each of its GPU pods asks, when all ask the same (0: none, or pods of different sizes): its
+    # request[GPU] / pod_gpus pods then need a node each with that many free.
+    pod_gpus: int = 0
 
     # Everything about the gang that decides where it fits: equal shapes fit the same clusters, and are one
     # object (`Shape`). Made once with the view (it is asked for hundreds of thousands of times a cycle),
@@ -76,7 +81,7 @@ class JobView:
     def __post_init__(self) -> None:
         shape = shape_of((tuple(self.request.items()), tuple(self.largest_pod.items()),
                           tuple(self.cluster_selector.items()), self.mode, self.highest_tier, self.highest_tier_name,
-                          self.node_selector), self)
+                          self.node_selector, self.pod_gpus), self)
         object.__setattr__(self, "shape", shape)
         # Equal shapes hold equal amounts: the first view's mappings serve them all (a million waiting jobs of a
         # few hundred shapes would otherwise hold three dicts each). Nothing changes a view's mappings in place.
@@ -137,6 +142,16 @@ def unlabelled(job: JobView, node_labels: frozenset[str] | None) -> list[str]:
     return [pair for pair in job.node_selector if pair not in node_labels]
 
 
+def pods_room(gpu_free_nodes: Sequence[int], pod_gpus: int) -> int:
+    """How many pods of `pod_gpus` whole GPUs the nodes of a free-GPU histogram hold, node by node."""
+    return sum((free // pod_gpus) * nodes for free, nodes in enumerate(gpu_free_nodes))
+
+
+def gpu_pods(job: JobView) -> int:
+    """How many pods of `pod_gpus` GPUs the gang needs at least (0: not known pod by pod)."""
+    return job.request.get(GPU, 0) // job.pod_gpus if job.pod_gpus else 0
+
+
 def selects(job: JobView, cluster: ClusterView) -> bool:
     """Whether the cluster's labels match the gang's cluster selector and its nodes have every label the
     pods' nodeSelectors name: whatever is free, a cluster that does not could never take the gang."""
@@ -156,6 +171,10 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
     nodes = [t for t in cluster.tiers if t.tier == 0]
     if nodes and not covers(nodes[0].max_free, job.largest_pod):
         return "no node can hold its largest pod: " + _short(nodes[0].max_free, job.largest_pod)
+    pods = gpu_pods(job)
+    if pods and cluster.gpu_free_nodes is not None and (room := pods_room(cluster.gpu_free_nodes, job.pod_gpus)) < pods:
+        return (f"its nodes hold {room} of its {pods} pods of {job.pod_gpus} {GPU} (nodes with that many free, "
+                "pod by pod)")
     limit = tier_limit(job, cluster)
     if limit is None:
         return None

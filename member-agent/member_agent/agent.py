@@ -483,6 +483,7 @@ class Agent:
         pairs = state.node_label_pairs
         return agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
             node_labels=agent_pb2.NodeLabels(pairs=pairs) if pairs is not None else None,
+            gpu_free_nodes=state.gpu_free_nodes(),
             health=health, managed=agent_pb2.ResourceAmounts(amounts=managed),
             capacity=agent_pb2.ResourceAmounts(amounts=capacity),
             allocatable=agent_pb2.ResourceAmounts(amounts=allocatable),

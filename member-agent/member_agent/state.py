@@ -15,7 +15,7 @@ import numpy as np
 from federation.gpuask import GPU, WHOLE, GpuAsk
 from federation.resources import SHARE, Resources
 from federation.scheduling.fit import TierFree
-from federation.validation import MAX_REPORTED_NODE_LABELS, NODE_OWN_LABEL
+from federation.validation import MAX_GPUS_PER_NODE, MAX_REPORTED_NODE_LABELS, NODE_OWN_LABEL
 from member_agent.devices import assign, fits, memory_mib, take
 from member_agent.fragmentation import Fragmentation
 from member_agent.nodehealth import DEGRADED, NodeHealth
@@ -325,6 +325,18 @@ class ClusterState:
         pairs = {f"{k}={v}" for node in self.topology.nodes.values() for k, v in node.labels.items()
                  if k != NODE_OWN_LABEL}
         return sorted(pairs) if len(pairs) <= MAX_REPORTED_NODE_LABELS else None
+
+    def gpu_free_nodes(self) -> list[int]:
+        """[f] = ready nodes with exactly f whole GPUs free ([] without GPUs): the federation checks gangs' pods
+        against it node by node."""
+        counts: dict[int, int] = {}
+        for node in self.ready:
+            if self.topology.nodes[node].allocatable.get(GPU, 0) or self.free[node].get(GPU, 0):
+                free = min(max(self.free[node].get(GPU, 0), 0), MAX_GPUS_PER_NODE)
+                counts[free] = counts.get(free, 0) + 1
+        if not counts:
+            return []
+        return [counts.get(f, 0) for f in range(min(max(counts), MAX_GPUS_PER_NODE) + 1)]
 
     def summary(self, healthy: bool = False) -> list[TierFree]:
         """For each tier, lowest first, the most of each resource free inside one of its domains, and the
