@@ -348,7 +348,14 @@ def test_a_queue_that_does_not_reclaim_says_which_rule_stopped_it() -> None:
     loose = [RunningJob(f"b{i}", "lent", "c1", 0, i, {GPU: 8}, preemptible=True) for i in range(8)]
     d = schedule(snap(tenants, queues, [hard], [cluster("c1", 0)], loose, capacity=64))
     assert d.preempt == {} and "not reclaimed: a gang with a hard tier limit evicts only inside a HyperNode, and " \
-        "no cluster that could hold it reports its HyperNodes" in d.waiting["need"]
+        "of the clusters that could hold it c1 report no HyperNodes" in d.waiting["need"]
+    # Issue 42 (3): a cluster that lists its HyperNodes but sent the gang back was said to report none.
+    listed = replace(cluster("c1", 0), domains=[DomainFree("s", 2, "", {GPU: 0}), DomainFree("l0", 1, "s", {GPU: 0})])
+    sent_back = replace(snap(tenants, queues, [hard], [listed], loose, capacity=64),
+                        refused={"need": {"c1": "rejected it recently: no node with 8 free"}})
+    d = schedule(sent_back)
+    assert d.preempt == {} and "of the clusters that could hold it c1 sent it back recently" in d.waiting["need"], \
+        d.waiting["need"]
     locked = [QueueInfo("mine", "owner", guarantee={GPU: 16}), QueueInfo("lent", "borrower", reclaimable=False)]
     d = schedule(snap(tenants, locked, [job("need", "mine", 16, 9)], [cluster("c1", 0)], loose, capacity=64))
     assert d.preempt == {}

@@ -166,8 +166,12 @@ class Preemption:
         kept: set[str] = set()
         reported = False
         refused = self.snap.refused.get(job.id, {})
+        passed: dict[str, list[str]] = {"refused": [], "unreported": []}  # clusters looked past, and why
         for view in self.snap.clusters:
-            if view.name in refused or not view.domains or not selects(job.view, view):
+            if not selects(job.view, view):
+                continue
+            if view.name in refused or not view.domains:
+                passed["refused" if view.name in refused else "unreported"].append(view.name)
                 continue
             reported = True
             cluster_free = self.clusters.free_dict(view.name)  # a HyperNode has no more than its cluster left
@@ -184,8 +188,11 @@ class Preemption:
         if best is not None:
             return best[4], best[6]
         if not reported:
-            return "not reclaimed: a gang with a hard tier limit evicts only inside a HyperNode, and no cluster " \
-                   "that could hold it reports its HyperNodes"
+            said = [f"{', '.join(sorted(passed['refused']))} sent it back recently"] if passed["refused"] else []
+            if passed["unreported"]:
+                said.append(f"{', '.join(sorted(passed['unreported']))} report no HyperNodes")
+            return "not reclaimed: a gang with a hard tier limit evicts only inside a HyperNode, and of the " \
+                   f"clusters that could hold it {' and '.join(said) or 'none is Ready'}"
         return self._not_reclaimed(job, queue_within, over, kept, True, " inside a HyperNode within its tier limit")
 
     def moves_in_hypernode(self, job: PendingJob) -> tuple[str, list[RunningJob]] | None:
