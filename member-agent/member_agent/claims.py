@@ -123,7 +123,11 @@ class Claims:
             # CEL over the node's devices (bounded per selector, but selectors times devices): off the loop
             allocation = await asyncio.to_thread(_allocate, spec, classes, free)
             if isinstance(allocation, str):
-                raise ClaimRefused(f"claim {claim} of pod {namespace}/{name} on node {node}: {allocation}")
+                # Devices of the node all taken, or none like it anywhere: the second will not pass by waiting here.
+                anywhere = await asyncio.to_thread(_allocate, spec, classes, self.devices())
+                nowhere = "; no device of this cluster, on any node, free or not, matches it" \
+                    if isinstance(anywhere, str) else ""
+                raise ClaimRefused(f"claim {claim} of pod {namespace}/{name} on node {node}: {allocation}{nowhere}")
             cname = claim_name(name, claim)
             body = {"apiVersion": dra.API, "kind": "ResourceClaim", "metadata": {
                 "name": cname, "namespace": namespace, "labels": dict(labels),
