@@ -297,3 +297,27 @@ def test_dev_up_with_tokens_is_a_federation_with_tenants_in_one_command(tmp_path
             up.wait(60)
         except subprocess.TimeoutExpired:
             up.kill()
+
+
+def test_a_failed_jobs_pods_are_reported_as_they_ended(federation: Federation) -> None:
+    """Issue 42 (2): on the simulated backend a Failed job's pod was still listed Running and `get job -o yaml`
+    said `failed: 0`. Its failed pod is listed Failed (with why); the pods its end stopped are gone, as Volcano
+    deletes them; and the Volcano status counts the failure."""
+    import yaml
+
+    spec = gang("fails", 2, 8, duration="10m")
+    spec.max_retry = 0  # a failure no policy names fails the job at once
+    job_id = federation.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec)).job.id
+    wait_for("the job to run", lambda: federation.job(job_id).status.phase == common_pb2.RUNNING)
+    wait_for("its pods running", lambda: [p.phase for p in federation.job(job_id).status.pods] == ["Running"] * 2)
+    admin = federation.agents["h100"].admin
+    urllib.request.urlopen(urllib.request.Request(f"http://{admin}/faults/pod/{job_id}/worker/1/fail",
+                                                  method="POST"), timeout=30).close()
+    wait_for("the job to fail", lambda: federation.job(job_id).status.phase == common_pb2.FAILED)
+    wait_for("its pods as they ended", lambda: [(p.index, p.phase) for p in federation.job(job_id).status.pods]
+             == [(1, "Failed")])
+    (pod,) = federation.job(job_id).status.pods
+    assert "failed by fault injection" in pod.message
+    printed = fedctl(federation.server.address, "get", "job", job_id, "-o", "yaml")
+    status = yaml.safe_load(printed.stdout)["status"]
+    assert status["failed"] == 1 and status["running"] == 0, status

@@ -99,6 +99,7 @@ class AgentJob:
     tier: int
     retries: int = 0  # restarts by lifecycle policy, counted against max_retry
     done: set[tuple[str, int]] = field(default_factory=set)  # pods that completed
+    failed: dict[tuple[str, int], str] = field(default_factory=dict)  # pods that failed (until restarted), and why
     # Events a policy will answer, by pod ((task, -1) for a task's or the gang's), with the timer of
     # the policy's timeout (None: acting now). A pod that recovers takes its event off.
     waiting: dict[tuple[str, int], tuple[Event, asyncio.TimerHandle | None]] = field(default_factory=dict)
@@ -806,6 +807,7 @@ class Agent:
         pod = _live(job, task, index) if job else None
         if job is None or pod is None:
             return False
+        job.failed[(task, index)] = f"{kind}: {reason}"
         self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
             job_id=job_id, attempt=job.attempt, type=agent_pb2.POD_FAILED, reason=f"{kind}: {reason}",
             placements=_placements([pod]))))
@@ -819,6 +821,7 @@ class Agent:
         job = self.jobs.get(job_id)
         if job is None or not self._stand_down(job, (task, index)):
             return False
+        job.failed.pop((task, index), None)
         log.info("job %s: %s[%d] runs before its policy acted", job_id, task, index)
         return True
 
@@ -915,6 +918,8 @@ class Agent:
             self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
             self._stand_down(job, (pod.task, pod.index))
         job.done -= keys
+        for key in keys:
+            job.failed.pop(key, None)
         job.pods = [p for p in job.pods if p not in old]
         gang = gang_request(job.job.spec, self.state.topology, running=job.pods)
         placement = place(self.state, replace(gang, avoid_degraded=True) if avoid_degraded else gang)

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from member_agent.topology import TopologyError, build, load_objects
 DURATION_ANNOTATION = "federation.dev/sim-duration"
 START_DELAY_ANNOTATION = "federation.dev/sim-start-delay"  # how long a new pod stays Pending
 DEFAULT_DURATION = 5.0
+STOPPED_JOBS = 10_000
 UNTIL_CANCELLED = "infinity"  # a duration annotation for pods that run until the job is cancelled
 
 log = logging.getLogger(__name__)
@@ -123,6 +125,9 @@ class SimulatedBackend:
         self.tasks: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (job, task) -> its completion
         self.starting: dict[tuple[str, str, int], asyncio.Handle] = {}  # (job, task, index) -> its start
         self.members: dict[tuple[str, str], set[int]] = {}  # (job, task) -> the indices its completion ends
+        # Pods deleted before they ended (a job's end stops the rest, as Volcano's does): gone, as from a cluster.
+        # Of the last STOPPED_JOBS jobs: their final pod list is reported as they end.
+        self.stopped: OrderedDict[str, set[tuple[str, int]]] = OrderedDict()
         self._on_pod: Callable[[str, int, str, int, str, str], object] = lambda *_: None
 
     def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
@@ -134,11 +139,16 @@ class SimulatedBackend:
         """As a Kubernetes cluster would say it: each pod named after its job, task and index."""
         job_id, namespace = job.job.id, job.job.spec.namespace or "default"
         out = []
+        stopped = self.stopped.get(job_id, set())
         for p in sorted(job.pods, key=lambda p: (p.task, p.index)):
-            phase = "Succeeded" if (p.task, p.index) in job.done else \
+            key = (p.task, p.index)
+            if key in stopped:
+                continue
+            phase = "Succeeded" if key in job.done else "Failed" if key in job.failed else \
                 "Pending" if (job_id, p.task, p.index) in self.starting else "Running"
             out.append(common_pb2.PodStatus(task=p.task, index=p.index, name=f"{job_id}-{p.task}-{p.index}",
-                                            namespace=namespace, node=p.node, phase=phase))
+                                            namespace=namespace, node=p.node, phase=phase,
+                                            message=job.failed.get(key, "")))
         return out
 
     async def logs(self, job: AgentJob, task: str, index: int, follow: bool, previous: bool,
@@ -168,6 +178,8 @@ class SimulatedBackend:
         loop = asyncio.get_running_loop()
         job_id, attempt = job.job.id, job.attempt
         bound = {(p.task, p.index) for p in pods}
+        if job_id in self.stopped:
+            self.stopped[job_id] -= bound
         for task in sorted({p.task for p in pods}):
             delay = _seconds(annotation(job.job.spec, task, START_DELAY_ANNOTATION), 0.0)
             members = self.members.setdefault((job_id, task), set())
@@ -197,6 +209,11 @@ class SimulatedBackend:
         for pod in job.pods if pods is None else pods:
             self._cancel(self.starting.pop((job_id, pod.task, pod.index), None))
             self.members.get((job_id, pod.task), set()).discard(pod.index)
+            if (pod.task, pod.index) not in job.done and (pod.task, pod.index) not in job.failed:
+                self.stopped.setdefault(job_id, set()).add((pod.task, pod.index))
+                self.stopped.move_to_end(job_id)
+                while len(self.stopped) > STOPPED_JOBS:
+                    self.stopped.popitem(last=False)
         if pods is None:
             for task in {t.name for t in job.job.spec.tasks}:
                 self._cancel(self.tasks.pop((job_id, task), None))
