@@ -97,6 +97,7 @@ class JobCache:
         self.refusals: dict[str, dict[str, str]] = {}  # waiting job -> clusters that refused it for good, and why
         # (job, cluster, why) a cluster sent back (rejected, not for good, or evacuated) since the last `take_sent_back`
         self.sent_back: list[tuple[str, str, str]] = []
+        self.room_made: list[tuple[str, str]] = []  # (job, cluster) room is being made in, since `take_room_made`
         self._cursor: int | None = None
         self._lock = asyncio.Lock()
 
@@ -144,6 +145,8 @@ class JobCache:
                 latest[event["job_id"]] = event
                 if event["type"] == "Rejected":
                     refused.add(event["job_id"])
+                if event["type"] == "MakingRoom":
+                    self.room_made.append((event["job_id"], event["cluster"]))
                 if event["type"] in SENT_BACK_EVENTS and " for good: " not in event["message"]:
                     self.sent_back.append((event["job_id"], event["cluster"], event["message"].partition(": ")[2]))
             cursor = events[-1]["seq"]
@@ -212,6 +215,11 @@ class JobCache:
         """The (job, cluster, why) sent back by a cluster since the last call, oldest first."""
         sent, self.sent_back = self.sent_back, []
         return sent
+
+    def take_room_made(self) -> list[tuple[str, str]]:
+        """The (job, cluster) some leader evicted gangs in to make room for the job, since the last call."""
+        made, self.room_made = self.room_made, []
+        return made
 
     def take_touched(self) -> set[str]:
         """The jobs with an event since the last call: their reasons in PostgreSQL may be anything."""

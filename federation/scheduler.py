@@ -232,10 +232,13 @@ class Scheduler:
 
     def _sent_back(self) -> None:
         """Jobs a cluster rejected (not for good) or evacuated, read from the event log whichever replica heard the
-        agent: not offered to that cluster again for a while."""
+        agent: not offered to that cluster again for a while; and the room a leader is making for jobs (gangs
+        evicted for them, still leaving), whichever replica led: not made again by the next leader."""
         now = asyncio.get_running_loop().time()
         for job_id, cluster, reason in self.cache.take_sent_back():
             self._refused.put(job_id, cluster, f"rejected it recently: {reason}", now)
+        for job_id, cluster in self.cache.take_room_made():  # whichever replica led: the room is owed to the job
+            self._making_room.put(job_id, cluster)
 
     def _refusals(self, rows: Sequence[Mapping[str, Any]] | None = None) -> dict[str, dict[str, str]]:
         """Per job, the clusters that refused it recently (a transient refusal, until the cluster's inventory
@@ -367,7 +370,7 @@ class Scheduler:
             self._making_room.pop(job_id)
         # Preempted and Dispatched events are the orders; the replicas holding the agents relay them.
         fence = self.fence()
-        await self.jobs.preempt(decisions.preempt, fence)
+        await self.jobs.preempt(decisions.preempt, fence, decisions.making_room)
         await self.jobs.dispatch(decisions.assign, fence, decisions.notes)
         if decisions.assign or decisions.preempt:
             self.on_change()

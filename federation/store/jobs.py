@@ -581,8 +581,11 @@ class JobStore:
                                                    r["reason"], r["attempt"], r["cluster"]) for r in moved])
         return list(moved)
 
-    async def preempt(self, reasons: dict[str, str], fence: Fence | None = None) -> list[Any]:
-        """Return running gangs to their queues (phase Preempted, keeping their submission order).
+    async def preempt(self, reasons: dict[str, str], fence: Fence | None = None,
+                      making_room: Mapping[str, str] | None = None) -> list[Any]:
+        """Return running gangs to their queues (phase Preempted, keeping their submission order). `making_room`:
+        the waiting jobs they make room for, and where; each gets a MakingRoom event (in the same transaction), so
+        any replica that leads next knows the room is being made and does not evict for it again.
 
         Returns the rows as they were, so the caller can tell each one's agent which attempt to stop.
         """
@@ -607,6 +610,13 @@ class JobStore:
                  "requests": [json.dumps(_minimum(r["spec"])) for r in rows]})
             await append_events(conn, [EventRecord(r["id"], r["tenant"], r["queue"], "Preempted", "PREEMPTED",
                                                    reasons[r["id"]], r["attempt"], r["cluster"]) for r in rows])
+            if making_room:
+                owed = (await conn.execute(select(Job.id, Job.tenant, Job.queue, Job.phase, Job.attempt).where(
+                    Job.id.in_(sorted(making_room)), Job.phase.in_(WAITING_PHASES)))).mappings().all()
+                await append_events(conn, [EventRecord(
+                    o["id"], o["tenant"], o["queue"], "MakingRoom", o["phase"],
+                    f"gangs are leaving cluster {making_room[o['id']]} to make room for it", o["attempt"],
+                    making_room[o["id"]]) for o in owed])
         return list(rows)
 
     async def set_waiting(self, reasons: dict[str, str], fence: Fence | None = None) -> None:
