@@ -40,6 +40,7 @@ BENCHMARKS = {
     "latency": ("bench.bench_latency", "submit-to-dispatch latency of a job that fits at once, with a backlog waiting"),
     "flow": ("bench.bench_flow", "jobs released at once to one simulated cluster, until all Running"),
     "profile": ("bench.bench_profile", "where a steady cycle's time goes, per phase: walk vs cycle from scratch"),
+    "loop": ("bench.bench_loop", "how long each heavy handler holds the API's event loop, on its largest input"),
 }
 
 
