@@ -25,6 +25,7 @@ from federation.scheduling.fit import (
     check,
     fits_healthy,
     gpu_pods,
+    pods_room,
     unlabelled,
 )
 
@@ -153,8 +154,7 @@ class ClusterTable:
                 hist[at] -= 1
                 hist[at - size] += 1
         for pod_gpus, room in self._rooms.items():
-            room[i] = int(self.gpu_hist[i] @ (np.arange(self.gpu_hist.shape[1]) // pod_gpus)) \
-                if self.gpu_known[i] else UNBOUNDED
+            room[i] = pods_room(self.gpu_hist[i].tolist(), pod_gpus) if self.gpu_known[i] else UNBOUNDED
 
     def selects(self, job: JobView) -> np.ndarray:
         """Per cluster, whether it matches the gang's cluster selector and has nodes with its pods' labels."""
@@ -275,7 +275,9 @@ class ClusterTable:
         hardware, those clusters and what is degraded there ("" otherwise): said on its Dispatched event."""
         if self.healthy is None or job.highest_tier_name:
             return ""
-        scores = self._scores(job, slice(None))
+        entry = self._by_shape.get(job.shape)  # as `best` just scored them, when it kept them
+        scores = entry.scores if entry is not None and entry.seen == len(self._changed) else \
+            self._scores(job, slice(None))
         if scores is None or scores[self.index[chosen]] >= UNHEALTHY:
             return ""
         degraded = [self.names[i] for i in np.flatnonzero((scores >= UNHEALTHY) & (scores != np.inf))]
