@@ -79,6 +79,12 @@ def test_a_gang_runs_to_the_end_on_a_real_api_server(db_url: URL, kube: Testbed,
         assert status.hypernode in ("n0-0", "n0-1") and status.tier == 1
         assert {p.spec.node_name for p in pods(kube).values()} == {p.node for p in status.placements}
         wait_for("the job to succeed", lambda: fed.status(job_id).phase == common_pb2.SUCCEEDED)
+        # Its pods stay, ended, with their logs (the agent's default retention is a day), as Volcano keeps them.
+        assert {p.status.phase for p in pods(kube).values()} == {"Succeeded"} and len(pods(kube)) == 2
+        assert [p.phase for p in fed.status(job_id).pods] == ["Succeeded"] * 2
+        logs = subprocess.run([str(BIN / "fedctl"), "--server", fed.server.address, "logs", job_id, "worker", "0",
+                               "--tail", "1"], capture_output=True, text=True, timeout=60)
+        assert logs.returncode == 0 and logs.stdout == "test bed pod log, line 5\n", logs.stderr
         health = fed.health
         assert urllib.request.urlopen(f"http://{health}/healthz", timeout=5).status == 200
         assert urllib.request.urlopen(f"http://{health}/readyz", timeout=5).status == 200

@@ -54,6 +54,7 @@ MAX_IN_FLIGHT = 32  # orders carried out at once (each gang's binds are themselv
 # at registration: the server's default --lost-grace (federation.scheduler.LOST_GRACE; a test keeps them equal).
 DEFAULT_FENCE = 300.0
 MIG_WAIT = 600.0  # seconds a gang waits for repartitioned nodes to report their new MIG layout
+ENDED_POD_RETENTION = 86_400.0  # seconds an ended job's ended pods are kept, by default
 
 
 class BindError(Exception):
@@ -152,6 +153,9 @@ class Backend(Protocol):
     async def delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None = None) -> None:
         """Delete these pods of the job; None: all of them."""
 
+    async def end(self, job: AgentJob) -> None:
+        """The job ended: stop its pods still running, keep those that ended (and their logs) for a while."""
+
     async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
         """Live pods of this attempt that an earlier run of the agent created, if pods outlive it here."""
 
@@ -167,9 +171,9 @@ class Backend(Protocol):
     def waits_when_lost(self, job_id: str) -> bool:
         """Whether the job's pods say it waits for its cluster when the cluster is lost (on-cluster-lost: wait)."""
 
-    async def delete_attempt(self, job_id: str, attempt: int, anchor: bool) -> int:
+    async def delete_attempt(self, job_id: str, attempt: int, anchor: bool, keep_ended: bool = False) -> int:
         """Delete the pods of an attempt no job of the agent holds (and with `anchor`, what the job's plugins
-        made); how many pods were deleted."""
+        made; with `keep_ended`, pods that ended are kept as an ended job's are); how many pods were deleted."""
 
     def unadopted(self) -> Resources:
         """What the pods this agent manages that no job of it holds (yet) hold."""
@@ -182,9 +186,10 @@ class Backend(Protocol):
     def pod_statuses(self, job: AgentJob) -> list[common_pb2.PodStatus]:
         """The job's pods as the cluster has them now: names, phases, restarts, last messages."""
 
-    def logs(self, job: AgentJob, task: str, index: int, follow: bool, previous: bool,
+    def logs(self, job_id: str, attempt: int, task: str, index: int, follow: bool, previous: bool,
              tail_lines: int) -> AsyncIterator[bytes]:
-        """One pod's log, as the cluster serves it (LookupError: the job has no such pod here)."""
+        """One pod's log, as the cluster serves it, while the job runs or its ended pods are kept (LookupError:
+        the attempt has no such pod here)."""
 
     async def repartition(self, layouts: Mapping[str, str]) -> None:
         """Ask NVIDIA's MIG manager to apply these layouts (node -> configuration name); BindError if it cannot
@@ -279,13 +284,10 @@ class Agent:
         def chunk(**fields: Any) -> agent_pb2.AgentMessage:
             return agent_pb2.AgentMessage(log_chunk=agent_pb2.LogChunk(stream_id=request.stream_id, **fields))
 
-        job = self.jobs.get(request.job_id)
         error = ""
         try:
-            if job is None or job.attempt != request.attempt:
-                raise LookupError(f"this cluster runs no pods of attempt {request.attempt} of job {request.job_id}")
-            async for data in self.backend.logs(job, request.task, request.index, request.follow,
-                                                request.previous, request.tail_lines):
+            async for data in self.backend.logs(request.job_id, request.attempt, request.task, request.index,
+                                                request.follow, request.previous, request.tail_lines):
                 for start in range(0, len(data), LOG_CHUNK):
                     # A log read faster than the stream drains waits here, rather than overflow the outbox
                     # (which would cost this cluster's stream a resynchronisation).
@@ -591,7 +593,7 @@ class Agent:
             succeeded, failed = self.backend.ended(job_id, want.attempt)
             if succeeded or failed:  # its pods ended while no agent watched
                 whole = not failed and succeeded >= sum(minimum_pods(want.job.spec).values())
-                await self.backend.delete_attempt(job_id, want.attempt, anchor=whole)
+                await self.backend.delete_attempt(job_id, want.attempt, anchor=whole, keep_ended=whole)
                 if whole:  # at least the gang's minimum completed, none failed: it is done
                     del self.desired[job_id]
                     self._report(agent_pb2.JobUpdate(
@@ -771,10 +773,11 @@ class Agent:
     def _finish(self, job: AgentJob, succeeded: bool, reason: str) -> None:
         if self.jobs.get(job.job.id) is not job:
             return
-        # Its pods as they ended (a user reads them after the job too), then the end itself.
+        # Its pods as they ended (a user reads them after the job too, and the cluster keeps them for a while),
+        # then the end itself. Pods it stopped are going, and not listed.
         self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
             job_id=job.job.id, attempt=job.attempt, type=agent_pb2.POD_STATUS,
-            pod_statuses=self.backend.pod_statuses(job))))
+            pod_statuses=[p for p in self.backend.pod_statuses(job) if p.phase in ENDED_PODS])))
         self._forget(job)
         want = self.desired.get(job.job.id)
         if want is not None and want.attempt == job.attempt:  # ended here: nothing more to run
@@ -899,8 +902,8 @@ class Agent:
             placements=_placements(job.pods)))
 
     async def _end(self, job: AgentJob, succeeded: bool, reason: str) -> None:
-        """Stop every pod of the job and report its end, as its policy decided."""
-        await self.backend.delete(job)
+        """Stop every pod of the job still running and report its end, as its policy decided."""
+        await self.backend.end(job)
         self._finish(job, succeeded, reason)
 
     async def _restart(self, job: AgentJob, keys: set[tuple[str, int]], retry: bool = True,
@@ -1129,6 +1132,7 @@ def _checkpoint(job: AgentJob) -> float | None:
 
 NODE_ORDERS = "node orders"  # their own line of _serially (no job id has a space)
 PHASE_EVENTS = {"Failed": "PodFailed", "Evicted": "PodEvicted", "Unknown": "Unknown"}
+ENDED_PODS = ("Succeeded", "Failed")
 BIND_TRIES = 4  # a transient refusal is tried again this many times in all, within the same assignment
 BIND_BACKOFF = wait_exponential(multiplier=0.5, max=4)  # 0.5 s, 1 s, 2 s between them
 

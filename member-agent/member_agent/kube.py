@@ -11,6 +11,9 @@ follows them without a restart:
   and HyperNode changes rebuild the topology, carrying every node's usage over.
 - One of our pods deleted by someone else (or evicted) raises PodEvicted, a failed one PodFailed,
   as Volcano's job controller raises them.
+- A job that ends stops its pods still running and keeps those that ended, with their logs, for the
+  retention (as Volcano keeps a finished job's pods, and Kubernetes a Job's until its TTL); ended pods
+  hold nothing, so reconciliation leaves them out.
 
 A gang is bound all or nothing: its pods are created (this agent's schedulerName, so no other
 scheduler takes them), then bound through pods/binding, each step many calls at once (bounded);
@@ -43,6 +46,7 @@ from federation.resources import SHARE, Resources, add, format_resources
 from federation.v1 import common_pb2
 from federation.validation import ON_CLUSTER_LOST
 from member_agent import discovery, mig, plugins
+from member_agent.agent import ENDED_PODS as ENDED
 from member_agent.agent import AgentJob, BindError
 from member_agent.claims import ClaimRefused, Claims, with_claims
 from member_agent.dcgm import DEFAULT_THRESHOLDS, dcgm_health
@@ -75,7 +79,6 @@ TASK = "federation.dev/task"
 INDEX = "federation.dev/index"
 DEFAULT_IMAGE = "registry.k8s.io/pause:3.9"
 HYPERNODES = "/apis/topology.volcano.sh/v1alpha1/hypernodes"
-ENDED = ("Succeeded", "Failed")
 OVERCOMMITTED = ("cpu", "memory", "ephemeral-storage")  # every other resource is requested at its limit
 REBUILD_DELAY = 0.2  # a burst of node or HyperNode changes rebuilds the topology once
 SYNC_DELAY = 1.0  # a burst of changes writes the discovered HyperNodes (and their status) once
@@ -263,8 +266,13 @@ async def _all(calls: Iterable[Awaitable[Any]], limit: asyncio.Semaphore) -> lis
 class KubernetesBackend:
     def __init__(self, kube: Kube, cluster: str, namespace: str, scheduler: str,
                  topology_labels: Sequence[str], concurrency: int = 64, health: HealthRules | None = None,
-                 write_hypernodes: bool = False, dcgm_url: str = "", dcgm_period: float = 15.0) -> None:
+                 write_hypernodes: bool = False, dcgm_url: str = "", dcgm_period: float = 15.0,
+                 retention: float = 0.0) -> None:
         self.kube = kube
+        self.retention = retention  # seconds an ended job's ended pods are kept (0: deleted with the job)
+        # Ended attempts whose ended pods are kept -> when they go (monotonic), and what wakes the sweeper.
+        self._kept: dict[tuple[str, int], float] = {}
+        self._kept_changed = asyncio.Event()
         self.dcgm_url, self.dcgm_period = dcgm_url, dcgm_period  # dcgm-exporter's /metrics, when read
         self._dcgm: dict[str, NodeHealth] = {}  # nodes DCGM's metrics say are not healthy
         # Discovered from labels, the tree is written to the cluster as HyperNode objects (and kept current)
@@ -337,7 +345,9 @@ class KubernetesBackend:
         self.state = self._build_state()
         for pod in self.pods.items():
             self._account(key(pod), pod, earlier=True)
+        self._keep_found()
         self.started = True
+        self._tasks.append(asyncio.create_task(self._sweep_kept()))
         self._count_cached()
         if self.dcgm_url:
             self._tasks.append(asyncio.create_task(self._poll_dcgm()))
@@ -651,14 +661,14 @@ class KubernetesBackend:
                 message=status.get("said") or status.get("message") or status.get("reason") or ""))
         return sorted(out, key=lambda p: (p.task, p.index, p.name))
 
-    async def logs(self, job: AgentJob, task: str, index: int, follow: bool, previous: bool,
+    async def logs(self, job_id: str, attempt: int, task: str, index: int, follow: bool, previous: bool,
                    tail_lines: int) -> AsyncIterator[bytes]:
         """The pod's log from the API server (which reads it from the node's kubelet): its first container's,
-        as kubectl picks when a pod has one."""
-        pods = [p for p in self._job_pods(job.job.id, job.attempt)
+        as kubectl picks when a pod has one. A pod kept after its job ended is read as a running one."""
+        pods = [p for p in self._job_pods(job_id, attempt)
                 if p["metadata"]["labels"].get(TASK) == task and p["metadata"]["labels"].get(INDEX) == str(index)]
         if not pods:
-            raise LookupError(f"job {job.job.id} has no pod {task}[{index}] in this cluster")
+            raise LookupError(f"job {job_id} has no pod {task}[{index}] of attempt {attempt} in this cluster")
         meta = pods[0]["metadata"]
         containers = (pods[0].get("spec") or {}).get("containers") or [{}]
         query = {"container": containers[0].get("name") or "", "follow": str(follow).lower(),
@@ -839,6 +849,73 @@ class KubernetesBackend:
             if job.job.spec.plugins:
                 await self._delete_anchor(job.job.id, namespace)
 
+    async def end(self, job: AgentJob) -> None:
+        """The job ended: stop its pods that have not; keep those that ended (Succeeded or Failed, with their
+        logs) for the retention, and with them the anchor (what the job's plugins made), as Volcano keeps a
+        finished job's pods until the job goes."""
+        if not self.retention:
+            await self.delete(job)
+            return
+        kept = [p for p in self._job_pods(job.job.id, job.attempt) if _ended(p)]
+        if not kept:
+            await self.delete(job)
+            return
+        names = {p["metadata"]["name"] for p in kept}
+        going = [p for p in self._job_pods(job.job.id) if p["metadata"]["name"] not in names]
+        phases = self._phases.pop(job.job.id, {})
+        for pod in going:  # gone by our hand: their deletion is not an eviction
+            phases.pop(key(pod), None)
+        await self._delete_pods(self._namespace(job), [p["metadata"]["name"] for p in going])
+        self._keep(job.job.id, job.attempt)
+
+    def _keep(self, job_id: str, attempt: int) -> None:
+        self._kept[(job_id, attempt)] = time.monotonic() + self.retention
+        self._kept_changed.set()
+
+    def _keep_found(self) -> None:
+        """Ended pods an earlier run left are kept from now for the retention (the clock of their end is lost
+        with that run): their job's own pods, if the job runs here again, are another attempt's or live."""
+        if not self.retention:
+            return
+        for bucket in self.pods.indexed.values():
+            for pod in bucket.values():
+                attempt = pod["metadata"]["labels"].get(ATTEMPT, "")
+                job_id = (pod["metadata"].get("annotations") or {}).get(JOB_ID)
+                if job_id and attempt.isdigit() and _ended(pod):
+                    self._kept.setdefault((job_id, int(attempt)), time.monotonic() + self.retention)
+
+    async def _sweep_kept(self) -> None:
+        """Delete the kept pods whose retention has passed, unless their job runs here again: only pods that
+        ended, and the job's anchor when nothing of the job is left."""
+        while True:
+            now = time.monotonic()
+            for (job_id, attempt), until in sorted(self._kept.items()):
+                if until > now:
+                    continue
+                del self._kept[(job_id, attempt)]
+                if job_id in self._phases:
+                    continue
+                try:
+                    await self._delete_kept(job_id, attempt)
+                except Exception as err:  # the API server refused or is away: tried again later
+                    log.warning("could not delete the kept pods of job %s attempt %d: %s", job_id, attempt, err)
+                    self._kept[(job_id, attempt)] = now + min(self.retention, 60)
+            self._kept_changed.clear()
+            wait = min(self._kept.values(), default=now + 3600) - now
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kept_changed.wait(), max(wait, 0.05))
+
+    async def _delete_kept(self, job_id: str, attempt: int) -> None:
+        kept = [p for p in self._job_pods(job_id, attempt) if _ended(p) and not p["metadata"].get("deletionTimestamp")]
+        for namespace in sorted({p["metadata"]["namespace"] for p in kept}):
+            await self._delete_pods(namespace, [p["metadata"]["name"] for p in kept
+                                                if p["metadata"]["namespace"] == namespace])
+        if not [p for p in self._job_pods(job_id) if not _ended(p)]:
+            for namespace in sorted({p["metadata"]["namespace"] for p in kept} | {self.namespace}):
+                await self._delete_anchor(job_id, namespace)
+        log.info("job %s attempt %d: its %d ended pod(s) deleted, their retention passed", job_id, attempt,
+                 len(kept))
+
     async def _delete_anchor(self, job_id: str, namespace: str) -> None:
         """The garbage collector removes what the job's plugins made (and any pod left) with it."""
         self._anchors.pop(job_id, None)
@@ -851,13 +928,14 @@ class KubernetesBackend:
 
     def managed(self) -> dict[tuple[str, int], int]:
         """Every attempt of which the cluster holds pods this agent manages (by their labels), with how many,
-        from the cache: what reconciliation asks the federation about. Pods already going are left out."""
+        from the cache: what reconciliation asks the federation about. Pods already going are left out, and so
+        are pods that ended: they hold nothing and run nothing, and are kept for the retention."""
         out: dict[tuple[str, int], int] = {}
         for bucket in self.pods.indexed.values():
             for pod in bucket.values():
                 meta = pod["metadata"]
                 job_id, attempt = (meta.get("annotations") or {}).get(JOB_ID), meta["labels"].get(ATTEMPT, "")
-                if job_id and attempt.isdigit() and not meta.get("deletionTimestamp"):
+                if job_id and attempt.isdigit() and not meta.get("deletionTimestamp") and not _ended(pod):
                     out[(job_id, int(attempt))] = out.get((job_id, int(attempt)), 0) + 1
         return out
 
@@ -889,11 +967,15 @@ class KubernetesBackend:
                     out = add(out, counted[0][1])
         return out
 
-    async def delete_attempt(self, job_id: str, attempt: int, anchor: bool) -> int:
+    async def delete_attempt(self, job_id: str, attempt: int, anchor: bool, keep_ended: bool = False) -> int:
         """Delete every pod of this attempt, each with the grace period it asks for (an orphan may be a
         training job that checkpoints on SIGTERM); with `anchor`, the job's anchor too (no attempt of the
-        job is live here). How many pods were deleted."""
+        job is live here); with `keep_ended`, the attempt's ended pods (and the anchor) are kept for the
+        retention instead. How many pods were deleted."""
         found = [p for p in self._job_pods(job_id, attempt) if not p["metadata"].get("deletionTimestamp")]
+        if keep_ended and self.retention and any(_ended(p) for p in found):
+            found, anchor = [p for p in found if not _ended(p)], False
+            self._keep(job_id, attempt)
         phases = self._phases.get(job_id, {})
         for pod in found:  # gone by our hand: their deletion is not an eviction
             phases.pop(key(pod), None)
@@ -930,6 +1012,10 @@ class KubernetesBackend:
         if found:
             self._phases[job_id] = phases
         return sorted(found, key=lambda p: (p.task, p.index))
+
+
+def _ended(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ENDED
 
 
 def _why_failed(status: Mapping[str, Any]) -> str:

@@ -19,7 +19,7 @@ import click
 import grpc
 
 from member_agent import client, health
-from member_agent.agent import MIG_WAIT, Agent, Backend
+from member_agent.agent import ENDED_POD_RETENTION, MIG_WAIT, Agent, Backend
 from member_agent.discovery import preset_keys
 from member_agent.faults import STATES, Fault, load_faults
 from member_agent.nodehealth import HealthRules, load_rules
@@ -134,6 +134,11 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 @click.option("--mig-wait", envvar="MEMBER_MIG_WAIT", type=click.FloatRange(min=1), default=MIG_WAIT,
               show_default=True, help="Seconds a gang waits for nodes NVIDIA's MIG manager repartitions for it to "
               "report their new layout before it is sent back to the federation.")
+@click.option("--ended-pod-retention", envvar="MEMBER_ENDED_POD_RETENTION", type=click.FloatRange(min=0),
+              default=ENDED_POD_RETENTION, show_default=True,
+              help="Seconds the pods of a job that succeeded or failed are kept after it ends, with their logs (as "
+                   "Volcano keeps a finished job's pods); pods still running when it ends are stopped at once. 0 "
+                   "deletes them with the job.")
 @click.option("--admin-listen", default="", metavar="HOST:PORT",
               help="Serve fault injection over HTTP here (simulated clusters).")
 @click.option("--health-listen", envvar="MEMBER_HEALTH_LISTEN", default="", metavar="HOST:PORT",
@@ -152,7 +157,8 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path | None, kubeconfig: Path | None,
         in_cluster: bool, namespace: str, scheduler_name: str, topology_labels: tuple[str, ...],
         discover: str, health_rules: Path | None, dcgm_url: str, faults_file: Path | None, labels: tuple[str, ...],
-        heartbeat: float, reconcile_period: float, fence_after: float | None, mig_wait: float, admin_listen: str,
+        heartbeat: float, reconcile_period: float, fence_after: float | None, mig_wait: float,
+        ended_pod_retention: float, admin_listen: str,
         health_listen: str, tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None, log_level: str) -> None:
     """Member agent: places gangs topology-aware in one cluster and reports to the federation."""
     if ctx.invoked_subcommand is not None:
@@ -182,14 +188,14 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
     simulated = None
     if cluster_file is not None:
         try:
-            simulated = SimulatedBackend(read_cluster_file(cluster_file))
+            simulated = SimulatedBackend(read_cluster_file(cluster_file), retention=ended_pod_retention)
         except TopologyError as err:
             raise click.ClickException(f"{cluster_file}: {err}") from err
 
     async def agent_of() -> Agent:
         backend = simulated or await _kubernetes(cluster, kubeconfig, namespace, scheduler_name,
                                                  tuple(discovered) or topology_labels, rules, bool(discovered),
-                                                 dcgm_url)
+                                                 dcgm_url, ended_pod_retention)
         return Agent(cluster, cluster_labels, backend, fence_after=fence_after, mig_wait=mig_wait)
 
     asyncio.run(_run(agent_of, server, heartbeat, reconcile_period, admin_listen, health_listen, credentials,
@@ -198,7 +204,7 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
 
 async def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, scheduler: str,
                       topology_labels: tuple[str, ...], rules: HealthRules, write_hypernodes: bool,
-                      dcgm_url: str) -> Backend:
+                      dcgm_url: str, retention: float) -> Backend:
     """Connect, check the role grants every call the agent makes, and read the cluster."""
     from aiohttp import ClientError
     from kubernetes_asyncio.config import ConfigException
@@ -211,7 +217,7 @@ async def _kubernetes(cluster: str, kubeconfig: Path | None, namespace: str, sch
     except (ConfigException, OSError, ValueError) as err:
         raise click.ClickException(f"cannot use {kubeconfig or 'the in-cluster configuration'}: {err}") from err
     backend = KubernetesBackend(kube, cluster, namespace, scheduler, topology_labels, health=rules,
-                                write_hypernodes=write_hypernodes, dcgm_url=dcgm_url)
+                                write_hypernodes=write_hypernodes, dcgm_url=dcgm_url, retention=retention)
     try:
         await backend.check_access()
         await backend.start()

@@ -119,9 +119,14 @@ def _seconds(text: str, default: float) -> float:
 class SimulatedBackend:
     """Pods start after their task's start delay and complete, task by task, after its duration."""
 
-    def __init__(self, state: ClusterState, default_duration: float = DEFAULT_DURATION) -> None:
+    def __init__(self, state: ClusterState, default_duration: float = DEFAULT_DURATION,
+                 retention: float = 0.0) -> None:
         self.state = state
         self.default_duration = default_duration
+        self.retention = retention  # seconds an ended job's ended pods (their logs) are kept
+        self.held: dict[str, AgentJob] = {}  # job id -> the job whose pods run here
+        # Ended jobs whose ended pods are kept (the last STOPPED_JOBS), with when they go (loop time).
+        self.kept: OrderedDict[str, tuple[AgentJob, float]] = OrderedDict()
         self.tasks: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (job, task) -> its completion
         self.starting: dict[tuple[str, str, int], asyncio.Handle] = {}  # (job, task, index) -> its start
         self.members: dict[tuple[str, str], set[int]] = {}  # (job, task) -> the indices its completion ends
@@ -151,16 +156,30 @@ class SimulatedBackend:
                                             message=job.failed.get(key, "")))
         return out
 
-    async def logs(self, job: AgentJob, task: str, index: int, follow: bool, previous: bool,
+    def _kept_job(self, job_id: str) -> AgentJob | None:
+        now = asyncio.get_running_loop().time()
+        while self.kept and next(iter(self.kept.values()))[1] <= now:  # kept in the order they ended
+            self.kept.popitem(last=False)
+        kept = self.kept.get(job_id)
+        return kept[0] if kept else None
+
+    async def logs(self, job_id: str, attempt: int, task: str, index: int, follow: bool, previous: bool,
                    tail_lines: int) -> AsyncIterator[bytes]:
-        """A simulated pod's log: a line when it started and, followed, one a second while it runs."""
-        pod = next((p for p in job.pods if p.task == task and p.index == index), None)
-        if pod is None:
-            raise LookupError(f"job {job.job.id} has no pod {task}[{index}] here")
+        """A simulated pod's log: a line when it started and, followed, one a second while it runs; how it
+        ended, once it has."""
+        job = self.held.get(job_id) or self._kept_job(job_id)
+        pod = None if job is None or job.attempt != attempt else \
+            next((p for p in job.pods if p.task == task and p.index == index), None)
+        if job is None or pod is None:
+            raise LookupError(f"job {job_id} has no pod {task}[{index}] of attempt {attempt} here")
         if previous:
-            raise LookupError(f"pod {task}[{index}] of job {job.job.id} has not restarted: no previous log")
-        lines = [f"simulated pod {job.job.id}-{task}-{index} on node {pod.node}, attempt {job.attempt}\n",
+            raise LookupError(f"pod {task}[{index}] of job {job_id} has not restarted: no previous log")
+        lines = [f"simulated pod {job_id}-{task}-{index} on node {pod.node}, attempt {attempt}\n",
                  _running_for(self.duration(job, task))]
+        if (task, index) in job.done:
+            lines.append("completed\n")
+        elif (task, index) in job.failed:
+            lines.append(f"failed: {job.failed[(task, index)]}\n")
         yield "".join(lines[-tail_lines:] if tail_lines else lines).encode()
         beat = 0
         while follow and (job.job.id, task) in self.tasks:
@@ -177,6 +196,8 @@ class SimulatedBackend:
         joining a gang that started at its minimum, rejoins the run under way."""
         loop = asyncio.get_running_loop()
         job_id, attempt = job.job.id, job.attempt
+        self.held[job_id] = job
+        self.kept.pop(job_id, None)
         bound = {(p.task, p.index) for p in pods}
         if job_id in self.stopped:
             self.stopped[job_id] -= bound
@@ -215,9 +236,19 @@ class SimulatedBackend:
                 while len(self.stopped) > STOPPED_JOBS:
                     self.stopped.popitem(last=False)
         if pods is None:
+            if self.held.get(job_id) is job:
+                del self.held[job_id]
             for task in {t.name for t in job.job.spec.tasks}:
                 self._cancel(self.tasks.pop((job_id, task), None))
                 self.members.pop((job_id, task), None)
+
+    async def end(self, job: AgentJob) -> None:
+        await self.delete(job)
+        if self.retention and (job.done or job.failed):
+            self.kept[job.job.id] = (job, asyncio.get_running_loop().time() + self.retention)
+            self.kept.move_to_end(job.job.id)
+            while len(self.kept) > STOPPED_JOBS:
+                self.kept.popitem(last=False)
 
     async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
         return []  # simulated pods live in the agent's memory: none outlive it
@@ -225,7 +256,7 @@ class SimulatedBackend:
     def managed(self) -> dict[tuple[str, int], int]:
         return {}  # every simulated pod belongs to a job the agent holds, and it reports those itself
 
-    async def delete_attempt(self, job_id: str, attempt: int, anchor: bool) -> int:
+    async def delete_attempt(self, job_id: str, attempt: int, anchor: bool, keep_ended: bool = False) -> int:
         return 0
 
     def unadopted(self) -> Resources:
