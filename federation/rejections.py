@@ -6,31 +6,23 @@ it again, or keeps it from room freed for it (the room a reclaim made, a link he
 rejection holds until the cluster reports a different inventory. Under that, a floor: each rejection of the same
 waiting job by the same cluster doubles the time it holds whatever changes (from `FLOOR` to at most `CEILING`
 seconds), as Kueue's requeue backoff does, so a busy cluster whose inventory changes every second is not asked
-every second about a job it keeps refusing. Pure: the caller gives the clock and each cluster's inventory.
+every second about a job it keeps refusing. Pure: the caller gives the clock and each cluster's inventory version.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 FLOOR = 1.0  # seconds the first rejection of a job by a cluster holds, whatever the cluster reports
 CEILING = 60.0  # the most the floor doubles to
-
-
-def fingerprint(inventory: Mapping[str, Any] | None) -> str:
-    """What tells one inventory from another."""
-    return hashlib.blake2b(json.dumps(inventory or {}, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
 @dataclass
 class _Held:
     why: str
     until: float  # the floor's end
-    inventory: str | None  # the cluster's inventory when it was first seen after the rejection
+    inventory: int | None  # the cluster's inventory version when it was first seen after the rejection
 
 
 class Rejections:
@@ -49,9 +41,9 @@ class Rejections:
         """The clusters some rejection is held for (whose inventories `live` needs)."""
         return {cluster for _, cluster in self._held}
 
-    def live(self, now: float, inventories: Mapping[str, str] | None = None,
+    def live(self, now: float, inventories: Mapping[str, int] | None = None,
              waiting: Container[str] | None = None) -> dict[tuple[str, str], str]:
-        """The rejections that hold. `inventories`: each Ready cluster's inventory fingerprint now (one left out
+        """The rejections that hold. `inventories`: each Ready cluster's inventory version now (one left out
         changes nothing); a rejection's baseline is the first it is given after it was put. `waiting`: the jobs
         still waiting (the others' rejections and counts are forgotten)."""
         if waiting is not None:

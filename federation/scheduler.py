@@ -26,7 +26,7 @@ from federation.drift import DriftWatch, difference, signed
 from federation.jobcache import HoldingJob, JobCache, job_view
 from federation.leader import Fence, NotLeader
 from federation.loop import WakeLoop
-from federation.rejections import Rejections, fingerprint
+from federation.rejections import Rejections
 from federation.resources import add, format_resources, with_share
 from federation.scheduling import outlook
 from federation.scheduling.cycle import (
@@ -36,18 +36,19 @@ from federation.scheduling.cycle import (
     RunningJob,
     Snapshot,
     TenantInfo,
-    inadmissible,
+    over_own_limit,
     queue_chains,
     schedule,
     schedule_backlog,
     shares,
 )
 from federation.scheduling.fairshare import dominant_share
-from federation.scheduling.fit import ClusterState, ClusterView, DomainFree, JobView, TierFree, explain
+from federation.scheduling.fit import ClusterState, ClusterView, DomainFree, JobView, TierFree, cannot_run, explain
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import Holding, after_cycle, remaining
 from federation.scheduling.queues import Reasons, Settled
 from federation.store.admin import AdminStore
+from federation.store.inventories import Inventories
 from federation.store.jobs import JobStore
 from federation.store.models import Flavor, PriorityClass, Queue, Tenant
 from federation.v1 import admin_pb2
@@ -92,6 +93,11 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
                        partitionable=whole.get("max_capacity", {}),
                        node_labels=frozenset(node_labels) if node_labels is not None else None,
                        gpu_free_nodes=tuple(inv["gpu_free_nodes"]) if inv.get("gpu_free_nodes") else None)
+
+
+def _whole_view(row: Mapping[str, Any]) -> ClusterView:
+    """A cluster as its inventory says, nothing in flight: what a submission is judged against."""
+    return cluster_view(row, {})
 
 
 def _tier_free(t: Mapping[str, Any], partitionable: Mapping[int, Mapping[str, Any]]) -> TierFree:
@@ -247,7 +253,7 @@ class Scheduler:
         inventories = None
         if rows is not None:
             rejecting = self._refused.clusters()
-            inventories = {c["name"]: fingerprint(c["inventory"]) for c in rows if c["name"] in rejecting}
+            inventories = {c["name"]: c["inventory_version"] for c in rows if c["name"] in rejecting}
         live = self._refused.live(asyncio.get_running_loop().time(), inventories,
                                   self.cache.waiting if rows is not None else None)
         for (job_id, cluster), why in live.items():
@@ -545,15 +551,24 @@ class Scheduler:
 
     @staticmethod
     def inadmissible(jobs: Sequence[tuple[JobView, str, Mapping[str, Any]]], queues: Sequence[Mapping[str, Any]],
-                     rows: Sequence[Mapping[str, Any]]) -> list[str]:
+                     rows: Sequence[Mapping[str, Any]], inventories: Inventories) -> list[str]:
         """For each (job, its queue, tenant row), why it could not run as the federation stands ("" if it
         could): what SubmitJob tells the submitter, and refuses when asked to. `queues`: every queue's row
-        (a parent's limit counts too); `rows`: every cluster's, with `live` (`AdminStore.clusters`)."""
-        views = [cluster_view(c, {}) for c in rows if c["live"] and not c["cordoned"] and not c["problem"]]
+        (a parent's limit counts too); `rows`: every cluster's, with `live` (`AdminStore.clusters`), each one's
+        view built once per change of it (`inventories`). A batch's jobs of one shape are judged against the
+        clusters once."""
+        views = [inventories.derived(c, _whole_view) for c in rows
+                 if c["live"] and not c["cordoned"] and not c["problem"]]
         infos = {q["name"]: _queue_info(q) for q in queues}
         chains = queue_chains(list(infos.values()))
-        return [inadmissible(view, views, [infos[q] for q in chains[queue]], _tenant_info(t)) or ""
-                for view, queue, t in jobs]
+        anywhere: dict[Any, str | None] = {}
+        out = []
+        for view, queue, t in jobs:
+            if view.shape not in anywhere:
+                anywhere[view.shape] = cannot_run(view, views)
+            out.append(anywhere[view.shape] or over_own_limit(view, [infos[q] for q in chains[queue]],
+                                                               _tenant_info(t)) or "")
+        return out
 
     async def explain(self, row: Mapping[str, Any], name_holders: bool = False) -> list[tuple[str, str | None]]:
         """For a waiting job, each cluster and why it does not fit there now (None: it does). The job room is

@@ -25,7 +25,7 @@ from federation.resources import FLAVOR, Resources, base, format_resources
 from federation.scheduling.backlog import Backlog, Demand, Lists, Walked
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
 from federation.scheduling.fairshare import EPSILON, Claim, Tree, dominant_share, excess, hierarchical
-from federation.scheduling.fit import ClusterView, JobView, Shape, cannot_run
+from federation.scheduling.fit import JobView, Shape, cannot_run
 from federation.scheduling.flavors import Flavors
 from federation.scheduling.model import (
     MOVE_BUDGET_SECONDS,
@@ -47,7 +47,7 @@ from federation.scheduling.reservations import Reservations
 
 # The cycle's names, for those who import them from here (its model, constants and entry points).
 __all__ = ["MOVE_BUDGET_SECONDS", "NO_READY_CLUSTER", "REPREEMPT_GRACE", "RESOURCE_FOR_FEWEST", "Decisions",
-           "PendingJob", "QueueInfo", "RunningJob", "Snapshot", "TenantInfo", "inadmissible", "over_own_limit",
+           "PendingJob", "QueueInfo", "RunningJob", "Snapshot", "TenantInfo", "over_own_limit",
            "queue_chains", "schedule", "schedule_backlog", "shares"]
 
 def _over(usage: Mapping[str, int], extra: Mapping[str, int], limit: Mapping[str, int]) -> dict[str, int]:
@@ -504,11 +504,6 @@ def over_own_limit(job: JobView, queues: Sequence[QueueInfo], tenant: TenantInfo
     return None
 
 
-def inadmissible(job: JobView, clusters: Sequence[ClusterView], queues: Sequence[QueueInfo],
-                 tenant: TenantInfo) -> str | None:
-    """Why the gang could not run as the federation stands, even were nothing else running; None if it could.
-    `queues`: its queue, then that queue's parents."""
-    return cannot_run(job, clusters) or over_own_limit(job, queues, tenant)
 
 def schedule(snapshot: Snapshot) -> Decisions:
     """One cycle from scratch over `snapshot.pending` (every waiting job visited)."""

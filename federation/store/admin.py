@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Text, and_, func, select, update
+from sqlalchemy import and_, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from federation.resources import FLAVOR
+from federation.store.inventories import WITHOUT_INVENTORY, Inventories
 from federation.store.jobs import LAST_EVENT_SEQ, TERMINAL_PHASES
 from federation.store.models import Base, Cluster, Flavor, Job, PriorityClass, Queue, Tenant
 from federation.store.tokens import audit
@@ -48,6 +49,7 @@ class SubmissionView:
 class AdminStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        self.inventories = Inventories()
 
     async def _check_references(self, conn: AsyncConnection, model: type[Base], name: str, values: dict[str, Any],
                                 path: str) -> None:
@@ -160,13 +162,13 @@ class AdminStore:
         async with self.engine.connect() as conn:
             return list((await conn.execute(query)).mappings().all())
 
-    async def clusters_as_text(self) -> list[dict[str, Any]]:
-        """Every cluster's row, its inventory as PostgreSQL's JSON text: an inventory lists up to 1,000 HyperNodes,
-        and decoding a hundred of them is the caller's to do off its event loop (`decoded`)."""
-        query = select(*(c for c in Cluster.__table__.c if c.name != "inventory"),
-                       Cluster.inventory.cast(Text).label("inventory")).order_by(Cluster.name)
+    async def every_cluster(self) -> list[dict[str, Any]]:
+        """Every cluster's row, its inventory decoded once per change (`Inventories`)."""
         async with self.engine.connect() as conn:
-            return [dict(r) for r in (await conn.execute(query)).mappings().all()]
+            await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                rows = (await conn.execute(select(*WITHOUT_INVENTORY).order_by(Cluster.name))).mappings().all()
+                return await self.inventories.attach(conn, rows)
 
     async def delete(self, model: type[Base], name: str, actor: str) -> None:
         async with self.engine.begin() as conn:
@@ -231,8 +233,9 @@ class AdminStore:
             await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
                 tables = [select(Queue).order_by(Queue.name), select(PriorityClass).order_by(PriorityClass.name),
-                          select(Tenant).order_by(Tenant.name), select(Cluster.__table__, live).order_by(Cluster.name)]
+                          select(Tenant).order_by(Tenant.name), select(*WITHOUT_INVENTORY, live).order_by(Cluster.name)]
                 queues, classes, tenants, clusters = [list((await conn.execute(q)).mappings().all()) for q in tables]
+                clusters = await self.inventories.attach(conn, clusters)
         return SubmissionView(queues, classes, tenants, clusters)
 
     async def clusters(self, heartbeat_timeout: float) -> tuple[list[Any], int]:
@@ -250,8 +253,8 @@ class AdminStore:
         async with self.engine.connect() as conn:
             await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
-                rows = list((await conn.execute(
-                    select(Cluster.__table__, live).order_by(Cluster.name))).mappings().all())
+                rows = await self.inventories.attach(conn, (await conn.execute(
+                    select(*WITHOUT_INVENTORY, live).order_by(Cluster.name))).mappings().all())
                 seq = (await conn.execute(LAST_EVENT_SEQ)).scalar_one()
         return rows, seq
 

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    Sequence,
     String,
     Table,
     Text,
@@ -94,6 +95,9 @@ class PriorityClass(Base):
     protected_run_seconds: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
 
 
+INVENTORY_VERSIONS = Sequence("clusters_inventory_version_seq", metadata=Base.metadata)
+
+
 class Cluster(Base):
     __tablename__ = "clusters"
 
@@ -110,6 +114,10 @@ class Cluster(Base):
     # What its agent reports its gangs hold minus what the federation believes runs there, once lasting.
     drift: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict, server_default="{}")
     created_at: Mapped[datetime] = _created()
+    # Moved by a trigger (migration 0014) whenever `inventory` changes, whoever writes it: readers keep what
+    # they decoded until it moves (`store.inventories`).
+    inventory_version: Mapped[int] = mapped_column(
+        BigInteger, INVENTORY_VERSIONS, nullable=False, server_default=INVENTORY_VERSIONS.next_value())
 
 
 class Job(Base):
