@@ -1,5 +1,6 @@
 """The federation with real processes: server, two simulated member agents, gangs over gRPC."""
 
+import re
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -231,6 +232,18 @@ def test_dev_up_serves_fedctl_until_interrupted_and_leaves_nothing_behind(tmp_pa
         assert "fault injection on 127.0.0.1:" in text
         dashboard = text.split("dashboard at ", 1)[1].split()[0]
         assert b"research-batch" in urllib.request.urlopen(f"{dashboard}/queues", timeout=10).read()
+        # Issue 42 (9): the node-level view, from what the agents report: h100's 32 nodes, each with 8 GPUs free.
+        page = urllib.request.urlopen(f"{dashboard}/clusters", timeout=10).read().decode()
+        h100 = page.split('data-cluster="h100"', 1)[1].split("</section>", 1)[0]
+        assert "Most free on one node:\n    8 of 8 GPUs</p>" in h100, h100
+        free_nodes = h100.split('class="free-nodes"', 1)[1].split("</table>", 1)[0]
+        assert [(f, int(n)) for f, n in re.findall(r"<td>(\d+)</td>.*?class=\"label\">(\d+)<", free_nodes,
+                                                    re.S)] == [("8", 32)]
+        cpu = page.split('data-cluster="cpu"', 1)[1].split("</section>", 1)[0]
+        assert "free-nodes" not in cpu  # no GPUs there: nothing to say node by node
+        described = fedctl(address, "describe", "cluster", "h100").stdout
+        assert described.split("Nodes by free GPUs:\n", 1)[1].split("\n")[:2] == ["  FREE GPUS  NODES",
+                                                                                "  8          32"], described
         submitted = fedctl(address, "submit", str(REPO / "examples" / "jobs" / "cpu-batch.yaml"))
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.split("job/", 1)[1].split()[0]

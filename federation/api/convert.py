@@ -92,7 +92,8 @@ def cluster_to_proto(row: Mapping[str, Any]) -> admin_pb2.Cluster:
         failed_nodes=(inv.get("health") or {}).get("failed_nodes", 0),
         degraded_hypernodes=(inv.get("health") or {}).get("degraded_hypernodes", []),
         partitionable=format_resources(max(inv.get("partitionable") or [{"tier": 0, "max_free": {}}],
-                                           key=lambda t: t["tier"])["max_free"]))
+                                           key=lambda t: t["tier"])["max_free"]),
+        gpu_free_nodes=inv.get("gpu_free_nodes", []))
 
 
 def token_to_proto(row: Mapping[str, Any]) -> admin_pb2.Token:

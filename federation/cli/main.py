@@ -778,6 +778,11 @@ def describe(client: Client, kind: str, name: str) -> None:
     elif kind == "queue":
         status = client.admin.GetQueueStatus(admin_pb2.GetQueueStatusRequest(name=name))
         click.echo("Status:\n" + _indent(output.describe(status)))
+    elif kind == "cluster":
+        counts = list(obj.gpu_free_nodes)  # type: ignore[attr-defined]
+        click.echo("Nodes by free GPUs:" + ("\n" + _indent(output.render_table(("FREE GPUS", "NODES"), [
+            [str(free), str(nodes)] for free, nodes in reversed(list(enumerate(counts))) if nodes]))
+            if counts else "  <none>"))
 
 
 def _indent(text: str) -> str:

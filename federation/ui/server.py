@@ -42,7 +42,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from federation.cli import output
-from federation.resources import format_shown, parse_shown
+from federation.resources import WHOLE, format_shown, parse_shown
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 
 HERE = Path(__file__).parent
@@ -435,7 +435,7 @@ class Dashboard:
                     landed.add(at)
                     at = parent_of.get(at, "")
             rows.append({"cluster": c, "shares": _share_of(c.used, c.allocatable), "tiers": tiers,
-                         "children": children, "landed": landed, "unit": unit})
+                         "children": children, "landed": landed, "unit": unit, **_nodes_by_free_gpus(c)})
         if job is not None:  # the job's cluster first, where the eye starts
             rows.sort(key=lambda r: r["cluster"].name != job.status.cluster)
         nodes = {p.node for p in job.status.placements} if job is not None else set()
@@ -464,6 +464,19 @@ class Dashboard:
         finally:
             watch.cancel()
         return response
+
+
+def _nodes_by_free_gpus(c: Any) -> dict[str, Any]:
+    """The node-level view: how many Ready nodes have each number of GPUs free, most free first, and the most one
+    node has free beside the largest node's GPUs ("137 of 256 free" can still hold no 8-GPU pod)."""
+    counts = list(c.gpu_free_nodes)
+    if not counts:
+        return {"free_nodes": [], "largest_free": None, "node_gpus": None}
+    total = sum(counts)
+    node_gpus = next((parse_shown(GPU, t.max_capacity.get(GPU, "0")) // WHOLE for t in c.topology if t.tier == 0), None)
+    return {"free_nodes": [{"free": f, "nodes": n, "ratio": n / total} for f, n in reversed(list(enumerate(counts)))
+                           if n],
+            "largest_free": len(counts) - 1, "node_gpus": node_gpus or None}
 
 
 async def last_lines(stream: Any, lines: int, keep: int, read: int) -> tuple[bytes, bool]:

@@ -195,7 +195,7 @@ class HyperNodeStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., tier: _Optional[int] = ..., parent: _Optional[str] = ..., free: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Cluster(_message.Message):
-    __slots__ = ("name", "labels", "status", "cordoned", "agent_version", "last_heartbeat", "capacity", "allocatable", "used", "topology", "nodes", "problem", "hypernodes", "drift", "health", "degraded_nodes", "failed_nodes", "degraded_hypernodes", "partitionable")
+    __slots__ = ("name", "labels", "status", "cordoned", "agent_version", "last_heartbeat", "capacity", "allocatable", "used", "topology", "nodes", "problem", "hypernodes", "drift", "health", "degraded_nodes", "failed_nodes", "degraded_hypernodes", "partitionable", "gpu_free_nodes")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -257,6 +257,7 @@ class Cluster(_message.Message):
     FAILED_NODES_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_HYPERNODES_FIELD_NUMBER: _ClassVar[int]
     PARTITIONABLE_FIELD_NUMBER: _ClassVar[int]
+    GPU_FREE_NODES_FIELD_NUMBER: _ClassVar[int]
     name: str
     labels: _containers.ScalarMap[str, str]
     status: ClusterStatus
@@ -276,7 +277,8 @@ class Cluster(_message.Message):
     failed_nodes: int
     degraded_hypernodes: _containers.RepeatedScalarFieldContainer[str]
     partitionable: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[ClusterStatus, str]] = ..., cordoned: _Optional[bool] = ..., agent_version: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ..., used: _Optional[_Mapping[str, str]] = ..., topology: _Optional[_Iterable[_Union[TierSummary, _Mapping]]] = ..., nodes: _Optional[int] = ..., problem: _Optional[str] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeStatus, _Mapping]]] = ..., drift: _Optional[_Mapping[str, str]] = ..., health: _Optional[_Iterable[str]] = ..., degraded_nodes: _Optional[int] = ..., failed_nodes: _Optional[int] = ..., degraded_hypernodes: _Optional[_Iterable[str]] = ..., partitionable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    gpu_free_nodes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[ClusterStatus, str]] = ..., cordoned: _Optional[bool] = ..., agent_version: _Optional[str] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., capacity: _Optional[_Mapping[str, str]] = ..., allocatable: _Optional[_Mapping[str, str]] = ..., used: _Optional[_Mapping[str, str]] = ..., topology: _Optional[_Iterable[_Union[TierSummary, _Mapping]]] = ..., nodes: _Optional[int] = ..., problem: _Optional[str] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeStatus, _Mapping]]] = ..., drift: _Optional[_Mapping[str, str]] = ..., health: _Optional[_Iterable[str]] = ..., degraded_nodes: _Optional[int] = ..., failed_nodes: _Optional[int] = ..., degraded_hypernodes: _Optional[_Iterable[str]] = ..., partitionable: _Optional[_Mapping[str, str]] = ..., gpu_free_nodes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class QueueStatus(_message.Message):
     __slots__ = ("queue", "tenant", "usage", "deserved", "dominant_share", "pending", "running", "history")
