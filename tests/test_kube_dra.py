@@ -93,11 +93,13 @@ async def test_claims_are_allocated_on_the_pods_nodes_then_the_pods_bound(kube: 
         await agent.assign(dra_job("more", 1, claim_template("one-h100", "h100", 1)), attempt=1)
         refused = await next_update(agent, agent_pb2.REJECTED, seen)
         assert class_resource("h100") in refused.reason and "no device of this cluster" not in refused.reason
+        assert not refused.permanent  # room lacking now: may pass
         await agent.assign(dra_job("big", 1, claim_template("one-a100", "a100", 1, at_least_64gi)), attempt=1)
         refused = await next_update(agent, agent_pb2.REJECTED, seen)
         assert "selectors accept" in refused.reason
         # Issue 42 (6): no A100 of this cluster has 64 GiB, free or not: said as such, not as room lacking now.
         assert "no device of this cluster, on any node, free or not, matches it" in refused.reason, refused.reason
+        assert refused.permanent  # never offered this cluster again: not re-dispatched every few seconds
         assert set(claims(kube)) == set(held)  # the refused gang's claims were taken back
         # An A100 claim with no such selector is allocated on the A100 node.
         await agent.assign(dra_job("small", 1, claim_template("one-a100", "a100", 1)), attempt=1)

@@ -127,7 +127,8 @@ class Claims:
                 anywhere = await asyncio.to_thread(_allocate, spec, classes, self.devices())
                 nowhere = "; no device of this cluster, on any node, free or not, matches it" \
                     if isinstance(anywhere, str) else ""
-                raise ClaimRefused(f"claim {claim} of pod {namespace}/{name} on node {node}: {allocation}{nowhere}")
+                raise ClaimRefused(f"claim {claim} of pod {namespace}/{name} on node {node}: {allocation}{nowhere}",
+                                   permanent=bool(nowhere))
             cname = claim_name(name, claim)
             body = {"apiVersion": dra.API, "kind": "ResourceClaim", "metadata": {
                 "name": cname, "namespace": namespace, "labels": dict(labels),
@@ -159,7 +160,11 @@ class Claims:
 
 class ClaimRefused(Exception):
     """The node has not the devices a pod's claim asks for (the placement's count was stale, or selectors narrower
-    than the class)."""
+    than the class). `permanent`: no device of the cluster matches it at all, so asking again would not help."""
+
+    def __init__(self, message: str, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 def _allocate(spec: Obj, classes: Mapping[str, Sequence[str]], free: Sequence[dra.Device]) -> dra.Allocation | str:

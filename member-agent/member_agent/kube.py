@@ -1031,7 +1031,10 @@ PERMANENT = (400, 403, 404, 422)  # forbidden (RBAC, a quota, an admission webho
 
 
 def _permanent(err: Exception) -> bool:
-    """Whether the API server refused for good; 409, 429, 5xx and failed connections may pass."""
+    """Whether the API server refused for good (409, 429, 5xx and failed connections may pass), or no device of
+    the cluster matches a claim."""
+    if isinstance(err, ClaimRefused):
+        return err.permanent
     return isinstance(err, KubeError) and err.status in PERMANENT
 
 
