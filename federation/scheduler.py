@@ -46,6 +46,7 @@ from federation.scheduling.fairshare import dominant_share
 from federation.scheduling.fit import ClusterState, ClusterView, DomainFree, JobView, TierFree, cannot_run, explain
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import Holding, after_cycle, remaining
+from federation.scheduling.moves import healthier
 from federation.scheduling.queues import Reasons, Settled
 from federation.store.admin import AdminStore
 from federation.store.inventories import Inventories
@@ -378,7 +379,8 @@ class Scheduler:
         fence = self.fence()
         await self.jobs.preempt(decisions.preempt, fence, decisions.making_room)
         await self.jobs.dispatch(decisions.assign, fence, decisions.notes)
-        if decisions.assign or decisions.preempt:
+        moved = await self._move_off_degraded(snapshot, decisions, fence)
+        if decisions.assign or decisions.preempt or moved:
             self.on_change()
         if decisions.cut_short:
             self.wake()  # the burst ran out: the rest of the queues next, without waiting for the period
@@ -403,6 +405,26 @@ class Scheduler:
         self.steps = clock.seconds
         self._record(decisions, waiting, snapshot.running, sum(clock.seconds.values()))
         return decisions
+
+    async def _move_off_degraded(self, snapshot: Snapshot, decisions: Decisions, fence: Fence | None) -> bool:
+        """Send back the running gangs whose agents want them off degraded hardware (and have no healthy room for
+        them) when another cluster would run them on healthy hardware now; the rest keep running where they are
+        (`scheduling.moves`). Level-triggered: asked again every cycle while the agent wants it."""
+        wanted = await self.jobs.moves_wanted()
+        if not wanted:
+            return False
+        busy = set(decisions.assign.values())
+        reasons = {}
+        for row in wanted:
+            if row["id"] in decisions.preempt:
+                continue
+            to = healthier(job_view(row), snapshot.clusters, row["cluster"], snapshot.refused.get(row["id"], {}), busy)
+            if to is not None:
+                reasons[row["id"]] = (f"moved off degraded hardware in cluster {row['cluster']} "
+                                      f"({row['move_wanted']}): cluster {to} has healthy room for it")
+                busy.add(to)
+        await self.jobs.preempt(reasons, fence)
+        return bool(reasons)
 
     def _decide(self, snapshot: Snapshot, clock: _Steps) -> _Decided:
         """The cycle's pure part: decisions over the snapshot and the backlog, and what changed of the reasons.

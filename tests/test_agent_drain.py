@@ -1,5 +1,6 @@
 """Proactive drain in the agent: a gang on hardware that turns degraded moves at its checkpoint, within its tier
-limit, in this cluster or (with no healthy room) back to the federation; an operator's drain waits the same way."""
+limit, in this cluster or (with no healthy room) asks the federation for healthier hardware and runs on meanwhile;
+an operator's drain waits the same way, and with no room here sends the gang back to the federation."""
 
 import asyncio
 import time
@@ -86,21 +87,40 @@ async def test_a_gang_on_a_node_that_degrades_moves_at_its_checkpoint_inside_its
     await settle(agent)
 
 
-async def test_with_no_healthy_room_the_gang_goes_back_to_the_federation() -> None:
+async def test_with_no_healthy_room_here_a_degraded_gang_runs_on_and_asks_the_federation() -> None:
+    """Issue 42 (5): sent back with nowhere healthy to go, it restarted on hardware as degraded (25 s down, attempt
+    2, for nothing). It runs on, and the federation moves it only to healthy room (tests/test_e2e_drain.py)."""
     agent = make_agent([1, 2])  # one leaf of 2 nodes
     await agent.assign(job(2), attempt=1)
     seen = updates(agent)
     assert agent.inject(Fault(0, "node", "h0-0", "degraded", "XID 48"))
-    evacuated = await until(agent, agent_pb2.EVACUATED, seen)
-    assert "no healthy room in this cluster" in evacuated.reason and "XID 48" in evacuated.reason
-    assert not agent.jobs and not agent.state.used.get(GPU)
-    # It comes back (no other cluster took it): placed knowingly on the degraded node, and left there.
-    await agent.assign(job(2), attempt=2)
-    seen = updates(agent)
-    assert [u.type for u in seen][-1] == agent_pb2.BOUND
-    await asyncio.sleep(0.3)
+    wanted = await until(agent, agent_pb2.MOVE_WANTED, seen)
+    assert wanted.reason == "node h0-0 degraded (XID 48); no healthy room in this cluster"
+    assert "train-1" in agent.jobs and agent.state.used.get(GPU) == 16  # still running, nothing stopped
+    assert not [u for u in seen if u.type in (agent_pb2.EVACUATED, agent_pb2.POD_RESTARTED)]
+    # Said once while nothing changes; the node healing calls it off, once.
     agent.health_changed()
-    assert not [u for u in updates(agent) if u.type in (agent_pb2.DRAIN_PLANNED, agent_pb2.EVACUATED)]
+    await asyncio.sleep(0.3)
+    assert not [u for u in updates(agent) if u.type == agent_pb2.MOVE_WANTED]
+    assert agent.inject(Fault(0, "node", "h0-0", "healthy"))
+    seen = []
+    called_off = await until(agent, agent_pb2.MOVE_WANTED, seen)
+    assert called_off.reason == "" and "train-1" in agent.jobs
+    await settle(agent)
+
+
+async def test_an_operator_drain_with_no_room_here_sends_the_gang_back_to_the_federation() -> None:
+    """An operator's drain takes the node away: the gang leaves whatever the rest of the federation offers."""
+    agent = make_agent([1, 2])
+    await agent.assign(job(2), attempt=1)
+    seen = updates(agent)
+    done = await agent.order_node(agent_pb2.NodeOrder(action="drain", kind="node", name="h0-1", grace_seconds=0.1,
+                                                      order_id="o"))
+    assert done.done, done.message
+    evacuated = await until(agent, agent_pb2.EVACUATED, seen)
+    assert "node h0-1 drained by an operator" in evacuated.reason and "no healthy room" in evacuated.reason
+    assert not agent.jobs and not agent.state.used.get(GPU)
+    await settle(agent)
 
 
 async def test_a_degraded_link_moves_the_gang_to_another_hypernode_and_recovery_calls_it_off() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 import grpc
@@ -16,7 +18,7 @@ from federation.cli.dev import AgentProcess, ServerProcess
 from federation.connections import NODE_ORDERS_IN_FLIGHT
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from member_agent.clusters import tree
-from tests.processes import fedctl
+from tests.processes import BIN, fedctl
 from tests.test_e2e_agents import wait_for
 from tests.test_e2e_health import events
 
@@ -154,3 +156,61 @@ def _replay(jobs: jobs_pb2_grpc.JobServiceStub, job_id: str) -> list[common_pb2.
         if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
             raise
     return out
+
+
+def test_a_gang_on_degraded_hardware_moves_only_to_a_cluster_with_healthy_room(db_url: URL, tmp_path: Path) -> None:
+    """Issue 42 (5): a gang whose whole cluster turned degraded was evacuated and restarted on hardware as degraded
+    (25 s down, attempt 2, for nothing). It runs on, saying why, until another cluster has healthy room for it; then
+    the federation moves it there, no retry counted."""
+    server = ServerProcess("--database-url", db_url.render_as_string(hide_password=False))
+    agents: list[AgentProcess] = []
+    try:
+        for name in ("a", "b"):
+            agents.append(AgentProcess(name, server.address, "--simulate", str(cluster_file(tmp_path, name, name)),
+                                       "--heartbeat", "0.5"))
+        channel = grpc.insecure_channel(server.address)
+        jobs, admin = jobs_pb2_grpc.JobServiceStub(channel), admin_pb2_grpc.AdminServiceStub(channel)
+        wait_for("both clusters Ready", lambda: sorted(
+            c.name for c in admin.ListClusters(admin_pb2.ListClustersRequest()).clusters
+            if c.status == admin_pb2.READY) == ["a", "b"])
+        admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml")))
+        admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="train", tenant="ml")))
+
+        def status(job_id: str) -> common_pb2.JobStatus:
+            return jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id)).status
+
+        gang = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("gang"))).job.id
+        wait_for("the gang Running", lambda: status(gang).phase == common_pb2.RUNNING)
+        home = status(gang).cluster
+        other = "b" if home == "a" else "a"
+        filler = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("filler"))).job.id
+        wait_for("the filler Running in the other cluster", lambda: status(filler).phase == common_pb2.RUNNING)
+        assert status(filler).cluster == other
+
+        # Every node of the gang's cluster degrades; the other cluster is full: nowhere healthy to go.
+        agent = next(a for a in agents if f"--cluster {home} " in " ".join(a.proc.args) + " ")
+        for node in (f"{home}0-0", f"{home}0-1"):
+            subprocess.run([str(BIN / "member-agent"), "fault", "degrade-node", node, "--reason", "XID 48",
+                            "--agent", agent.admin], check=True, capture_output=True, timeout=60)
+        wanted = wait_for("the move asked for", lambda: [e for e in events(jobs, gang) if e.type == "MoveWanted"])
+        assert wanted[0].message.endswith("no healthy room in this cluster; it keeps running here until a cluster "
+                                          "has healthy room for it"), wanted[0].message
+        assert "XID 48" in wanted[0].message
+        time.sleep(3)  # several cycles: it stays where it is
+        assert status(gang).phase == common_pb2.RUNNING and status(gang).cluster == home
+        assert status(gang).attempt == 1
+        assert not [e for e in events(jobs, gang) if e.type in ("Preempted", "Evacuated")]
+
+        # Room on healthy hardware appears: the federation moves it there.
+        jobs.CancelJob(jobs_pb2.CancelJobRequest(id=filler))
+        wait_for("the gang Running in the other cluster", lambda: status(gang).phase == common_pb2.RUNNING and
+                 status(gang).cluster == other, timeout=60)
+        moved = [e for e in events(jobs, gang) if e.type == "Preempted"]
+        assert len(moved) == 1 and moved[0].message.startswith(f"moved off degraded hardware in cluster {home} ("), \
+            moved
+        assert moved[0].message.endswith(f"cluster {other} has healthy room for it")
+        assert status(gang).attempt == 2 and status(gang).retries == 0
+    finally:
+        for agent in agents:
+            agent.stop()
+        server.stop()

@@ -193,7 +193,7 @@ def fits_healthy(job: JobView, cluster: ClusterView) -> bool:
     if check(job, view) is not None:
         return False
     limit = tier_limit(job, view)
-    return any(covers(t.max_free, job.request) for t in view.healthy_tiers
+    return any(covers(t.max_free, job.request) for t in cluster.healthy_tiers
                if t.tier > 0 and (limit is None or t.tier <= limit))
 
 

@@ -616,7 +616,7 @@ class JobStore:
             await conn.execute(text(
                 "UPDATE jobs SET phase = 'PREEMPTED', cluster = '', hypernode = '', tier = 0, "
                 "placements = '[]'::jsonb, pods = '[]'::jsonb, reason = v.reason, request = v.request, "
-                "updated_at = now(), "
+                "updated_at = now(), move_wanted = '', "
                 "preemptions = preemptions + 1 "
                 "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[]), CAST(:requests AS jsonb[])) "
                 "AS v(id, reason, request) WHERE jobs.id = v.id"),
@@ -632,6 +632,13 @@ class JobStore:
                     f"gangs are leaving cluster {making_room[o['id']]} to make room for it", o["attempt"],
                     making_room[o["id"]]) for o in owed])
         return list(rows)
+
+    async def moves_wanted(self) -> list[Any]:
+        """Running gangs whose agents want them off degraded hardware they have no healthy room to replace."""
+        query = select(Job.id, Job.cluster, Job.request, Job.spec, Job.move_wanted).where(
+            Job.move_wanted != "", Job.phase == "RUNNING").order_by(Job.seq)
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(query)).mappings().all())
 
     async def set_waiting(self, reasons: dict[str, str], fence: Fence | None = None) -> None:
         """Why each of these jobs waits, for those still waiting: a statement per REASON_BATCH of them, each in a
@@ -721,7 +728,7 @@ class JobStore:
                 await conn.execute(update(Job).where(Job.id == row["id"]).values(pods=_pod_statuses(u)))
             return Applied()
         alive = u.type in (agent_pb2.BOUND, agent_pb2.POD_FAILED, agent_pb2.POD_RESTARTED, agent_pb2.PODS_ADDED,
-                           agent_pb2.DRAIN_PLANNED, agent_pb2.DRAINED, agent_pb2.PREPARING)
+                           agent_pb2.DRAIN_PLANNED, agent_pb2.DRAINED, agent_pb2.PREPARING, agent_pb2.MOVE_WANTED)
         if row is None or row["cluster"] != cluster or row["attempt"] != u.attempt:
             # Stale: another attempt, or another cluster, owns the job now (it was preempted or
             # moved while this agent was away); whatever the agent still runs of it must stop.
@@ -776,10 +783,20 @@ class JobStore:
                       "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); {u.reason}"}
             event, message = "Drained", u.reason
         elif kind == agent_pb2.EVACUATED and phase in ACTIVE_PHASES:
-            values = {"cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [],
+            values = {"cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [], "move_wanted": "",
                       "request": _minimum(row["spec"]), "phase": "PENDING",
                       "reason": f"evacuated from cluster {cluster}: {u.reason}"}
             event = "Evacuated"
+        elif kind == agent_pb2.MOVE_WANTED and phase == "RUNNING":
+            if u.reason == row["move_wanted"]:
+                return Applied()  # said before
+            await conn.execute(update(Job).where(Job.id == row["id"]).values(move_wanted=u.reason))
+            said = (u.reason + "; it keeps running here until a cluster has healthy room for it") if u.reason else \
+                "its hardware recovered: it stays"
+            await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"],
+                                                   "MoveWanted" if u.reason else "MoveCalledOff", phase, said,
+                                                   row["attempt"], cluster)])
+            return Applied()
         elif kind == agent_pb2.DRAIN_PLANNED and phase == "RUNNING":
             await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], "DrainPlanned", phase,
                                                    u.reason, row["attempt"], cluster)])

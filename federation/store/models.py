@@ -129,6 +129,7 @@ class Job(Base):
         Index("ix_jobs_phase_seq", "phase", "seq"),
         Index("ix_jobs_cluster_active", "cluster",
               postgresql_where=text("phase IN ('DISPATCHED', 'RUNNING', 'RESTARTING')")),
+        Index("ix_jobs_move_wanted", "id", postgresql_where=text("move_wanted <> ''")),
         {"postgresql_with": {"fillfactor": 70}},  # room for HOT updates of reasons (migration 0003)
     )
 
@@ -156,6 +157,9 @@ class Job(Base):
     pods: Mapped[list[Any]] = mapped_column(nullable=False, default=list, server_default="[]")
     # cluster -> what it said when it refused the job for good: the job is never sent there again.
     refusals: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict, server_default="{}")
+    # Why its agent wants the running gang off degraded hardware it has no healthy room to replace ('' when it does
+    # not): the scheduler moves it when another cluster has healthy room, never to hardware no better.
+    move_wanted: Mapped[str] = mapped_column(Text, nullable=False, default="", server_default="")
     spec: Mapped[dict[str, Any]] = mapped_column(nullable=False)  # JobSpec as protobuf JSON
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()

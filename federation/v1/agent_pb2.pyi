@@ -29,6 +29,7 @@ class JobUpdateType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DRAINED: _ClassVar[JobUpdateType]
     EVACUATED: _ClassVar[JobUpdateType]
     PREPARING: _ClassVar[JobUpdateType]
+    MOVE_WANTED: _ClassVar[JobUpdateType]
 JOB_UPDATE_TYPE_UNSPECIFIED: JobUpdateType
 ACCEPTED: JobUpdateType
 REJECTED: JobUpdateType
@@ -45,6 +46,7 @@ DRAIN_PLANNED: JobUpdateType
 DRAINED: JobUpdateType
 EVACUATED: JobUpdateType
 PREPARING: JobUpdateType
+MOVE_WANTED: JobUpdateType
 
 class AgentMessage(_message.Message):
     __slots__ = ("register", "inventory", "heartbeat", "job_update", "reconcile", "log_chunk", "node_order_done")

@@ -230,6 +230,8 @@ class Agent:
     _beats: deque[float] = field(default_factory=deque)  # heartbeats sent on this stream and not acknowledged
     _round: int = 0
     _drains: dict[str, tuple[asyncio.TimerHandle, frozenset[str]]] = field(default_factory=dict)  # job -> its move
+    # Gangs on degraded hardware with no healthy room here, and why: the federation moves them when it can.
+    _move_wanted: dict[str, str] = field(default_factory=dict)
     draining: dict[str, float | None] = field(default_factory=dict)  # nodes an operator drains -> deadline
     _health_seen: tuple[int, int] = (0, 0)  # the state and its health version the drains were planned on
     _rounds: dict[int, list[agent_pb2.Attempt]] = field(default_factory=dict)  # reconcile round -> what it reported
@@ -768,6 +770,7 @@ class Agent:
             self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
         for key in list(job.waiting):
             self._stand_down(job, key)
+        self._move_wanted.pop(job.job.id, None)
         del self.jobs[job.job.id]
 
     def _finish(self, job: AgentJob, succeeded: bool, reason: str) -> None:
@@ -995,6 +998,7 @@ class Agent:
                 planned[0].cancel()
                 del self._drains[job.job.id]
             if not on:
+                self._call_off_move(job)
                 continue
             timing = drain_timing(now - job.started, _checkpoint(job), max(unsound[n][0] for n in on))
             delay = timing.delay
@@ -1040,6 +1044,18 @@ class Agent:
                 return
             why = "; ".join(sorted({unsound[p.node][1] for p in job.pods if (p.task, p.index) in moving}))
             keys = moving if self._fits_without(job, moving) else live if self._fits_without(job, live) else None
+            drained = any(p.node in self.draining for p in job.pods if (p.task, p.index) in moving)
+            if keys is None and not drained:
+                # Degraded, not drained: moved only to better hardware, which the federation alone can find
+                # (`federation.scheduling.moves`); meanwhile it runs on here.
+                want = f"{why}; no healthy room in this cluster"
+                if self._move_wanted.get(job.job.id) != want:
+                    self._move_wanted[job.job.id] = want
+                    log.info("job %s: %s: asking the federation for healthier hardware", job.job.id, want)
+                    self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
+                        job_id=job.job.id, attempt=job.attempt, type=agent_pb2.MOVE_WANTED, reason=want)))
+                return
+            self._call_off_move(job)
             failure = "no healthy room in this cluster" if keys is None else \
                 await self._restart(job, keys, retry=False, avoid_degraded=True)
             if not failure:
@@ -1061,6 +1077,12 @@ class Agent:
             self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, type=agent_pb2.EVACUATED,
                                              reason=f"{why}; {failure}: run it elsewhere"))
             self._send_inventory()
+
+    def _call_off_move(self, job: AgentJob) -> None:
+        """The gang no longer needs another cluster (its hardware recovered, or room here took it): said once."""
+        if self._move_wanted.pop(job.job.id, None) is not None:
+            self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
+                job_id=job.job.id, attempt=job.attempt, type=agent_pb2.MOVE_WANTED)))
 
     def inject(self, fault: Fault) -> bool:
         """A hardware fault, injected (a simulated cluster's fault schedule or admin port): the node or HyperNode
