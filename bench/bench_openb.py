@@ -40,8 +40,8 @@ from typing import Any
 
 from bench.common import bar, machine, measured, out_dir, parser, pyplot, save, write
 from bench.replay.trace import traces
-from federation.gpuask import WHOLE, GpuAsk
-from federation.resources import SHARE, Resources
+from federation.kernel.gpuask import WHOLE, GpuAsk
+from federation.kernel.resources import SHARE, Resources
 from member_agent.devices import assign, fits
 from member_agent.fragmentation import Shape, fragmented
 from member_agent.placement import GangRequest, Placement, TaskRequest, place

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from federation.resources import SHARE, Resources, base, format_amount
+from federation.kernel.resources import SHARE, Resources, base, format_amount
 
 
 def difference(reported: Mapping[str, int], believed: Mapping[str, int]) -> Resources:

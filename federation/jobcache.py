@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from federation import gangs
-from federation.durations import seconds_or_none
-from federation.resources import GPU, parse_resources, with_share
+from federation.kernel import gangs
+from federation.kernel.durations import seconds_or_none
+from federation.kernel.jobspec import EXPECTED_DURATION, NODE_OWN_LABEL
+from federation.kernel.resources import GPU, parse_resources, with_share
 from federation.scheduling.cycle import PendingJob
 from federation.scheduling.fit import JobView
 from federation.scheduling.queues import QueueManager
 from federation.store.jobs import ACTIVE_PHASES, SENT_BACK_EVENTS, WAITING_PHASES, JobStore
-from federation.validation import EXPECTED_DURATION, NODE_OWN_LABEL
 
 SCAN_LIMIT = 200_000
 BATCH = 10_000

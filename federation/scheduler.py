@@ -24,10 +24,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from federation import failpoints, metrics
 from federation.drift import DriftWatch, difference, signed
 from federation.jobcache import HoldingJob, JobCache, job_view
+from federation.kernel.resources import add, format_resources, with_share
 from federation.leader import Fence, NotLeader
 from federation.loop import WakeLoop
 from federation.rejections import Rejections
-from federation.resources import add, format_resources, with_share
 from federation.scheduling import outlook
 from federation.scheduling.cycle import (
     Decisions,

@@ -11,14 +11,26 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from federation import dra, gangs
-from federation.durations import parse_duration
-from federation.gpuask import FRACTION, GPU, MEMORY, AskError, ask_of, template_annotations
-from federation.resources import (
+from federation.kernel import dra, gangs
+from federation.kernel.durations import parse_duration
+from federation.kernel.gpuask import FRACTION, GPU, MEMORY, AskError, ask_of, template_annotations
+from federation.kernel.jobspec import (
+    AVOID_DEGRADED,
+    DURATION_ANNOTATIONS,
+    JOB_PLUGINS,
+    MAX_GPUS_PER_NODE,
+    MAX_REASON,
+    MAX_REPORTED_HYPERNODES,
+    MAX_REPORTED_NODE_LABELS,
+    ON_CLUSTER_LOST,
+    ON_CLUSTER_LOST_VALUES,
+    parse_plugin_args,
+)
+from federation.kernel.resources import (
     FLAVOR,
     MAX_AMOUNT,
     MIG_PROFILE,
@@ -44,7 +56,6 @@ MAX_SPEC_BYTES = 1536 * 1024
 MAX_REQUEST_ID = 128
 MAX_TIER = 16
 MAX_RETRY = 100
-DEFAULT_MAX_RETRY = 3  # restarts and losses a job may have when its spec does not say (Volcano's default)
 DEFAULT_QUEUE = "default"  # Volcano always has it; a job naming no queue goes there (migration 0008 makes it)
 DEFAULT_TENANT = "default"  # the default queue's, and where Volcano's tenant-less queues go
 MAX_WEIGHT = 1_000_000
@@ -63,21 +74,8 @@ _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-# Annotations the scheduler reads, each a duration: how long the job is expected to run (its expected start
-# times and those of the jobs behind it), and how often it saves a checkpoint (what preempting it loses).
-MAX_PROTECTED_RUN_SECONDS = 7 * 86_400
-EXPECTED_DURATION = "federation.dev/expected-duration"
-CHECKPOINT_INTERVAL = "federation.dev/checkpoint-interval"
-DURATION_ANNOTATIONS = (EXPECTED_DURATION, CHECKPOINT_INTERVAL)
-# What becomes of a running job whose cluster goes silent past the lost grace: "requeue" (the default) runs
-# it elsewhere; "wait" keeps it assigned to that cluster until its agent is back (MultiKueue-style patience
-# for jobs that must never run twice, even while an agent is dead).
-ON_CLUSTER_LOST = "federation.dev/on-cluster-lost"
+MAX_PROTECTED_RUN_SECONDS = 7 * 86_400  # a job's expected duration protects it from reclaim for at most this long
 MAX_POLICY_TIMEOUT = 30 * 86_400  # seconds: a lifecycle policy's timeout (a pod stuck for longer is stuck)
-ON_CLUSTER_LOST_VALUES = ("requeue", "wait")
-# "true": the gang is never placed on degraded hardware (nodes or HyperNodes a health monitor marked), even when
-# nothing else fits, and is moved off hardware that degrades under it. Default: degraded only when nothing else fits.
-AVOID_DEGRADED = "federation.dev/avoid-degraded"
 
 
 @dataclass(frozen=True)
@@ -103,12 +101,11 @@ class Violations:
 class CheckedJob:
     """What validation learned about a valid job: the canonical requests the scheduler needs."""
 
-    minimum: Resources  # what the gang needs to start (federation.gangs.minimum), canonical integers
+    minimum: Resources  # what the gang needs to start (federation.kernel.gangs.minimum), canonical integers
     whole: Resources  # every replica
     replicas: int
 
 
-MAX_REASON = 1024  # characters of a free-text reason (a cancel's): every reason is listed, watched and replayed
 
 
 def check_text(v: Violations, path: str, value: str, limit: int = MAX_REASON) -> None:
@@ -382,42 +379,8 @@ def _check_task(v: Violations, path: str, task: common_pb2.TaskSpec) -> Resource
     return requests
 
 
-# Volcano's job plugins the member agent carries out, with the flags each takes (Volcano's own; a
-# flag Volcano would log and ignore is refused here, so a typo is not silently lost).
-JOB_PLUGINS: dict[str, dict[str, str]] = {  # plugin -> flag -> "bool" | "str" | "int" (a port) | "seconds"
-    "env": {},
-    "svc": {"publish-not-ready-addresses": "bool", "disable-network-policy": "bool", "inject-hosts-env": "bool"},
-    "ssh": {"no-root": "bool", "ssh-key-file-path": "str"},
-    "pytorch": {"master": "str", "worker": "str", "port": "int", "wait-master-enabled": "bool",
-                "wait-master-timeout": "seconds", "wait-master-image": "str"},
-    "mpi": {"master": "str", "worker": "str", "port": "int"},
-    "ray": {"head": "str", "headContainer": "str", "worker": "str", "workerContainer": "str", "port": "int",
-            "dashboardPort": "int", "clientPort": "int"},
-}
 
 
-def parse_plugin_args(plugin: str, args: Sequence[str]) -> dict[str, str]:
-    """A plugin's `--flag[=value]` arguments, as Go's flag package reads them; ValueError names the bad one."""
-    flags = JOB_PLUGINS[plugin]
-    out: dict[str, str] = {}
-    for arg in args:
-        name, eq, value = arg.lstrip("-").partition("=")
-        if not arg.startswith("-") or name not in flags:
-            known = ", ".join(f"--{f}" for f in flags) or "none"
-            raise ValueError(f"{arg[:64]!r} is not a flag of the {plugin} plugin (flags: {known})")
-        kind = flags[name]
-        if kind == "bool":
-            if eq and value not in ("true", "false"):
-                raise ValueError(f"--{name} is true or false, got {value[:64]!r}")
-            value = value if eq else "true"
-        elif not eq or not value:
-            raise ValueError(f"--{name} needs a value (--{name}=...)")
-        elif kind == "int" and not (value.isascii() and value.isdigit() and 0 < int(value) < 65536):
-            raise ValueError(f"--{name} must be a port number, got {value[:64]!r}")
-        elif kind == "seconds" and not (value.isascii() and value.isdigit() and 0 < int(value) <= 86_400):
-            raise ValueError(f"--{name} is a number of seconds (1-86400), got {value[:64]!r}")
-        out[name] = value
-    return out
 
 
 def _check_claim_templates(v: Violations, path: str, spec: common_pb2.JobSpec) -> dict[str, dra.ClaimSpec] | None:
@@ -604,15 +567,9 @@ def check_queue(v: Violations, path: str, queue: admin_pb2.Queue) -> None:
 
 
 MAX_INVENTORY_RESOURCES = 64
-MAX_REPORTED_HYPERNODES = 1_000  # an agent reports each HyperNode's free resources up to this many
-# An agent reports the label pairs its nodes carry up to this many (else none: the federation then leaves pods'
-# nodeSelectors to the agent there), leaving out the label each node has its own value of.
-MAX_REPORTED_NODE_LABELS = 1_000
-NODE_OWN_LABEL = "kubernetes.io/hostname"
 # What a real member cluster can have: the largest run some 100,000 GPUs on tens of thousands of nodes.
 MAX_CLUSTER_GPUS = 1_000_000  # devices (MIG slices included) of one resource
 MAX_CLUSTER_NODES = 100_000
-MAX_GPUS_PER_NODE = 1_024  # whole GPUs one node reports (an NVL576 rack as one node would be 576)
 MAX_HEALTH_SUMMARY = 8  # lines of a cluster's health summary ("3 nodes degraded (XID 79)"), each a reason long
 
 

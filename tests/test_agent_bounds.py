@@ -10,14 +10,14 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 
-from federation.resources import WHOLE, format_resources, parse_shown
+from federation.kernel.jobspec import MAX_REPORTED_HYPERNODES
+from federation.kernel.resources import WHOLE, format_resources, parse_shown
 from federation.store.jobs import JobStore
 from federation.v1 import admin_pb2, agent_pb2, agent_pb2_grpc, common_pb2, jobs_pb2
 from federation.validation import (
     MAX_CLUSTER_GPUS,
     MAX_CLUSTER_NODES,
     MAX_HEALTH_SUMMARY,
-    MAX_REPORTED_HYPERNODES,
     inventory_problem,
     pods_problem,
 )

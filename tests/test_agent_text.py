@@ -9,8 +9,9 @@ import time
 from collections.abc import AsyncIterator
 
 from federation.cli import output
+from federation.kernel.jobspec import MAX_REASON
 from federation.v1 import admin_pb2, agent_pb2, agent_pb2_grpc, common_pb2, jobs_pb2
-from federation.validation import MAX_REASON, clean_text, inventory_problem, update_problem
+from federation.validation import clean_text, inventory_problem, update_problem
 from tests.conftest import Api, make_queue
 
 GPU = "nvidia.com/gpu"

@@ -13,8 +13,8 @@ import grpc
 import pytest
 from sqlalchemy.engine import URL
 
-from federation import dra
 from federation.cli.dev import ServerProcess
+from federation.kernel import dra
 from federation.testbed.dra import DRIVER, resource_slices
 from federation.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from federation.validation import Violations, check_job_spec

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from federation.gpuask import (
+from federation.kernel.gpuask import (
     FRACTION,
     MEMORY,
     NUM_DEVICES,

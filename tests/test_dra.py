@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from federation import dra, gangs
 from federation.cli.manifest import jobs_from_documents
 from federation.cli.yamldoc import ManifestError, load_documents
+from federation.kernel import dra, gangs
 from federation.scheduling.cycle import PendingJob, QueueInfo, Snapshot, TenantInfo, schedule
 from federation.scheduling.fit import ClusterView, JobView, TierFree
 from federation.testbed.dra import DRIVER, resource_slices

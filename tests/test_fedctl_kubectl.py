@@ -223,7 +223,7 @@ def test_fedctl_starts_without_the_kubernetes_client_or_cel() -> None:
                              "print(sorted(m for m in ('kubernetes', 'celpy') if m in sys.modules))"],
                             capture_output=True, text=True, timeout=60)
     assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
-    from federation.resources import parse_amount  # and when used, they are there
+    from federation.kernel.resources import parse_amount  # and when used, they are there
 
     assert parse_amount("memory", "1Gi") == 2**30
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import URL
 
-from federation import gangs
 from federation.cli.manifest import jobs_from_documents
 from federation.cli.yamldoc import ManifestError, load_documents
-from federation.gpuask import FRACTION, template_annotations
-from federation.resources import GPU, SHARE, format_resources, with_share
+from federation.kernel import gangs
+from federation.kernel.gpuask import FRACTION, template_annotations
+from federation.kernel.resources import GPU, SHARE, format_resources, with_share
 from federation.scheduler import cluster_view
 from federation.scheduling.cycle import PendingJob, QueueInfo, Snapshot, TenantInfo, schedule
 from federation.scheduling.fit import JobView

@@ -10,8 +10,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from federation.gpuask import FRACTION, GPU, MEMORY, NUM_DEVICES, WHOLE, GpuAsk
-from federation.resources import SHARE
+from federation.kernel.gpuask import FRACTION, GPU, MEMORY, NUM_DEVICES, WHOLE, GpuAsk
+from federation.kernel.resources import SHARE
 from federation.v1 import common_pb2
 from member_agent import clusters
 from member_agent.devices import MEMORY_LABEL

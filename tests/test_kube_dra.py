@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes import client
 
-from federation.dra import API, class_resource
+from federation.kernel.dra import API, class_resource
 from federation.testbed.cluster import Testbed
 from federation.testbed.dra import DRIVER, resource_slices
 from federation.v1 import agent_pb2, common_pb2

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from federation.gpuask import FRACTION, WHOLE
+from federation.kernel.gpuask import FRACTION, WHOLE
 from federation.testbed.cluster import Testbed
 from federation.v1 import agent_pb2, common_pb2
 from member_agent.agent import Agent

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from federation import gangs
 from federation.cli.manifest import jobs_from_documents
 from federation.cli.yamldoc import load_documents
+from federation.kernel import gangs
 from federation.scheduler import cluster_view
 from federation.scheduling.fit import JobView, cannot_run, check
 from federation.v1 import agent_pb2, common_pb2

@@ -16,7 +16,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from federation.resources import FLAVOR
+from federation.kernel.resources import FLAVOR
 from federation.scheduling.cycle import (
     Decisions,
     PendingJob,

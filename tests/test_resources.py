@@ -1,6 +1,6 @@
 import pytest
 
-from federation.resources import QuantityError, format_amount, parse_amount, parse_resources
+from federation.kernel.resources import QuantityError, format_amount, parse_amount, parse_resources
 
 
 @pytest.mark.parametrize(("resource", "quantity", "amount"), [

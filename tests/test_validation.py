@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import pytest
 
-from federation.resources import SHARE
+from federation.kernel.resources import SHARE
 from federation.v1 import admin_pb2, common_pb2
 from federation.validation import (
     Violations,

@@ -22,6 +22,7 @@ from federation.api.status import servicer
 from federation.auth import current, require_admin, require_sees
 from federation.connections import NODE_ORDERS_IN_FLIGHT, Connections
 from federation.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from federation.kernel.jobspec import MAX_REASON
 from federation.leaderview import LeaderView
 from federation.store.admin import AdminStore
 from federation.store.models import Base, Cluster, Flavor, PriorityClass, Queue, Tenant
@@ -29,7 +30,6 @@ from federation.store.tokens import TokenStore
 from federation.v1 import admin_pb2, admin_pb2_grpc, agent_pb2
 from federation.validation import (
     MAX_PROTECTED_RUN_SECONDS,
-    MAX_REASON,
     Violation,
     Violations,
     check_flavor,

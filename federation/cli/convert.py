@@ -20,7 +20,7 @@ import yaml
 
 from federation.cli.manifest import FEDERATION_API, VOLCANO_API, VOLCANO_QUEUE_API, volcano_queue
 from federation.cli.yamldoc import Document, ManifestError, quoted
-from federation.resources import QuantityError, format_amount, parse_amount
+from federation.kernel.resources import QuantityError, format_amount, parse_amount
 from federation.v1 import admin_pb2
 from federation.validation import DEFAULT_TENANT
 

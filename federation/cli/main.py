@@ -35,7 +35,7 @@ from federation.cli.manifest import (
 from federation.cli.volcano_job import volcano_job
 from federation.cli.yamldoc import Document, ManifestError, iter_documents, load_documents
 from federation.cliargs import hoist
-from federation.durations import parse_duration
+from federation.kernel.durations import parse_duration
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import Violations, check_job_spec, normalise_job_spec
 

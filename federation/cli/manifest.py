@@ -18,12 +18,12 @@ from typing import Any
 from google.protobuf import duration_pb2
 from google.protobuf.message import Message
 
-from federation import dra
 from federation.cli import volcano_fields
 from federation.cli.volcano_fields import Fields
 from federation.cli.yamldoc import Document, quoted
-from federation.durations import parse_duration
-from federation.resources import GPU, SHARE, WHOLE, QuantityError, format_amount, parse_amount
+from federation.kernel import dra
+from federation.kernel.durations import parse_duration
+from federation.kernel.resources import GPU, SHARE, WHOLE, QuantityError, format_amount, parse_amount
 from federation.v1 import admin_pb2, common_pb2
 from federation.validation import DEFAULT_QUEUE, DEFAULT_TENANT
 

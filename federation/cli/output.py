@@ -15,7 +15,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from federation.cli import query
-from federation.resources import parse_amount
+from federation.kernel.resources import parse_amount
 from federation.v1 import admin_pb2, common_pb2
 from federation.validation import escape_controls
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from federation.resources import GPU as GPU_RESOURCE
+from federation.kernel.resources import GPU as GPU_RESOURCE
 from federation.scheduling.fit import (
     ClusterView,
     JobView,

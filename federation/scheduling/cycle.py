@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 
-from federation.resources import FLAVOR, Resources, base, format_resources
+from federation.kernel.resources import FLAVOR, Resources, base, format_resources
 from federation.scheduling.backlog import Backlog, Demand, Lists, Walked
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
 from federation.scheduling.fairshare import EPSILON, Claim, Tree, dominant_share, excess, hierarchical

@@ -13,15 +13,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from federation.resources import GPU, Resources, add, format_resources
-
-
-@dataclass(frozen=True)
-class TierFree:
-    tier: int
-    tier_name: str
-    max_free: Resources
-    max_capacity: Resources = field(default_factory=dict)  # the most one HyperNode of the tier has at all
+from federation.kernel.resources import GPU, Resources, add, format_resources
+from federation.kernel.tiers import TierFree
 
 
 @dataclass(frozen=True)

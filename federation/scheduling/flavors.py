@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from federation.resources import FLAVOR, GPU, SHARE, Resources
+from federation.kernel.resources import FLAVOR, GPU, SHARE, Resources
 from federation.scheduling.fit import ClusterView, JobView
 
 

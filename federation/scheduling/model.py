@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
-from federation.resources import Resources
+from federation.kernel.resources import Resources
 from federation.scheduling.fairshare import Tree
 from federation.scheduling.fit import ClusterView, JobView
 from federation.scheduling.flavors import FlavorInfo

@@ -22,9 +22,9 @@ from sqlalchemy.engine import URL
 
 from federation import certs, metrics
 from federation.cliargs import hoist
-from federation.durations import parse_duration
 from federation.errors import FederationError
 from federation.history import ARCHIVE_AFTER, RETENTION
+from federation.kernel.durations import parse_duration
 from federation.leader import LEASE
 from federation.oidc import OidcConfig
 from federation.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE

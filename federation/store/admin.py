@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from federation.resources import FLAVOR
+from federation.kernel.resources import FLAVOR
 from federation.store.inventories import WITHOUT_INVENTORY, Inventories
 from federation.store.jobs import LAST_EVENT_SEQ, TERMINAL_PHASES
 from federation.store.models import Base, Cluster, Flavor, Job, PriorityClass, Queue, Tenant

@@ -27,8 +27,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import aliased
 
-from federation import failpoints, gangs
+from federation import failpoints
 from federation.errors import FailedPrecondition, NotFound
+from federation.kernel import gangs
+from federation.kernel.jobspec import CHECKPOINT_INTERVAL, DEFAULT_MAX_RETRY, EXPECTED_DURATION, ON_CLUSTER_LOST
 from federation.leader import Fence
 from federation.store.models import (
     Cluster,
@@ -40,13 +42,7 @@ from federation.store.models import (
     finished_jobs,
 )
 from federation.v1 import agent_pb2, common_pb2
-from federation.validation import (
-    CHECKPOINT_INTERVAL,
-    DEFAULT_MAX_RETRY,
-    EXPECTED_DURATION,
-    ON_CLUSTER_LOST,
-    pods_problem,
-)
+from federation.validation import pods_problem
 
 TERMINAL_PHASES = ("SUCCEEDED", "FAILED", "CANCELLED")
 ACTIVE_PHASES = ("DISPATCHED", "RUNNING", "RESTARTING")

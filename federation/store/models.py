@@ -1,6 +1,6 @@
 """The Postgres schema as SQLAlchemy 2 declarative models.
 
-Resource amounts are stored as canonical integers in JSONB (see `federation.resources`) so the
+Resource amounts are stored as canonical integers in JSONB (see `federation.kernel.resources`) so the
 scheduler never re-parses quantity strings. Job specs are stored whole as protobuf JSON; only the
 columns the scheduler filters and orders on are broken out and indexed.
 """
@@ -150,7 +150,7 @@ class Job(Base):
     retries: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     preemptions: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     # What the job needs or holds, canonical: its gang's minimum while it waits or is placed, what its bound
-    # pods hold once it runs (federation.store.jobs._minimum, federation.gangs.bound).
+    # pods hold once it runs (federation.store.jobs._minimum, federation.kernel.gangs.bound).
     request: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
     placements: Mapped[list[Any]] = mapped_column(nullable=False, default=list)
     # The current attempt's pods as its cluster last reported them (names, phases, restarts, messages).

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from federation.dra import API
+from federation.kernel.dra import API
 
 DRIVER = "gpu.example.com"
 

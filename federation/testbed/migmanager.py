@@ -19,7 +19,7 @@ from typing import Any
 import click
 from kubernetes import client, config
 
-from federation.resources import GPU, MIG_PROFILE
+from federation.kernel.resources import GPU, MIG_PROFILE
 from member_agent.devices import COUNT_LABEL, memory_mib
 from member_agent.mig import CONFIG_LABEL, STATE_LABEL, WHOLE_CONFIG, slices_per_gpu
 

@@ -42,7 +42,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from federation.cli import output
-from federation.resources import WHOLE, format_shown, parse_shown
+from federation.kernel.resources import WHOLE, format_shown, parse_shown
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 
 HERE = Path(__file__).parent

@@ -18,12 +18,12 @@ from typing import Any, Protocol, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
-from federation.durations import parse_duration
-from federation.gangs import claim_templates, minimum, minimum_pods
-from federation.resources import Resources
-from federation.scheduling.fit import TierFree
+from federation.kernel.durations import parse_duration
+from federation.kernel.gangs import claim_templates, minimum, minimum_pods
+from federation.kernel.jobspec import CHECKPOINT_INTERVAL, MAX_REASON, MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
+from federation.kernel.resources import Resources
+from federation.kernel.tiers import TierFree
 from federation.v1 import agent_pb2, common_pb2
-from federation.validation import CHECKPOINT_INTERVAL, MAX_REASON, MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
 from member_agent import mig
 from member_agent.drain import drain_timing
 from member_agent.faults import Fault

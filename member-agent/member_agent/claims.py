@@ -5,7 +5,7 @@ allocation to the claim's status (reserved for the pod), and only then bind.
 
 The cluster's devices come from the drivers' ResourceSlices; what is taken, from every ResourceClaim's allocation
 (and what this agent has just allocated, before its watch sees it). A node offers each DeviceClass's devices as
-the class resource (`federation.dra.class_resource`), less those other workloads' claims hold, so placement and
+the class resource (`federation.kernel.dra.class_resource`), less those other workloads' claims hold, so placement and
 the federation count them like any resource.
 """
 
@@ -16,8 +16,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from federation import dra
-from federation.resources import Resources
+from federation.kernel import dra
+from federation.kernel.resources import Resources
 from member_agent.informer import Informer
 from member_agent.kubeapi import Kube, KubeError
 

@@ -1,8 +1,9 @@
 """GPU devices inside a node: which device a pod gets, and how many pods of one ask a node's devices hold.
 
-A node's GPUs are devices with an index, each with a share free in thousandths (`WHOLE`: the whole device). A pod's
-ask (`federation.gpuask`) takes whole devices, each wholly its own, or a fraction of one device (or the same fraction
-of several distinct ones). A fraction is never split across devices, and a device is never given past its whole.
+A node's GPUs are devices with an index, each with a share free in thousandths (`WHOLE`: the whole device). A
+pod's ask (`federation.kernel.gpuask`) takes whole devices, each wholly its own, or a fraction of one device (or the
+same fraction of several distinct ones). A fraction is never split across devices, and a device is never given
+past its whole.
 Pure: no I/O, ties broken by device index.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from federation.resources import WHOLE
+from federation.kernel.resources import WHOLE
 
 # What the agent writes on a pod it places: the devices it was given (comma-separated indices) and its share of each.
 ASSIGNED = "federation.dev/gpu-devices"

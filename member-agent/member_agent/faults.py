@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from federation.durations import parse_duration
+from federation.kernel.durations import parse_duration
 from member_agent.nodehealth import DEGRADED, FAILED, HEALTHY
 
 STATES = (HEALTHY, DEGRADED, FAILED)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from federation.gpuask import GPU, WHOLE
-from federation.resources import SHARE, Resources
+from federation.kernel.gpuask import GPU, WHOLE
+from federation.kernel.resources import SHARE, Resources
 
 GENERAL = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})  # every other resource is a device
 TOP_SHAPES = 32

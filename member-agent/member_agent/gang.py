@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from federation.dra import ClaimSpec
-from federation.gangs import claim_templates, claimed
-from federation.gpuask import GPU, AskError, GpuAsk, ask_of, template_annotations
-from federation.resources import SHARE, Resources, parse_resources
+from federation.kernel.dra import ClaimSpec
+from federation.kernel.gangs import claim_templates, claimed
+from federation.kernel.gpuask import GPU, AskError, GpuAsk, ask_of, template_annotations
+from federation.kernel.jobspec import AVOID_DEGRADED
+from federation.kernel.resources import SHARE, Resources, parse_resources
 from federation.v1 import common_pb2
-from federation.validation import AVOID_DEGRADED
 from member_agent.placement import GangRequest, PodPlacement, TaskRequest
 from member_agent.topology import Toleration, Topology
 

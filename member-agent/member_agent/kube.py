@@ -39,12 +39,12 @@ import aiohttp
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from federation.dra import CLASS_RESOURCE, pod_claims
-from federation.durations import parse_duration
-from federation.gpuask import WHOLE
-from federation.resources import SHARE, Resources, add, format_resources
+from federation.kernel.dra import CLASS_RESOURCE, pod_claims
+from federation.kernel.durations import parse_duration
+from federation.kernel.gpuask import WHOLE
+from federation.kernel.jobspec import ON_CLUSTER_LOST
+from federation.kernel.resources import SHARE, Resources, add, format_resources
 from federation.v1 import common_pb2
-from federation.validation import ON_CLUSTER_LOST
 from member_agent import discovery, mig, plugins
 from member_agent.agent import ENDED_PODS as ENDED
 from member_agent.agent import AgentJob, BindError

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from federation.kernel.jobspec import DEFAULT_MAX_RETRY
 from federation.v1 import common_pb2
-from federation.validation import DEFAULT_MAX_RETRY
 
 FAILURES = ("PodFailed", "PodEvicted", "Unknown")  # a member of the gang is gone: no policy fails the job
 POD_EVENTS = (*FAILURES, "PodPending")  # the events of one pod, as against a task's or the gang's

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from federation.resources import GPU, MIG_PROFILE, SHARE, Resources
-from federation.scheduling.fit import TierFree
+from federation.kernel.resources import GPU, MIG_PROFILE, SHARE, Resources
+from federation.kernel.tiers import TierFree
 from member_agent.devices import COUNT_LABEL, memory_mib
 from member_agent.topology import ROOT
 

@@ -35,8 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from federation.gpuask import GPU, WHOLE, GpuAsk
-from federation.resources import SHARE, Resources, format_resources
+from federation.kernel.gpuask import GPU, WHOLE, GpuAsk
+from federation.kernel.resources import SHARE, Resources, format_resources
 from member_agent.devices import assign, take
 from member_agent.nodehealth import summary
 from member_agent.state import ANY_SOUND, HEALTHY_ONLY, SOUND_LINKS, UNLIMITED, ClusterState, Shape

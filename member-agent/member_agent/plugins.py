@@ -30,8 +30,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from federation.kernel.jobspec import parse_plugin_args
 from federation.v1 import common_pb2
-from federation.validation import parse_plugin_args
 
 JOB_NAME_LABEL = "volcano.sh/job-name"
 JOB_NAMESPACE_LABEL = "volcano.sh/job-namespace"

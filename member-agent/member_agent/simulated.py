@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from federation.durations import parse_duration
-from federation.resources import QuantityError, Resources, parse_amount
+from federation.kernel.durations import parse_duration
+from federation.kernel.resources import QuantityError, Resources, parse_amount
 from federation.v1 import common_pb2
 from member_agent.agent import AgentJob, BindError
 from member_agent.clusters import kubelet_labels

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from federation.gpuask import GPU, WHOLE, GpuAsk
-from federation.resources import SHARE, Resources
-from federation.scheduling.fit import TierFree
-from federation.validation import MAX_GPUS_PER_NODE, MAX_REPORTED_NODE_LABELS, NODE_OWN_LABEL
+from federation.kernel.gpuask import GPU, WHOLE, GpuAsk
+from federation.kernel.jobspec import MAX_GPUS_PER_NODE, MAX_REPORTED_NODE_LABELS, NODE_OWN_LABEL
+from federation.kernel.resources import SHARE, Resources
+from federation.kernel.tiers import TierFree
 from member_agent.devices import assign, fits, memory_mib, take
 from member_agent.fragmentation import Fragmentation
 from member_agent.nodehealth import DEGRADED, NodeHealth

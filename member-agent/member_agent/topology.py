@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from federation.gpuask import GPU, WHOLE
-from federation.resources import SHARE, QuantityError, Resources, parse_amount
+from federation.kernel.gpuask import GPU, WHOLE
+from federation.kernel.resources import SHARE, QuantityError, Resources, parse_amount
 
 ROOT = "<cluster>"  # the virtual root above the highest tier; holds every node
 HYPERNODE_API = "topology.volcano.sh/v1alpha1"

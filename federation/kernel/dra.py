@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from federation.resources import Resources
+from federation.kernel.resources import Resources
 
 CLASS_RESOURCE = "deviceclass.resource.kubernetes.io/"  # + a DeviceClass's name: Kubernetes' implicit name for it
 API = "resource.k8s.io/v1"

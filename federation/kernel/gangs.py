@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from federation import dra
-from federation.gpuask import pod_share
-from federation.resources import GPU, SHARE, Resources, parse_resources
+from federation.kernel import dra
+from federation.kernel.gpuask import pod_share
+from federation.kernel.resources import GPU, SHARE, Resources, parse_resources
 from federation.v1 import common_pb2
 
 

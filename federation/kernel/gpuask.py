@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from federation.resources import GPU, WHOLE
+from federation.kernel.resources import GPU, WHOLE
 
 # KAI Scheduler's pod annotations (its constants GpuFraction, GpuMemory, GpuFractionsNumDevices).
 FRACTION = "gpu-fraction"
