@@ -30,7 +30,7 @@ from sqlalchemy import text
 
 from bench.common import machine, measured, out_dir, parser, write
 from bench.db_cycle import _attempt, _job, setup
-from federation.scheduler import Scheduler
+from federation.control.scheduler import Scheduler
 from federation.store import database
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore

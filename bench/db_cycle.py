@@ -29,7 +29,7 @@ from sqlalchemy import insert
 from bench.bench_scheduler import MIX
 from federation.api.agents import inventory_json
 from federation.api.convert import spec_to_json
-from federation.scheduler import Scheduler
+from federation.control.scheduler import Scheduler
 from federation.store import database
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore, NewJob

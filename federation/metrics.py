@@ -29,7 +29,7 @@ from prometheus_client import (
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from federation.auth import Principal
+from federation.security.auth import Principal
 
 TENANTS = CollectorRegistry()
 

@@ -12,7 +12,7 @@ from sqlalchemy import func, update
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from federation.leader import Leadership
+from federation.control.leader import Leadership
 from federation.store.admin import AdminStore
 from federation.store.database import async_engine
 from federation.store.jobs import EventRecord, append_events
@@ -152,7 +152,7 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
 
 
 async def test_the_job_cache_follows_the_event_log(api: Api) -> None:
-    from federation.jobcache import JobCache
+    from federation.control.jobcache import JobCache
     from federation.store.jobs import JobStore
 
     await make_queue(api)
@@ -188,7 +188,7 @@ async def test_the_job_cache_follows_the_event_log(api: Api) -> None:
 
 
 async def test_a_standby_keeps_its_cache_and_takes_over_with_current_reasons(api: Api) -> None:
-    from federation.scheduler import Scheduler
+    from federation.control.scheduler import Scheduler
     from federation.store.jobs import JobStore
 
     await make_queue(api)
@@ -286,7 +286,7 @@ async def test_a_cycle_sees_jobs_as_they_were_when_its_inventories_were_read(api
     """An agent reports a job's end, then the inventory that frees its GPUs. Whenever those land
     during a snapshot, the snapshot holds the job exactly while its GPUs are in use, and the freed
     GPUs go to the tenant that lost them (light, below its share) before the heavier one."""
-    from federation.scheduler import Scheduler
+    from federation.control.scheduler import Scheduler
     from federation.store.jobs import JobStore
 
     await api.server.leadership.stop()  # this test's scheduler is the only one deciding

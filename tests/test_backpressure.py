@@ -2,7 +2,7 @@
 
 import asyncio
 
-from federation.connections import QUEUE_LIMIT, Connections
+from federation.relay.connections import QUEUE_LIMIT, Connections
 from federation.v1 import agent_pb2
 from tests.test_agent_recovery import make_agent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import update
 
-from federation.scheduler import Scheduler
+from federation.control.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Cluster

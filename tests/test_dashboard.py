@@ -21,8 +21,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from sqlalchemy.engine import URL
 
-from federation import certs
 from federation.cli.dev import AgentProcess, ServerProcess
+from federation.security import certs
 from tests.conftest import REPO
 from tests.processes import BIN
 

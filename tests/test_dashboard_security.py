@@ -15,9 +15,9 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from sqlalchemy.engine import URL
 
-from federation import certs
 from federation.api.jobs import MAX_WATCHES_PER_TENANT
 from federation.cli.dev import ServerProcess
+from federation.security import certs
 from federation.ui.server import SESSION_COOKIE, SESSION_SECONDS, http_status
 from federation.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.conftest import Api

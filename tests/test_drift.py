@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 from prometheus_client import REGISTRY
 
-from federation.drift import DriftWatch, difference, signed
+from federation.control.drift import DriftWatch, difference, signed
 from federation.server.app import FederationServer
 from federation.v1 import admin_pb2, admin_pb2_grpc, agent_pb2, agent_pb2_grpc
 

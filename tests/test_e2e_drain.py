@@ -15,7 +15,7 @@ import yaml
 from sqlalchemy.engine import URL
 
 from federation.cli.dev import AgentProcess, ServerProcess
-from federation.connections import NODE_ORDERS_IN_FLIGHT
+from federation.relay.connections import NODE_ORDERS_IN_FLIGHT
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from member_agent.clusters import tree
 from tests.processes import BIN, fedctl

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy.engine import URL
 
 from federation.cli.dev import AgentProcess, ServerProcess
-from federation.rejections import FLOOR
+from federation.control.rejections import FLOOR
 from federation.testbed.cluster import Testbed
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from tests.kubehelp import GPU, JOBS, gpu_cluster, pods

@@ -12,10 +12,10 @@ from sqlalchemy.engine import URL
 
 from federation.cli.manifest import jobs_from_documents
 from federation.cli.yamldoc import ManifestError, load_documents
+from federation.control.scheduler import cluster_view
 from federation.kernel import gangs
 from federation.kernel.gpuask import FRACTION, template_annotations
 from federation.kernel.resources import GPU, SHARE, format_resources, with_share
-from federation.scheduler import cluster_view
 from federation.scheduling.cycle import PendingJob, QueueInfo, Snapshot, TenantInfo, schedule
 from federation.scheduling.fit import JobView
 from federation.v1 import admin_pb2, common_pb2, jobs_pb2

@@ -9,7 +9,7 @@ import grpc
 import pytest
 from sqlalchemy import func, select, text, update
 
-from federation.history import History
+from federation.control.history import History
 from federation.store import jobs as jobstore
 from federation.store.jobs import JobStore
 from federation.store.models import Job, JobEvent, finished_jobs
@@ -115,7 +115,7 @@ async def test_an_id_the_history_holds_is_not_given_again(api: Api, monkeypatch:
     store = JobStore(api.server.engine)
     assert await store.archive(0) == 1
     offered = iter([first, first, "j0-fresh"])  # the archived id comes up twice, then a new one
-    monkeypatch.setattr(jobstore, "job_id", lambda name: next(offered))
+    monkeypatch.setattr(jobstore, "job_ids", lambda names, taken=(): [next(offered) for _ in names])
     assert await submit(api, 1) == ["j0-fresh"]
     async with store.engine.connect() as conn:
         assert (await conn.execute(select(finished_jobs.c.phase).where(finished_jobs.c.id == first))).scalar() \

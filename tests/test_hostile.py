@@ -14,8 +14,8 @@ import grpc
 import pytest
 from sqlalchemy.engine import URL
 
-from federation import certs
 from federation.cli.dev import BIN, AgentProcess, ServerProcess
+from federation.security import certs
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from tests.conftest import REPO, Api, make_queue
 from tests.test_api_admin import rpc_error

@@ -47,5 +47,5 @@ def test_the_kernel_imports_nothing_else_of_the_federation() -> None:
 
 def test_the_check_sees_a_server_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("from federation.validation import MAX_NAME\n\ndef f():\n    import federation.scheduler\n")
-    assert _imports(bad) == {"federation.validation", "federation.scheduler"}
+    bad.write_text("from federation.validation import MAX_NAME\n\ndef f():\n    import federation.control.scheduler\n")
+    assert _imports(bad) == {"federation.validation", "federation.control.scheduler"}

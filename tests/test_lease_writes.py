@@ -8,7 +8,7 @@ import time
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 
-from federation.leader import Leadership
+from federation.control.leader import Leadership
 from federation.store.database import async_engine
 
 LEASE = 0.6

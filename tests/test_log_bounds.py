@@ -10,9 +10,16 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from federation.connections import Connections
 from federation.errors import ResourceExhausted
-from federation.logrelay import CHUNK_COST, MAX_CHUNK, MAX_STREAMS_PER_TENANT, READER_BYTES, TENANT_BYTES, LogRelay
+from federation.relay.connections import Connections
+from federation.relay.logrelay import (
+    CHUNK_COST,
+    MAX_CHUNK,
+    MAX_STREAMS_PER_TENANT,
+    READER_BYTES,
+    TENANT_BYTES,
+    LogRelay,
+)
 from federation.ui.server import last_lines
 from federation.v1 import agent_pb2, common_pb2, jobs_pb2
 from tests.conftest import Api, make_queue

@@ -3,7 +3,7 @@
 import asyncio
 from itertools import pairwise
 
-from federation.loop import WakeLoop
+from federation.control.loop import WakeLoop
 
 
 async def test_a_pass_woken_at_once_waits_rest_times_as_long_as_the_last_took() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from federation.cli.manifest import jobs_from_documents
 from federation.cli.yamldoc import load_documents
+from federation.control.scheduler import cluster_view
 from federation.kernel import gangs
-from federation.scheduler import cluster_view
 from federation.scheduling.fit import JobView, cannot_run, check
 from federation.v1 import agent_pb2, common_pb2
 from federation.validation import inventory_problem

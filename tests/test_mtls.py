@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
-from federation import certs
+from federation.security import certs
 from federation.server.app import AgentTls, FederationServer
 from federation.store.models import Cluster
 from federation.v1 import agent_pb2, agent_pb2_grpc

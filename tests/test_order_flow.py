@@ -8,8 +8,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from federation.connections import QUEUE_LIMIT, RELAY_LIMIT, Connections
-from federation.orders import OrderRelay
+from federation.relay.connections import QUEUE_LIMIT, RELAY_LIMIT, Connections
+from federation.relay.orders import OrderRelay
 from federation.v1 import agent_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
 from tests.test_api_jobs import spec

@@ -10,7 +10,7 @@ import random
 import pytest
 from sqlalchemy import select, update
 
-from federation.scheduler import Scheduler
+from federation.control.scheduler import Scheduler
 from federation.scheduling.queues import Reasons
 from federation.store.admin import AdminStore
 from federation.store.jobs import WAITING_PHASES, JobStore

@@ -2,7 +2,7 @@
 doubles with each rejection of the same job (issue 42, 10: a fixed 30 s kept a queue from the room a reclaim
 made for it, and sent a job back to a cluster that would refuse it again)."""
 
-from federation.rejections import CEILING, FLOOR, Rejections
+from federation.control.rejections import CEILING, FLOOR, Rejections
 
 BEFORE, AFTER = 7, 8  # the cluster's inventory version, before and after its inventory changed
 

@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
-from federation.auth import TOKEN
+from federation.security.auth import TOKEN
 from federation.server.app import FederationServer
 from federation.store.models import ApiToken, Job
 from federation.store.tokens import TokenStore
@@ -266,7 +266,7 @@ async def test_bad_token_requests_are_refused_with_the_field_and_store_nothing(s
 
 
 def test_a_broken_jwks_document_is_refused_at_start() -> None:
-    from federation.oidc import OidcConfig, OidcVerifier
+    from federation.security.oidc import OidcConfig, OidcVerifier
 
     with pytest.raises(ValueError, match="the JWKS document is not usable"):
         OidcVerifier(OidcConfig("https://login.example.com", "aud", '{"keys": "nope"}'))
@@ -388,7 +388,7 @@ async def test_oidc_tokens_map_a_claim_to_the_tenant_or_to_admin(db_url: URL) ->
 
     import jwt
 
-    from federation.oidc import OidcConfig
+    from federation.security.oidc import OidcConfig
 
     key, jwks = _jwt_issuer()
     stranger, _ = _jwt_issuer()

@@ -4,7 +4,7 @@ of the process holding the agent's stream (a front end, when the scheduler runs 
 
 from sqlalchemy import func, update
 
-from federation.scheduler import Scheduler
+from federation.control.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Cluster

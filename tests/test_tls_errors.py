@@ -17,8 +17,8 @@ import pytest
 from cryptography import x509
 from sqlalchemy.engine import URL
 
-from federation import certs
 from federation.cli.dev import BIN, ServerProcess
+from federation.security import certs
 from tests.processes import fedctl
 
 

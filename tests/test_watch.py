@@ -2,7 +2,7 @@
 
 import asyncio
 
-from federation.events import EventHub
+from federation.relay.events import EventHub
 from federation.v1 import common_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
 from tests.test_api_jobs import spec

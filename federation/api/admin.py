@@ -19,11 +19,11 @@ from google.protobuf.message import Message
 
 from federation.api import convert
 from federation.api.status import servicer
-from federation.auth import current, require_admin, require_sees
-from federation.connections import NODE_ORDERS_IN_FLIGHT, Connections
+from federation.control.leaderview import LeaderView
 from federation.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from federation.kernel.jobspec import MAX_REASON
-from federation.leaderview import LeaderView
+from federation.relay.connections import NODE_ORDERS_IN_FLIGHT, Connections
+from federation.security.auth import current, require_admin, require_sees
 from federation.store.admin import AdminStore
 from federation.store.models import Base, Cluster, Flavor, PriorityClass, Queue, Tenant
 from federation.store.tokens import TokenStore

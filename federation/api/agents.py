@@ -23,10 +23,10 @@ from sqlalchemy import func, update
 from federation import metrics
 from federation.api.convert import job_to_proto
 from federation.api.status import check_request, servicer
-from federation.connections import Connection, Connections
+from federation.control.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.errors import AlreadyExists, FederationError, InvalidArgument, PermissionDenied
-from federation.logrelay import LogRelay
-from federation.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
+from federation.relay.connections import Connection, Connections
+from federation.relay.logrelay import LogRelay
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Cluster

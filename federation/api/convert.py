@@ -9,7 +9,7 @@ from typing import Any
 
 from google.protobuf import json_format, timestamp_pb2
 
-from federation.drift import signed
+from federation.control.drift import signed
 from federation.kernel.resources import format_resources, parse_resources
 from federation.v1 import admin_pb2, common_pb2
 

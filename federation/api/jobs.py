@@ -21,14 +21,14 @@ import federation
 from federation import metrics
 from federation.api import convert
 from federation.api.status import servicer
-from federation.auth import Principal, RateLimiter, TenantSlots, current, require_sees
+from federation.control.jobcache import job_view
+from federation.control.leaderview import LeaderView
+from federation.control.scheduler import HEARTBEAT_TIMEOUT, Scheduler
 from federation.errors import FailedPrecondition, InvalidArgument
-from federation.events import EventHub
-from federation.jobcache import job_view
-from federation.leaderview import LeaderView
-from federation.logrelay import LogRelay
-from federation.scheduler import HEARTBEAT_TIMEOUT, Scheduler
+from federation.relay.events import EventHub
+from federation.relay.logrelay import LogRelay
 from federation.scheduling.cycle import NO_READY_CLUSTER
+from federation.security.auth import Principal, RateLimiter, TenantSlots, current, require_sees
 from federation.store import database
 from federation.store.admin import AdminStore, SubmissionView
 from federation.store.jobs import WAITING_PHASES, JobStore, NewJob

@@ -1,4 +1,4 @@
-"""SchedulerService: the scheduling leader answers the API front ends (see `federation.leaderview`).
+"""SchedulerService: the scheduling leader answers the API front ends (see `federation.control.leaderview`).
 
 Only while this process leads, and only to a caller presenting the secret it published with its lease: a
 process that lost the lease, or a stale address, answers UNAVAILABLE and the front end reads the lease again.
@@ -12,10 +12,10 @@ from typing import Any
 import grpc
 
 from federation.api.status import servicer
+from federation.control.leader import Leadership
+from federation.control.leaderview import SECRET_METADATA
+from federation.control.scheduler import Scheduler
 from federation.errors import FailedPrecondition, Unavailable
-from federation.leader import Leadership
-from federation.leaderview import SECRET_METADATA
-from federation.scheduler import Scheduler
 from federation.store.admin import AdminStore
 from federation.store.jobs import WAITING_PHASES, JobStore
 from federation.store.models import Queue

@@ -20,8 +20,8 @@ import click
 import grpc
 import yaml
 
-from federation import certs
 from federation.cli.output import render_table
+from federation.security import certs
 from federation.testbed import build
 from federation.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import Violations, check_name

@@ -21,7 +21,6 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 import federation
-from federation.auth import WARNING_METADATA
 from federation.cli import convert, output, query, tlsprobe
 from federation.cli.dev import dev
 from federation.cli.manifest import (
@@ -36,6 +35,7 @@ from federation.cli.volcano_job import volcano_job
 from federation.cli.yamldoc import Document, ManifestError, iter_documents, load_documents
 from federation.cliargs import hoist
 from federation.kernel.durations import parse_duration
+from federation.security.auth import WARNING_METADATA
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import Violations, check_job_spec, normalise_job_spec
 

@@ -23,16 +23,16 @@ from federation.api.agents import AgentServicer
 from federation.api.jobs import JobServicer
 from federation.api.leader import SchedulerServicer
 from federation.api.status import register
-from federation.auth import Authenticator, AuthInterceptor, RateLimiter, insecure_dev
-from federation.connections import Connections
-from federation.events import EventHub
-from federation.history import ARCHIVE_AFTER, RETENTION, History
-from federation.leader import LEASE, Leadership, announce
-from federation.leaderview import InProcess, LeaderView, Remote
-from federation.logrelay import LogRelay
-from federation.oidc import OidcConfig, OidcVerifier
-from federation.orders import OrderRelay
-from federation.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE, Scheduler
+from federation.control.history import ARCHIVE_AFTER, RETENTION, History
+from federation.control.leader import LEASE, Leadership, announce
+from federation.control.leaderview import InProcess, LeaderView, Remote
+from federation.control.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE, Scheduler
+from federation.relay.connections import Connections
+from federation.relay.events import EventHub
+from federation.relay.logrelay import LogRelay
+from federation.relay.orders import OrderRelay
+from federation.security.auth import Authenticator, AuthInterceptor, RateLimiter, insecure_dev
+from federation.security.oidc import OidcConfig, OidcVerifier
 from federation.store import database
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore

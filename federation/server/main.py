@@ -20,14 +20,15 @@ import grpc
 from cryptography import x509
 from sqlalchemy.engine import URL
 
-from federation import certs, metrics
+from federation import metrics
 from federation.cliargs import hoist
+from federation.control.history import ARCHIVE_AFTER, RETENTION
+from federation.control.leader import LEASE
+from federation.control.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.errors import FederationError
-from federation.history import ARCHIVE_AFTER, RETENTION
 from federation.kernel.durations import parse_duration
-from federation.leader import LEASE
-from federation.oidc import OidcConfig
-from federation.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE
+from federation.security import certs
+from federation.security.oidc import OidcConfig
 from federation.server.app import (
     ALL,
     API,

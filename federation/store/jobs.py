@@ -28,10 +28,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import aliased
 
 from federation import failpoints
+from federation.control.leader import Fence
 from federation.errors import FailedPrecondition, NotFound
 from federation.kernel import gangs
 from federation.kernel.jobspec import CHECKPOINT_INTERVAL, DEFAULT_MAX_RETRY, EXPECTED_DURATION, ON_CLUSTER_LOST
-from federation.leader import Fence
 from federation.store.models import (
     Cluster,
     EventCounter,
@@ -53,7 +53,8 @@ OFF_LOOP_ROWS = 64  # rows from which an insert's JSON document is encoded on a 
 SENT_BACK_EVENTS = ("Rejected", "Evacuated")  # a cluster sent the job back: its message says why
 LAST_EVENT_SEQ = select(EventCounter.last_seq).where(EventCounter.id == 1)
 POD_FAILED_NAMED = 8  # pods a PodFailed event names (then "and N more"): an event is replayed to every watcher
-ORDER_EVENTS = ("Dispatched", "Preempted", "Cancelled", "Requeued", "Lost")  # orders to an agent (federation.orders)
+# Events that are orders to an agent (federation.relay.orders relays them).
+ORDER_EVENTS = ("Dispatched", "Preempted", "Cancelled", "Requeued", "Lost")
 
 _jobs = Job.__table__
 _events = JobEvent.__table__
@@ -467,7 +468,7 @@ class JobStore:
             return list((await conn.execute(query)).mappings().all())
 
     async def order_events(self, after_seq: int, upto: int, clusters: Sequence[str]) -> list[Any]:
-        """Events that are orders to the agents of `clusters` (see `federation.orders`), in order."""
+        """Events that are orders to the agents of `clusters` (see `federation.relay.orders`), in order."""
         query = (select(JobEvent).where(JobEvent.seq > after_seq, JobEvent.seq <= upto,
                                         JobEvent.type.in_(ORDER_EVENTS),
                                         JobEvent.cluster.in_(clusters)).order_by(JobEvent.seq))

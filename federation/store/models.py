@@ -168,7 +168,7 @@ class Job(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
-# Jobs that ended more than `--archive-after` ago (`federation.history`): the same columns as `jobs`, out of the
+# Jobs that ended more than `--archive-after` ago (`federation.control.history`): the same columns as `jobs`, out of the
 # tables the submit path and the scheduler read; GetJob and ListJobs read both. Deleted after `--retention`.
 finished_jobs = Table(
     "finished_jobs", Base.metadata,
@@ -201,7 +201,7 @@ class JobEvent(Base):
 
 
 class LeaderLease(Base):
-    """One row: which replica schedules, under which epoch, until when (federation.leader)."""
+    """One row: which replica schedules, under which epoch, until when (federation.control.leader)."""
 
     __tablename__ = "leader_lease"
 

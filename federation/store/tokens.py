@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from federation.auth import TokenRow, new_token
 from federation.errors import InvalidArgument, NotFound
+from federation.security.auth import TokenRow, new_token
 from federation.store.models import ApiToken, AuditEvent, Tenant
 from federation.validation import Violation
 

@@ -28,7 +28,7 @@ import platformdirs
 REPO = Path(__file__).resolve().parents[2]
 MODULE = REPO / "testbed"
 KWOK_VERSION = "v0.7.0"
-PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager")
+PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 VOLCANO_API_PACKAGES = ("topology/v1alpha1", "batch/v1alpha1", "scheduling/v1beta1")
 
 
@@ -38,7 +38,7 @@ class BuildError(RuntimeError):
 
 @dataclass(frozen=True)
 class Tools:
-    bin: Path  # etcd, kube-apiserver, kube-controller-manager, kwok
+    bin: Path  # etcd, kube-apiserver, kube-controller-manager, kubectl, kwok
     crds: Path  # Volcano's CRDs as controller-gen renders them (topology.volcano.sh_hypernodes.yaml, ...)
 
     def program(self, name: str) -> str:
@@ -120,7 +120,7 @@ def ensure(say: Callable[[str], None] = lambda _: None) -> Tools:
         started = time.monotonic()
         say(f"building the Kubernetes test bed into {target} (once per version; about 10 minutes on 2 cores)")
         env = {"GOFLAGS": "-buildvcs=false -trimpath", "CGO_ENABLED": "0"}
-        say("  kube-apiserver, kube-controller-manager, etcd ...")
+        say("  kube-apiserver, kube-controller-manager, etcd, kubectl ...")
         _run([_go(), "build", f"-ldflags={ldflags()}", "-o", str(tools.bin) + "/", "./cmd/..."], MODULE, env)
         say(f"  kwok {KWOK_VERSION} ...")
         _run([_go(), "install", "-ldflags=-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"], MODULE,

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from kubernetes import client, config, utils
 from kubernetes.client.rest import ApiException
 
-from federation import certs
+from federation.security import certs
 from federation.testbed.build import REPO, Tools
 from member_agent.clusters import registered
 

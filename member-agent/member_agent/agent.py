@@ -51,7 +51,7 @@ LOG_CHUNK = 64 * 1024  # bytes of a pod's log per message
 INVENTORY_DELAY = 0.2  # seconds a burst of cluster changes is gathered into one inventory
 MAX_IN_FLIGHT = 32  # orders carried out at once (each gang's binds are themselves many calls at once)
 # Seconds cut off from the federation after which the agent stops its gangs, until a server says otherwise
-# at registration: the server's default --lost-grace (federation.scheduler.LOST_GRACE; a test keeps them equal).
+# at registration: the server's default --lost-grace (federation.control.scheduler.LOST_GRACE; a test keeps them equal).
 DEFAULT_FENCE = 300.0
 MIG_WAIT = 600.0  # seconds a gang waits for repartitioned nodes to report their new MIG layout
 ENDED_POD_RETENTION = 86_400.0  # seconds an ended job's ended pods are kept, by default

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from federation.loop import WakeLoop
+from federation.control.loop import WakeLoop
 
 log = logging.getLogger(__name__)
 

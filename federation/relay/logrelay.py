@@ -18,9 +18,9 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from federation.auth import TenantSlots
-from federation.connections import Connection, Connections
 from federation.errors import FailedPrecondition, ResourceExhausted, Unavailable
+from federation.relay.connections import Connection, Connections
+from federation.security.auth import TenantSlots
 from federation.v1 import agent_pb2
 from federation.validation import clean_text
 

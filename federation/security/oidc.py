@@ -13,7 +13,7 @@ from typing import Any
 
 import jwt
 
-from federation.auth import Principal
+from federation.security.auth import Principal
 from federation.validation import Violations, check_name
 
 ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "EdDSA"]

@@ -2,7 +2,7 @@
 
 It wakes on a short period and at once when something changes (a submit, a cancel, a job's end,
 an agent's inventory), on the leader replica only. It never talks to agents: each decision is a
-job event, and the replica holding the agent's stream relays it as an order (`federation.orders`),
+job event, and the replica holding the agent's stream relays it as an order (`federation.relay.orders`),
 so an order always matches what Postgres says, whichever replica leads.
 """
 
@@ -22,12 +22,12 @@ from typing import Any, Generic, TypeVar
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from federation import failpoints, metrics
-from federation.drift import DriftWatch, difference, signed
-from federation.jobcache import HoldingJob, JobCache, job_view
+from federation.control.drift import DriftWatch, difference, signed
+from federation.control.jobcache import HoldingJob, JobCache, job_view
+from federation.control.leader import Fence, NotLeader
+from federation.control.loop import WakeLoop
+from federation.control.rejections import Rejections
 from federation.kernel.resources import add, format_resources, with_share
-from federation.leader import Fence, NotLeader
-from federation.loop import WakeLoop
-from federation.rejections import Rejections
 from federation.scheduling import outlook
 from federation.scheduling.cycle import (
     Decisions,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from federation.loop import WakeLoop
+from federation.control.loop import WakeLoop
 from federation.store.jobs import ARCHIVE_BATCH, JobStore
 
 log = logging.getLogger(__name__)

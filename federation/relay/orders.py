@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from federation.api.convert import job_to_proto
-from federation.connections import Connection, Connections
-from federation.loop import WakeLoop
+from federation.control.loop import WakeLoop
+from federation.relay.connections import Connection, Connections
 from federation.v1 import agent_pb2
 
 Loader = Callable[[int, int, Sequence[str]], Awaitable[list[Any]]]  # (after, upto, clusters) -> order events
