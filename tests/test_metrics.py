@@ -15,10 +15,12 @@ from collections.abc import Callable
 import grpc
 import pytest
 from prometheus_client import REGISTRY
+from sqlalchemy import select
 from sqlalchemy.engine import URL
 
 from federation.cli.dev import BIN, ServerProcess
 from federation.metrics import TENANTS
+from federation.store.models import JobEvent
 from federation.v1 import admin_pb2, admin_pb2_grpc
 from member_agent.agent import Agent
 from tests.conftest import REPO, Api, make_queue
@@ -144,8 +146,12 @@ async def test_wait_times_outcomes_and_rejections_in_the_metrics(api: Api, h100:
     await until("the quick job to succeed and the pinned one to be sent back", lambda: counts()[1] > before[1] and
                 counts()[3] > before[3])
     assert counts()[0] >= before[0] + 1
-    reason = (await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=pinned))).status.reason
-    assert "no node matches task w's nodeSelector kubernetes.io/hostname=elsewhere" in reason, reason
+    # What the cluster said, on its Rejected event (the job's reason moves on: it is offered again once the
+    # cluster's inventory changes, as the quick job's end changes it).
+    async with api.server.engine.connect() as conn:
+        said = (await conn.execute(select(JobEvent.message).where(
+            JobEvent.job_id == pinned, JobEvent.type == "Rejected").order_by(JobEvent.seq))).scalars().all()
+    assert said and "no node matches task w's nodeSelector kubernetes.io/hostname=elsewhere" in said[0], said
     await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=pinned))
     await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=pinned))  # again: ended once
     assert counts()[2] == before[2] + 1
