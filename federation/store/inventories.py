@@ -48,16 +48,19 @@ class Inventories:
         """`rows`, every cluster's (read with `WITHOUT_INVENTORY`, on `conn`, in the same snapshot), with their
         inventories: those whose version moved are read and decoded now, the rest are what was decoded before."""
         moved = [r["name"] for r in rows if self._held.get(r["name"], (None,))[0] != r["inventory_version"]]
+        # What this read gives, taken before any wait: another read meanwhile may forget or replace entries.
+        held = {r["name"]: self._held[r["name"]][1] for r in rows if r["name"] in self._held and r["name"] not in moved}
         if moved:
             texts = (await conn.execute(select(Cluster.name, Cluster.inventory_version,
                                                Cluster.inventory.cast(Text)).where(Cluster.name.in_(moved)))).all()
             size = sum(len(t or "") for _, _, t in texts)
             fresh = _decode(texts) if size < OFF_LOOP_BYTES else await asyncio.to_thread(_decode, texts)
             self._held.update(fresh)
+            held.update({name: inventory for name, (_, inventory) in fresh.items()})
         names = {r["name"] for r in rows}
         for gone in [n for n in self._held if n not in names]:
             del self._held[gone]
-        return [{**r, "inventory": self._held[r["name"]][1] if r["name"] in self._held else {}} for r in rows]
+        return [{**r, "inventory": held.get(r["name"], {})} for r in rows]
 
 
 def _decode(texts: Sequence[Any]) -> dict[str, tuple[int, dict[str, Any]]]:
