@@ -178,17 +178,17 @@ def test_a_guarantee_is_reclaimed_from_over_share_queues_as_whole_gangs(federati
     (wanted,) = federation.submit("c-q", 1, 4, 4, "10m", name="guaranteed")
     wait_for("the guaranteed job to run", lambda: federation.job(wanted).status.phase == common_pb2.RUNNING, 30)
     # Only c's job takes anything back here; its victims' tenants read only that it was another tenant's.
-    for_c = [job for job, _, _, _, message in federation.relay.events("Preempted")
+    for_c = [job for job, _, _, _, message in federation.events("Preempted")
              if message == "reclaimed for a job of another tenant, below its deserved share"]
-    assert len(for_c) == len(federation.relay.events("Preempted"))
+    assert len(for_c) == len(federation.events("Preempted"))
     assert len(for_c) * 8 == 16 and set(for_c) <= set(borrowers)  # two whole gangs: the fewest GPUs that make room
     for victim in for_c:  # each gang stopped as a whole and waits again, no pod left placed
         status = federation.job(victim).status
         assert status.phase in (common_pb2.PENDING, common_pb2.PREEMPTED) and not status.placements
     assert [federation.gpus(q) for q in ("a-q", "b-q", "c-q")] == [24, 24, 16]  # one gang from each
-    preempted = federation.relay.events("Preempted")
+    preempted = federation.events("Preempted")
     time.sleep(3)
-    assert federation.relay.events("Preempted") == preempted  # and nothing more is taken back
+    assert federation.events("Preempted") == preempted  # and nothing more is taken back
 
 
 def test_high_priority_preempts_only_preemptible_jobs_of_its_queue(federation: Federation) -> None:
@@ -203,15 +203,15 @@ def test_high_priority_preempts_only_preemptible_jobs_of_its_queue(federation: F
 
     (urgent,) = federation.submit("q", 1, 4, 4, "10m", "high", name="urgent")
     wait_for("the urgent job to run", lambda: federation.job(urgent).status.phase == common_pb2.RUNNING, 30)
-    victims = [job for job, _, _, _, _ in federation.relay.events("Preempted")]
+    victims = [job for job, _, _, _, _ in federation.events("Preempted")]
     # 16 GPUs, from preemptible jobs only (said in full when not: what was decided, in order)
-    assert len(victims) == 2 and set(victims) <= set(low), federation.relay.events(
+    assert len(victims) == 2 and set(victims) <= set(low), federation.events(
         "Preempted", "Dispatched", "Rejected", "Running")
 
     # Evicting every remaining preemptible job would still not make room: nothing is preempted.
     (huge,) = federation.submit("q", 1, 4, 8, "10m", "high", name="huge")
     time.sleep(4)
-    assert [job for job, _, _, _, _ in federation.relay.events("Preempted")] == victims
+    assert [job for job, _, _, _, _ in federation.events("Preempted")] == victims
     assert federation.job(huge).status.phase == common_pb2.PENDING
     assert all(federation.job(k).status.phase == common_pb2.RUNNING for k in kept)
 
