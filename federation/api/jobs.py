@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import difflib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,6 @@ from google.protobuf import json_format
 import federation
 from federation import metrics
 from federation.api import convert
-from federation.api.checking import Checking
 from federation.api.status import servicer
 from federation.control.jobcache import job_view
 from federation.control.leaderview import LeaderView
@@ -27,15 +27,19 @@ from federation.control.scheduler import HEARTBEAT_TIMEOUT, Scheduler
 from federation.errors import FailedPrecondition, InvalidArgument
 from federation.relay.events import EventHub
 from federation.relay.logrelay import LogRelay
+from federation.scheduling.cycle import NO_READY_CLUSTER
 from federation.security.auth import Principal, RateLimiter, TenantSlots, current, require_sees
 from federation.store import database
 from federation.store.admin import AdminStore, SubmissionView
 from federation.store.jobs import WAITING_PHASES, JobStore, NewJob
 from federation.v1 import agent_pb2, common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import (
+    CheckedJob,
     Violation,
     Violations,
+    check_job_spec,
     check_text,
+    normalise_job_spec,
 )
 
 MAX_BATCH = 1000
@@ -44,6 +48,7 @@ MAX_PAGE_SIZE = 1000
 MAX_PAGE_BYTES = 3 * 1024 * 1024  # under gRPC clients' default 4 MiB; a job is at most 1.5 MiB
 MAX_WATCHES_PER_TENANT = 32  # live WatchJobs of one tenant on one replica
 
+WAITING_REASON = "waiting for the scheduler"
 
 
 def _page_token(job_id: str) -> str:
@@ -71,7 +76,6 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                  on_change: Callable[[], None], limiter: RateLimiter, logs: LogRelay,
                  heartbeat_timeout: float = HEARTBEAT_TIMEOUT) -> None:
         self.logs = logs
-        self.checking = Checking()  # where a batch is checked: a worker thread, or a process for large ones
         self.schema_revision = database.head_revision()
         self.jobs = jobs
         self.admin = admin
@@ -90,11 +94,10 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         return row
 
     async def _prepare(self, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str], view: SubmissionView,
-                       allow_unknown_resources: bool = False,
-                       whole: jobs_pb2.SubmitJobsRequest | None = None) -> list[NewJob]:
+                       allow_unknown_resources: bool = False) -> list[NewJob]:
         """Validate a batch in full and resolve its references (`view`); raise before anything is stored. CEL
         compiles, every spec (up to 1,000 of 64 tasks) is walked, checked and turned to JSON: off the loop."""
-        return await self.checking.prepared(specs, paths, view, allow_unknown_resources, current(), whole)
+        return await asyncio.to_thread(_prepared, specs, paths, view, allow_unknown_resources)
 
     def _admissibility(self, new: Sequence[NewJob], paths: Sequence[str], reject: bool,
                        view: SubmissionView) -> list[str]:
@@ -132,7 +135,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self.limiter.take(current(), len(request.specs))
         paths = [f"specs[{i}]" for i in range(len(request.specs))]
         view = await self.admin.for_submission(self.heartbeat_timeout)
-        new = await self._prepare(request.specs, paths, view, request.allow_unknown_resources, request)
+        new = await self._prepare(request.specs, paths, view, request.allow_unknown_resources)
         reasons = await asyncio.to_thread(self._admissibility, new, paths, request.reject_inadmissible, view)
         if request.dry_run:  # valid, and what the federation as it stands says of each: nothing stored
             return jobs_pb2.SubmitJobsResponse(results=[jobs_pb2.SubmitJobResult(inadmissible=why) for why in reasons])
@@ -272,3 +275,84 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                 response.clusters.add(cluster=cluster, fits=why is None,
                                       reason=why or "fits now; waiting for its turn in the next cycle")
         return response
+
+
+def _check_resource_names(v: Violations, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str],
+                          clusters: Sequence[Any]) -> None:
+    """A resource no member cluster has ever reported is a typo more often than a device to come
+    (`nvidia.com/gpus` would wait forever): refused with the names that exist (MIG profiles a cluster could
+    cut its idle GPUs into among them), unless the caller allows it. Before any cluster has reported, nothing
+    is known and nothing is refused."""
+    known: set[str] = set()
+    for cluster in clusters:
+        inventory = cluster["inventory"] or {}
+        known.update(inventory.get("capacity", {}), inventory.get("allocatable", {}))
+        for tier in inventory.get("partitionable", []):  # MIG slices its agent could cut idle GPUs into
+            known.update(tier["max_capacity"])
+    if not known:
+        return
+    known.update(("cpu", "memory", "pods", "ephemeral-storage"))
+    for spec, path in zip(specs, paths, strict=True):
+        for i, task in enumerate(spec.tasks):
+            for name in task.resources:
+                if name in known or name.startswith("hugepages-"):
+                    continue
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hint = f"did you mean {close[0]}?" if close else f"reported: {', '.join(sorted(known))}"
+                v.add(f"{path}.tasks[{i}].resources[{name!r}]", f"no member cluster has reported {name!r}; "
+                      f"{hint} (submit with --allow-unknown-resources if a cluster will have it)")
+
+
+def _prepared(specs: Sequence[common_pb2.JobSpec], paths: Sequence[str], view: SubmissionView,
+              allow_unknown_resources: bool) -> list[NewJob]:
+    v = Violations()
+    normalised, checked, stored = _checked(v, specs, paths)
+    caller = current()
+    queues = {q["name"]: q for q in view.queues if caller.sees(q["tenant"])}
+    classes = {c["name"]: c for c in view.classes}
+    default_class = next((c for c in classes.values() if c["global_default"]), None)
+    for spec, path in zip(normalised, paths, strict=True):
+        if spec.queue and spec.queue not in queues:
+            v.add(f"{path}.queue", f"queue {spec.queue!r} not found")
+        elif spec.queue:
+            children = sorted(q for q, row in queues.items() if row["parent"] == spec.queue)
+            if children:
+                v.add(f"{path}.queue", f"queue {spec.queue!r} is a parent queue; jobs go to its leaf queues "
+                                       f"({', '.join(children)})")
+        if spec.priority_class_name and spec.priority_class_name not in classes:
+            v.add(f"{path}.priority_class_name", f"priority class {spec.priority_class_name!r} not found")
+    if not allow_unknown_resources:
+        _check_resource_names(v, normalised, paths, view.clusters)
+    if v:
+        raise InvalidArgument(v.items)
+
+    tenants = {t["name"]: t for t in view.tenants}
+    ready = any(c["status"] == "READY" and not c["cordoned"] for c in view.clusters)
+    reason = WAITING_REASON if ready else NO_READY_CLUSTER
+    out = []
+    for spec, check, spec_json in zip(normalised, checked, stored, strict=True):
+        queue = queues[spec.queue]
+        if queue["state"] != "OPEN":
+            raise FailedPrecondition(f"queue {spec.queue!r} is {queue['state'].lower()} and accepts no new jobs")
+        if tenants[queue["tenant"]]["disabled"]:
+            raise FailedPrecondition(f"tenant {queue['tenant']!r} is disabled")
+        pc = classes.get(spec.priority_class_name) or default_class
+        assert check is not None
+        out.append(NewJob(
+            name=spec.name, tenant=queue["tenant"], queue=spec.queue,
+            priority_class=pc["name"] if pc else "", priority=pc["value"] if pc else 0,
+            request=check.minimum, spec=spec_json, request_id=spec.request_id, reason=reason))
+    return out
+
+
+def _checked(v: Violations, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str]
+             ) -> tuple[list[common_pb2.JobSpec], list[CheckedJob | None], list[dict[str, Any]]]:
+    """Each spec normalised (a copy), checked (violations into `v`) and as it is stored (JSON; {} if invalid)."""
+    normalised, checked, stored = [], [], []
+    for spec, path in zip(specs, paths, strict=True):
+        spec = common_pb2.JobSpec.FromString(spec.SerializeToString())
+        normalise_job_spec(spec)
+        normalised.append(spec)
+        checked.append(check := check_job_spec(v, path, spec))
+        stored.append(convert.spec_to_json(spec) if check is not None else {})
+    return normalised, checked, stored

@@ -150,7 +150,6 @@ class FederationServer:
         self.relay: OrderRelay | None = None
         self.health: health_aio.HealthServicer | None = None
         self.leader_view: LeaderView | None = None
-        self.job_servicer: JobServicer | None = None
 
     async def start(self) -> int:
         """Start this process's role; the port it listens on (the user API's; the scheduler's own, for SCHEDULER)."""
@@ -216,8 +215,8 @@ class FederationServer:
         self.connections = Connections()
         self.relay = OrderRelay(self.connections, jobs.order_events, jobs.last_event_seq, jobs.by_ids)
         self.logs = LogRelay(self.connections)
-        job_servicer = self.job_servicer = JobServicer(jobs, admin, self.hub, self.leader_view, self._changed,
-                                                       self.limiter, self.logs, self.heartbeat_timeout)
+        job_servicer = JobServicer(jobs, admin, self.hub, self.leader_view, self._changed, self.limiter, self.logs,
+                                   self.heartbeat_timeout)
         register(jobs_pb2_grpc.add_JobServiceServicer_to_server, job_servicer, self.server)
         register(admin_pb2_grpc.add_AdminServiceServicer_to_server,
                  AdminServicer(admin, self.leader_view, self.tokens, self.authenticator.forget, self.connections),
@@ -302,8 +301,6 @@ class FederationServer:
         if self._announcing is not None:
             await self._announcing
         await self.server.stop(grace)
-        if self.job_servicer is not None:
-            self.job_servicer.checking.stop()
         if self.agent_server is not None:
             await self.agent_server.stop(grace)
         if self.hub is not None:
