@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import logging
 import socket
 import sys
@@ -62,7 +61,6 @@ SUBMIT_RATE, SUBMIT_BURST = 100.0, 2000  # jobs per second and at once, per toke
 # leader-elected; it answers the API's questions about its decisions on its own listener).
 ALL, API, SCHEDULER = "all", "api", "scheduler"
 ROLES = (ALL, API, SCHEDULER)
-GC_THRESHOLDS = (50_000, 50, 100)  # allocations before a young collection; young, then middle, collections per older
 SWITCH_INTERVAL = 0.001  # seconds a thread computing in Python keeps the interpreter while another waits for it
 
 
@@ -158,12 +156,6 @@ class FederationServer:
         # A scheduling cycle computes in a worker thread; the loop's thread gets the interpreter back this often
         # (5 ms by default), so the API, the agents' streams and the lease wait at most that for it.
         sys.setswitchinterval(SWITCH_INTERVAL)
-        # A full collection walks every object the process holds (a job cache of a million jobs is millions), with
-        # the interpreter held: with CPython's default thresholds a large batch's checking set one off every few
-        # seconds, and the loop stalled 100-140 ms each time (measured: bench/bench_loop.py). What exists at start
-        # (modules, the schema) is never garbage: frozen out of every collection; collections come far less often.
-        gc.freeze()
-        gc.set_threshold(*GC_THRESHOLDS)
         self._lag = asyncio.create_task(metrics.watch_loop_lag(), name="loop-lag")
         # A replica frozen inside any write (holding the event counter's row lock) must not stall the others'
         # writes longer than it could hold the lease: PostgreSQL ends its transaction after that long.
