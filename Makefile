@@ -3,14 +3,19 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The scheduler's compiled victim search (native/, Rust with PyO3) is built with rustup's cargo.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+NATIVE := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs)
 
 .PHONY: demo demo-kube up kube-up testbed test lint proto reference bench clean ui-vendor
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(NATIVE)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
+	@command -v cargo >/dev/null || { echo "Rust's cargo is required to build native/ (https://rustup.rs)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet ./native
 	@touch $@
 
 demo: $(STAMP)
@@ -60,7 +65,7 @@ bench-%: $(STAMP)
 	$(BIN)/python -m bench.run_all --only $* $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .demo .pytest_cache .ruff_cache *.egg-info native/target
 
 # The dashboard's charting library, from the npm registry, into federation/ui/static/vendor/ (committed, so the
 # dashboard serves it from loopback with no build step).

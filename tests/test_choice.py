@@ -131,6 +131,6 @@ def test_the_pool_says_where_eviction_could_make_room() -> None:
     pool = PreemptiblePool(table, ["q1", "q2"])
     pool.add("c1", "q1", {GPU: 8})
     pool.add("c2", "q2", {GPU: 16})
-    assert pool.could_make_room({GPU: 8}, ["q1", "q2"]) == ["c1", "c2"]
-    assert pool.could_make_room({GPU: 16}, ["q1"]) == []
-    assert pool.could_make_room({GPU: 16}, ["q2"]) == ["c2"]
+    assert pool.could_make_room({GPU: 8}, ["q1", "q2"]).tolist() == [True, True]
+    assert pool.could_make_room({GPU: 16}, ["q1"]).tolist() == [False, False]
+    assert pool.could_make_room({GPU: 16}, ["q2"]).tolist() == [False, True]

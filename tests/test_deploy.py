@@ -111,7 +111,8 @@ def test_compose_agents_are_the_example_clusters(compose: dict[str, Any]) -> Non
 def test_the_image_is_multi_stage_and_runs_unprivileged() -> None:
     text = (REPO / "deploy" / "Dockerfile").read_text()
     stages = re.split(r"^FROM ", text, flags=re.M)[1:]
-    assert len(stages) == 2 and stages[0].split()[2] == "build"
+    assert [stage.split()[2] for stage in stages[:-1]] == ["native", "build"]
+    assert "COPY --from=native /wheels /wheels" in stages[1]  # the compiled victim search is installed
     final = stages[-1]
     assert "COPY --from=build /opt/venv /opt/venv" in final
     user = re.findall(r"^USER (\S+)", final, flags=re.M)

@@ -390,6 +390,9 @@ class PreemptiblePool:
         self.table = table
         self.queue = {q: j for j, q in enumerate(queues)}
         self.amounts = np.zeros((len(table.names), len(queues), len(table.resource)), dtype=np.int64)
+        # The last sum over queues asked for, kept up to date: the heads of one cycle ask about nearly the same
+        # queues (those over their share, and their own), so each sum is the last one give or take a few queues.
+        self._last: tuple[frozenset[int], np.ndarray] | None = None
 
     def add(self, cluster: str, queue: str, request: Mapping[str, int], sign: int = 1) -> None:
         i, j = self.table.index.get(cluster), self.queue.get(queue)
@@ -399,12 +402,31 @@ class PreemptiblePool:
             k = self.table.resource.get(r)
             if k is not None:
                 self.amounts[i, j, k] += sign * a
+                if self._last is not None and j in self._last[0]:
+                    self._last[1][i, k] += sign * a
 
-    def could_make_room(self, request: Mapping[str, int], queues: Sequence[str]) -> list[str]:
-        """Clusters where free resources plus every eligible gang of `queues` would cover `request`."""
+    def _summed(self, rows: frozenset[int]) -> np.ndarray:
+        """Per cluster, what the gangs of the queues `rows` hold."""
+        if self._last is not None:
+            had, total = self._last
+            gone, new = had - rows, rows - had
+            if len(gone) + len(new) < len(rows):
+                total = total.copy()
+                for j in gone:
+                    total -= self.amounts[:, j, :]
+                for j in new:
+                    total += self.amounts[:, j, :]
+                self._last = (rows, total)
+                return total
+        total = self.amounts[:, sorted(rows), :].sum(1)
+        self._last = (rows, total)
+        return total
+
+    def could_make_room(self, request: Mapping[str, int], queues: Sequence[str]) -> np.ndarray:
+        """Per cluster, whether free resources plus every eligible gang of `queues` would cover `request`."""
         need = self.table.vector(request)
-        rows = [self.queue[q] for q in queues if q in self.queue]
+        rows = frozenset(self.queue[q] for q in queues if q in self.queue)
         if need is None or not rows:
-            return []
-        pool = self.table.free + self.amounts[:, rows, :].sum(1)
-        return [self.table.names[i] for i in np.flatnonzero((pool >= need).all(1))]
+            return np.zeros(len(self.table.names), dtype=bool)
+        pool = self.table.free + self._summed(rows)
+        return (pool >= need).all(1)

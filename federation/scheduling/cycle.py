@@ -81,6 +81,9 @@ class _Cycle(Preemption, Reservations):
         self.snap = snap
         self.tenants = {t.name: t for t in snap.tenants}
         self.queues = {q.name: q for q in snap.queues}
+        self.queues_of: dict[str, list[str]] = {}  # tenant -> its queues
+        for q in snap.queues:
+            self.queues_of.setdefault(q.tenant, []).append(q.name)
         self.clusters = ClusterTable(snap.clusters, snap.capacity)
         self.chain = queue_chains(snap.queues)
         self.depth = 1 + max((len(c) for c in self.chain.values()), default=0)
@@ -106,6 +109,7 @@ class _Cycle(Preemption, Reservations):
         self._limited: dict[str, bool] = {}
         self._worth: dict[str, bool] = {}
         self._kept: dict[tuple[str | tuple[str, str], int], tuple[int, bool]] = {}
+        self._compiled = None
         self.holders: dict[str, list[tuple[str, str]]] = {}  # cluster -> (job, its tenant) whose room is held there
         self.flavors = Flavors(snap.flavors, {**snap.labels, **{c.name: c.labels for c in snap.clusters}})
         self.holds: dict[str, Resources] = {}  # running job -> what it counts against (flavors included)

@@ -9,12 +9,16 @@ above its deserved share, spares protected gangs and gangs whose lost work costs
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from federation.scheduling import native
 from federation.scheduling.fairshare import keeps_share
 from federation.scheduling.fit import ClusterView, DomainFree, JobView, covers, selects
 from federation.scheduling.model import (
     MOVE_BUDGET_SECONDS,
+    REPREEMPT_GRACE,
     RESOURCE_FOR_FEWEST,
     PendingJob,
     RunningJob,
@@ -31,6 +35,7 @@ class Preemption:
 
     snap: Snapshot
     queues: dict[str, QueueInfo]
+    queues_of: dict[str, list[str]]
     clusters: ClusterTable
     pool: PreemptiblePool
     out: Decisions
@@ -47,6 +52,7 @@ class Preemption:
     _kept: dict[tuple[str | tuple[str, str], int], tuple[int, bool]]
     queue_version: dict[str, int]
     usage_version: dict[str, int]
+    _compiled: Any  # the compiled search's gangs (native.compiled.ReclaimPool), built at the cycle's first search
     # and the cycle's use (usage up or down), hold (a reservation), queue_priority and _highest_queue (of victims)
 
     def _reclaimable(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> set[str]:
@@ -117,15 +123,29 @@ class Preemption:
         totals; the agent's placement decides the topology.
         """
         over = self._reclaimable(job, queue_within, tenant_within)
+        could = self.pool.could_make_room(job.view.request, [job.queue, *over])
+        refused = self.snap.refused.get(job.id, {})  # a cluster that refused the job gets no evictions for it
+        searched = self._search_compiled(job, over, could, refused) if native.compiled is not None else None
+        best, kept = searched if searched is not None else self._search(job, over, could, refused)
+        if best is not None:
+            return best
+        return self._not_reclaimed(job, queue_within, over, kept, bool(could.any()))
+
+    def _lowest(self, job: PendingJob, over: set[str]) -> int:
+        return min(self.queue_priority(q) for q in (*over, job.queue))
+
+    def _search(self, job: PendingJob, over: set[str], could: np.ndarray,
+                refused: Mapping[str, str]) -> tuple[tuple[str, list[RunningJob]] | None, set[str]]:
+        """The search of `victims` over the clusters that `could` make room: the best (cluster, gangs), and why
+        eligible-looking gangs were passed over. The oracle `_search_compiled` must equal."""
         best: tuple[int, float, int, int, str, list[RunningJob]] | None = None
         kept: set[str] = set()
         request = job.view.request
-        candidates = self.pool.could_make_room(request, [job.queue, *over])
-        refused = self.snap.refused.get(job.id, {})  # a cluster that refused the job gets no evictions for it
+        candidates = [self.clusters.names[i] for i in np.flatnonzero(could)]
         # A choice's key is at least (the lowest priority of the queues it may take from, no work lost, the GPUs
         # the cluster is short of, one gang): clusters short of more than the best choice evicts are not looked at,
         # and the most free are looked at first (the choice is the least key whatever the order).
-        lowest = min(self.queue_priority(q) for q in (*over, job.queue))
+        lowest = self._lowest(job, over)
         gpus = self.clusters.resource.get(RESOURCE_FOR_FEWEST)
         wanted = request.get(RESOURCE_FOR_FEWEST, 0)
         short = {c: wanted - (int(self.clusters.free[self.clusters.index[c], gpus]) if gpus is not None else 0)
@@ -147,9 +167,32 @@ class Preemption:
                        chosen)
                 if best is None or key[:5] < best[:5]:
                     best = key
-        if best is not None:
-            return best[4], best[5]
-        return self._not_reclaimed(job, queue_within, over, kept, bool(candidates))
+        return (best[4], best[5]) if best is not None else None, kept
+
+    def _search_compiled(self, job: PendingJob, over: set[str], could: np.ndarray,
+                         refused: Mapping[str, str]) -> tuple[tuple[str, list[RunningJob]] | None, set[str]] | None:
+        """`_search` by the compiled walk (native/); None where it leaves the job to the Python one."""
+        assert self.out.shares is not None and native.compiled is not None
+        if self._compiled is None:
+            self._compiled = native.compiled.ReclaimPool(
+                list(self.clusters.resource), RESOURCE_FOR_FEWEST,
+                [self.preemptible.get(name, []) for name in self.clusters.names], self.holds,
+                [(q, info.priority, info.tenant, self.chain[q]) for q, info in self.queues.items()], REPREEMPT_GRACE)
+            self._compiled.preempted(list(self.out.preempt))
+        found = self._compiled.victims(
+            job.queue, job.priority, job.view.request, sorted(over), self._lowest(job, over),
+            self.clusters.free.tobytes(), could.tobytes(), self.clusters.selects(job.view).tobytes(),
+            [self.clusters.index[c] for c in refused if c in self.clusters.index], self.queue_usage,
+            self.tenant_usage, self.queue_version, self.usage_version, self.out.shares.queues, self.out.shares.tenants)
+        if found is None:
+            return None
+        at, positions, bits = found
+        kept = {why for bit, why in ((1, "work"), (2, "share")) if bits & bit}
+        if at < 0:
+            return None, kept
+        cluster = self.clusters.names[at]
+        gangs = self.preemptible[cluster]
+        return (cluster, [gangs[p] for p in positions]), kept
 
     def victims_in_hypernode(self, job: PendingJob, queue_within: bool,
                              tenant_within: bool) -> tuple[str, list[RunningJob]] | str:
@@ -304,6 +347,8 @@ class Preemption:
     def evict(self, job: PendingJob, queue: str, cluster: str, gangs: Sequence[RunningJob],
               moving: bool = False) -> None:
         tenant = self.queues[queue].tenant
+        if self._compiled is not None:
+            self._compiled.preempted([victim.id for victim in gangs])
         for victim in gangs:
             why = "moved" if moving else "reclaimed" if victim.queue != queue else "preempted"
             self.out.lost[victim.id] = victim.at_risk
@@ -316,8 +361,7 @@ class Preemption:
                 self.out.preempt[victim.id] = f"{why} for a job of another tenant, below its deserved share"
             self.use(victim.queue, self.holds[victim.id], -1)
             self.pool.add(victim.cluster, victim.queue, victim.request, -1)
-            theirs = self.queues[victim.queue].tenant
-            self.lowered.update(q for q, info in self.queues.items() if info.tenant == theirs)
+            self.lowered.update(self.queues_of[self.queues[victim.queue].tenant])
         # Worded as in later cycles (above), so that the reason is not rewritten next cycle.
         self.out.making_room[job.id] = cluster
         self.hold(job, cluster, f"waiting for preempted job(s) to exit in cluster {cluster}")

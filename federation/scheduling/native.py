@@ -1,0 +1,18 @@
+"""The compiled victim search, and the one switch between it and the Python search it must equal.
+
+Reclaim's search for the cluster and gangs to evict was 88 % of a steady cycle at 1,000 clusters, nearly all of it
+interpreter overhead per gang looked at (`make bench`, profile.md). `native/` is that walk in Rust (PyO3, built by
+`make`); `preemption.Preemption` keeps the Python walk, which answers when the extension is not installed and which
+the differential tests (tests/test_native_reclaim.py) hold the compiled one equal to.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+try:
+    import federation_native as _federation_native
+except ImportError:  # a checkout where `make` has not built native/ yet
+    _federation_native = None
+
+compiled: ModuleType | None = _federation_native

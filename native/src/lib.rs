@@ -1,0 +1,523 @@
+//! Reclaim's victim search, compiled.
+//!
+//! The profile of a steady cycle at 1,000 clusters put 88 % of it in one loop: for each queue head that does not
+//! fit, walk every cluster that could make room, taking its preemptible gangs in victim order until the head fits,
+//! each gang checked against its queue's and tenant's deserved share. That is millions of dictionary operations a
+//! cycle in Python. This is the same walk over arrays built once per cycle; `federation/scheduling/preemption.py`
+//! keeps the Python version, which the differential tests hold this one equal to, decision for decision.
+//!
+//! Amounts are kept as short sparse lists of (resource index, amount), as the Python keeps dictionaries: a gang asks
+//! for two or three resources, and the share checks read only the resources the usage holds, exactly as there.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+const EPSILON: f64 = 1e-9;
+const KEPT_WORK: u8 = 1;
+const KEPT_SHARE: u8 = 2;
+const NO_TENANT: usize = usize::MAX;
+
+type Amounts = Vec<(usize, i64)>;
+type Share = Vec<(usize, f64)>;
+
+struct Victim {
+    queue: usize,
+    priority: i64,
+    at_risk: f64,
+    gpus: i64,
+    request: usize,
+    held: usize,
+    worth: bool,
+}
+
+/// A share check's subject: a queue (its index) or a tenant (the number of queues plus its index).
+type Key = usize;
+
+struct Usage {
+    version: i64,
+    amounts: Amounts,
+}
+
+/// One cycle's preemptible gangs per cluster, in victim order, and what reclaim reads about their queues.
+#[pyclass(module = "federation_native")]
+struct ReclaimPool {
+    resources: HashMap<String, usize>,
+    table_columns: usize,
+    gpu: usize,
+    victims: Vec<Victim>,
+    clusters: Vec<Vec<usize>>,
+    amounts: Vec<Amounts>,
+    by_id: HashMap<String, usize>,
+    preempted: Vec<bool>,
+    queue_index: HashMap<String, usize>,
+    queue_names: Vec<String>,
+    queue_priority: Vec<i64>,
+    queue_tenant: Vec<usize>,
+    chains: Vec<Vec<usize>>,
+    tenant_names: Vec<String>,
+    shares: Vec<Option<Share>>,
+    usage: Vec<Option<Usage>>,
+}
+
+fn py_mod(a: f64, b: f64) -> f64 {
+    // Python's float %, whose result takes the divisor's sign.
+    let r = a % b;
+    if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
+        r + b
+    } else {
+        r
+    }
+}
+
+fn amount(of: &[(usize, i64)], r: usize) -> i64 {
+    of.iter().find(|(k, _)| *k == r).map_or(0, |(_, a)| *a)
+}
+
+fn share_of(of: &[(usize, f64)], r: usize) -> f64 {
+    of.iter().find(|(k, _)| *k == r).map_or(0.0, |(_, a)| *a)
+}
+
+/// Whether `usage` less `taken` stays at or above the deserved share: `fairshare.keeps_share`.
+fn keeps_share(usage: &[(usize, i64)], share: &[(usize, f64)], taken: &[(usize, i64)]) -> bool {
+    for &(r, used) in usage {
+        let used = used - amount(taken, r);
+        if used <= 0 {
+            continue;
+        }
+        let have = share_of(share, r);
+        if have <= EPSILON || used as f64 / have >= 1.0 - EPSILON {
+            return true;
+        }
+    }
+    false
+}
+
+fn less_than(into: &mut Amounts, taken: &[(usize, i64)]) {
+    for &(r, a) in taken {
+        match into.iter_mut().find(|(k, _)| *k == r) {
+            Some(entry) => entry.1 -= a,
+            None => into.push((r, -a)),
+        }
+    }
+}
+
+fn covers(freed: &[i64], request: &[(usize, i64)]) -> bool {
+    request.iter().all(|&(r, a)| freed[r] >= a)
+}
+
+/// (highest queue priority, work lost, GPUs evicted, gangs): the order choices are compared in, as Python's tuples.
+fn compare(a: (i64, f64, i64, usize), b: (i64, f64, i64, usize)) -> Ordering {
+    a.0.cmp(&b.0)
+        .then(a.1.partial_cmp(&b.1).unwrap_or(Ordering::Equal))
+        .then(a.2.cmp(&b.2))
+        .then(a.3.cmp(&b.3))
+}
+
+impl ReclaimPool {
+    fn index(&mut self, resource: &str) -> usize {
+        let next = self.resources.len();
+        *self.resources.entry(resource.to_owned()).or_insert(next)
+    }
+
+    fn read_amounts(&mut self, dict: &Bound<'_, PyDict>) -> PyResult<Amounts> {
+        let mut out = Vec::with_capacity(dict.len());
+        for (k, v) in dict.iter() {
+            let name: String = k.extract()?;
+            out.push((self.index(&name), v.extract::<i64>()?));
+        }
+        Ok(out)
+    }
+
+    fn read_share(&mut self, dict: Option<Bound<'_, PyAny>>) -> PyResult<Share> {
+        let mut out = Vec::new();
+        if let Some(dict) = dict {
+            for (k, v) in dict.cast::<PyDict>()?.iter() {
+                let name: String = k.extract()?;
+                out.push((self.index(&name), v.extract::<f64>()?));
+            }
+        }
+        Ok(out)
+    }
+
+    fn name_of(&self, key: Key) -> &str {
+        if key < self.queue_names.len() {
+            &self.queue_names[key]
+        } else {
+            &self.tenant_names[key - self.queue_names.len()]
+        }
+    }
+}
+
+/// What one search reads of the cycle as it stands: usage and its versions (which change as the cycle dispatches
+/// and evicts) and deserved shares (fixed for the cycle once worked out).
+struct State<'a, 'py> {
+    queue_usage: &'a Bound<'py, PyDict>,
+    tenant_usage: &'a Bound<'py, PyDict>,
+    queue_version: &'a Bound<'py, PyDict>,
+    usage_version: &'a Bound<'py, PyDict>,
+    queue_shares: &'a Bound<'py, PyDict>,
+    tenant_shares: &'a Bound<'py, PyDict>,
+    seen: Vec<bool>,
+}
+
+impl ReclaimPool {
+    /// The key's usage as the cycle has it now: re-read only when its version moved (once per search at most).
+    fn usage_now(&mut self, key: Key, state: &mut State) -> PyResult<()> {
+        if state.seen[key] {
+            return Ok(());
+        }
+        state.seen[key] = true;
+        let queues = self.queue_names.len();
+        let name = self.name_of(key).to_owned();
+        let (versions, usages) = if key < queues {
+            (state.queue_version, state.queue_usage)
+        } else {
+            (state.usage_version, state.tenant_usage)
+        };
+        let version: i64 = match versions.get_item(&name)? {
+            Some(v) => v.extract()?,
+            None => 0,
+        };
+        if matches!(&self.usage[key], Some(u) if u.version == version) {
+            return Ok(());
+        }
+        let amounts = match usages.get_item(&name)? {
+            Some(d) => self.read_amounts(d.cast::<PyDict>()?)?,
+            None => Vec::new(),
+        };
+        self.usage[key] = Some(Usage { version, amounts });
+        if self.shares[key].is_none() {
+            let shares = if key < queues { state.queue_shares } else { state.tenant_shares };
+            let share = self.read_share(shares.get_item(&name)?)?;
+            self.shares[key] = Some(share);
+        }
+        Ok(())
+    }
+
+    /// `Preemption._may_reclaim`: whether taking the victim back keeps its queues (those not the job's queue's too)
+    /// and, from another tenant, that tenant at or above their deserved shares; counts it taken when it may be.
+    fn may_reclaim(&mut self, vi: usize, job_queue: usize, tenant: usize, borrowed: &mut Vec<(Key, Amounts)>,
+                   state: &mut State) -> PyResult<bool> {
+        let victim_queue = self.victims[vi].queue;
+        let held = self.victims[vi].held;
+        let theirs = self.queue_tenant[victim_queue];
+        let mut keys: Vec<Key> = self.chains[victim_queue].iter().copied()
+            .filter(|q| !self.chains[job_queue].contains(q)).collect();
+        if theirs != tenant {
+            keys.push(self.queue_names.len() + theirs);
+        }
+        for &key in &keys {
+            let keeps = match borrowed.iter().find(|(k, _)| *k == key) {
+                Some((_, usage)) => keeps_share(usage, self.shares[key].as_deref().unwrap_or(&[]),
+                                                &self.amounts[held]),
+                None => {
+                    self.usage_now(key, state)?;
+                    keeps_share(&self.usage[key].as_ref().expect("read").amounts,
+                                self.shares[key].as_deref().unwrap_or(&[]), &self.amounts[held])
+                }
+            };
+            if !keeps {
+                return Ok(false);
+            }
+        }
+        for &key in &keys {
+            let at = match borrowed.iter().position(|(k, _)| *k == key) {
+                Some(at) => at,
+                None => {
+                    borrowed.push((key, self.usage[key].as_ref().expect("read").amounts.clone()));
+                    borrowed.len() - 1
+                }
+            };
+            less_than(&mut borrowed[at].1, &self.amounts[held]);
+        }
+        Ok(true)
+    }
+}
+
+#[pymethods]
+impl ReclaimPool {
+    /// `clusters`: per cluster in the table's order, its preemptible gangs in victim order (RunningJob objects);
+    /// `holds`: gang id -> what it counts against; `queues`: (name, priority, tenant, chain of names);
+    /// `resources`: the table's resource columns, in order; `grace`: REPREEMPT_GRACE.
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    fn new(resources: Vec<String>, gpu: String, clusters: &Bound<'_, PyList>, holds: &Bound<'_, PyDict>,
+           queues: Vec<(String, i64, String, Vec<String>)>, grace: f64) -> PyResult<Self> {
+        let mut pool = ReclaimPool {
+            resources: HashMap::new(), table_columns: resources.len(), gpu: 0, victims: Vec::new(),
+            clusters: Vec::with_capacity(clusters.len()), amounts: Vec::new(), by_id: HashMap::new(),
+            preempted: Vec::new(), queue_index: HashMap::new(), queue_names: Vec::new(), queue_priority: Vec::new(),
+            queue_tenant: Vec::new(), chains: Vec::new(), tenant_names: Vec::new(), shares: Vec::new(),
+            usage: Vec::new(),
+        };
+        for r in &resources {
+            pool.index(r);
+        }
+        pool.gpu = pool.index(&gpu);
+        let mut tenants: HashMap<String, usize> = HashMap::new();
+        for (name, priority, tenant, _) in &queues {
+            pool.queue_index.insert(name.clone(), pool.queue_names.len());
+            pool.queue_names.push(name.clone());
+            pool.queue_priority.push(*priority);
+            let next = tenants.len();
+            let t = *tenants.entry(tenant.clone()).or_insert(next);
+            if t == pool.tenant_names.len() {
+                pool.tenant_names.push(tenant.clone());
+            }
+            pool.queue_tenant.push(t);
+        }
+        for (_, _, _, chain) in &queues {
+            let chain = chain.iter().filter_map(|q| pool.queue_index.get(q).copied()).collect();
+            pool.chains.push(chain);
+        }
+        let keys = pool.queue_names.len() + pool.tenant_names.len();
+        pool.shares = (0..keys).map(|_| None).collect();
+        pool.usage = (0..keys).map(|_| None).collect();
+        // Gangs of one shape share one amounts object: converted once.
+        let mut converted: HashMap<usize, usize> = HashMap::new();
+        let py = clusters.py();
+        let (a_id, a_queue, a_priority, a_request, a_ran_for, a_checkpoint, a_expected, a_protected_for,
+             a_preempted_before) = (
+            pyo3::intern!(py, "id"), pyo3::intern!(py, "queue"), pyo3::intern!(py, "priority"),
+            pyo3::intern!(py, "request"), pyo3::intern!(py, "ran_for"), pyo3::intern!(py, "checkpoint"),
+            pyo3::intern!(py, "expected"), pyo3::intern!(py, "protected_for"),
+            pyo3::intern!(py, "preempted_before"));
+        for gangs in clusters.iter() {
+            let mut order = Vec::new();
+            for gang in gangs.cast::<PyList>()?.iter() {
+                let id: String = gang.getattr(a_id)?.extract()?;
+                let queue_name = gang.getattr(a_queue)?;
+                let queue_name = queue_name.cast::<pyo3::types::PyString>()?.to_str()?.to_owned();
+                let queue = match pool.queue_index.get(&queue_name) {
+                    Some(&q) => q,
+                    None => {
+                        // A gang of a queue the cycle does not know: never a victim, but kept in its place.
+                        let q = pool.queue_names.len();
+                        pool.queue_index.insert(queue_name.clone(), q);
+                        pool.queue_names.push(queue_name);
+                        pool.queue_priority.push(0);
+                        pool.queue_tenant.push(NO_TENANT);
+                        pool.chains.push(Vec::new());
+                        q
+                    }
+                };
+                let request = gang.getattr(a_request)?;
+                let held = holds.get_item(&id)?.ok_or_else(|| PyValueError::new_err(format!("no holds for {id}")))?;
+                let mut slot = |obj: &Bound<'_, PyAny>, pool: &mut ReclaimPool| -> PyResult<usize> {
+                    let ptr = obj.as_ptr() as usize;
+                    if let Some(&at) = converted.get(&ptr) {
+                        return Ok(at);
+                    }
+                    let amounts = pool.read_amounts(obj.cast::<PyDict>()?)?;
+                    pool.amounts.push(amounts);
+                    converted.insert(ptr, pool.amounts.len() - 1);
+                    Ok(pool.amounts.len() - 1)
+                };
+                let request_at = slot(&request, &mut pool)?;
+                let held_at = slot(&held, &mut pool)?;
+                let gpus = amount(&pool.amounts[request_at], pool.gpu);
+                let ran_for: f64 = gang.getattr(a_ran_for)?.extract()?;
+                let checkpoint: Option<f64> = gang.getattr(a_checkpoint)?.extract()?;
+                let expected: Option<f64> = gang.getattr(a_expected)?.extract()?;
+                let protected_for: f64 = gang.getattr(a_protected_for)?.extract()?;
+                let preempted_before: bool = gang.getattr(a_preempted_before)?.extract()?;
+                // RunningJob.since_checkpoint, at_risk, protected and pays_to_reclaim (forecast.remaining).
+                let since = match checkpoint {
+                    Some(c) if c != 0.0 => py_mod(ran_for, c),
+                    _ => ran_for,
+                };
+                let protected = protected_for > 0.0 || (preempted_before && ran_for < grace);
+                let pays = match expected {
+                    None => true,
+                    Some(e) => since < if ran_for < e { e - ran_for } else { ran_for / 2.0 },
+                };
+                let priority: i64 = gang.getattr(a_priority)?.extract()?;
+                pool.by_id.insert(id, pool.victims.len());
+                order.push(pool.victims.len());
+                pool.victims.push(Victim {
+                    queue, priority, at_risk: since * gpus as f64, gpus, request: request_at, held: held_at,
+                    worth: !protected && pays,
+                });
+            }
+            pool.clusters.push(order);
+        }
+        pool.preempted = vec![false; pool.victims.len()];
+        Ok(pool)
+    }
+
+    /// Gangs the cycle evicted: never chosen again.
+    fn preempted(&mut self, ids: Vec<String>) {
+        for id in ids {
+            if let Some(&at) = self.by_id.get(&id) {
+                self.preempted[at] = true;
+            }
+        }
+    }
+
+    /// `Preemption.victims`' search: the cluster (its index) and the positions in its gang list of the gangs to
+    /// evict, or -1 and none; and why eligible-looking gangs were passed over (1: work, 2: share). None when the
+    /// request names a resource no gang or cluster has (the Python search answers those).
+    ///
+    /// `free`: the table's free amounts, row-major int64 bytes; `candidates` and `selected`: one byte per cluster;
+    /// `over`: the queues the job may take back from.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (job_queue, job_priority, request, over, lowest, free, candidates, selected, refused,
+                        queue_usage, tenant_usage, queue_version, usage_version, queue_shares, tenant_shares))]
+    fn victims(&mut self, job_queue: &str, job_priority: i64, request: &Bound<'_, PyDict>, over: Vec<String>,
+               lowest: i64, free: &Bound<'_, PyBytes>, candidates: &Bound<'_, PyBytes>,
+               selected: &Bound<'_, PyBytes>, refused: Vec<usize>, queue_usage: &Bound<'_, PyDict>,
+               tenant_usage: &Bound<'_, PyDict>, queue_version: &Bound<'_, PyDict>,
+               usage_version: &Bound<'_, PyDict>, queue_shares: &Bound<'_, PyDict>,
+               tenant_shares: &Bound<'_, PyDict>) -> PyResult<Option<(i64, Vec<usize>, u8)>> {
+        let mut wanted = Vec::with_capacity(request.len());
+        for (k, v) in request.iter() {
+            let name: String = k.extract()?;
+            match self.resources.get(&name) {
+                Some(&r) => wanted.push((r, v.extract::<i64>()?)),
+                None => return Ok(None),
+            }
+        }
+        let Some(&jq) = self.queue_index.get(job_queue) else { return Ok(None) };
+        let tenant = self.queue_tenant[jq];
+        let mut over_mask = vec![false; self.queue_names.len()];
+        for q in &over {
+            match self.queue_index.get(q) {
+                Some(&at) => over_mask[at] = true,
+                None => return Ok(None),
+            }
+        }
+        let own_only = over.is_empty();
+        let free = free.as_bytes();
+        let (candidates, selected) = (candidates.as_bytes(), selected.as_bytes());
+        let n = self.clusters.len();
+        let k = self.table_columns;
+        if free.len() != n * k * 8 || candidates.len() != n || selected.len() != n {
+            return Err(PyValueError::new_err("the free table, candidates and selection must be one row per cluster"));
+        }
+        let free_at = |c: usize, r: usize| -> i64 {
+            let at = (c * k + r) * 8;
+            i64::from_ne_bytes(free[at..at + 8].try_into().expect("8 bytes"))
+        };
+        let gpu_column = (self.gpu < k).then_some(self.gpu);
+        let want_gpus = amount(&wanted, self.gpu);
+        let mut order: Vec<(i64, usize)> = (0..n).filter(|&c| candidates[c] != 0)
+            .map(|c| (want_gpus - gpu_column.map_or(0, |g| free_at(c, g)), c)).collect();
+        order.sort_unstable();
+        let mut state = State {
+            queue_usage, tenant_usage, queue_version, usage_version, queue_shares, tenant_shares,
+            seen: vec![false; self.queue_names.len() + self.tenant_names.len()],
+        };
+        let mut refused_mask = vec![false; n];
+        for c in refused {
+            if c < n {
+                refused_mask[c] = true;
+            }
+        }
+        let mut kept = 0u8;
+        let mut best: Option<((i64, f64, i64, usize), usize, Vec<usize>)> = None;
+        let mut freed = vec![0i64; self.resources.len()];
+        for (short, c) in order {
+            if let Some((b, _, _)) = &best {
+                if compare((lowest, 0.0, short.max(0), 1), *b) == Ordering::Greater {
+                    continue;
+                }
+            }
+            if refused_mask[c] || selected[c] == 0 {
+                continue;
+            }
+            freed.iter_mut().for_each(|a| *a = 0);
+            freed.resize(self.resources.len(), 0);
+            for r in 0..k {
+                freed[r] = free_at(c, r);
+            }
+            if covers(&freed, &wanted) {
+                continue;
+            }
+            let bound = best.as_ref().map(|(b, _, _)| *b);
+            let chosen = self.take(c, jq, job_priority, tenant, &over_mask, own_only, &wanted, &mut freed,
+                                   &mut kept, bound, &mut state)?;
+            if !chosen.is_empty() && covers(&freed, &wanted) {
+                let gangs = &self.clusters[c];
+                let highest = chosen.iter().map(|&p| self.queue_priority[self.victims[gangs[p]].queue]).max()
+                    .expect("chosen");
+                let lost = chosen.iter().fold(0.0, |s, &p| s + self.victims[gangs[p]].at_risk);
+                let evicted = chosen.iter().map(|&p| self.victims[gangs[p]].gpus).sum();
+                let key = (highest, lost, evicted, chosen.len());
+                let better = match &best {
+                    None => true,
+                    Some((b, bc, _)) => compare(key, *b).then(c.cmp(bc)) == Ordering::Less,
+                };
+                if better {
+                    best = Some((key, c, chosen));
+                }
+            }
+        }
+        Ok(Some(match best {
+            Some((_, c, chosen)) => (c as i64, chosen, kept),
+            None => (-1, Vec::new(), kept),
+        }))
+    }
+}
+
+impl ReclaimPool {
+    /// `Preemption._take` over one cluster's gangs: positions of the gangs to evict, in victim order, until `freed`
+    /// covers the request; none once the choice's key passes `bound`.
+    #[allow(clippy::too_many_arguments)]
+    fn take(&mut self, cluster: usize, jq: usize, job_priority: i64, tenant: usize, over: &[bool], own_only: bool,
+            wanted: &[(usize, i64)], freed: &mut [i64], kept: &mut u8, bound: Option<(i64, f64, i64, usize)>,
+            state: &mut State) -> PyResult<Vec<usize>> {
+        let mut chosen = Vec::new();
+        let (mut highest, mut lost, mut evicted) = (0i64, 0.0f64, 0i64);
+        let mut borrowed: Vec<(Key, Amounts)> = Vec::new();
+        for p in 0..self.clusters[cluster].len() {
+            let vi = self.clusters[cluster][p];
+            let (queue, priority) = (self.victims[vi].queue, self.victims[vi].priority);
+            if own_only {
+                if queue != jq {
+                    continue; // the Python walks the job's own queue's gangs alone here
+                }
+                if priority >= job_priority {
+                    break;
+                }
+            }
+            if self.preempted[vi] || !(over[queue] || (queue == jq && priority < job_priority)) {
+                continue;
+            }
+            if queue != jq && !self.victims[vi].worth {
+                *kept |= KEPT_WORK;
+                continue;
+            }
+            if queue != jq && !self.may_reclaim(vi, jq, tenant, &mut borrowed, state)? {
+                *kept |= KEPT_SHARE;
+                continue;
+            }
+            chosen.push(p);
+            for &(r, a) in &self.amounts[self.victims[vi].request] {
+                freed[r] += a;
+            }
+            if let Some(b) = bound {
+                let mine = self.queue_priority[queue];
+                highest = if chosen.len() > 1 { highest.max(mine) } else { mine };
+                lost += self.victims[vi].at_risk;
+                evicted += self.victims[vi].gpus;
+                if compare((highest, lost, evicted, chosen.len()), b) == Ordering::Greater {
+                    return Ok(Vec::new());
+                }
+            }
+            if covers(freed, wanted) {
+                break;
+            }
+        }
+        Ok(chosen)
+    }
+}
+
+#[pymodule]
+fn federation_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<ReclaimPool>()?;
+    Ok(())
+}

@@ -1,0 +1,163 @@
+"""Differential property: the compiled victim search (native/) decides exactly as the Python one, its oracle.
+
+Random federations of many small clusters under contention (tenants and queues of several priorities, parent queues,
+flavors half the time, limits, refusals, gangs in their protected time or with checkpoints and expected run times,
+reclaimable and not) run cycle after cycle; each cycle is decided twice on the same snapshot, once with the compiled
+search and once with the Python search, and every decision must be equal: dispatches, preemptions and their
+wording, room being made, work lost, reservations, every waiting job's reason, usage. The decisions are then
+carried out (gangs run, evicted gangs wait again, some end) so later cycles reclaim from what earlier ones placed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench.bench_backlog import Churn
+from federation.kernel.resources import FLAVOR
+from federation.scheduling import native
+from federation.scheduling.cycle import (
+    Decisions,
+    PendingJob,
+    QueueInfo,
+    RunningJob,
+    Snapshot,
+    TenantInfo,
+    schedule,
+    schedule_backlog,
+)
+from federation.scheduling.fit import JobView
+from federation.scheduling.flavors import FlavorInfo
+from tests.test_queue_manager_property import cluster, same
+
+GPU = "nvidia.com/gpu"
+NODE = 8
+
+
+def test_the_compiled_search_is_built() -> None:
+    """`make` builds native/ into the virtualenv; without it every cycle would fall back to the Python search."""
+    assert native.compiled is not None and hasattr(native.compiled, "ReclaimPool")
+
+
+@contextmanager
+def python_search() -> Iterator[None]:
+    compiled, native.compiled = native.compiled, None
+    try:
+        yield
+    finally:
+        native.compiled = compiled
+
+
+def both(snapshot: Snapshot) -> Decisions:
+    """The snapshot's decisions by the compiled search, checked equal to the Python search's."""
+    compiled = schedule(snapshot)
+    with python_search():
+        oracle = schedule(snapshot)
+    same(oracle, compiled)
+    return compiled
+
+
+class Federation:
+    def __init__(self, rng: random.Random, clusters: int) -> None:
+        self.rng = rng
+        self.tenants = [TenantInfo(f"t{t}", rng.choice([1, 2, 4]),
+                                   limit={GPU: 8 * clusters} if rng.random() < 0.2 else {}) for t in range(4)]
+        self.flavors = [FlavorInfo("fast", GPU, {"region": "b"}), FlavorInfo("slow", GPU, {"region": "a"})] \
+            if rng.random() < 0.5 else []
+        self.queues: list[QueueInfo] = []
+        for t in self.tenants:
+            parent = f"{t.name}-p"
+            self.queues.append(QueueInfo(parent, t.name, 1))
+            for q in range(rng.randrange(2, 5)):
+                flavors = (rng.choice([("fast", "slow"), ("slow",), ()]),) if self.flavors else ((),)
+                limit = {f"{GPU}{FLAVOR}slow": 8 * clusters} if self.flavors and rng.random() < 0.3 else {}
+                self.queues.append(QueueInfo(
+                    f"{t.name}-q{q}", t.name, rng.choice([1, 2, 3]), priority=rng.choice([0, 0, 1, 2]),
+                    reclaimable=rng.random() < 0.9, flavors=flavors[0], limit=limit,
+                    parent=parent if rng.random() < 0.4 else ""))
+        self.leaves = [q.name for q in self.queues if not q.name.endswith("-p")]
+        self.nodes = {f"c{i:03d}": rng.choice([4, 6, 8]) for i in range(clusters)}
+        self.free = dict(self.nodes)
+        self.pending: dict[str, PendingJob] = {}
+        self.running: dict[str, RunningJob] = {}
+        self.refused: dict[str, dict[str, str]] = {}
+        self.making_room: dict[str, str] = {}
+        self.seq = 0
+
+    def submit(self, n: int) -> None:
+        for _ in range(n):
+            self.seq += 1
+            gpus = self.rng.choice([1, 2, 8, 8, 16, 24, 32])
+            pod = min(gpus, NODE)
+            mode, tier = self.rng.choice([("", 0), ("hard", 1), ("soft", 1)]) if gpus > NODE else ("", 0)
+            selector = {"region": self.rng.choice(["a", "b"])} if self.rng.random() < 0.15 else {}
+            self.pending[f"j{self.seq}"] = PendingJob(
+                JobView(f"j{self.seq}", {GPU: gpus}, {GPU: pod}, selector, mode, tier), self.rng.choice(self.leaves),
+                self.rng.choice([0, 0, 5, 10]), self.seq)
+
+    def snapshot(self) -> Snapshot:
+        clusters = [cluster(name, "ab"[i % 2], max(self.free[name], 0), self.nodes[name])
+                    for i, name in enumerate(sorted(self.nodes))]
+        return Snapshot(self.tenants, self.queues, list(self.pending.values()), list(self.running.values()), clusters,
+                        {GPU: sum(c.capacity[GPU] for c in clusters)},
+                        refused={j: r for j, r in self.refused.items() if j in self.pending},
+                        making_room={j: c for j, c in self.making_room.items() if j in self.pending},
+                        flavors=self.flavors)
+
+    def carry_out(self, d: Decisions) -> None:
+        rng = self.rng
+        for job_id, name in d.assign.items():
+            job = self.pending.pop(job_id)
+            self.making_room.pop(job_id, None)
+            self.running[job_id] = RunningJob(
+                job_id, job.queue, name, job.priority, job.seq, job.view.request, preemptible=rng.random() < 0.85,
+                ran_for=rng.choice([0.0, 30.0, 400.0, 5000.0, rng.uniform(0, 9000)]),
+                checkpoint=rng.choice([None, 600.0, 1800.0]), expected=rng.choice([None, 3600.0, 20000.0]),
+                protected_for=rng.choice([0.0, 0.0, 0.0, 300.0]), preempted_before=rng.random() < 0.2)
+            self.free[name] -= -(-job.view.request[GPU] // NODE)
+        for job_id, why in d.preempt.items():
+            gang = self.running.pop(job_id)
+            self.free[gang.cluster] += -(-gang.request[GPU] // NODE)
+            self.pending[job_id] = PendingJob(JobView(job_id, dict(gang.request), {GPU: min(gang.request[GPU], NODE)}),
+                                              gang.queue, gang.priority, gang.seq, cause=f"preempted: {why}")
+        self.making_room.update(d.making_room)
+        for job_id in rng.sample(sorted(self.running), len(self.running) // 10):
+            gang = self.running.pop(job_id)
+            self.free[gang.cluster] += -(-gang.request[GPU] // NODE)
+        if self.pending and rng.random() < 0.3:
+            self.refused.setdefault(rng.choice(sorted(self.pending)), {})[rng.choice(sorted(self.nodes))] = \
+                "rejected it recently: test"
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([12, 40, 120]))
+def test_the_compiled_search_decides_as_the_python_one(seed: int, clusters: int) -> None:
+    rng = random.Random(seed)
+    federation = Federation(rng, clusters)
+    federation.submit(clusters * 12)
+    for _ in range(6):
+        decisions = both(federation.snapshot())
+        federation.carry_out(decisions)
+        federation.submit(rng.randrange(clusters, clusters * 4))
+    assert federation.running  # a federation that ran something, so reclaim had gangs to look at
+
+
+def test_a_churning_federation_of_many_clusters_decides_the_same() -> None:
+    """The benchmark's federation (tenants of ten queues, gangs of 1 to 256 GPUs), 60 clusters, under churn: the
+    walk the server runs, with the compiled search and with the Python one, on the same snapshots."""
+    churn = Churn(6_000, 60, seed=11)
+    snapshot = churn.first()
+    preempted = 0
+    for _ in range(4):
+        walked = schedule_backlog(snapshot, churn.manager)
+        with python_search():
+            oracle = schedule_backlog(snapshot, churn.manager)
+        same(oracle, walked)
+        preempted += len(walked.preempt)
+        churn.carry_out(walked)
+        snapshot = churn.next()
+    assert preempted > 0  # reclaim ran and chose victims, so the two searches were compared where they work
