@@ -1,5 +1,7 @@
 """The test bed's programs, built once from their published Go modules into a cache outside the repo.
 
+Helm, which the deployment tests lint, render and install the charts with (deploy/helm/), is built here too.
+
 `testbed/go.mod` pins kube-apiserver and kube-controller-manager (the `k8s.io/kubernetes` module, its
 staging modules required at the matching releases) and etcd at the release that Kubernetes release is
 tested with; KWOK is installed at `KWOK_VERSION`; Volcano's CRDs are rendered from Volcano's published
@@ -28,7 +30,8 @@ import platformdirs
 REPO = Path(__file__).resolve().parents[2]
 MODULE = REPO / "testbed"
 KWOK_VERSION = "v0.7.0"
-PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
+HELM_VERSION = "v3.19.0"  # built on Kubernetes 1.34's client libraries, as the test bed
+PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 VOLCANO_API_PACKAGES = ("topology/v1alpha1", "batch/v1alpha1", "scheduling/v1beta1")
 
 
@@ -38,7 +41,7 @@ class BuildError(RuntimeError):
 
 @dataclass(frozen=True)
 class Tools:
-    bin: Path  # etcd, kube-apiserver, kube-controller-manager, kubectl, kwok
+    bin: Path  # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm
     crds: Path  # Volcano's CRDs as controller-gen renders them (topology.volcano.sh_hypernodes.yaml, ...)
 
     def program(self, name: str) -> str:
@@ -84,7 +87,7 @@ def key() -> str:
     for path in sorted(p for p in MODULE.rglob("*") if p.is_file() and p.suffix in (".go", ".mod", ".sum")):
         digest.update(str(path.relative_to(MODULE)).encode() + b"\0" + path.read_bytes() + b"\0")
     version = subprocess.run([_go(), "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout
-    digest.update(f"kwok {KWOK_VERSION} {version.strip()} {ldflags()}".encode())
+    digest.update(f"kwok {KWOK_VERSION} helm {HELM_VERSION} {version.strip()} {ldflags()}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -120,16 +123,19 @@ def ensure(say: Callable[[str], None] = lambda _: None) -> Tools:
         started = time.monotonic()
         say(f"building the Kubernetes test bed into {target} (once per version; about 10 minutes on 2 cores)")
         env = {"GOFLAGS": "-buildvcs=false -trimpath", "CGO_ENABLED": "0"}
-        say("  kube-apiserver, kube-controller-manager, etcd, kubectl ...")
+        say("  kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kubectl ...")
         _run([_go(), "build", f"-ldflags={ldflags()}", "-o", str(tools.bin) + "/", "./cmd/..."], MODULE, env)
         say(f"  kwok {KWOK_VERSION} ...")
         _run([_go(), "install", "-ldflags=-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"], MODULE,
+             {**env, "GOBIN": str(tools.bin)})
+        say(f"  helm {HELM_VERSION} ...")
+        _run([_go(), "install", "-ldflags=-s -w", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], MODULE,
              {**env, "GOBIN": str(tools.bin)})
         say("  Volcano's CRDs (controller-gen over volcano.sh/apis) ...")
         paths = [f"paths=volcano.sh/apis/pkg/apis/{p}" for p in VOLCANO_API_PACKAGES]
         _run([_go(), "tool", "controller-gen", "crd:crdVersions=v1", *paths, f"output:crd:dir={tools.crds}"],
              MODULE / "volcano", env)
-        missing = [p for p in (*PROGRAMS, "kwok") if not (tools.bin / p).exists()]
+        missing = [p for p in (*PROGRAMS, "kwok", "helm") if not (tools.bin / p).exists()]
         if missing or not tools.crd("topology.volcano.sh", "hypernodes").exists():
             raise BuildError(f"the build finished without {', '.join(missing) or 'the HyperNode CRD'}")
         (target / "complete").write_text(f"{time.monotonic() - started:.0f}\n")

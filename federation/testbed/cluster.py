@@ -1,5 +1,6 @@
 """A real Kubernetes control plane on loopback, with nodes faked by KWOK: etcd, kube-apiserver (RBAC on),
-kube-controller-manager (garbage collector, namespaces, service accounts) and the KWOK controller.
+kube-controller-manager (garbage collector, namespaces, service accounts, Deployments and ReplicaSets), the KWOK
+controller, and kube-scheduler where a test asks for it.
 
 Certificates are made here (a CA, the API server's serving certificate, an admin client certificate in
 `system:masters`); a member agent connects as a ServiceAccount bound to `deploy/kubernetes/agent/rbac.yaml`,
@@ -149,7 +150,8 @@ class Testbed:
 
         self._start("kube-controller-manager", [
             self.tools.program("kube-controller-manager"), f"--kubeconfig={self.admin_kubeconfig}",
-            "--controllers=garbagecollector,namespace,serviceaccount,root-ca-cert-publisher",
+            # Deployments make ReplicaSets make Pods: the deployment tests install the Helm charts for real.
+            "--controllers=garbagecollector,namespace,serviceaccount,root-ca-cert-publisher,deployment,replicaset",
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
             "--leader-elect=false", "--secure-port=0", "--concurrent-gc-syncs=20"])
         # KWOK as every node's kubelet API, over TLS the API server checks (pods' logs come through it).
@@ -171,6 +173,15 @@ class Testbed:
         self._wait("kube-controller-manager", self.procs[2][1],
                    lambda: client.CoreV1Api(api).read_namespaced_service_account("default", "default") is not None)
         return self
+
+    def start_scheduler(self) -> None:
+        """kube-scheduler, for tests whose ordinary pods (a chart's Deployments) must be placed on KWOK nodes;
+        not started with the rest: the gangs' pods name the agent as their scheduler."""
+        self._start("kube-scheduler", [
+            self.tools.program("kube-scheduler"), f"--kubeconfig={self.admin_kubeconfig}",
+            f"--authentication-kubeconfig={self.admin_kubeconfig}",
+            f"--authorization-kubeconfig={self.admin_kubeconfig}", "--leader-elect=false",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}"])
 
     def stop(self) -> None:
         """Everything at once: a test bed keeps nothing worth a graceful shutdown (the API server's would
