@@ -28,6 +28,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from federation.store.database import conninfo
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "federation_changes"
@@ -64,10 +66,6 @@ class Fence:
             "FOR KEY SHARE"), {"holder": self.holder, "epoch": self.epoch})).first()
         if row is None:
             raise NotLeader(f"the scheduling lease of epoch {self.epoch} is no longer this replica's")
-
-
-def conninfo(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 class Leadership:

