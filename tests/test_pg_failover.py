@@ -74,6 +74,7 @@ def test_a_primary_lost_under_load_loses_nothing_accepted_and_dispatches_nothing
 
         accepted: list[str] = []
         refused: list[float] = []  # when a submission failed (the database switching over)
+        codes: set[grpc.StatusCode] = set()
         stop = threading.Event()
 
         def submit() -> None:
@@ -86,9 +87,8 @@ def test_a_primary_lost_under_load_loses_nothing_accepted_and_dispatches_nothing
                 try:
                     accepted.append(jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), timeout=30).job.id)
                 except grpc.RpcError as err:
-                    assert err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                                          grpc.StatusCode.INTERNAL), err  # never a wrong answer
                     refused.append(time.monotonic())
+                    codes.add(err.code())
                 time.sleep(0.1)
 
         load = threading.Thread(target=submit, daemon=True)
@@ -107,6 +107,7 @@ def test_a_primary_lost_under_load_loses_nothing_accepted_and_dispatches_nothing
         print(f"failover: API accepting again after {answered_again:.1f} s; {len(refused)} submissions refused "
               f"meanwhile; {len(accepted)} accepted; watch reconnected {watcher.reconnects} times")
         assert answered_again < ANSWERS_AGAIN_WITHIN
+        assert codes <= {grpc.StatusCode.UNAVAILABLE}  # "retry", never a wrong answer or an internal error
 
         # Every job accepted is there, and runs to its end on the promoted standby.
         def phases() -> dict[str, int]:

@@ -10,10 +10,13 @@ import asyncio
 import functools
 import inspect
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
+import psycopg
+import sqlalchemy.exc
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
@@ -130,6 +133,12 @@ def check_request(request: Any, texts: bool = True) -> None:
 
 
 async def _internal(context: grpc.aio.ServicerContext, method: str) -> None:
+    err = sys.exc_info()[1]
+    if isinstance(err, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError | psycopg.OperationalError):
+        # PostgreSQL unreachable or going away (a primary failing over): nothing was stored, and a retry reaches
+        # the promoted standby once the pool reconnects; not a bug, so no traceback.
+        log.warning("%s: the database is unavailable: %s", method, str(err).splitlines()[0] if str(err) else err)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "the database is unavailable; retry")
     log.exception("unhandled error in %s", method)
     await context.abort(grpc.StatusCode.INTERNAL, "internal error; the server log has the details")
 
