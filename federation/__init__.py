@@ -2,7 +2,9 @@
 
 import os
 
-__version__ = "0.1.0"
+from federation.kernel.versions import RELEASE as __version__
+
+__all__ = ["__version__"]
 
 # Every process of ours that starts another (the server its scheduler, `fedctl dev` a federation, the tests each
 # program) forks while gRPC is live and then execs at once: it never needs gRPC's fork handlers, and with them the

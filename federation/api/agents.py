@@ -24,7 +24,8 @@ from federation import metrics
 from federation.api.convert import job_to_proto
 from federation.api.status import check_request, servicer
 from federation.control.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
-from federation.errors import AlreadyExists, FederationError, InvalidArgument, PermissionDenied
+from federation.errors import AlreadyExists, FailedPrecondition, FederationError, InvalidArgument, PermissionDenied
+from federation.kernel.versions import agent_refused
 from federation.relay.connections import Connection, Connections
 from federation.relay.logrelay import LogRelay
 from federation.store.admin import AdminStore
@@ -237,6 +238,11 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             if reg.cluster not in names:
                 raise PermissionDenied(f"the client certificate is for {', '.join(names) or 'no name'}, "
                                        f"not for cluster {reg.cluster!r}")
+        refused = agent_refused(reg.agent_version)
+        if refused is not None:
+            metrics.AGENTS_REFUSED.labels(reg.cluster).inc()
+            log.warning("refused the agent of cluster %s: %s", reg.cluster, refused)
+            raise FailedPrecondition(refused)
         try:
             await self.admin.register_cluster(reg.cluster, dict(reg.labels), reg.agent_version, reg.instance,
                                               self.heartbeat_timeout)

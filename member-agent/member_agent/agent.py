@@ -23,6 +23,7 @@ from federation.kernel.gangs import claim_templates, minimum, minimum_pods
 from federation.kernel.jobspec import CHECKPOINT_INTERVAL, MAX_REASON, MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
 from federation.kernel.resources import Resources
 from federation.kernel.tiers import TierFree
+from federation.kernel.versions import RELEASE
 from federation.v1 import agent_pb2, common_pb2
 from member_agent import mig
 from member_agent.drain import drain_timing
@@ -204,7 +205,7 @@ class Agent:
     cluster: str
     labels: dict[str, str]
     backend: Backend
-    version: str = "0.1.0"
+    version: str = RELEASE
     jobs: dict[str, AgentJob] = field(default_factory=dict)  # actual: the gangs this agent holds
     desired: dict[str, Desired] = field(default_factory=dict)  # the attempt the federation runs here, per job
     reports: dict[str, agent_pb2.JobUpdate] = field(default_factory=dict)

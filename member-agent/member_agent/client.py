@@ -165,7 +165,11 @@ async def _stay_connected(server: str, agent: Agent, heartbeat: float, connected
         try:
             await _connection(target, agent, heartbeat, connected, credentials, reconcile_every)
         except grpc.aio.AioRpcError as err:
-            log.warning("stream to %s ended (%s); reconnecting in %.1fs", server, err.details(), backoff)
+            if err.code() == grpc.StatusCode.FAILED_PRECONDITION:  # refused, as this release (too old or too new)
+                log.error("the federation server refused this agent: %s; trying again in %.1fs", err.details(),
+                          backoff)
+            else:
+                log.warning("stream to %s ended (%s); reconnecting in %.1fs", server, err.details(), backoff)
         except ResyncNeeded:
             log.warning("outbox overflowed; reconnecting to %s in %.1fs to resend the whole state", server, backoff)
         except StreamStalled:
