@@ -29,6 +29,7 @@ from member_agent import clusters
 from tests.test_e2e_agents import wait_for
 
 PREVIOUS = "v0.1.0"
+PREVIOUS_COMMIT = "f04b50581232324259dcea3b4ba2085dd0276d0c"  # the same, for a clone that did not fetch tags
 GPU = "nvidia.com/gpu"
 
 
@@ -37,6 +38,9 @@ def previous(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The previous release's source, and the environment that runs its programs (this virtualenv's libraries,
     its own code first on the path: the console scripts import whatever `federation` comes first)."""
     archive = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS], capture_output=True, timeout=120)
+    if archive.returncode:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS_COMMIT], capture_output=True,
+                                 timeout=120)
     assert archive.returncode == 0, f"the previous release {PREVIOUS} is not in this clone: {archive.stderr!r}"
     root = tmp_path_factory.mktemp("previous")
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
