@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 NATIVE := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs)
 
-.PHONY: demo demo-kube up kube-up testbed test lint proto reference bench clean ui-vendor
+.PHONY: demo demo-kube up kube-up testbed test lint proto reference bench clean ui-vendor docs
 
 $(STAMP): pyproject.toml $(NATIVE)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
@@ -47,6 +47,10 @@ test: testbed
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# The documentation site (mkdocs.yml, docs/) into site/, strictly: a broken link or anchor fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 # Rewrite the README's configuration reference from the programs' flag definitions (a test checks it).
 reference: $(STAMP)
 	$(BIN)/python -m federation.cli.reference README.md
@@ -65,7 +69,7 @@ bench-%: $(STAMP)
 	$(BIN)/python -m bench.run_all --only $* $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .ruff_cache *.egg-info native/target
+	rm -rf $(VENV) .demo .pytest_cache .ruff_cache *.egg-info native/target site
 
 # The dashboard's charting library, from the npm registry, into federation/ui/static/vendor/ (committed, so the
 # dashboard serves it from loopback with no build step).
