@@ -55,10 +55,11 @@ class Watcher(threading.Thread):
 
 
 def test_a_primary_lost_under_load_loses_nothing_accepted_and_dispatches_nothing_twice(tmp_path: Path) -> None:
-    pair = ReplicatedPostgres().start("federation")
+    pair = ReplicatedPostgres()
     processes: list[ServerProcess | AgentProcess] = []
     watcher: Watcher | None = None
     try:
+        pair.start("federation")
         database.upgrade(database.sqlalchemy_url(pair.url))
         server = ServerProcess("--database-url", pair.url, "--leader-lease", "2", "--heartbeat-timeout", "30")
         processes.append(server)
