@@ -127,7 +127,10 @@ def test_a_primary_lost_under_load_loses_nothing_accepted_and_dispatches_nothing
         for event in replayed:
             if event.type == "Dispatched":
                 dispatched[event.job_id] = dispatched.get(event.job_id, 0) + 1
-        assert set(dispatched) == set(accepted) and set(dispatched.values()) == {1}  # each once, none twice
+        # Every accepted job dispatched, each once. A submission answered with an error may still have been stored
+        # (its commit reached the standby, its answer did not reach the client): at most one per refusal.
+        assert set(accepted) <= set(dispatched) and set(dispatched.values()) == {1}
+        assert len(set(dispatched) - set(accepted)) <= len(refused)
         # The live watch, across its reconnects, saw exactly the log: nothing missed, nothing twice.
         watcher.done.set()
         live = [e.sequence for e in watcher.seen]
