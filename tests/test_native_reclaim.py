@@ -125,6 +125,10 @@ class Federation:
             self.pending[job_id] = PendingJob(JobView(job_id, dict(gang.request), {GPU: min(gang.request[GPU], NODE)}),
                                               gang.queue, gang.priority, gang.seq, cause=f"preempted: {why}")
         self.making_room.update(d.making_room)
+        if self.running and rng.random() < 0.2:  # a gang of a queue since gone (deleted in a race): never a victim
+            gang = self.running[rng.choice(sorted(self.running))]
+            self.running[gang.id] = RunningJob(gang.id, "gone", gang.cluster, gang.priority, gang.seq, gang.request,
+                                               preemptible=True)
         for job_id in rng.sample(sorted(self.running), len(self.running) // 10):
             gang = self.running.pop(job_id)
             self.free[gang.cluster] += -(-gang.request[GPU] // NODE)

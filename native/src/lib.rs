@@ -274,9 +274,6 @@ impl ReclaimPool {
             let chain = chain.iter().filter_map(|q| pool.queue_index.get(q).copied()).collect();
             pool.chains.push(chain);
         }
-        let keys = pool.queue_names.len() + pool.tenant_names.len();
-        pool.shares = (0..keys).map(|_| None).collect();
-        pool.usage = (0..keys).map(|_| None).collect();
         // Gangs of one shape share one amounts object: converted once.
         let mut converted: HashMap<usize, usize> = HashMap::new();
         let py = clusters.py();
@@ -346,6 +343,11 @@ impl ReclaimPool {
             pool.clusters.push(order);
         }
         pool.preempted = vec![false; pool.victims.len()];
+        // Sized once every queue is known, those of gangs the cycle does not know included: a tenant's key comes
+        // after every queue's.
+        let keys = pool.queue_names.len() + pool.tenant_names.len();
+        pool.shares = (0..keys).map(|_| None).collect();
+        pool.usage = (0..keys).map(|_| None).collect();
         Ok(pool)
     }
 
