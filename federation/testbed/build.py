@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -141,6 +142,24 @@ def ensure(say: Callable[[str], None] = lambda _: None) -> Tools:
         (target / "complete").write_text(f"{time.monotonic() - started:.0f}\n")
         say(f"built in {time.monotonic() - started:.0f} s; {size(target) / 2**20:.0f} MiB in {target}")
     return tools
+
+
+def kwok_crd(plural: str) -> Path:
+    """One of KWOK's own CRDs (`execs`: a pod's `kubectl exec` run as a local command), from KWOK's published
+    module at `KWOK_VERSION`, copied beside the builds once: the Go module cache holds it after the build, and
+    the module proxy otherwise."""
+    target = cache_root() / f"kwok-{KWOK_VERSION}-crds" / f"kwok.x-k8s.io_{plural}.yaml"
+    if not target.exists():
+        done = subprocess.run([_go(), "mod", "download", "-json", f"sigs.k8s.io/kwok@{KWOK_VERSION}"], cwd=MODULE,
+                              capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise BuildError(f"go mod download sigs.k8s.io/kwok@{KWOK_VERSION} failed:\n{done.stdout}{done.stderr}")
+        source = Path(json.loads(done.stdout)["Dir"]) / "kustomize" / "crd" / "bases" / target.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(f".{os.getpid()}")
+        shutil.copyfile(source, partial)
+        partial.replace(target)  # whole or not at all, whoever copies it at the same time
+    return target
 
 
 def size(path: Path) -> int:

@@ -16,6 +16,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -29,6 +30,7 @@ from kubernetes import client, config, utils
 from kubernetes.client.rest import ApiException
 
 from federation.security import certs
+from federation.testbed import build
 from federation.testbed.build import REPO, Tools
 from member_agent.clusters import registered
 
@@ -79,9 +81,10 @@ class Testbed:
 
     # -- processes ----------------------------------------------------------------------------
 
-    def _start(self, name: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    def _start(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = (self.dir / f"{name}.log").open("ab")
-        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(env or {})})
         self.procs.append((name, proc))
         return proc
 
@@ -163,11 +166,16 @@ class Testbed:
                                         "metadata": {"name": "testbed-pod-logs"},
                                         "spec": {"logs": [{"logsFile": str(self.pod_log), "follow": True}]}}))
         kubelet_port = free_port()
+        # `kubectl exec` into a pod runs a local command when an Exec object names the pod (`exec_locally`).
+        self.install_crd(build.kwok_crd("execs"))
         self._start("kwok", [
             self.tools.program("kwok"), f"--kubeconfig={self.admin_kubeconfig}", "--manage-all-nodes=true",
             f"--config={STAGES}", f"--config={logs}", f"--server-address=127.0.0.1:{kubelet_port}",
             "--node-ip=127.0.0.1", f"--node-port={kubelet_port}", f"--tls-cert-file={pki / 'kwok.crt'}",
-            f"--tls-private-key-file={pki / 'kwok.key'}"])
+            f"--tls-private-key-file={pki / 'kwok.key'}", "--enable-crds=Exec"],
+            # a command exec'd into a pod is looked up on KWOK's own PATH: this virtualenv's programs are there,
+            # as they are on the image's
+            {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"})
         self.install_crd(self.tools.crd(*HYPERNODE_CRD))
         api = self.admin()
         self._wait("kube-controller-manager", self.procs[2][1],
@@ -230,6 +238,16 @@ class Testbed:
                 custom.create_cluster_custom_object(group, version, plural, obj)
             else:
                 utils.create_from_dict(api, obj)
+
+    def exec_locally(self, namespace: str, pod: str, container: str, env: dict[str, str], workdir: Path) -> None:
+        """`kubectl exec` into this pod's container runs the command here, in `workdir` with `env` added: what a
+        container runtime would run in it, for the processes tests run from a Pod's own manifest."""
+        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
+                "metadata": {"name": pod, "namespace": namespace},
+                "spec": {"execs": [{"containers": [container], "local": {
+                    "workDir": str(workdir), "envs": [{"name": k, "value": v} for k, v in sorted(env.items())]}}]}}
+        client.CustomObjectsApi(self.admin()).create_namespaced_custom_object(
+            "kwok.x-k8s.io", "v1alpha1", namespace, "execs", body)
 
     def agent_kubeconfig(self, path: Path, rbac: Sequence[dict[str, Any]] | None = None,
                          ttl: int = 24 * 3600) -> Path:
