@@ -51,9 +51,10 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# Rewrite the README's configuration reference from the programs' flag definitions (a test checks it).
+# Rewrite the documentation's generated pages (configuration, fedctl, the gRPC API, the site's home) from what they
+# describe (a test checks them).
 reference: $(STAMP)
-	$(BIN)/python -m federation.cli.reference README.md
+	$(BIN)/python -m federation.cli.reference
 
 # Regenerate the committed gRPC stubs from proto/ (a test fails when they are stale).
 proto: $(STAMP)

@@ -1,7 +1,7 @@
 """The web dashboard in a real browser (Debian's Chromium, headless, driven through its ChromeDriver) against a
 real server with tokens and a simulated member cluster: every page renders real data, a submitted job shows
 up and turns Running without a reload, a tenant sees nothing of another's, and the cluster view marks where
-a job's pods landed. With DASHBOARD_SCREENSHOTS=DIR the pages are saved there (the README's pictures)."""
+a job's pods landed. With DASHBOARD_SCREENSHOTS=DIR the pages are saved there (docs/dashboard/)."""
 
 from __future__ import annotations
 

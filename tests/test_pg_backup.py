@@ -1,6 +1,7 @@
-"""Backup and restore as docs/operations.md says: `pg_dump -Fc` of the federation's database, `pg_restore` into a new
-one, and a server on the restored database serves the same jobs (their phases, clusters, attempts) and the same event
-log, and goes on from where it stopped: a new job's events come after the restored ones."""
+"""Backup and restore as docs/operations/database.md says: `pg_dump -Fc` of the federation's database,
+`pg_restore` into a new one, and a server on the restored database serves the same jobs (their phases, clusters,
+attempts) and the same event log, and goes on from where it stopped: a new job's events come after the restored
+ones."""
 
 from __future__ import annotations
 

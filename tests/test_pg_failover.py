@@ -23,7 +23,7 @@ from tests.pgpair import ReplicatedPostgres
 from tests.test_e2e_agents import wait_for
 
 GPU = "nvidia.com/gpu"
-ANSWERS_AGAIN_WITHIN = 60.0  # seconds after the primary's loss: the README's stated bound
+ANSWERS_AGAIN_WITHIN = 60.0  # seconds after the primary's loss: the bound docs/concepts/fault-recovery.md states
 
 
 class Watcher(threading.Thread):

@@ -151,7 +151,8 @@ class _Converter:
         "queueingStrategy": "the federation orders a queue by priority, then submission, never blocking on "
                             "a job that cannot run (BestEffortFIFO)",
         "flavorFungibility": "a queue's flavors are tried in order",
-        "preemption": "reclaim and preemption follow deserved shares and priority classes (README, Scheduling)",
+        "preemption": ("reclaim and preemption follow deserved shares and priority classes "
+                       "(docs/concepts/scheduling.md)"),
         "admissionChecks": "the federation dispatches to member clusters itself (what MultiKueue's check does)",
         "admissionChecksStrategy": "the federation dispatches to member clusters itself (what MultiKueue's "
                                    "check does)",

@@ -936,10 +936,11 @@ def version(client: Client, fmt: str) -> None:
 
 @cli.command()
 @click.option("--after", type=click.IntRange(min=0), help="Replay events after this sequence number.")
-@click.option("--tenant", default="")
-@click.option("--queue", default="")
-@click.option("--job", "job_id", default="")
-@click.option("-o", "--output", "fmt", type=click.Choice(("table", "json")), default="table")
+@click.option("--tenant", default="", help="Events of this tenant's jobs only.")
+@click.option("--queue", default="", help="Events of this queue's jobs only.")
+@click.option("--job", "job_id", default="", help="Events of this job only.")
+@click.option("-o", "--output", "fmt", type=click.Choice(("table", "json")), default="table",
+              help="A table row or a JSON object per event.")
 @pass_client
 def watch(client: Client, after: int | None, tenant: str, queue: str, job_id: str, fmt: str) -> None:
     """Stream job events as they happen (Ctrl-C to stop)."""
@@ -1038,7 +1039,8 @@ def _quota(guarantee: tuple[str, ...], limit: tuple[str, ...]) -> dict[str, Any]
 
 cli.add_command(_crud_group(
     "tenant", admin_pb2.Tenant, "tenant", "ListTenants",
-    [_weight, _guarantee, _limit, click.option("--disabled/--enabled", default=None)],
+    [_weight, _guarantee, _limit, click.option("--disabled/--enabled", default=None,
+                                                  help="A disabled tenant's jobs are not scheduled.")],
     lambda weight, guarantee, limit, disabled: {"weight": weight, **_quota(guarantee, limit), "disabled": disabled}))
 
 queue_group = _crud_group(
@@ -1047,7 +1049,9 @@ queue_group = _crud_group(
      click.option("--priority", type=int, help="Queues of higher priority are served first."), _guarantee, _limit,
      click.option("--reclaimable/--no-reclaimable", default=None,
                   help="May what it holds beyond its deserved share be taken back (default on create: yes)."),
-     click.option("--state", type=click.Choice(["open", "closed", "draining"], case_sensitive=False)),
+     click.option("--state", type=click.Choice(["open", "closed", "draining"], case_sensitive=False),
+                  help="closed: refuses new jobs, its waiting ones wait; "
+                       "draining: refuses new jobs, its waiting ones still run."),
      click.option("--flavor", "flavors", multiple=True, metavar="FLAVOR",
                   help="A flavor its jobs may use, in order of preference (repeatable; none: any)."),
      click.option("--parent", metavar="QUEUE",
@@ -1084,8 +1088,12 @@ def queue_status(client: Client, name: str, fmt: str) -> None:
 
 cli.add_command(_crud_group(
     "priorityclass", admin_pb2.PriorityClass, "priority_class", "ListPriorityClasses",
-    [click.option("--value", type=int), click.option("--preemptible/--not-preemptible", default=None),
-     click.option("--global-default/--no-global-default", default=None), click.option("--description"),
+    [click.option("--value", type=int, help="Higher values are served first and may preempt lower ones."),
+     click.option("--preemptible/--not-preemptible", default=None,
+                  help="May jobs of this class be preempted by higher ones."),
+     click.option("--global-default/--no-global-default", default=None,
+                  help="The class of jobs that name none (at most one is)."),
+     click.option("--description", help="Shown in listings."),
      click.option("--protected-run-seconds", type=int,
                   help="seconds a job of this class runs before another queue may reclaim it")],
     lambda value, preemptible, global_default, description, protected_run_seconds: {
@@ -1352,7 +1360,7 @@ def token_create(client: Client, tenant: str, admin: bool, name: str, ttl: str) 
 
 
 @token.command("list")
-@click.option("--tenant", default="")
+@click.option("--tenant", default="", help="This tenant's tokens only.")
 @_format_option
 @pass_client
 def token_list(client: Client, tenant: str, fmt: str) -> None:
@@ -1371,8 +1379,9 @@ def token_revoke(client: Client, token_id: str) -> None:
 
 
 @cli.command()
-@click.option("--kind", type=click.Choice(["tenant", "queue", "priority_class", "cluster", "token"]), default=None)
-@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--kind", type=click.Choice(["tenant", "queue", "priority_class", "cluster", "token"]), default=None,
+              help="Changes to objects of this kind only.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="At most this many.")
 @_format_option
 @pass_client
 def audit(client: Client, kind: str | None, limit: int, fmt: str) -> None:

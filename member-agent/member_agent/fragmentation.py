@@ -24,7 +24,7 @@ TOP_SHAPES = 32
 FIRST_EPOCH = 16  # pods seen before the mix is trusted; below it, no fragmentation is scored
 # At most this share of the devices asked for came in gangs of several pods: the cluster serves pods on their own
 # (inference, notebooks, openb's trace), and placement may spread them (`PodMix.mostly_single`). The ITP trace's
-# gangs ask for 15 % of its GPUs, and spreading its lone pods there cost its gangs (README, Benchmarks).
+# gangs ask for 15 % of its GPUs, and spreading its lone pods there cost its gangs (docs/development/benchmarks.md).
 SINGLE_SHARE = 0.05
 
 Shape = tuple[tuple[str, int], ...]

@@ -365,7 +365,8 @@ class _Placer:
         """`spread`: the gang is one pod, with no others to keep close. Where the cluster's learnt pod mix says its
         pods come on their own (no gangs to keep whole HyperNodes for) the emptiest of the places that fragment it
         alike takes the pod (Kubernetes' LeastAllocated), keeping cpu and memory free beside every node's GPUs; on
-        openb that leaves fewer GPUs unallocatable than packing (README, Benchmarks). Elsewhere the fullest."""
+        openb that leaves fewer GPUs unallocatable than packing (docs/development/benchmarks.md). Elsewhere the
+        fullest."""
         self.spread = spread and state.fragmentation.mix.mostly_single()
         self.state = state
         self.topology = state.topology
