@@ -146,6 +146,12 @@ def testbed_tools() -> Tools:
     return build.ensure(print)
 
 
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    """Prometheus' promtool, built on first use as the test bed is."""
+    return build.promtool(print)
+
+
 @pytest.fixture
 def kube(testbed_tools: Tools, tmp_path: Path) -> Iterator[Testbed]:
     """A real kube-apiserver (RBAC on), etcd, kube-controller-manager and KWOK of this test's own."""

@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 MODULE = REPO / "testbed"
 KWOK_VERSION = "v0.7.0"
 HELM_VERSION = "v3.19.0"  # built on Kubernetes 1.34's client libraries, as the test bed
+PROMETHEUS_VERSION = "v0.316.0"  # the Go module's version of Prometheus 3.16
 PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 VOLCANO_API_PACKAGES = ("topology/v1alpha1", "batch/v1alpha1", "scheduling/v1beta1")
 
@@ -98,13 +99,12 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> None:
         raise BuildError(f"{' '.join(argv)} (in {cwd}) failed:\n{done.stdout}{done.stderr}")
 
 
-def ensure(say: Callable[[str], None] = lambda _: None) -> Tools:
-    """The built test bed, building it first when the cache has none for this key."""
-    root = cache_root()
-    target = root / key()
-    tools = Tools(target / "bin", target / "crds")
+def _once(target: Path, what: str, build: Callable[[], None], say: Callable[[str], None]) -> None:
+    """Build into `target` unless a build finished there; concurrent callers (pytest workers, a person's `make
+    kube-up`) wait on one lock instead of building twice."""
     if (target / "complete").exists():
-        return tools
+        return
+    root = target.parent
     root.mkdir(parents=True, exist_ok=True)
     with (root / "lock").open("a+") as lock:
         try:
@@ -119,10 +119,21 @@ def ensure(say: Callable[[str], None] = lambda _: None) -> Tools:
                    f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
         lock.flush()
         if (target / "complete").exists():  # another process built it while we waited
-            return tools
+            return
         shutil.rmtree(target, ignore_errors=True)
         started = time.monotonic()
-        say(f"building the Kubernetes test bed into {target} (once per version; about 10 minutes on 2 cores)")
+        say(f"building {what} into {target}")
+        build()
+        (target / "complete").write_text(f"{time.monotonic() - started:.0f}\n")
+        say(f"built in {time.monotonic() - started:.0f} s; {size(target) / 2**20:.0f} MiB in {target}")
+
+
+def ensure(say: Callable[[str], None] = lambda _: None) -> Tools:
+    """The built test bed, building it first when the cache has none for this key."""
+    target = cache_root() / key()
+    tools = Tools(target / "bin", target / "crds")
+
+    def build() -> None:
         env = {"GOFLAGS": "-buildvcs=false -trimpath", "CGO_ENABLED": "0"}
         say("  kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kubectl ...")
         _run([_go(), "build", f"-ldflags={ldflags()}", "-o", str(tools.bin) + "/", "./cmd/..."], MODULE, env)
@@ -139,9 +150,26 @@ def ensure(say: Callable[[str], None] = lambda _: None) -> Tools:
         missing = [p for p in (*PROGRAMS, "kwok", "helm") if not (tools.bin / p).exists()]
         if missing or not tools.crd("topology.volcano.sh", "hypernodes").exists():
             raise BuildError(f"the build finished without {', '.join(missing) or 'the HyperNode CRD'}")
-        (target / "complete").write_text(f"{time.monotonic() - started:.0f}\n")
-        say(f"built in {time.monotonic() - started:.0f} s; {size(target) / 2**20:.0f} MiB in {target}")
+
+    _once(target, "the Kubernetes test bed (once per version; about 10 minutes on 2 cores)", build, say)
     return tools
+
+
+def promtool(say: Callable[[str], None] = lambda _: None) -> Path:
+    """Prometheus' `promtool` (the alerts' checks and unit tests) at `PROMETHEUS_VERSION`, built once beside the
+    test bed: a cache of its own, so the test bed's key, and its longer build, stay as they are."""
+    version = subprocess.run([_go(), "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
+    target = cache_root() / f"promtool-{PROMETHEUS_VERSION}-{version}"
+
+    def build() -> None:
+        _run([_go(), "install", "-ldflags=-s -w",
+              f"github.com/prometheus/prometheus/cmd/promtool@{PROMETHEUS_VERSION}"], MODULE,
+             {"GOFLAGS": "-buildvcs=false -trimpath", "CGO_ENABLED": "0", "GOBIN": str(target / "bin")})
+        if not (target / "bin" / "promtool").exists():
+            raise BuildError("the build finished without promtool")
+
+    _once(target, f"promtool {PROMETHEUS_VERSION} (once; a few minutes on 2 cores)", build, say)
+    return target / "bin" / "promtool"
 
 
 def kwok_crd(plural: str) -> Path:
@@ -171,6 +199,7 @@ if __name__ == "__main__":
 
     try:
         built = ensure(print)
+        checker = promtool(print)
     except BuildError as err:
         sys.exit(f"testbed: {err}")
-    print(f"test bed ready: {built.bin} ({size(built.bin.parent) / 2**20:.0f} MiB)")
+    print(f"test bed ready: {built.bin} ({size(built.bin.parent) / 2**20:.0f} MiB), {checker}")
