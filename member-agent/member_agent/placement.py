@@ -151,7 +151,8 @@ class _Trial:
         count = memo.get(key)
         if count is None:
             self.state.counts.remember(task.shape)
-            if node not in self.state.ready or self.state.avoids(node, task.health):
+            if (node not in self.state.ready or self.state.avoids(node, task.health)
+                    or self.state.refuses(node, task.request)):
                 count = 0
             else:
                 spec = self.topology.nodes[node]
@@ -515,12 +516,20 @@ def place(state: ClusterState, gang: GangRequest) -> Placement | Rejection:
 
 def _unmatched(state: ClusterState, gang: GangRequest) -> str:
     """Why no node of the cluster could ever take one of the gang's tasks: no node has every label its
-    nodeSelector names; "" when each task's selector matches some node."""
+    nodeSelector names, or every node with room for one of its pods refuses it (an MPS node asked for more than one
+    replica); "" when each task has some node."""
     for task in gang.tasks:
         if task.node_selector and not any(all(node.labels.get(k) == v for k, v in task.node_selector.items())
                                           for node in state.topology.nodes.values()):
             pairs = ",".join(f"{k}={v}" for k, v in sorted(task.node_selector.items()))
             return f"no node matches task {task.name}'s nodeSelector {pairs}"
+        if not any(shared.refuses(task.request) for shared in state.sharing.values()):
+            continue  # (only a shared node refuses what it has room for)
+        having = [n for n, node in state.topology.nodes.items()
+                  if all(node.allocatable.get(r, 0) >= a for r, a in task.request.items() if a > 0)]
+        refusals = [why for n in having if (why := state.refuses(n, task.request))]
+        if having and len(refusals) == len(having):
+            return f"no node takes task {task.name}'s pods: {refusals[0]}"
     return ""
 
 

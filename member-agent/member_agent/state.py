@@ -19,6 +19,7 @@ from federation.kernel.tiers import TierFree
 from member_agent.devices import assign, fits, memory_mib, take
 from member_agent.fragmentation import Fragmentation
 from member_agent.nodehealth import DEGRADED, NodeHealth
+from member_agent.sharing import Sharing, node_sharing
 from member_agent.topology import ROOT, Node, Toleration, Topology, tolerates
 
 # (request, node selector, tolerations, health level, GPU fraction): what decides how many pods of a task fit on a node
@@ -100,8 +101,13 @@ class ClusterState:
                            for d in sorted(topology.domains.values(), key=lambda d: (d.name == ROOT, d.tier))]
         # Per GPU node: each device's share free (thousandths), by device index; its devices' memory (MiB, 0 unknown).
         # The node's `GPU` free is how many are wholly free, its `SHARE` free their sum: kept so by `allocate`.
-        self.devices: dict[str, list[int]] = {n: [WHOLE] * node.allocatable[GPU]
-                                              for n, node in topology.nodes.items() if node.allocatable.get(GPU)}
+        # Nodes whose GPUs NVIDIA's device plugin shares (time-slicing, MPS): the kubelet hands out their replicas,
+        # so they have no device table of ours (a fraction placed by device would land on replicas given to others).
+        self.sharing: dict[str, Sharing] = {n: shared for n, node in topology.nodes.items()
+                                            if (shared := node_sharing(node.labels, node.allocatable))}
+        self.devices: dict[str, list[int]] = {
+            n: [WHOLE] * node.allocatable[GPU] for n, node in topology.nodes.items()
+            if node.allocatable.get(GPU) and not (n in self.sharing and self.sharing[n].resource == GPU)}
         self.device_memory: dict[str, int] = {n: memory_mib(topology.nodes[n].labels)
                                               for n in self.devices}
         self.degraded: dict[str, NodeHealth] = {}  # nodes that work and may fail, and why
@@ -251,6 +257,11 @@ class ClusterState:
         free = [f - taken.get(d, 0) for d, f in enumerate(table)] if taken else table
         return fits(free, ask.share_on(self.device_memory.get(node, 0)), ask.devices)
 
+    def refuses(self, node: str, request: Mapping[str, int]) -> str | None:
+        """Why a pod asking `request` cannot run on `node` whatever is free there (its GPUs' sharing), or None."""
+        shared = self.sharing.get(node)
+        return shared.refuses(request) if shared is not None else None
+
     def used_on(self, node: str) -> Resources:
         """What is booked on a node (its allocatable less what is free)."""
         allocatable, free = self.topology.nodes[node].allocatable, self.free[node]
@@ -307,6 +318,9 @@ class ClusterState:
             for node in self.devices:
                 row = self._rows[node]
                 counts[row] = min(counts[row], self.gpu_fit(node, ask))
+        for node, shared in self.sharing.items():
+            if shared.refuses(request):
+                counts[self._rows[node]] = 0
         counts[~(allowed & self._ready) | self._avoid[level]] = 0
         under = np.bincount(self._parent_row, weights=counts, minlength=len(self._domain_list))
         totals = [round(x) for x in under]  # exact: sums stay far below 2**53
