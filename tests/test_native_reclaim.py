@@ -165,3 +165,48 @@ def test_a_churning_federation_of_many_clusters_decides_the_same() -> None:
         churn.carry_out(walked)
         snapshot = churn.next()
     assert preempted > 0  # reclaim ran and chose victims, so the two searches were compared where they work
+
+
+class _Panicking:
+    """A compiled module whose search fails as the index panic of 2026-11-27 did (a Rust panic reaches Python as
+    pyo3's PanicException, a BaseException)."""
+
+    class PanicException(BaseException):
+        pass
+
+    class ReclaimPool:
+        def __init__(self, *_: object) -> None:
+            pass
+
+        def preempted(self, *_: object) -> None:
+            pass
+
+        def victims(self, *_: object) -> None:
+            raise _Panicking.PanicException("index out of bounds: the len is 3 but the index is 3")
+
+
+def test_a_failing_compiled_search_leaves_the_cycle_to_the_python_one() -> None:
+    """The cycle is decided as the Python search decides it, and says what failed (the server logs it), instead of
+    the whole cycle failing with it."""
+    rng = random.Random(7)
+    federation = Federation(rng, 12)
+    federation.submit(12 * 12)
+    failed = 0
+    compiled = native.compiled
+    for _ in range(6):
+        snapshot = federation.snapshot()
+        with python_search():
+            oracle = schedule(snapshot)
+        native.compiled = _Panicking  # type: ignore[assignment]
+        try:
+            broken = schedule(snapshot)
+        finally:
+            native.compiled = compiled
+        same(oracle, broken)
+        if broken.compiled_failure:
+            assert broken.compiled_failure.startswith("PanicException: index out of bounds")
+            failed += 1
+        assert not oracle.compiled_failure
+        federation.carry_out(broken)
+        federation.submit(rng.randrange(12, 48))
+    assert failed  # reclaim searched, so the failure was met and survived

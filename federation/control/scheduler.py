@@ -384,6 +384,9 @@ class Scheduler:
             self.on_change()
         if decisions.cut_short:
             self.wake()  # the burst ran out: the rest of the queues next, without waiting for the period
+        if decisions.compiled_failure:
+            log.error("the compiled victim search failed; this cycle's reclaim was decided by the Python search: %s",
+                      decisions.compiled_failure)
         clock.step("write")
         await self.jobs.set_waiting(reasons, fence)
         self.cache.reasons_written(reasons)

@@ -125,7 +125,15 @@ class Preemption:
         over = self._reclaimable(job, queue_within, tenant_within)
         could = self.pool.could_make_room(job.view.request, [job.queue, *over])
         refused = self.snap.refused.get(job.id, {})  # a cluster that refused the job gets no evictions for it
-        searched = self._search_compiled(job, over, could, refused) if native.compiled is not None else None
+        searched = None
+        if native.compiled is not None and not self.out.compiled_failure:
+            try:
+                searched = self._search_compiled(job, over, could, refused)
+            except BaseException as err:  # a Rust panic is a BaseException; an interrupt is not ours to keep
+                if not isinstance(err, Exception) and type(err).__name__ != "PanicException":
+                    raise
+                # The Python search decides the same (the differential tests hold them equal): the cycle goes on.
+                self.out.compiled_failure = f"{type(err).__name__}: {err}"[:500]
         best, kept = searched if searched is not None else self._search(job, over, could, refused)
         if best is not None:
             return best
