@@ -6,11 +6,12 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from federation.cli.convert import convert
 from federation.cli.manifest import apply_documents, job_from_document
-from federation.cli.yamldoc import load_documents
+from federation.cli.yamldoc import ManifestError, load_documents
 from federation.validation import Violations, check_job_spec, check_queue, normalise_job_spec
 from tests.conftest import REPO
 from tests.test_volcano_fields import CORPUS
@@ -175,3 +176,123 @@ def test_convert_exits_non_zero_when_nothing_converts(tmp_path: Path) -> None:
     done = subprocess.run([str(REPO / ".venv" / "bin" / "fedctl"), "convert", "-f", str(flavor)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "nothing converted" in done.stderr and "ResourceFlavor default" in done.stderr
+
+
+def taken(objects: list[dict]) -> list:
+    """The converted Jobs as `fedctl submit` takes them, validated."""
+    specs = []
+    for doc in load_documents(yaml.safe_dump_all(objects), "converted.yaml"):
+        spec = job_from_document(doc).message
+        normalise_job_spec(spec)
+        v = Violations()
+        check_job_spec(v, "spec", spec)
+        assert not v, v.items
+        specs.append(spec)
+    return specs
+
+
+SLICED_JOB = """\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: sliced, labels: {kueue.x-k8s.io/queue-name: user-queue}}
+spec:
+  parallelism: 8
+  completions: 8
+  template:
+    metadata:
+      annotations:
+        kueue.x-k8s.io/podset-required-topology: cloud.provider.com/topology-block
+        kueue.x-k8s.io/podset-slice-required-topology: cloud.provider.com/topology-rack
+        kueue.x-k8s.io/podset-slice-size: "4"
+    spec:
+      containers: [{name: c, image: x, resources: {requests: {nvidia.com/gpu: "8"}}}]
+"""
+
+
+def test_kueue_slices_become_partitions_each_inside_one_hypernode() -> None:
+    """Issue 45 (2): Kueue's two-level topology: the pod set under one block, each slice of 4 under one rack."""
+    (job,) = convert(load_documents(SLICED_JOB, "sliced.yaml")).objects
+    assert job["spec"]["networkTopology"] == {"mode": "hard", "highestTierName": "topology-block"}
+    (task,) = job["spec"]["tasks"]
+    assert task["partitionPolicy"] == {"totalPartitions": 2, "partitionSize": 4,
+                                       "networkTopology": {"mode": "hard", "highestTierName": "topology-rack"}}
+    (spec,) = taken([job])
+    assert spec.tasks[0].partition_policy.partition_size == 4 and spec.min_available == 8
+    # A JobSet's slice is one Job's pods unless the template says otherwise.
+    jobset = """\
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: js}
+spec:
+  replicatedJobs:
+    - name: workers
+      replicas: 3
+      template:
+        spec:
+          parallelism: 2
+          template:
+            metadata: {annotations: {kueue.x-k8s.io/podset-slice-required-topology: nvidia.com/gpu.clique}}
+            spec: {containers: [{name: c, image: x}]}
+"""
+    (js,) = convert(load_documents(jobset, "js.yaml")).objects
+    assert js["spec"]["tasks"][0]["partitionPolicy"]["totalPartitions"] == 3
+    assert js["spec"]["tasks"][0]["partitionPolicy"]["networkTopology"]["highestTierName"] == "gpu.clique"
+    taken([js])
+
+
+@pytest.mark.parametrize(("change", "field", "message"), [
+    ('        kueue.x-k8s.io/podset-slice-size: "4"\n', "podset-slice-size", "required"),
+    ('kueue.x-k8s.io/podset-slice-size: "4"', "podset-slice-size", "does not divide"),
+    ('kueue.x-k8s.io/podset-slice-size: "4"', "podset-slice-size", "not a whole number"),
+])
+def test_a_bad_slice_is_refused_naming_file_line_and_field(change: str, field: str, message: str) -> None:
+    text = {"required": SLICED_JOB.replace(change, ""),
+            "does not divide": SLICED_JOB.replace(change, 'kueue.x-k8s.io/podset-slice-size: "3"'),
+            "not a whole number": SLICED_JOB.replace(change, 'kueue.x-k8s.io/podset-slice-size: "four"')}[message]
+    with pytest.raises(ManifestError) as err:
+        convert(load_documents(text, "sliced.yaml"))
+    assert str(err.value).startswith("sliced.yaml:") and field in str(err.value) and message in str(err.value)
+
+
+LWS = """\
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata:
+  name: vllm
+  labels: {kueue.x-k8s.io/queue-name: inference}
+  annotations: {leaderworkerset.sigs.k8s.io/exclusive-topology: nvidia.com/gpu.clique}
+spec:
+  replicas: 3
+  leaderWorkerTemplate:
+    size: 4
+    workerTemplate:
+      spec:
+        containers: [{name: vllm, image: vllm/vllm-openai, resources: {limits: {nvidia.com/gpu: "4"}}}]
+"""
+
+
+def test_a_leader_worker_set_is_a_gang_of_groups_each_inside_one_domain() -> None:
+    """Issue 45 (2): LeaderWorkerSet's groups as partitions, each within one HyperNode of its exclusive topology,
+    restarted as a group (RecreateGroupOnPodRestart); the set starts with one group, the others join."""
+    result = convert(load_documents(LWS, "lws.yaml"))
+    (job,) = result.objects
+    assert job["spec"]["queue"] == "inference" and job["spec"]["minAvailable"] == 4
+    (task,) = job["spec"]["tasks"]
+    assert task["replicas"] == 12
+    assert task["partitionPolicy"] == {"totalPartitions": 3, "partitionSize": 4, "minPartitions": 1,
+                                       "networkTopology": {"mode": "hard", "highestTierName": "gpu.clique"}}
+    assert task["policies"] == [{"events": ["PodFailed", "PodEvicted"], "action": "RestartPartition"}]
+    assert any("3 partition(s) of task worker" in n for n in result.notes)
+    (spec,) = taken([job])
+    assert spec.tasks[0].partition_policy.min_partitions == 1
+    # A leader template of its own: leaders are a task, the groups' workers the partitions.
+    leader = LWS.replace("    workerTemplate:", "    leaderTemplate:\n      spec: {containers: [{name: lead, image: "
+                                                  "x}]}\n    workerTemplate:")
+    result = convert(load_documents(leader, "lws.yaml"))
+    (job,) = result.objects
+    assert [(t["name"], t["replicas"]) for t in job["spec"]["tasks"]] == [("leader", 3), ("worker", 9)]
+    assert job["spec"]["tasks"][1]["partitionPolicy"]["partitionSize"] == 3
+    assert any("its workers, not its leader" in n for n in result.notes)
+    taken([job])
+    with pytest.raises(ManifestError, match="restartPolicy"):
+        convert(load_documents(LWS.replace("    size: 4", "    size: 4\n    restartPolicy: Always"), "lws.yaml"))

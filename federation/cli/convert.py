@@ -1,9 +1,10 @@
 """`fedctl convert`: what users of Kueue, Armada and Volcano already have, as manifests the federation takes.
 
 Kueue `ClusterQueue`/`Cohort` and Armada and Volcano `Queue`s become the federation's Queues (`fedctl apply`);
-the workloads Kueue queues (`batch/v1` Jobs, JobSets, Kubeflow PyTorchJobs and MPIJobs, KubeRay RayJobs, plain
-Pod groups) and Armada job files become Volcano Jobs (`fedctl submit`), each a gang of all its pods, with
-Kueue's topology requests as network topology. Each field maps to its
+the workloads Kueue queues (`batch/v1` Jobs, JobSets, Kubeflow PyTorchJobs and MPIJobs, KubeRay RayJobs,
+LeaderWorkerSets, plain Pod groups) and Armada job files become Volcano Jobs (`fedctl submit`), each a gang of all
+its pods (a LeaderWorkerSet's groups joining as they fit), with Kueue's topology requests as network topology and
+its slices, and a LeaderWorkerSet's groups, as partitions each inside one HyperNode. Each field maps to its
 counterpart; what is lost on the way is said in a note naming file and line; a field with no counterpart
 that would change what is scheduled is refused by name, as `fedctl apply` refuses it.
 """
@@ -31,6 +32,11 @@ KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_TOPOLOGY = {"kueue.x-k8s.io/podset-required-topology": "hard",
                   "kueue.x-k8s.io/podset-preferred-topology": "soft"}
+# Kueue's two-level topology: slices of a pod set, each inside one domain of the level
+KUEUE_SLICE_TOPOLOGY = "kueue.x-k8s.io/podset-slice-required-topology"
+KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+LWS_API = "leaderworkerset.x-k8s.io/"
+LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"  # each group alone in one domain of that level
 ARMADA_GANG_ID = "armadaproject.io/gangId"
 ARMADA_GANG_CARDINALITY = "armadaproject.io/gangCardinality"
 
@@ -68,7 +74,8 @@ class _Converter:
             if handler is None:
                 self.note(doc, "kind", f"{api or '?'}/{kind or '?'} is not converted (fedctl convert takes Kueue "
                                        "ClusterQueue, Cohort, LocalQueue, and the workloads Kueue queues: batch/v1 "
-                                       "Jobs, JobSets, PyTorchJobs, MPIJobs, RayJobs and Pod groups; Armada queues "
+                                       "Jobs, JobSets, PyTorchJobs, MPIJobs, RayJobs, LeaderWorkerSets and Pod "
+                                       "groups; Armada queues "
                                        "and job files; Volcano Queues)")
                 continue
             handler(doc, data)
@@ -88,6 +95,8 @@ class _Converter:
             return self.kubeflow_job
         if api.startswith("ray.io/") and kind == "RayJob":
             return self.ray_job
+        if api.startswith(LWS_API) and kind == "LeaderWorkerSet":
+            return self.leader_worker_set
         if api == "v1" and kind == "Pod" and KUEUE_POD_GROUP in ((data.get("metadata") or {}).get("labels") or {}):
             return self.pod_group_member
         if api == VOLCANO_QUEUE_API and kind == "Queue":
@@ -243,10 +252,15 @@ class _Converter:
         kept = {k: meta[k] for k in ("name", "generateName", "namespace", "annotations") if k in meta}
         return {**kept, **({"labels": labels} if labels else {})}, queue
 
-    def _topology(self, doc: Document, template: Any, path: str, job: dict[str, Any]) -> None:
+    def _topology(self, doc: Document, template: Any, path: str, job: dict[str, Any],
+                  slice_size: int | None = None) -> None:
         """Kueue's topology request on a pod template -> the job's networkTopology (the tier named as the agent
-        names a tier it discovers from that node label: the label's name part)."""
+        names a tier it discovers from that node label: the label's name part); a slice request -> its task's
+        partitions (`slice_size`: the size Kueue takes when the template names none, a JobSet's parallelism)."""
         annotations = ((template or {}).get("metadata") or {}).get("annotations") or {}
+        if KUEUE_SLICE_TOPOLOGY in annotations:
+            task = next(t for t in job["spec"]["tasks"] if t.get("template") is template)
+            self._slices(doc, annotations, f"{path}.metadata.annotations", task, slice_size)
         for key, mode in KUEUE_TOPOLOGY.items():
             if key in annotations:
                 level = str(annotations[key])
@@ -259,19 +273,86 @@ class _Converter:
                                                                f"highestTierName {tier} (a cluster's tier of that "
                                                                "node label: its --topology-label or HyperNodes)")
 
+    def _slices(self, doc: Document, annotations: dict[str, Any], path: str, task: dict[str, Any],
+                default: int | None) -> None:
+        """Kueue's slices of a pod set -> the task's partitions, each under a HyperNode of the level's tier, all of
+        them needed (Kueue admits the pod set whole)."""
+        level = str(annotations[KUEUE_SLICE_TOPOLOGY])
+        text = annotations.get(KUEUE_SLICE_SIZE)
+        if text is None and default is None:
+            raise doc.error(f"{path}.{KUEUE_SLICE_SIZE}", f"required with {KUEUE_SLICE_TOPOLOGY}")
+        size = _count(doc, f"{path}.{KUEUE_SLICE_SIZE}", text) if text is not None else default
+        assert size is not None
+        replicas = int(task["replicas"])
+        if replicas % size:
+            raise doc.error(f"{path}.{KUEUE_SLICE_SIZE}", f"{size} does not divide the pod set's {replicas} pods")
+        tier = level.rsplit("/", 1)[-1]
+        task["partitionPolicy"] = {"totalPartitions": replicas // size, "partitionSize": size,
+                                   "networkTopology": {"mode": "hard", "highestTierName": tier}}
+        self.note(doc, path, f"{KUEUE_SLICE_TOPOLOGY}: {level}, slices of {size} -> task {task['name']}: "
+                             f"{replicas // size} partitions of {size}, each within one HyperNode of tier {tier}")
+
+    def leader_worker_set(self, doc: Document, data: dict[str, Any]) -> None:
+        """A LeaderWorkerSet: its groups (a leader and size-1 workers each) as partitions of one gang, each group
+        under one domain of its exclusive topology; the set starts with its first group, the others join as they
+        fit (Kueue admits each group on its own)."""
+        spec = data.get("spec") or {}
+        groups = _count(doc, "spec.replicas", spec.get("replicas", 1))
+        lwt = spec.get("leaderWorkerTemplate") or {}
+        size = _count(doc, "spec.leaderWorkerTemplate.size", lwt.get("size", 1))
+        worker = lwt.get("workerTemplate")
+        if not isinstance(worker, dict):
+            raise doc.error("spec.leaderWorkerTemplate.workerTemplate", "required")
+        level = ((data.get("metadata") or {}).get("annotations") or {}).get(LWS_EXCLUSIVE)
+        topology = {"mode": "hard", "highestTierName": str(level).rsplit("/", 1)[-1]} if level else None
+        restart = str(lwt.get("restartPolicy", "RecreateGroupOnPodRestart"))
+        leader = lwt.get("leaderTemplate")
+        if isinstance(leader, dict) and leader != worker and size > 1:
+            tasks = [{"name": "leader", "replicas": groups, "template": leader},
+                     {"name": "worker", "replicas": groups * (size - 1), "template": worker}]
+            parted, group_size = tasks[1], size - 1
+            self.note(doc, "spec.leaderWorkerTemplate.leaderTemplate",
+                      "a leader template of its own: leaders are a task of their own, and a group's domain holds "
+                      "its workers, not its leader (a partition is of one task)")
+        else:
+            tasks = [{"name": "worker", "replicas": groups * size, "template": worker}]
+            parted, group_size = tasks[0], size
+        parted["partitionPolicy"] = {"totalPartitions": groups, "partitionSize": group_size, "minPartitions": 1,
+                                     **({"networkTopology": topology} if topology else {})}
+        if restart == "RecreateGroupOnPodRestart":
+            parted["policies"] = [{"events": ["PodFailed", "PodEvicted"], "action": "RestartPartition"}]
+        elif restart != "None":
+            raise doc.error("spec.leaderWorkerTemplate.restartPolicy",
+                            f"{quoted(restart)} is not one of RecreateGroupOnPodRestart, None")
+        self._job(doc, data, tasks, f"LeaderWorkerSet ({groups} group(s) of {size})", {"svc": []},
+                  first=size if len(tasks) == 1 else 1 + group_size)
+        self.note(doc, "spec.replicas", f"{groups} group(s) of {size} pods -> {groups} partition(s) of task "
+                                        f"{parted['name']}" + (f", each within one HyperNode of tier "
+                                                               f"{topology['highestTierName']}" if topology else "")
+                  + "; the set starts once one group fits, the others join as they fit")
+        for key in ("rolloutStrategy", "startupPolicy", "networkConfig"):
+            if key in spec:
+                self.note(doc, f"spec.{key}", f"spec.{key} is not kept")
+        if "subGroupPolicy" in lwt:
+            self.note(doc, "spec.leaderWorkerTemplate.subGroupPolicy", "subGroupPolicy is not kept: a group is one "
+                                                                        "partition")
+
     def _job(self, doc: Document, data: dict[str, Any], tasks: list[dict[str, Any]], what: str,
-             plugins: dict[str, list[str]] | None = None) -> dict[str, Any]:
+             plugins: dict[str, list[str]] | None = None, first: int | None = None) -> dict[str, Any]:
+        """One Volcano Job, all its pods started together, or the `first` of them (the rest joining as they fit)."""
         meta, queue = self._kueue_meta(doc, data)
         total = sum(int(t["replicas"]) for t in tasks)
         job: dict[str, Any] = {"apiVersion": VOLCANO_API, "kind": "Job", "metadata": meta,
-                               "spec": {"minAvailable": total, "tasks": tasks}}
+                               "spec": {"minAvailable": first or total, "tasks": tasks}}
         if queue:
             job["spec"]["queue"] = queue
         if plugins:
             job["spec"]["plugins"] = plugins
         self.out.objects.append(job)
-        self.note(doc, "kind", f"{what} -> one Volcano Job of {len(tasks)} task(s), {total} pods started together "
-                               f"(minAvailable {total}, as Kueue admits a workload whole); queue {queue or 'default'}")
+        started = (f"{total} pods started together (minAvailable {total}, as Kueue admits a workload whole)"
+                   if first is None else f"{total} pods, the first {first} started together (minAvailable {first})")
+        self.note(doc, "kind", f"{what} -> one Volcano Job of {len(tasks)} task(s), {started}; queue "
+                               f"{queue or 'default'}")
         return job
 
     def jobset(self, doc: Document, data: dict[str, Any]) -> None:
@@ -285,7 +366,7 @@ class _Converter:
             template = job_spec.get("template") or {}
             tasks.append({"name": _dns_label(str(rj.get("name", f"job-{i}"))), "replicas": replicas,
                           "template": template})
-            templates.append((f"{path}.template.spec.template", template))
+            templates.append((f"{path}.template.spec.template", template, parallelism))
             if int(job_spec.get("completions", parallelism)) != parallelism:
                 self.note(doc, f"{path}.template.spec.completions", "completions other than parallelism: each pod "
                                                                     "runs once")
@@ -294,8 +375,8 @@ class _Converter:
                 self.note(doc, f"spec.{key}", f"spec.{key} is not kept (the job's pods are one gang; the svc plugin "
                                               "names them)" if key == "network" else f"spec.{key} is not kept")
         job = self._job(doc, data, tasks, f"JobSet ({len(tasks)} replicated job(s))", {"svc": []})
-        for path, template in templates:
-            self._topology(doc, template, path, job)
+        for path, template, parallelism in templates:
+            self._topology(doc, template, path, job, slice_size=parallelism)  # a slice: one Job's pods, by default
 
     KUBEFLOW_ROLES = {"PyTorchJob": ("pytorchReplicaSpecs", {"Master": "master", "Worker": "worker"}),
                       "MPIJob": ("mpiReplicaSpecs", {"Launcher": "launcher", "Worker": "worker"})}
@@ -449,6 +530,14 @@ class _Converter:
             self.note(doc, f"jobs[{members[0][0]}]", f"gang {gang}: {len(members)} Armada job(s) -> one Volcano Job "
                                                      f"of {len(tasks)} task(s), minAvailable {cardinality}"
                       + (f"; not kept: {', '.join(sorted(lost))}" if lost else ""))
+
+
+def _count(doc: Document, path: str, value: Any) -> int:
+    """A positive whole number, as written (YAML's 4, or "4" in an annotation)."""
+    text = str(value)
+    if isinstance(value, bool) or not text.isascii() or not text.isdigit() or not 0 < int(text) <= 100_000:
+        raise doc.error(path, f"{quoted(text)} is not a whole number between 1 and 100000")
+    return int(text)
 
 
 def _weight(doc: Document, spec: dict[str, Any]) -> int | None:

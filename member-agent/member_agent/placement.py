@@ -567,6 +567,13 @@ def _place(state: ClusterState, gang: GangRequest) -> Placement | Rejection:
     wanted = f"{pods} pods needing {_describe(request)}"
     if gang.mode == "hard" and limit < root_tier:
         return Rejection(f"no HyperNode of tier {limit} or below can hold {wanted}")
+    bounded = [g for g in groups if g.required and g.unit_tier is not None and g.unit_tier < root_tier]
+    if bounded:  # the totals may well fit: what does not is a partition inside its domain
+        g = bounded[0]
+        names = sorted(n for n, t in topology.tier_names.items() if t == g.unit_tier)
+        named = f" ({', '.join(names)})" if names else ""
+        return Rejection(f"the cluster cannot hold {wanted} at once with each partition of task {g.task.name} "
+                         f"({g.size} pods) under one HyperNode of tier {g.unit_tier}{named}")
     return Rejection(f"the cluster cannot hold {wanted} at once")
 
 
