@@ -66,3 +66,38 @@ def test_a_gang_goes_only_where_some_node_has_each_label_its_pods_select() -> No
     ssd = replace(linux, node_labels=linux.node_labels | {"disktype=ssd"})
     assert check(job, ssd) is None and could_hold(job, ssd) and cannot_run(job, [linux, ssd]) is None
     assert check(job, H100) is None  # labels not reported: the agent's placement decides
+
+
+def racks(name: str, tier_name: str, total: int, per_domain: int) -> ClusterView:
+    """A cluster of 4-GPU nodes whose tier-1 HyperNodes hold `per_domain` GPUs each, as its agent reports them."""
+    from federation.kernel.resources import with_share
+
+    node, domain = with_share({GPU: 4}), with_share({GPU: per_domain})
+    return ClusterView(name, {}, with_share({GPU: total}),
+                       [TierFree(0, "node", node, node), TierFree(1, tier_name, domain, domain)],
+                       capacity=with_share({GPU: total}))
+
+
+def test_a_gang_of_partitions_needs_a_hypernode_holding_one_partition() -> None:
+    """Issue 45 (2): the cluster choice knows whether a cluster's HyperNodes can hold a group whole (a necessary
+    condition: the largest partition, under its tier), whatever the whole gang's totals."""
+    from federation.control.jobcache import job_view
+    from federation.scheduling.fit import cannot_run
+
+    cliques = racks("racks", "gpu.clique", 36, 12)
+    spec = {"tasks": [{"name": "worker", "replicas": 12, "resources": {GPU: "4"},
+                       "partition_policy": {"total_partitions": 3, "partition_size": 4, "min_partitions": 1,
+                                            "network_topology": {"mode": "hard", "highest_tier_name": "gpu.clique"}}}]}
+    view = job_view({"id": "vllm", "request": {GPU: 16}, "spec": spec})
+    assert view.partition == ((GPU, 16),) and view.partition_tier_name == "gpu.clique"
+    assert check(view, cliques) == \
+        "no HyperNode of tier 1 or below has room for one of its partitions: nvidia.com/gpu 12/16 free"
+    assert cannot_run(view, [cliques]) == ("cannot run: needs nvidia.com/gpu=16 for one partition within one "
+                                           "HyperNode of tier 1; the most any cluster offers is nvidia.com/gpu=12 "
+                                           "(racks)")
+    roomy = racks("nvl72", "gpu.clique", 72, 72)
+    assert check(view, roomy) is None and cannot_run(view, [cliques, roomy]) is None
+    # Without the partitions' topology, or a tier name the cluster lacks, the totals decide.
+    assert check(view, racks("plain", "leaf", 36, 12)) is None
+    del spec["tasks"][0]["partition_policy"]["network_topology"]
+    assert check(job_view({"id": "vllm", "request": {GPU: 16}, "spec": spec}), cliques) is None

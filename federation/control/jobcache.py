@@ -19,7 +19,7 @@ from typing import Any
 from federation.kernel import gangs
 from federation.kernel.durations import seconds_or_none
 from federation.kernel.jobspec import EXPECTED_DURATION, NODE_OWN_LABEL
-from federation.kernel.resources import GPU, parse_resources, with_share
+from federation.kernel.resources import GPU, SHARE, parse_resources, with_share
 from federation.scheduling.cycle import PendingJob
 from federation.scheduling.fit import JobView
 from federation.scheduling.queues import QueueManager
@@ -40,6 +40,7 @@ def job_view(row: Mapping[str, Any]) -> JobView:
     templates = spec.get("resource_claim_templates_json")
     claims = gangs.claim_templates(templates) if templates else None
     sizes: set[int] = set()  # whole GPUs per pod, over its tasks that ask for some
+    partition: tuple[int, dict[str, int], dict[str, Any]] | None = None  # the largest hard partition
     for task in spec.get("tasks", []):
         request = parse_resources(task.get("resources", {}))
         if request.get(GPU, 0):
@@ -47,9 +48,21 @@ def job_view(row: Mapping[str, Any]) -> JobView:
         request.update(gangs.counted(task.get("pod_template_json", ""), request.get(GPU, 0), claims))
         for resource, amount in request.items():
             largest[resource] = max(largest.get(resource, 0), amount)
+        policy = task.get("partition_policy", {})
+        part_topo = policy.get("network_topology", {})
+        if policy.get("partition_size") and part_topo.get("mode") == "hard" and (
+                part_topo.get("highest_tier_name") or part_topo.get("highest_tier_allowed")):
+            # (GPU shares left out: whole GPUs are what HyperNodes' free amounts are compared in)
+            amounts = {r: a * int(policy["partition_size"]) for r, a in request.items() if a and r != SHARE}
+            if partition is None or amounts.get(GPU, 0) > partition[0]:
+                partition = (amounts.get(GPU, 0), amounts, part_topo)
+    parts: tuple[tuple[tuple[str, int], ...], int, str] = ((), 0, "")
+    if partition is not None:
+        parts = (tuple(sorted(partition[1].items())), int(partition[2].get("highest_tier_allowed", 0)),
+                 str(partition[2].get("highest_tier_name", "")))
     return JobView(row["id"], with_share(row["request"]), largest, spec.get("cluster_selector", {}),
                    topo.get("mode", ""), topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""),
-                   tuple(node_selector), sizes.pop() if len(sizes) == 1 else 0)
+                   tuple(node_selector), sizes.pop() if len(sizes) == 1 else 0, *parts)
 
 
 @dataclass(frozen=True, slots=True)

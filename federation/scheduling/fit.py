@@ -65,6 +65,12 @@ class JobView:
     # Whole GPUs each of its GPU pods asks, when all ask the same (0: none, or pods of different sizes): its
     # request[GPU] / pod_gpus pods then need a node each with that many free.
     pod_gpus: int = 0
+    # One partition of a task whose partitions must each stay inside a HyperNode (a hard partition topology): its
+    # pods' request, as resource pairs, and that limit; () when it has none. The largest such partition stands
+    # for the gang's (a necessary condition: a cluster none of whose HyperNodes holds one cannot hold the gang).
+    partition: tuple[tuple[str, int], ...] = ()
+    partition_tier: int = 0
+    partition_tier_name: str = ""
 
     # Everything about the gang that decides where it fits: equal shapes fit the same clusters, and are one
     # object (`Shape`). Made once with the view (it is asked for hundreds of thousands of times a cycle),
@@ -74,7 +80,8 @@ class JobView:
     def __post_init__(self) -> None:
         shape = shape_of((tuple(self.request.items()), tuple(self.largest_pod.items()),
                           tuple(self.cluster_selector.items()), self.mode, self.highest_tier, self.highest_tier_name,
-                          self.node_selector, self.pod_gpus), self)
+                          self.node_selector, self.pod_gpus, self.partition, self.partition_tier,
+                          self.partition_tier_name), self)
         object.__setattr__(self, "shape", shape)
         # Equal shapes hold equal amounts: the first view's mappings serve them all (a million waiting jobs of a
         # few hundred shapes would otherwise hold three dicts each). Nothing changes a view's mappings in place.
@@ -168,6 +175,12 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
     if pods and cluster.gpu_free_nodes is not None and (room := pods_room(cluster.gpu_free_nodes, job.pod_gpus)) < pods:
         return (f"its nodes hold {room} of its {pods} pods of {job.pod_gpus} {GPU} (nodes with that many free, "
                 "pod by pod)")
+    if (apart := partition_limit(job, cluster)) is not None:
+        need = dict(job.partition)
+        inside = [t for t in cluster.tiers if 0 < t.tier <= apart]
+        if inside and not any(covers(t.max_free, need) for t in inside):
+            return (f"no HyperNode of tier {apart} or below has room for one of its partitions: "
+                    + _short(inside[-1].max_free, need))
     limit = tier_limit(job, cluster)
     if limit is None:
         return None
@@ -200,6 +213,16 @@ def tier_limit(job: JobView, cluster: ClusterView) -> int | None:
     return job.highest_tier
 
 
+def partition_limit(job: JobView, cluster: ClusterView) -> int | None:
+    """The highest tier one of the gang's partitions may span in `cluster`; None: no limit there (none asked, or
+    a tier name the cluster does not have, as Volcano resolves it)."""
+    if not job.partition:
+        return None
+    if job.partition_tier_name:
+        return next((t.tier for t in cluster.tiers if t.tier_name == job.partition_tier_name), None)
+    return job.partition_tier or None
+
+
 def could_hold(job: JobView, cluster: ClusterView) -> bool:
     """Whether the cluster could hold the gang once everything there has ended (its labels, capacity, largest
     node and HyperNodes of the gang's tier limit)."""
@@ -224,6 +247,10 @@ def _lacks(job: JobView, cluster: ClusterView) -> tuple[int, str, Resources, Res
     within = [t.max_capacity for t in cluster.tiers if limit is not None and 0 < t.tier <= limit and t.max_capacity]
     if limit is not None and within and not any(covers(c, job.request) for c in within):
         return 3, f"within one HyperNode of tier {limit}", job.request, within[-1]
+    apart = partition_limit(job, cluster)
+    inside = [t.max_capacity for t in cluster.tiers if apart is not None and 0 < t.tier <= apart and t.max_capacity]
+    if inside and not any(covers(c, dict(job.partition)) for c in inside):
+        return 3, f"for one partition within one HyperNode of tier {apart}", dict(job.partition), inside[-1]
     return 4, "", {}, {}
 
 
