@@ -430,3 +430,33 @@ async def test_an_admin_reads_which_job_holds_the_room_a_tenant_reads_only_whose
     row = await api.server.scheduler.jobs.get(small)
     assert dict(await api.server.scheduler.explain(row))["h100"] == \
         "the room it needs is reserved for a job of another tenant"
+
+
+async def test_a_maximum_run_time_is_what_the_forecast_counts_on_without_an_expected_one(api: Api) -> None:
+    """Issue 46 (3): a running gang with only `federation.dev/max-run-time` ends by then at the latest (its agent
+    stops it): the forecast counts on it as Slurm's backfill counts on --time; a bad one is refused by name."""
+    from federation.store.jobs import JobStore
+
+    await make_queue(api)
+    store, admin = JobStore(api.server.engine), AdminStore(api.server.engine)
+    await admin.register_cluster("east", {}, "0.1.0")
+    async with api.server.engine.begin() as conn:
+        await conn.execute(update(Cluster).where(Cluster.name == "east").values(inventory={
+            "allocatable": {GPU: 32, "cpu": 64_000}, "used": {GPU: 32, "cpu": 16_000}, "topology": []}))
+    bounded = spec(replicas=4, annotations={"federation.dev/max-run-time": "3h"})
+    running = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=bounded))).job.id
+    await store.dispatch({running: "east"})
+    await store.apply_update("east", agent_pb2.JobUpdate(job_id=running, attempt=1, type=agent_pb2.BOUND))
+    waiting = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(replicas=2)))).job.id
+    submitted = datetime.now(UTC)
+    for _ in range(100):
+        status = (await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=waiting))).status
+        if status.expected_start_time.seconds:
+            break
+        await asyncio.sleep(0.1)
+    hours = (status.expected_start_time.ToDatetime(UTC) - submitted).total_seconds() / 3600
+    assert 2.95 <= hours <= 3.3, hours  # when the running gang's maximum runs out (the grid rounds up)
+    bad = spec(replicas=1, annotations={"federation.dev/max-run-time": "forever"})
+    err = await rpc_error(api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=bad)))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "annotations['federation.dev/max-run-time']" in err.details() and "forever" in err.details()

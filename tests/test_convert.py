@@ -296,3 +296,20 @@ def test_a_leader_worker_set_is_a_gang_of_groups_each_inside_one_domain() -> Non
     taken([job])
     with pytest.raises(ManifestError, match="restartPolicy"):
         convert(load_documents(LWS.replace("    size: 4", "    size: 4\n    restartPolicy: Always"), "lws.yaml"))
+
+
+def test_kueue_and_job_run_time_limits_become_the_maximum_run_time() -> None:
+    """Issue 46 (3): Kueue's max-exec-time-seconds label and a Job's activeDeadlineSeconds -> max-run-time."""
+    labelled = SLICED_JOB.replace("labels: {kueue.x-k8s.io/queue-name: user-queue}",
+                                  "labels: {kueue.x-k8s.io/queue-name: user-queue, "
+                                  "kueue.x-k8s.io/max-exec-time-seconds: \"7200\"}")
+    (job,) = convert(load_documents(labelled, "j.yaml")).objects
+    assert job["metadata"]["annotations"] == {"federation.dev/max-run-time": "7200s"}
+    assert "kueue.x-k8s.io/max-exec-time-seconds" not in job["metadata"].get("labels", {})
+    (spec,) = taken([job])
+    assert spec.annotations["federation.dev/max-run-time"] == "7200s"
+    deadline = SLICED_JOB.replace("  completions: 8\n", "  completions: 8\n  activeDeadlineSeconds: 600\n")
+    (job,) = convert(load_documents(deadline, "j.yaml")).objects
+    assert job["metadata"]["annotations"] == {"federation.dev/max-run-time": "600s"}
+    with pytest.raises(ManifestError, match="activeDeadlineSeconds"):
+        convert(load_documents(deadline.replace("600", "-5"), "j.yaml"))

@@ -21,6 +21,7 @@ import yaml
 
 from federation.cli.manifest import FEDERATION_API, VOLCANO_API, VOLCANO_QUEUE_API, volcano_queue
 from federation.cli.yamldoc import Document, ManifestError, quoted
+from federation.kernel.jobspec import MAX_RUN_TIME
 from federation.kernel.resources import QuantityError, format_amount, parse_amount
 from federation.v1 import admin_pb2
 from federation.validation import DEFAULT_TENANT
@@ -29,6 +30,7 @@ KUEUE_API = "kueue.x-k8s.io/"
 ARMADA_API = "armadaproject.io/"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
+KUEUE_MAX_EXEC = "kueue.x-k8s.io/max-exec-time-seconds"  # the workload's maximumExecutionTimeSeconds
 KUEUE_POD_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_TOPOLOGY = {"kueue.x-k8s.io/podset-required-topology": "hard",
                   "kueue.x-k8s.io/podset-preferred-topology": "soft"}
@@ -250,6 +252,12 @@ class _Converter:
                           f"the input: queue {local} (give the LocalQueue manifests too, to resolve it to its "
                           "ClusterQueue)")
         kept = {k: meta[k] for k in ("name", "generateName", "namespace", "annotations") if k in meta}
+        if KUEUE_MAX_EXEC in labels:
+            at = f"metadata.labels.{KUEUE_MAX_EXEC}"
+            seconds = _count(doc, at, labels.pop(KUEUE_MAX_EXEC), SECONDS_MOST)
+            kept["annotations"] = {**(kept.get("annotations") or {}), MAX_RUN_TIME: f"{seconds}s"}
+            self.note(doc, at, f"{KUEUE_MAX_EXEC}: {seconds} -> annotation {MAX_RUN_TIME}: {seconds}s (its agent "
+                               "stops it then)")
         return {**kept, **({"labels": labels} if labels else {})}, queue
 
     def _topology(self, doc: Document, template: Any, path: str, job: dict[str, Any],
@@ -494,8 +502,12 @@ class _Converter:
         if completions is not None and int(completions) != parallelism:
             self.note(doc, "spec.completions", f"completions {completions} with parallelism {parallelism}: the job "
                                                f"runs {parallelism} pods once")
-        for key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "completionMode",
-                    "podFailurePolicy", "suspend"):
+        if "activeDeadlineSeconds" in spec:
+            seconds = _count(doc, "spec.activeDeadlineSeconds", spec["activeDeadlineSeconds"], SECONDS_MOST)
+            meta["annotations"] = {**(meta.get("annotations") or {}), MAX_RUN_TIME: f"{seconds}s"}
+            self.note(doc, "spec.activeDeadlineSeconds", f"activeDeadlineSeconds {seconds} -> annotation "
+                                                         f"{MAX_RUN_TIME}: {seconds}s (counted from the gang's start)")
+        for key in ("backoffLimit", "ttlSecondsAfterFinished", "completionMode", "podFailurePolicy", "suspend"):
             if key in spec:
                 self.note(doc, f"spec.{key}", f"spec.{key} is not kept")
         job = {"apiVersion": VOLCANO_API, "kind": "Job", "metadata": meta,
@@ -532,12 +544,15 @@ class _Converter:
                       + (f"; not kept: {', '.join(sorted(lost))}" if lost else ""))
 
 
-def _count(doc: Document, path: str, value: Any) -> int:
+def _count(doc: Document, path: str, value: Any, most: int = 100_000) -> int:
     """A positive whole number, as written (YAML's 4, or "4" in an annotation)."""
     text = str(value)
-    if isinstance(value, bool) or not text.isascii() or not text.isdigit() or not 0 < int(text) <= 100_000:
-        raise doc.error(path, f"{quoted(text)} is not a whole number between 1 and 100000")
+    if isinstance(value, bool) or not text.isascii() or not text.isdigit() or not 0 < int(text) <= most:
+        raise doc.error(path, f"{quoted(text)} is not a whole number between 1 and {most}")
     return int(text)
+
+
+SECONDS_MOST = 10 * 366 * 86400  # a run time in seconds: ten years at most
 
 
 def _weight(doc: Document, spec: dict[str, Any]) -> int | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from federation.kernel import gangs
 from federation.kernel.durations import seconds_or_none
-from federation.kernel.jobspec import EXPECTED_DURATION, NODE_OWN_LABEL
+from federation.kernel.jobspec import EXPECTED_DURATION, MAX_RUN_TIME, NODE_OWN_LABEL
 from federation.kernel.resources import GPU, SHARE, parse_resources, with_share
 from federation.scheduling.cycle import PendingJob
 from federation.scheduling.fit import JobView
@@ -205,7 +205,8 @@ class JobCache:
                 self.reasons[r["id"]] = r["reason"]
                 if r["refusals"]:
                     self.refusals[r["id"]] = dict(r["refusals"])
-                expected = seconds_or_none(specs[r["id"]]["spec"].get("annotations", {}).get(EXPECTED_DURATION))
+                annotations = specs[r["id"]]["spec"].get("annotations", {})
+                expected = seconds_or_none(annotations.get(EXPECTED_DURATION, annotations.get(MAX_RUN_TIME)))
                 if expected is not None:
                     self.expected[r["id"]] = expected
         self.backlog.extend(added)  # sorted once on a load, not job by job

@@ -14,7 +14,10 @@ MAX_REASON = 1024  # characters of a free-text reason (a cancel's): every reason
 # agent moves it off degraded hardware).
 EXPECTED_DURATION = "federation.dev/expected-duration"
 CHECKPOINT_INTERVAL = "federation.dev/checkpoint-interval"
-DURATION_ANNOTATIONS = (EXPECTED_DURATION, CHECKPOINT_INTERVAL)
+# The longest a job may run, counted from its start; its agent stops it past that and the job fails (Kueue's
+# maximumExecutionTimeSeconds, a Job's activeDeadlineSeconds, Slurm's --time). The forecast counts on it.
+MAX_RUN_TIME = "federation.dev/max-run-time"
+DURATION_ANNOTATIONS = (EXPECTED_DURATION, CHECKPOINT_INTERVAL, MAX_RUN_TIME)
 # What becomes of a running job whose cluster goes silent past the lost grace: "requeue" (the default) runs
 # it elsewhere; "wait" keeps it assigned to that cluster until its agent is back (MultiKueue-style patience
 # for jobs that must never run twice, even while an agent is dead).

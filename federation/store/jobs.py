@@ -31,7 +31,13 @@ from federation import failpoints
 from federation.control.leader import Fence
 from federation.errors import FailedPrecondition, NotFound
 from federation.kernel import gangs
-from federation.kernel.jobspec import CHECKPOINT_INTERVAL, DEFAULT_MAX_RETRY, EXPECTED_DURATION, ON_CLUSTER_LOST
+from federation.kernel.jobspec import (
+    CHECKPOINT_INTERVAL,
+    DEFAULT_MAX_RETRY,
+    EXPECTED_DURATION,
+    MAX_RUN_TIME,
+    ON_CLUSTER_LOST,
+)
 from federation.store.models import (
     Cluster,
     EventCounter,
@@ -533,7 +539,9 @@ class JobStore:
         query = select(Job.id, Job.queue, Job.cluster, Job.priority, Job.priority_class, Job.seq, Job.request,
                        Job.phase, Job.hypernode, Job.preemptions,
                        func.coalesce(Job.started_at, Job.dispatched_at).label("since"),
-                       annotations[EXPECTED_DURATION].astext.label("expected"),
+                       # an expected run time, else the longest it may run (its agent stops it then)
+                       func.coalesce(annotations[EXPECTED_DURATION].astext,
+                                     annotations[MAX_RUN_TIME].astext).label("expected"),
                        annotations[CHECKPOINT_INTERVAL].astext.label("checkpoint"))
         query = query.where(Job.phase.in_(ACTIVE_PHASES) if ids is None else Job.id == func.any(list(ids)))
         async with self.engine.connect() as conn:

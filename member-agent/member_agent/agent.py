@@ -18,9 +18,15 @@ from typing import Any, Protocol, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
-from federation.kernel.durations import parse_duration
+from federation.kernel.durations import parse_duration, seconds_or_none
 from federation.kernel.gangs import claim_templates, minimum, minimum_pods
-from federation.kernel.jobspec import CHECKPOINT_INTERVAL, MAX_REASON, MAX_REPORTED_HYPERNODES, ON_CLUSTER_LOST
+from federation.kernel.jobspec import (
+    CHECKPOINT_INTERVAL,
+    MAX_REASON,
+    MAX_REPORTED_HYPERNODES,
+    MAX_RUN_TIME,
+    ON_CLUSTER_LOST,
+)
 from federation.kernel.resources import Resources
 from federation.kernel.tiers import TierFree
 from federation.kernel.versions import RELEASE
@@ -108,6 +114,7 @@ class AgentJob:
     started: float = field(default_factory=time.monotonic)  # when it last started (its checkpoints count from it)
     accepted: frozenset[str] = frozenset()  # degraded nodes it was placed on knowingly (nothing healthy fitted)
     moved: str = ""  # drawn at each move off degraded hardware: its new pods' names differ from those still going
+    overrun: asyncio.TimerHandle | None = None  # its maximum run time running out
     _held: tuple[tuple[int, int], Resources] | None = None  # `held`, and the pod list it was summed from
 
     @property
@@ -648,6 +655,7 @@ class Agent:
         PODS_BOUND.inc(len(bound.pods))
         BIND_SECONDS.observe(time.monotonic() - started)
         self.jobs[job.id] = bound
+        self._limit_run(bound)
         self._send(self.inventory())  # before the update, so the server never sees the job without its usage
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=placement.hypernode,
@@ -735,6 +743,7 @@ class Agent:
                 self.state.release(pod.node, requests[pod.task], pod.devices, pod.share)
             return False
         self.jobs[job.id] = adopted
+        self._limit_run(adopted)
         self._send(self.inventory())
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=hypernode, tier=adopted.tier,
@@ -767,6 +776,8 @@ class Agent:
         """Release the job's resources, once: a cancel and a policy's ending may both be under way."""
         if self.jobs.get(job.job.id) is not job:
             return
+        if job.overrun is not None:
+            job.overrun.cancel()
         for pod in job.pods:
             self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
         for key in list(job.waiting):
@@ -904,6 +915,25 @@ class Agent:
             job_id=job.job.id, attempt=job.attempt, type=agent_pb2.POD_RESTARTED, reason=response.reason,
             hypernode=job.hypernode, tier=job.tier, retries=job.retries,
             placements=_placements(job.pods)))
+
+    def _limit_run(self, job: AgentJob) -> None:
+        """Stop the job when its maximum run time runs out, counted from when it first started (the server's start
+        time, which a reassigned or adopted job carries; else now): the job fails, as Kueue's
+        maximumExecutionTimeSeconds deactivates a workload."""
+        limit = seconds_or_none(job.job.spec.annotations.get(MAX_RUN_TIME))
+        if limit is None or limit <= 0:
+            return
+        started = job.job.status.start_time.ToSeconds() if job.job.status.HasField("start_time") else time.time()
+        left = max(started + limit - time.time(), 0.0)
+        text = job.job.spec.annotations[MAX_RUN_TIME]
+
+        def overran() -> None:
+            if self.jobs.get(job.job.id) is job:
+                log.info("job %s attempt %d ran past its maximum run time of %s", job.job.id, job.attempt, text)
+                self._spawn(self._end(job, False, f"stopped: it ran past its maximum run time of {text} "
+                                                  f"({MAX_RUN_TIME})"))
+
+        job.overrun = asyncio.get_running_loop().call_later(left, overran)
 
     async def _end(self, job: AgentJob, succeeded: bool, reason: str) -> None:
         """Stop every pod of the job still running and report its end, as its policy decided."""
