@@ -547,10 +547,26 @@ def check_tenant(v: Violations, path: str, tenant: admin_pb2.Tenant) -> None:
     check_name(v, f"{path}.name", tenant.name)
     _check_weight(v, f"{path}.weight", tenant.weight)
     _check_quota(v, path, tenant.guarantee, tenant.limit)
+    _check_run_time(v, f"{path}.max_run_time", tenant.max_run_time)
+
+
+def _check_run_time(v: Violations, path: str, text: str) -> None:
+    """A maximum run time: "" (none) or a duration of more than zero, as the job annotation takes."""
+    if not text:
+        return
+    if len(text) > 32:
+        v.add(path, f"is {len(text)} characters long, at most 32 are allowed")
+        return
+    try:
+        if parse_duration(text) <= 0:
+            raise ValueError("must be more than zero")
+    except ValueError as err:
+        v.add(path, str(err))
 
 
 def check_queue(v: Violations, path: str, queue: admin_pb2.Queue) -> None:
     check_name(v, f"{path}.name", queue.name)
+    _check_run_time(v, f"{path}.max_run_time", queue.max_run_time)
     for i, flavor in enumerate(queue.flavors):
         check_name(v, f"{path}.flavors[{i}]", flavor)
     if len(set(queue.flavors)) != len(queue.flavors):

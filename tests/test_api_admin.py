@@ -1,5 +1,7 @@
 """AdminService over a real socket against real Postgres."""
 
+import asyncio
+
 import grpc
 import pytest
 from google.protobuf import field_mask_pb2
@@ -211,3 +213,49 @@ async def test_a_new_federation_has_volcanos_default_queue(api: Api) -> None:
     assert (job.spec.queue, job.tenant) == ("default", "default")
     err = await rpc_error(api.admin.DeleteQueue(admin_pb2.DeleteQueueRequest(name="default")))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "close it instead" in err.details()
+
+
+async def test_a_tenants_cap_and_a_queues_default_hold_its_jobs_run_times(api: Api) -> None:
+    """Issue 46 (3): a queue's default maximum run time for jobs that name none, held to its tenant's cap; a job
+    asking more than the cap is refused naming the annotation; bad durations are refused naming the field."""
+    from tests.processes import fedctl
+    from tests.test_api_jobs import spec
+
+    await api.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(
+        name="ml", max_run_time="24h")))
+    await make_queue(api, "train", "ml", max_run_time="4h")
+    await make_queue(api, "long", "ml", max_run_time="48h")  # more than its tenant allows: held to the cap
+    await make_queue(api, "free", "ml")
+
+    async def held(queue: str, own: str | None = None) -> str | None:
+        asked = spec(queue=queue)
+        if own is not None:
+            asked.annotations["federation.dev/max-run-time"] = own
+        job = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=asked))).job
+        stored = await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=job.id))
+        return stored.spec.annotations.get("federation.dev/max-run-time")
+
+    assert await held("train") == "4h"  # the queue's default
+    assert await held("train", "30m") == "30m"  # its own, within the cap
+    assert await held("long") == "24h"  # the queue's default, held to the tenant's cap
+    assert await held("free") == "24h"  # no default: the cap
+    err = await rpc_error(held("train", "36h"))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert violation_fields(err) == ["spec.annotations['federation.dev/max-run-time']"]
+    assert "36h is more than tenant 'ml' allows its jobs (24h)" in err.details()
+
+    for bad in ("soon", "0s", "1" * 40):
+        err = await rpc_error(api.admin.UpdateQueue(admin_pb2.UpdateQueueRequest(
+            queue=admin_pb2.Queue(name="train", max_run_time=bad),
+            update_mask=field_mask_pb2.FieldMask(paths=["max_run_time"]))))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and violation_fields(err) == ["queue.max_run_time"]
+    assert (await api.admin.GetQueue(admin_pb2.GetQueueRequest(name="train"))).max_run_time == "4h"  # unchanged
+    cleared = await api.admin.UpdateTenant(admin_pb2.UpdateTenantRequest(
+        tenant=admin_pb2.Tenant(name="ml"), update_mask=field_mask_pb2.FieldMask(paths=["max_run_time"])))
+    assert cleared.max_run_time == ""
+    assert await held("long") == "48h"  # no cap any more
+
+    shown = await asyncio.to_thread(fedctl, api.address, "queue", "update", "free", "--max-run-time", "2h")
+    assert shown.returncode == 0, shown.stderr
+    listed = await asyncio.to_thread(fedctl, api.address, "get", "queues")
+    assert "MAX-RUN" in listed.stdout and "2h" in listed.stdout, listed.stdout

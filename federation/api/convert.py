@@ -25,12 +25,13 @@ def _ts(value: datetime | None) -> timestamp_pb2.Timestamp | None:
 def tenant_to_proto(row: Mapping[str, Any]) -> admin_pb2.Tenant:
     return admin_pb2.Tenant(
         name=row["name"], weight=row["weight"], guarantee=format_resources(row["guarantee"]),
-        limit=format_resources(row["limit"]), disabled=row["disabled"], create_time=_ts(row["created_at"]))
+        limit=format_resources(row["limit"]), disabled=row["disabled"], create_time=_ts(row["created_at"]),
+        max_run_time=row["max_run_time"] or "")
 
 
 def tenant_values(t: admin_pb2.Tenant) -> dict[str, Any]:
     return {"name": t.name, "weight": t.weight or 1, "guarantee": parse_resources(t.guarantee),
-            "limit": parse_resources(t.limit), "disabled": t.disabled}
+            "limit": parse_resources(t.limit), "disabled": t.disabled, "max_run_time": t.max_run_time or None}
 
 
 def queue_to_proto(row: Mapping[str, Any]) -> admin_pb2.Queue:
@@ -38,7 +39,8 @@ def queue_to_proto(row: Mapping[str, Any]) -> admin_pb2.Queue:
         name=row["name"], tenant=row["tenant"], weight=row["weight"], priority=row["priority"],
         guarantee=format_resources(row["guarantee"]), limit=format_resources(row["limit"]),
         reclaimable=row["reclaimable"], state=admin_pb2.QueueState.Value(row["state"]),
-        create_time=_ts(row["created_at"]), flavors=row["flavors"], parent=row["parent"] or "")
+        create_time=_ts(row["created_at"]), flavors=row["flavors"], parent=row["parent"] or "",
+        max_run_time=row["max_run_time"] or "")
 
 
 def queue_values(q: admin_pb2.Queue) -> dict[str, Any]:
@@ -47,7 +49,7 @@ def queue_values(q: admin_pb2.Queue) -> dict[str, Any]:
             # Unset means reclaimable, as in Volcano: what a queue borrows may be taken back.
             "reclaimable": q.reclaimable if q.HasField("reclaimable") else True,
             "state": admin_pb2.QueueState.Name(q.state or admin_pb2.OPEN), "flavors": list(q.flavors),
-            "parent": q.parent or None}
+            "parent": q.parent or None, "max_run_time": q.max_run_time or None}
 
 
 def flavor_to_proto(row: Mapping[str, Any]) -> admin_pb2.Flavor:

@@ -25,6 +25,8 @@ from federation.control.jobcache import job_view
 from federation.control.leaderview import LeaderView
 from federation.control.scheduler import HEARTBEAT_TIMEOUT, Scheduler
 from federation.errors import FailedPrecondition, InvalidArgument
+from federation.kernel.durations import parse_duration
+from federation.kernel.jobspec import MAX_RUN_TIME
 from federation.relay.events import EventHub
 from federation.relay.logrelay import LogRelay
 from federation.scheduling.cycle import NO_READY_CLUSTER
@@ -330,12 +332,13 @@ def _prepared(specs: Sequence[common_pb2.JobSpec], paths: Sequence[str], view: S
     ready = any(c["status"] == "READY" and not c["cordoned"] for c in view.clusters)
     reason = WAITING_REASON if ready else NO_READY_CLUSTER
     out = []
-    for spec, check, spec_json in zip(normalised, checked, stored, strict=True):
+    for spec, check, spec_json, path in zip(normalised, checked, stored, paths, strict=True):
         queue = queues[spec.queue]
         if queue["state"] != "OPEN":
             raise FailedPrecondition(f"queue {spec.queue!r} is {queue['state'].lower()} and accepts no new jobs")
         if tenants[queue["tenant"]]["disabled"]:
             raise FailedPrecondition(f"tenant {queue['tenant']!r} is disabled")
+        _hold_run_time(spec_json, path, queue, tenants[queue["tenant"]])
         pc = classes.get(spec.priority_class_name) or default_class
         assert check is not None
         out.append(NewJob(
@@ -343,6 +346,24 @@ def _prepared(specs: Sequence[common_pb2.JobSpec], paths: Sequence[str], view: S
             priority_class=pc["name"] if pc else "", priority=pc["value"] if pc else 0,
             request=check.minimum, spec=spec_json, request_id=spec.request_id, reason=reason))
     return out
+
+
+def _hold_run_time(spec_json: dict[str, Any], path: str, queue: Mapping[str, Any], tenant: Mapping[str, Any]) -> None:
+    """The job's maximum run time as its agent will hold it, written into the stored spec: its own, else its
+    queue's default, else its tenant's cap, and never more than that cap (a job asking more is refused, as Slurm
+    refuses a --time over its partition's MaxTime)."""
+    annotations = spec_json.setdefault("annotations", {})
+    own, cap = annotations.get(MAX_RUN_TIME), tenant["max_run_time"]
+    if own is not None and cap is not None and parse_duration(own) > parse_duration(cap):
+        raise InvalidArgument([Violation(f"{path}.annotations[{MAX_RUN_TIME!r}]",
+                                         f"{own} is more than tenant {tenant['name']!r} allows its jobs ({cap})")])
+    held = own or queue["max_run_time"] or cap  # a cap binds jobs that name no run time too
+    if held is not None and cap is not None and parse_duration(held) > parse_duration(cap):
+        held = cap
+    if held is not None:
+        annotations[MAX_RUN_TIME] = held
+    elif not annotations:
+        del spec_json["annotations"]
 
 
 def _checked(v: Violations, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str]

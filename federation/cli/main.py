@@ -1040,8 +1040,11 @@ def _quota(guarantee: tuple[str, ...], limit: tuple[str, ...]) -> dict[str, Any]
 cli.add_command(_crud_group(
     "tenant", admin_pb2.Tenant, "tenant", "ListTenants",
     [_weight, _guarantee, _limit, click.option("--disabled/--enabled", default=None,
-                                                  help="A disabled tenant's jobs are not scheduled.")],
-    lambda weight, guarantee, limit, disabled: {"weight": weight, **_quota(guarantee, limit), "disabled": disabled}))
+                                                  help="A disabled tenant's jobs are not scheduled."),
+     click.option("--max-run-time", metavar="DURATION",
+                  help="The longest any of its jobs may run, e.g. 24h (\"\": no cap): a job asking more is refused.")],
+    lambda weight, guarantee, limit, disabled, max_run_time: {
+        "weight": weight, **_quota(guarantee, limit), "disabled": disabled, "max_run_time": max_run_time}))
 
 queue_group = _crud_group(
     "queue", admin_pb2.Queue, "queue", "ListQueues",
@@ -1055,11 +1058,14 @@ queue_group = _crud_group(
      click.option("--flavor", "flavors", multiple=True, metavar="FLAVOR",
                   help="A flavor its jobs may use, in order of preference (repeatable; none: any)."),
      click.option("--parent", metavar="QUEUE",
-                  help="A queue of the same tenant whose deserved share this one takes part of (\"\": none).")],
-    lambda tenant, weight, priority, guarantee, limit, reclaimable, state, flavors, parent: {
+                  help="A queue of the same tenant whose deserved share this one takes part of (\"\": none)."),
+     click.option("--max-run-time", metavar="DURATION",
+                  help="The maximum run time of its jobs that name none, e.g. 4h (\"\": none), held to its "
+                       "tenant's cap.")],
+    lambda tenant, weight, priority, guarantee, limit, reclaimable, state, flavors, parent, max_run_time: {
         "tenant": tenant, "weight": weight, "priority": priority, **_quota(guarantee, limit),
         "reclaimable": reclaimable, "state": admin_pb2.QueueState.Value(state.upper()) if state else None,
-        "flavors": list(flavors) or None, "parent": parent})
+        "flavors": list(flavors) or None, "parent": parent, "max_run_time": max_run_time})
 cli.add_command(queue_group)
 
 cli.add_command(_crud_group(

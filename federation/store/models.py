@@ -48,6 +48,7 @@ class Tenant(Base):
     guarantee: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
     limit: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
     disabled: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    max_run_time: Mapped[str | None] = mapped_column(String(32))  # a duration; the cap of its jobs' run times
     created_at: Mapped[datetime] = _created()
 
 
@@ -65,6 +66,7 @@ class Queue(Base):
     flavors: Mapped[list[Any]] = mapped_column(nullable=False, default=list)  # preference order; [] = any
     # Volcano's hierarchical queues: a parent queue of the same tenant, whose deserved share this one shares.
     parent: Mapped[str | None] = mapped_column(NAME, ForeignKey("queues.name", ondelete="RESTRICT"), index=True)
+    max_run_time: Mapped[str | None] = mapped_column(String(32))  # a duration: its jobs' default maximum run time
     created_at: Mapped[datetime] = _created()
 
 

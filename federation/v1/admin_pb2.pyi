@@ -34,7 +34,7 @@ READY: ClusterStatus
 NOT_READY: ClusterStatus
 
 class Tenant(_message.Message):
-    __slots__ = ("name", "weight", "guarantee", "limit", "disabled", "create_time")
+    __slots__ = ("name", "weight", "guarantee", "limit", "disabled", "create_time", "max_run_time")
     class GuaranteeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,16 +55,18 @@ class Tenant(_message.Message):
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     DISABLED_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUN_TIME_FIELD_NUMBER: _ClassVar[int]
     name: str
     weight: int
     guarantee: _containers.ScalarMap[str, str]
     limit: _containers.ScalarMap[str, str]
     disabled: bool
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., disabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    max_run_time: str
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., disabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_run_time: _Optional[str] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "tenant", "weight", "priority", "guarantee", "limit", "reclaimable", "state", "create_time", "flavors", "parent")
+    __slots__ = ("name", "tenant", "weight", "priority", "guarantee", "limit", "reclaimable", "state", "create_time", "flavors", "parent", "max_run_time")
     class GuaranteeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +92,7 @@ class Queue(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     FLAVORS_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUN_TIME_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     weight: int
@@ -101,7 +104,8 @@ class Queue(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     flavors: _containers.RepeatedScalarFieldContainer[str]
     parent: str
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[int] = ..., priority: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flavors: _Optional[_Iterable[str]] = ..., parent: _Optional[str] = ...) -> None: ...
+    max_run_time: str
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[int] = ..., priority: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flavors: _Optional[_Iterable[str]] = ..., parent: _Optional[str] = ..., max_run_time: _Optional[str] = ...) -> None: ...
 
 class Flavor(_message.Message):
     __slots__ = ("name", "resource", "cluster_selector", "create_time")
