@@ -11,6 +11,8 @@
    leader, then the leader's processes stopped (SIGSTOP) at once; from the freeze to the job dispatched by
    the standby, and to it running (its cluster's agent was on the frozen replica: it moves to the standby).
    The bound asked is the lease (--leader-lease) plus one cycle.
+5. A leader partitioned from PostgreSQL (issue 41 (8)): the same, each replica on PostgreSQL through a proxy of
+   its own and the leader's cut off (its sessions hang, as on a network that drops packets) instead of frozen.
 
 Wall-clock times on a shared 2-core machine: medians of --runs repetitions.
 Writes faults.json and faults.md. Usage: python -m bench.bench_faults [--quick] [--runs 5]
@@ -33,11 +35,13 @@ from typing import Any
 
 import grpc
 import psutil
+from sqlalchemy.engine import make_url
 
 from bench.common import bar, machine, measured, out_dir, parser, write
 from federation.cli.dev import BIN, AgentProcess, ServerProcess
 from federation.store import database
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
+from tests.netproxy import Proxy, proxied
 
 CLUSTER = Path(__file__).resolve().parent.parent / "examples" / "clusters" / "h100-spine-leaf.yaml"
 GPU = "nvidia.com/gpu"
@@ -172,11 +176,13 @@ def _signal_tree(server: ServerProcess, signum: int) -> None:
             os.kill(pid, signum)
 
 
-def leader_frozen(url: str, runs: int) -> list[tuple[float, float]]:
-    """(seconds to the standby's dispatch, seconds to running) of a job the leader accepted just before it froze."""
-    serve = ("--database-url", url, "--heartbeat-timeout", str(TIMEOUT), "--lost-grace", str(GRACE),
-             "--leader-lease", str(LEASE))
-    servers = [ServerProcess(*serve), ServerProcess(*serve)]
+def leader_stalled(url: str, runs: int, fault: str) -> list[tuple[float, float]]:
+    """(seconds to the standby's dispatch, seconds to running) of a job the leader accepted just before it stalled:
+    frozen (SIGSTOP), or cut off from PostgreSQL (its proxy relays nothing)."""
+    proxies = [proxied(make_url(url)) for _ in range(2)]
+    servers = [ServerProcess("--database-url", through.render_as_string(hide_password=False), "--heartbeat-timeout",
+                             str(TIMEOUT), "--lost-grace", str(GRACE), "--leader-lease", str(LEASE))
+               for _, through in proxies]
     agent = AgentProcess("east", "ipv4:" + ",".join(s.address for s in servers), "--simulate", str(CLUSTER),
                          "--heartbeat", "0.5")
     stubs = [jobs_pb2_grpc.JobServiceStub(grpc.insecure_channel(s.address)) for s in servers]
@@ -185,37 +191,46 @@ def leader_frozen(url: str, runs: int) -> list[tuple[float, float]]:
     try:
         until(lambda: any(c.status == admin_pb2.READY and c.nodes
                           for c in admin.ListClusters(admin_pb2.ListClustersRequest(), timeout=2).clusters))
-        admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="failover")))
-        admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="failover", tenant="failover")))
+        with contextlib.suppress(grpc.RpcError):  # made by the run before
+            admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="failover")))
+            admin.CreateQueue(admin_pb2.CreateQueueRequest(queue=admin_pb2.Queue(name="failover", tenant="failover")))
         for run in range(runs):
-            out.append(_freeze_after_accepting(servers, stubs, run))
+            out.append(_stall_after_accepting(servers, [p for p, _ in proxies], stubs, f"{fault}-{run}", fault))
     finally:
         for server in servers:
             _signal_tree(server, signal.SIGCONT)
+        for proxy, _ in proxies:
+            proxy.heal()
         agent.stop()
         for server in servers:
             server.stop()
+        for proxy, _ in proxies:
+            proxy.close()
     return out
 
 
-def _freeze_after_accepting(servers: list[ServerProcess], stubs: list[jobs_pb2_grpc.JobServiceStub],
-                            run: int) -> tuple[float, float]:
+def _stall_after_accepting(servers: list[ServerProcess], proxies: list[Proxy],
+                           stubs: list[jobs_pb2_grpc.JobServiceStub], run: str, fault: str) -> tuple[float, float]:
     until(lambda: max(map(_epoch, servers)) > 0)
     lead = max(range(2), key=lambda i: _epoch(servers[i]))
     leader, standby = stubs[lead], stubs[1 - lead]
-    spec = common_pb2.JobSpec(name="bench", queue="failover", request_id=f"frozen-{run}",
+    spec = common_pb2.JobSpec(name="bench", queue="failover", request_id=run,
                               annotations={"federation.dev/sim-duration": "600s"},
                               tasks=[common_pb2.TaskSpec(name="worker", replicas=2, resources={GPU: "8", "cpu": "8"})])
     job_id = leader.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec), timeout=10).job.id
-    _signal_tree(servers[lead], signal.SIGSTOP)
-    frozen = time.monotonic()
+    if fault == "frozen":
+        _signal_tree(servers[lead], signal.SIGSTOP)
+    else:
+        proxies[lead].partition()
+    stalled = time.monotonic()
 
     def phase() -> int:
         return standby.GetJob(jobs_pb2.GetJobRequest(id=job_id), timeout=2).status.phase
 
     dispatched = until(lambda: phase() != common_pb2.PENDING)
-    running = time.monotonic() - frozen + until(lambda: phase() == common_pb2.RUNNING)
+    running = time.monotonic() - stalled + until(lambda: phase() == common_pb2.RUNNING)
     _signal_tree(servers[lead], signal.SIGCONT)
+    proxies[lead].heal()
     standby.CancelJob(jobs_pb2.CancelJobRequest(id=job_id), timeout=10)
     until(lambda: phase() == common_pb2.CANCELLED)
     return dispatched, running
@@ -241,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         progress.update()
         finally:
             fed.close()
-        frozen = leader_frozen(url.render_as_string(hide_password=False), runs)
+        frozen = leader_stalled(url.render_as_string(hide_password=False), runs, "frozen")
+        partitioned = leader_stalled(url.render_as_string(hide_password=False), runs, "partitioned")
 
     def median(values: list[float]) -> float:
         return round(statistics.median(values), 3)
@@ -258,7 +274,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "leader_lease": LEASE,
         "leader_frozen_dispatched_seconds": median([f[0] for f in frozen]),
         "leader_frozen_running_seconds": median([f[1] for f in frozen]),
-        "raw": {"pod_restart": pods, "agent_kill": agents, "server_kill": servers, "leader_frozen": frozen},
+        "leader_partitioned_dispatched_seconds": median([f[0] for f in partitioned]),
+        "leader_partitioned_running_seconds": median([f[1] for f in partitioned]),
+        "raw": {"pod_restart": pods, "agent_kill": agents, "server_kill": servers, "leader_frozen": frozen,
+                "leader_partitioned": partitioned},
     }
     write(out_dir(args), "faults", results, report(results), [
         ("failed pod restarted (RestartTask)", f"{results['pod_restart_seconds']} s"),
@@ -266,7 +285,9 @@ def main(argv: Sequence[str] | None = None) -> None:
          f"{results['agent_kill_running_seconds']} s (heartbeat timeout {TIMEOUT:g} s + grace {GRACE:g} s)"),
         ("killed server answers again", f"{results['server_kill_answering_seconds']} s"),
         ("frozen leader's accepted job dispatched by the standby",
-         f"{results['leader_frozen_dispatched_seconds']} s (lease {LEASE:g} s + one cycle)")])
+         f"{results['leader_frozen_dispatched_seconds']} s (lease {LEASE:g} s + one cycle)"),
+        ("leader cut off from PostgreSQL: its accepted job dispatched by the standby",
+         f"{results['leader_partitioned_dispatched_seconds']} s (lease {LEASE:g} s + one cycle)")])
 
 
 def report(r: dict[str, Any]) -> str:
@@ -287,8 +308,12 @@ def report(r: dict[str, Any]) -> str:
         f"{r['leader_frozen_dispatched_seconds']} |",
         f"| leader SIGSTOP just after accepting a job (of two replicas) | it runs (its agent moved to the standby) "
         f"| {r['leader_frozen_running_seconds']} |",
+        f"| leader cut off from PostgreSQL just after accepting a job | the standby dispatches it | "
+        f"{r['leader_partitioned_dispatched_seconds']} |",
+        f"| leader cut off from PostgreSQL just after accepting a job | it runs (its agent moved to the standby) | "
+        f"{r['leader_partitioned_running_seconds']} |",
         "", "The agent-kill figures include the heartbeat timeout (and, for running work, the grace): recovery "
-        "cannot be sooner than those settings. The frozen-leader figures are bounded below by the lease "
+        "cannot be sooner than those settings. The stalled-leader figures are bounded below by the lease "
         f"({r['leader_lease']:g} s): the standby may lead only once it has expired; the bound asked is the lease "
         "plus one cycle.", ""])
 

@@ -8,6 +8,8 @@ import socket
 import threading
 from collections.abc import Callable
 
+from sqlalchemy.engine import URL
+
 
 class Proxy:
     def __init__(self, connect: Callable[[], socket.socket]) -> None:
@@ -60,3 +62,19 @@ class Proxy:
             for s in (source, target):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+
+
+def proxied(db_url: URL) -> tuple[Proxy, URL]:
+    """A proxy to this PostgreSQL (TCP or Unix socket), and the URL that goes through it."""
+    host, port = db_url.query.get("host") or db_url.host or "127.0.0.1", db_url.port or 5432
+    if isinstance(host, str) and host.startswith("/"):
+        def connect() -> socket.socket:
+            conn = socket.socket(socket.AF_UNIX)
+            conn.connect(f"{host}/.s.PGSQL.{port}")
+            return conn
+    else:
+        def connect() -> socket.socket:
+            return socket.create_connection((str(host), port))
+    proxy = Proxy(connect)
+    query = {k: v for k, v in db_url.query.items() if k != "host"}
+    return proxy, db_url.set(host="127.0.0.1", port=proxy.port, query=query)

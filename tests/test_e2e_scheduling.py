@@ -7,7 +7,6 @@ member-agent processes: two member clusters of four 8-GPU nodes (64 GPUs in all)
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from collections import Counter
@@ -24,7 +23,7 @@ from federation.cli.dev import AgentProcess, ServerProcess
 from federation.store.jobs import ACTIVE_PHASES
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from member_agent import clusters
-from tests.netproxy import Proxy
+from tests.netproxy import proxied
 from tests.test_e2e_agents import GPU, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -269,28 +268,12 @@ def test_a_second_replica_takes_over_scheduling_without_dispatching_twice(db_url
 LEASE = 2.0
 
 
-def _proxied(db_url: URL) -> tuple[Proxy, URL]:
-    """A proxy to the test's PostgreSQL (TCP or Unix socket), and the URL that goes through it."""
-    host, port = db_url.query.get("host") or db_url.host or "127.0.0.1", db_url.port or 5432
-    if isinstance(host, str) and host.startswith("/"):
-        def connect() -> socket.socket:
-            conn = socket.socket(socket.AF_UNIX)
-            conn.connect(f"{host}/.s.PGSQL.{port}")
-            return conn
-    else:
-        def connect() -> socket.socket:
-            return socket.create_connection((str(host), port))
-    proxy = Proxy(connect)
-    query = {k: v for k, v in db_url.query.items() if k != "host"}
-    return proxy, db_url.set(host="127.0.0.1", port=proxy.port, query=query)
-
-
 @pytest.mark.parametrize("fault", ["frozen", "partitioned from PostgreSQL"])
 def test_a_stalled_leader_is_replaced_within_its_lease_and_nothing_is_dispatched_twice(
         db_url: URL, tmp_path: Path, fault: str) -> None:
     import signal
 
-    proxy, through = _proxied(db_url)
+    proxy, through = proxied(db_url)
     fed = start(db_url, tmp_path, 2, *ONE_PROCESS, "--leader-lease", str(LEASE), urls=[through, db_url])
     try:
         leader, standby = fed.servers
