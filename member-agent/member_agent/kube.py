@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import time
@@ -36,28 +35,41 @@ from dataclasses import replace
 from typing import Any
 
 import aiohttp
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
-from federation.kernel.dra import CLASS_RESOURCE, pod_claims
-from federation.kernel.durations import parse_duration
-from federation.kernel.gpuask import WHOLE
+from federation.kernel.dra import pod_claims
 from federation.kernel.jobspec import ON_CLUSTER_LOST
-from federation.kernel.resources import SHARE, Resources, add, format_resources
+from federation.kernel.resources import Resources, add
 from federation.v1 import common_pb2
 from member_agent import discovery, mig, plugins
 from member_agent.agent import ENDED_PODS as ENDED
 from member_agent.agent import AgentJob, BindError
-from member_agent.claims import ClaimRefused, Claims, with_claims
+from member_agent.claims import ClaimRefused, Claims
 from member_agent.dcgm import DEFAULT_THRESHOLDS, dcgm_health
-from member_agent.devices import ASSIGNED, ASSIGNED_SHARE, assigned, pod_devices
 from member_agent.discovery import OWNER
 from member_agent.informer import Informer, key
 from member_agent.kubeapi import Kube, KubeError, Obj
 from member_agent.metrics import CACHED
 from member_agent.nodehealth import DEGRADED, FAILED, HEALTHY, HealthRules, NodeHealth, hypernode_degraded, node_health
 from member_agent.placement import PodPlacement
-from member_agent.simulated import DURATION_ANNOTATION, START_DELAY_ANNOTATION, annotation, pod_requests
+from member_agent.pods import (
+    ATTEMPT,
+    INDEX,
+    JOB_HASH,
+    JOB_ID,
+    MANAGED_BY,
+    TASK,
+    devices_of,
+    ended,
+    job_hash,
+    node_ready,
+    placeable,
+    pod_manifest,
+    pod_requests,
+    slim_node,
+    slim_pod,
+    ssh_keys,
+    why_failed,
+)
 from member_agent.state import ClusterState
 from member_agent.topology import (
     Topology,
@@ -71,15 +83,7 @@ from member_agent.topology import (
 
 log = logging.getLogger(__name__)
 
-MANAGED_BY = "federation.dev/managed-by"
-JOB_HASH = "federation.dev/job-hash"
-JOB_ID = "federation.dev/job-id"
-ATTEMPT = "federation.dev/attempt"
-TASK = "federation.dev/task"
-INDEX = "federation.dev/index"
-DEFAULT_IMAGE = "registry.k8s.io/pause:3.9"
 HYPERNODES = "/apis/topology.volcano.sh/v1alpha1/hypernodes"
-OVERCOMMITTED = ("cpu", "memory", "ephemeral-storage")  # every other resource is requested at its limit
 REBUILD_DELAY = 0.2  # a burst of node or HyperNode changes rebuilds the topology once
 SYNC_DELAY = 1.0  # a burst of changes writes the discovered HyperNodes (and their status) once
 
@@ -107,142 +111,28 @@ class StartError(Exception):
     """The agent cannot work with this cluster as it is; the message says what to fix."""
 
 
-def job_hash(job_id: str) -> str:
-    """Label values stop at 63 characters; job ids may not, so pods are labelled with a hash."""
-    return hashlib.sha256(job_id.encode()).hexdigest()[:16]
 
 
-def _go_duration(text: str) -> str | None:
-    """A duration annotation as KWOK (Go's time.ParseDuration) reads it."""
-    try:
-        return f"{round(parse_duration(text) * 1000)}ms"
-    except ValueError:
-        return None
 
 
-def devices_of(pod: Obj) -> tuple[tuple[int, ...], int]:
-    return assigned((pod.get("metadata") or {}).get("annotations") or {})
 
 
-def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler: str, cluster: str,
-                 owner: Obj | None = None, devices: Sequence[int] = (), share: int = WHOLE) -> Obj:
-    """One pod of the gang: its task's pod template (or a pause container holding the requests), this
-    agent's schedulerName and labels, and what the job's plugins add."""
-    spec = next(t for t in job.job.spec.tasks if t.name == task)
-    template = json.loads(spec.pod_template_json) if spec.pod_template_json else {}
-    meta = dict(template.get("metadata") or {})
-    pod_spec = dict(template.get("spec") or {})
-    if not pod_spec.get("containers"):
-        requests = format_resources({r: a for r, a in job.requests[task].items()  # SHARE and DRA classes: ours alone
-                                     if r != SHARE and not r.startswith(CLASS_RESOURCE)})
-        limits = {r: q for r, q in requests.items() if r not in OVERCOMMITTED}  # limits must equal requests
-        pod_spec["containers"] = [{"name": "main", "image": DEFAULT_IMAGE,
-                                   "resources": {"requests": requests, **({"limits": limits} if limits else {})}}]
-    if spec.node_selector and "nodeSelector" not in pod_spec:
-        pod_spec["nodeSelector"] = dict(spec.node_selector)
-    pod_spec["schedulerName"] = scheduler
-    pod_spec.setdefault("restartPolicy", "Never")
-    labels = {**(meta.get("labels") or {}), MANAGED_BY: cluster, JOB_HASH: job_hash(job.job.id),
-              ATTEMPT: str(job.attempt), TASK: task, INDEX: str(index)}
-    annotations = {**(meta.get("annotations") or {}), JOB_ID: job.job.id}
-    if job.job.spec.annotations.get(ON_CLUSTER_LOST):  # a restarted agent cut off must know it may not fence it
-        annotations[ON_CLUSTER_LOST] = job.job.spec.annotations[ON_CLUSTER_LOST]
-    for name in (START_DELAY_ANNOTATION, DURATION_ANNOTATION):  # KWOK's stages in the test bed read them
-        duration = _go_duration(annotation(job.job.spec, task, name))
-        if duration:
-            annotations[name] = duration
-    if devices:
-        containers = pod_spec["containers"] = [dict(c) for c in pod_spec["containers"]]
-        env = containers[0]["env"] = list(containers[0].get("env") or [])  # KAI's default: the first container
-        pod_devices(annotations, env, devices, share)
-        if not env:
-            del containers[0]["env"]
-    # A restarted pod gets a new name: the one it replaces may still be terminating.
-    name = f"{job.job.id}-a{job.attempt}-{task}-{index}" + (f"-r{job.retries}" if job.retries else "") + (
-        f"-m{job.moved}" if job.moved else "")
-    with_claims(pod_spec, name)
-    pod: Obj = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
-                "spec": pod_spec}
-    if owner is not None:
-        pod["metadata"]["ownerReferences"] = [owner]
-    plugins.decorate(pod, job.job.id, namespace, job.job.spec, spec, index)
-    return pod
 
 
-def _ssh_keys() -> tuple[str, str]:
-    """A fresh key pair for a job's ssh plugin: the private key (PEM) and the public key (OpenSSH)."""
-    key_pair = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key_pair.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                     serialization.NoEncryption()).decode()
-    public = key_pair.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                                serialization.PublicFormat.OpenSSH).decode()
-    return private, public + "\n"
 
 
-def _meta(obj: Obj, *keys: str) -> Obj:
-    meta = obj.get("metadata") or {}
-    return {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels", *keys) if k in meta}
 
 
-def _requests(containers: Any) -> list[Obj]:
-    return [{"name": c.get("name"), "resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
-            for c in containers or []]
 
 
-def slim_pod(pod: Obj) -> Obj:
-    """What the agent reads of a pod: who it is, where it is bound, what it requests and how it is doing.
-    (A full pod is several kilobytes; a large cluster has tens of thousands.)"""
-    spec, status = pod.get("spec") or {}, pod.get("status") or {}
-    meta = _meta(pod, "deletionTimestamp", "ownerReferences")
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if JOB_ID in annotations:
-        meta["annotations"] = {k: annotations[k] for k in (JOB_ID, ON_CLUSTER_LOST, ASSIGNED, ASSIGNED_SHARE)
-                               if k in annotations}
-    return {"metadata": meta,
-            "spec": {"nodeName": spec.get("nodeName"), "containers": _requests(spec.get("containers")),
-                     "initContainers": _requests(spec.get("initContainers")), "overhead": spec.get("overhead")},
-            "status": {k: status[k] for k in ("phase", "reason", "message") if k in status}
-            | {"containerStatuses": [{"name": c.get("name"), "state": {"terminated": (c.get("state") or {}).get(
-                "terminated")}} for c in status.get("containerStatuses") or [] if (c.get("state") or {}).get(
-                "terminated")]}
-            | _shown(status)}
 
 
-def _shown(status: Obj) -> Obj:
-    """What a user sees of a pod beyond its phase (kubectl's RESTARTS and STATUS): container restarts, and
-    why a container waits (CrashLoopBackOff, ImagePullBackOff...) or ended."""
-    containers = status.get("containerStatuses") or []
-    out: Obj = {"restarts": sum(int(c.get("restartCount") or 0) for c in containers)}
-    for c in containers:
-        state = c.get("state") or {}
-        said = state.get("waiting") or state.get("terminated") or {}
-        if said.get("reason"):
-            out["said"] = said["reason"] + (f": {said['message']}" if said.get("message") else "")
-            break
-    return out
 
 
-def slim_node(node: Obj) -> Obj:
-    """What the agent reads of a node: labels, allocatable, taints, cordon, readiness and health conditions
-    (without their heartbeat times, which change every few seconds and would make every status a change)."""
-    spec, status = node.get("spec") or {}, node.get("status") or {}
-    return {"metadata": _meta(node),
-            "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec},
-            "status": {"allocatable": status.get("allocatable") or {},
-                       "conditions": [{k: c[k] for k in ("type", "status", "reason", "message") if k in c}
-                                      for c in status.get("conditions") or []]}}
 
 
-def _ready(node: Obj) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def _placeable(node: Obj) -> bool:
-    """Not cordoned, nor being repartitioned by NVIDIA's MIG manager: new pods may go there."""
-    return not (node.get("spec") or {}).get("unschedulable") and not mig.reconfiguring(
-        (node.get("metadata") or {}).get("labels") or {})
 
 
 COLLECTIONS = {"ConfigMap": "/api/v1/namespaces/{}/configmaps", "Service": "/api/v1/namespaces/{}/services",
@@ -402,8 +292,8 @@ class KubernetesBackend:
             name = obj["metadata"]["name"]
             self._note_health(name, obj)
             health = self._health.get(name)
-            self._ready[name] = _ready(obj) and (health is None or health.state != FAILED)
-            state.set_ready(name, self._ready[name] and _placeable(obj))
+            self._ready[name] = node_ready(obj) and (health is None or health.state != FAILED)
+            state.set_ready(name, self._ready[name] and placeable(obj))
         self._apply_health(state)
         return state
 
@@ -533,13 +423,13 @@ class KubernetesBackend:
             self._schedule_sync()
             self._on_change()
         failed = self._health.get(name)
-        ready = _ready(obj) and (failed is None or failed.state != FAILED)
+        ready = node_ready(obj) and (failed is None or failed.state != FAILED)
         if ready != self._ready.get(name, True):
             self._ready[name] = ready
             why = f"node {name} failed ({', '.join(failed.reasons)})" if failed and failed.state == FAILED else ""
             self._on_node(name, ready, why)
-        if name in self.state.free and (ready and _placeable(obj)) != (name in self.state.ready):
-            self.state.set_ready(name, ready and _placeable(obj))
+        if name in self.state.free and (ready and placeable(obj)) != (name in self.state.ready):
+            self.state.set_ready(name, ready and placeable(obj))
             self._schedule_sync()
             self._on_change()
 
@@ -633,7 +523,7 @@ class KubernetesBackend:
         if deleted or meta.get("deletionTimestamp"):
             phase, reason = "Evicted", "the pod was deleted" + (" (evicted)" if reason == "Evicted" else "")
         elif phase == "Failed":
-            phase, reason = ("Evicted", reason) if reason == "Evicted" else ("Failed", _why_failed(status))
+            phase, reason = ("Evicted", reason) if reason == "Evicted" else ("Failed", why_failed(status))
         elif phase == "Unknown":
             reason = reason or "the pod's node stopped reporting"
         if phases[k] == phase:
@@ -737,7 +627,7 @@ class KubernetesBackend:
 
     async def _plugin_objects(self, job: AgentJob, namespace: str, owner: Obj) -> KubeError | None:
         spec = job.job.spec
-        keys = await asyncio.to_thread(_ssh_keys) if "ssh" in spec.plugins else None  # RSA takes a while
+        keys = await asyncio.to_thread(ssh_keys) if "ssh" in spec.plugins else None  # RSA takes a while
         wanted = plugins.objects(job.job.id, namespace, spec, keys)
         for obj in wanted:
             obj["metadata"].update(namespace=namespace, ownerReferences=[owner],
@@ -856,7 +746,7 @@ class KubernetesBackend:
         if not self.retention:
             await self.delete(job)
             return
-        kept = [p for p in self._job_pods(job.job.id, job.attempt) if _ended(p)]
+        kept = [p for p in self._job_pods(job.job.id, job.attempt) if ended(p)]
         if not kept:
             await self.delete(job)
             return
@@ -881,7 +771,7 @@ class KubernetesBackend:
             for pod in bucket.values():
                 attempt = pod["metadata"]["labels"].get(ATTEMPT, "")
                 job_id = (pod["metadata"].get("annotations") or {}).get(JOB_ID)
-                if job_id and attempt.isdigit() and _ended(pod):
+                if job_id and attempt.isdigit() and ended(pod):
                     self._kept.setdefault((job_id, int(attempt)), time.monotonic() + self.retention)
 
     async def _sweep_kept(self) -> None:
@@ -906,11 +796,11 @@ class KubernetesBackend:
                 await asyncio.wait_for(self._kept_changed.wait(), max(wait, 0.05))
 
     async def _delete_kept(self, job_id: str, attempt: int) -> None:
-        kept = [p for p in self._job_pods(job_id, attempt) if _ended(p) and not p["metadata"].get("deletionTimestamp")]
+        kept = [p for p in self._job_pods(job_id, attempt) if ended(p) and not p["metadata"].get("deletionTimestamp")]
         for namespace in sorted({p["metadata"]["namespace"] for p in kept}):
             await self._delete_pods(namespace, [p["metadata"]["name"] for p in kept
                                                 if p["metadata"]["namespace"] == namespace])
-        if not [p for p in self._job_pods(job_id) if not _ended(p)]:
+        if not [p for p in self._job_pods(job_id) if not ended(p)]:
             for namespace in sorted({p["metadata"]["namespace"] for p in kept} | {self.namespace}):
                 await self._delete_anchor(job_id, namespace)
         log.info("job %s attempt %d: its %d ended pod(s) deleted, their retention passed", job_id, attempt,
@@ -935,7 +825,7 @@ class KubernetesBackend:
             for pod in bucket.values():
                 meta = pod["metadata"]
                 job_id, attempt = (meta.get("annotations") or {}).get(JOB_ID), meta["labels"].get(ATTEMPT, "")
-                if job_id and attempt.isdigit() and not meta.get("deletionTimestamp") and not _ended(pod):
+                if job_id and attempt.isdigit() and not meta.get("deletionTimestamp") and not ended(pod):
                     out[(job_id, int(attempt))] = out.get((job_id, int(attempt)), 0) + 1
         return out
 
@@ -973,8 +863,8 @@ class KubernetesBackend:
         job is live here); with `keep_ended`, the attempt's ended pods (and the anchor) are kept for the
         retention instead. How many pods were deleted."""
         found = [p for p in self._job_pods(job_id, attempt) if not p["metadata"].get("deletionTimestamp")]
-        if keep_ended and self.retention and any(_ended(p) for p in found):
-            found, anchor = [p for p in found if not _ended(p)], False
+        if keep_ended and self.retention and any(ended(p) for p in found):
+            found, anchor = [p for p in found if not ended(p)], False
             self._keep(job_id, attempt)
         phases = self._phases.get(job_id, {})
         for pod in found:  # gone by our hand: their deletion is not an eviction
@@ -1014,17 +904,8 @@ class KubernetesBackend:
         return sorted(found, key=lambda p: (p.task, p.index))
 
 
-def _ended(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") in ENDED
 
 
-def _why_failed(status: Mapping[str, Any]) -> str:
-    for c in status.get("containerStatuses") or []:
-        terminated = (c.get("state") or {}).get("terminated")
-        if terminated and terminated.get("exitCode"):
-            return f"container {c.get('name')} exited with {terminated['exitCode']}" + (
-                f" ({terminated['reason']})" if terminated.get("reason") else "")
-    return status.get("message") or "pod failed"
 
 
 PERMANENT = (400, 403, 404, 422)  # forbidden (RBAC, a quota, an admission webhook), invalid, not found

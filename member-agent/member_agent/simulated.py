@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import math
 from collections import OrderedDict
@@ -23,16 +22,15 @@ from typing import Any
 import yaml
 
 from federation.kernel.durations import parse_duration
-from federation.kernel.resources import QuantityError, Resources, parse_amount
+from federation.kernel.resources import QuantityError, Resources
 from federation.v1 import common_pb2
 from member_agent.agent import AgentJob, BindError
 from member_agent.clusters import kubelet_labels
 from member_agent.placement import PodPlacement
+from member_agent.pods import DURATION_ANNOTATION, START_DELAY_ANNOTATION, annotation, pod_requests
 from member_agent.state import ClusterState
 from member_agent.topology import TopologyError, build, load_objects
 
-DURATION_ANNOTATION = "federation.dev/sim-duration"
-START_DELAY_ANNOTATION = "federation.dev/sim-start-delay"  # how long a new pod stays Pending
 DEFAULT_DURATION = 5.0
 STOPPED_JOBS = 10_000
 UNTIL_CANCELLED = "infinity"  # a duration annotation for pods that run until the job is cancelled
@@ -40,27 +38,6 @@ UNTIL_CANCELLED = "infinity"  # a duration annotation for pods that run until th
 log = logging.getLogger(__name__)
 
 
-def pod_requests(pod: Mapping[str, Any]) -> Resources:
-    """What a pod holds on its node, as the kube-scheduler counts it: its containers' requests summed,
-    at least its largest init container's, plus the pod overhead."""
-    spec = pod.get("spec") or {}
-
-    def requests(container: Any) -> Resources:
-        out: Resources = {}
-        for resource, quantity in (((container or {}).get("resources") or {}).get("requests") or {}).items():
-            out[str(resource)] = parse_amount(str(resource), quantity)
-        return out
-
-    total: Resources = {}
-    for container in spec.get("containers") or []:
-        for resource, amount in requests(container).items():
-            total[resource] = total.get(resource, 0) + amount
-    for container in spec.get("initContainers") or []:
-        for resource, amount in requests(container).items():
-            total[resource] = max(total.get(resource, 0), amount)
-    for resource, quantity in (spec.get("overhead") or {}).items():
-        total[str(resource)] = total.get(str(resource), 0) + parse_amount(str(resource), quantity)
-    return total
 
 
 def load_cluster(objects: Iterable[Mapping[str, Any]]) -> ClusterState:
@@ -90,17 +67,6 @@ def read_cluster_file(path: Path) -> ClusterState:
     return load_cluster(objects)
 
 
-def annotation(spec: common_pb2.JobSpec, task: str, name: str) -> str:
-    """A task's pod template annotation, else the job's."""
-    template = next((t.pod_template_json for t in spec.tasks if t.name == task), "")
-    if template:
-        try:
-            value = ((json.loads(template).get("metadata") or {}).get("annotations") or {}).get(name)
-        except (ValueError, AttributeError):
-            value = None
-        if value:
-            return str(value)
-    return spec.annotations.get(name, "")
 
 
 def _running_for(seconds: float) -> str:
