@@ -1,8 +1,9 @@
 """GPUs shared by NVIDIA's device plugin (MPS, time-slicing) on the real API server with KWOK nodes (issue 45, 3):
 nodes labelled and with allocatable as the plugin and GPU Feature Discovery make them. Replicas are never booked past
 what a node publishes; an MPS node never gets a pod asking more than one replica (the plugin would fail it at
-admission), while a time-slicing node does; the agent leaves which replica to the kubelet (no device of its own written
-on the pod), and keeps fractions, which it places by device, off shared devices."""
+admission), while a time-slicing node does, and the inventory the federation checks pods against says so; the agent
+leaves which replica to the kubelet (no device of its own written on the pod), and keeps fractions, which it places by
+device, off shared devices."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from federation.kernel.gpuask import FRACTION
+from federation.scheduling.fit import pods_room
 from federation.testbed.cluster import Testbed
 from federation.v1 import agent_pb2, common_pb2
 from member_agent import clusters
@@ -55,6 +57,8 @@ async def test_mps_replicas_are_never_overbooked_and_never_two_to_a_pod(kube: Te
     seen: list[agent_pb2.JobUpdate] = []
     try:
         await ready_nodes(b, 3)
+        hist = b.state.gpu_free_nodes()  # the time-slicing node's 16 replicas hold eight two-GPU pods
+        assert pods_room(hist, 1) == 80 and pods_room(hist, 2) == 8, hist
         # 70 single-replica pods: the two MPS nodes' 64 replicas and the time-slicing node's 16 hold them
         await agent.assign(job("infer", [common_pb2.TaskSpec(name="server", replicas=70, resources={GPU: "1"})]),
                            attempt=1)
@@ -90,6 +94,10 @@ async def test_an_mps_only_cluster_refuses_two_replicas_saying_why_and_keeps_fra
     seen: list[agent_pb2.JobUpdate] = []
     try:
         await ready_nodes(b, 1)
+        # What the federation checks a gang's pods against, node by node: its 32 replicas hold 32 one-GPU pods and
+        # no two-GPU one, so the federation does not send it one.
+        hist = b.state.gpu_free_nodes()
+        assert pods_room(hist, 1) == 32 and pods_room(hist, 2) == 0, hist
         await agent.assign(job("pair", [common_pb2.TaskSpec(name="w", replicas=1, resources={GPU: "2"})]), attempt=1)
         rejected = await next_update(agent, agent_pb2.REJECTED, seen, timeout=120)
         assert "MPS gives a pod at most 1 replica" in rejected.reason, rejected.reason

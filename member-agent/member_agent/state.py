@@ -342,11 +342,16 @@ class ClusterState:
 
     def gpu_free_nodes(self) -> list[int]:
         """[f] = ready nodes with exactly f whole GPUs free ([] without GPUs): the federation checks gangs' pods
-        against it node by node."""
+        against it node by node. An MPS node's free replicas count as that many nodes of one free GPU each: MPS
+        gives a pod one replica at most, so they hold that many one-GPU pods and no larger one."""
         counts: dict[int, int] = {}
         for node in self.ready:
             if self.topology.nodes[node].allocatable.get(GPU, 0) or self.free[node].get(GPU, 0):
                 free = min(max(self.free[node].get(GPU, 0), 0), MAX_GPUS_PER_NODE)
+                shared = self.sharing.get(node)
+                if shared is not None and shared.resource == GPU and shared.per_pod == 1:
+                    counts[1] = counts.get(1, 0) + free
+                    continue
                 counts[free] = counts.get(free, 0) + 1
         if not counts:
             return []
