@@ -1,6 +1,7 @@
 """A job's maximum run time (issue 46, 3), held by its agent on the real API server with KWOK nodes: past
-`federation.dev/max-run-time`, counted from the job's start, its pods are stopped and the job fails saying why; a job
-reassigned (or adopted) after it started has only what is left of it."""
+`federation.dev/max-run-time`, counted from the attempt's start, its pods are stopped and the job fails saying why; a
+job assigned again while it runs (its agent reconnected or restarted) has only what is left of it, a new attempt the
+whole of it."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from member_agent.agent import Agent
 from tests.kubehelp import GPU, backend, eventually, gpu_cluster, next_update, pods, ready_nodes
 
 
-def job(name: str, limit: str, started: float | None = None) -> common_pb2.Job:
+def job(name: str, limit: str, started: float | None = None, phase: int = common_pb2.RUNNING) -> common_pb2.Job:
+    """`started`: the server's start time, sent with a job assigned again while it runs (`phase`)."""
     made = common_pb2.Job(id=f"{name}-1", spec=common_pb2.JobSpec(
         name=name, queue="q", annotations={"federation.dev/sim-duration": "600s", "federation.dev/max-run-time": limit},
         tasks=[common_pb2.TaskSpec(name="w", replicas=2, resources={GPU: "1"})]))
+    made.status.phase = phase if started is not None else common_pb2.DISPATCHED
     if started is not None:
         made.status.start_time.FromSeconds(int(started))
     return made
@@ -33,6 +36,8 @@ async def test_a_job_past_its_maximum_run_time_is_stopped_and_fails(kube: Testbe
         # started an hour ago with two hours: it keeps running.
         await agent.assign(job("late", "30m", time.time() - 3600), attempt=2)
         await agent.assign(job("long", "2h", time.time() - 3600), attempt=2)
+        # A new attempt of a job whose earlier one started an hour ago: its 30 minutes count from now.
+        await agent.assign(job("again", "30m", time.time() - 3600, common_pb2.DISPATCHED), attempt=3)
         failed = await next_update(agent, agent_pb2.JOB_FAILED, seen, timeout=120)
         assert failed.job_id == "late-1"
         assert "ran past its maximum run time of 30m (federation.dev/max-run-time)" in failed.reason
@@ -43,7 +48,7 @@ async def test_a_job_past_its_maximum_run_time_is_stopped_and_fails(kube: Testbe
         assert failed.job_id == "short-1" and time.monotonic() - assigned >= 3.0
         await eventually(lambda: not [p for p in pods(kube).values() if p.metadata.name.startswith(("late", "short"))
                                       and p.metadata.deletion_timestamp is None], what="the stopped jobs' pods gone")
-        assert "long-1" in agent.jobs and not [u for u in seen if u.type == agent_pb2.JOB_FAILED and
-                                               u.job_id == "long-1"]
+        assert "long-1" in agent.jobs and "again-1" in agent.jobs
+        assert not [u for u in seen if u.type == agent_pb2.JOB_FAILED and u.job_id in ("long-1", "again-1")]
     finally:
         await b.stop()

@@ -917,13 +917,16 @@ class Agent:
             placements=_placements(job.pods)))
 
     def _limit_run(self, job: AgentJob) -> None:
-        """Stop the job when its maximum run time runs out, counted from when it first started (the server's start
-        time, which a reassigned or adopted job carries; else now): the job fails, as Kueue's
+        """Stop the job when its maximum run time runs out, counted from when this attempt started: the server's
+        start time when the job is assigned again while it runs (an agent reconnected or restarted: it adopts the
+        pods), else now (a new attempt, whatever an earlier one ran). The job fails, as Kueue's
         maximumExecutionTimeSeconds deactivates a workload."""
         limit = seconds_or_none(job.job.spec.annotations.get(MAX_RUN_TIME))
         if limit is None or limit <= 0:
             return
-        started = job.job.status.start_time.ToSeconds() if job.job.status.HasField("start_time") else time.time()
+        status = job.job.status
+        running = status.phase in (common_pb2.RUNNING, common_pb2.RESTARTING) and status.HasField("start_time")
+        started = status.start_time.ToSeconds() if running else time.time()
         left = max(started + limit - time.time(), 0.0)
         text = job.job.spec.annotations[MAX_RUN_TIME]
 
