@@ -124,13 +124,15 @@ def job_to_proto(row: Mapping[str, Any], expected: tuple[datetime, str] | None =
         phase=common_pb2.JobPhase.Value(row["phase"]), reason=row["reason"],
         queue_position=row.get("queue_position", 0),
         cluster=row["cluster"], hypernode=row["hypernode"], tier=row["tier"], attempt=row["attempt"],
-        retries=row["retries"],
+        retries=row["retries"], requeues=row.get("requeues", 0),
         placements=[common_pb2.PodPlacement(task=p["task"], index=p["index"], node=p["node"])
                     for p in row["placements"]],
         pods=[json_format.ParseDict(p, common_pb2.PodStatus(), ignore_unknown_fields=True)
               for p in row.get("pods") or []],
         create_time=_ts(row["created_at"]), dispatch_time=_ts(row["dispatched_at"]),
         start_time=_ts(row["started_at"]), finish_time=_ts(row["finished_at"]), update_time=_ts(row["updated_at"]))
+    if row.get("requeue_at") is not None and row["phase"] in ("PENDING", "PREEMPTED"):
+        status.requeue_time.FromDatetime(row["requeue_at"])
     if expected is not None:
         status.expected_start_time.FromDatetime(expected[0])
         status.expected_cluster = expected[1]

@@ -26,7 +26,7 @@ from federation.control.leaderview import LeaderView
 from federation.control.scheduler import HEARTBEAT_TIMEOUT, Scheduler
 from federation.errors import FailedPrecondition, InvalidArgument
 from federation.kernel.durations import parse_duration
-from federation.kernel.jobspec import MAX_RUN_TIME
+from federation.kernel.jobspec import MAX_RUN_TIME, READY_TIMEOUT
 from federation.relay.events import EventHub
 from federation.relay.logrelay import LogRelay
 from federation.scheduling.cycle import NO_READY_CLUSTER
@@ -76,8 +76,9 @@ def _not_our_token() -> InvalidArgument:
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub, leader: LeaderView,
                  on_change: Callable[[], None], limiter: RateLimiter, logs: LogRelay,
-                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT) -> None:
+                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT, ready_timeout: float = 0.0) -> None:
         self.logs = logs
+        self.ready_timeout = ready_timeout  # seconds: the ready timeout of jobs that do not say (0: none)
         self.schema_revision = database.head_revision()
         self.jobs = jobs
         self.admin = admin
@@ -99,7 +100,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                        allow_unknown_resources: bool = False) -> list[NewJob]:
         """Validate a batch in full and resolve its references (`view`); raise before anything is stored. CEL
         compiles, every spec (up to 1,000 of 64 tasks) is walked, checked and turned to JSON: off the loop."""
-        return await asyncio.to_thread(_prepared, specs, paths, view, allow_unknown_resources)
+        return await asyncio.to_thread(_prepared, specs, paths, view, allow_unknown_resources, self.ready_timeout)
 
     def _admissibility(self, new: Sequence[NewJob], paths: Sequence[str], reject: bool,
                        view: SubmissionView) -> list[str]:
@@ -306,7 +307,7 @@ def _check_resource_names(v: Violations, specs: Sequence[common_pb2.JobSpec], pa
 
 
 def _prepared(specs: Sequence[common_pb2.JobSpec], paths: Sequence[str], view: SubmissionView,
-              allow_unknown_resources: bool) -> list[NewJob]:
+              allow_unknown_resources: bool, ready_timeout: float = 0.0) -> list[NewJob]:
     v = Violations()
     normalised, checked, stored = _checked(v, specs, paths)
     caller = current()
@@ -339,6 +340,9 @@ def _prepared(specs: Sequence[common_pb2.JobSpec], paths: Sequence[str], view: S
         if tenants[queue["tenant"]]["disabled"]:
             raise FailedPrecondition(f"tenant {queue['tenant']!r} is disabled")
         _hold_run_time(spec_json, path, queue, tenants[queue["tenant"]])
+        if ready_timeout > 0 and READY_TIMEOUT not in spec_json.get("annotations", {}):
+            # The server's default, written where the agent reads it: a job keeps the timeout it was accepted with.
+            spec_json.setdefault("annotations", {})[READY_TIMEOUT] = f"{ready_timeout:g}s"
         pc = classes.get(spec.priority_class_name) or default_class
         assert check is not None
         out.append(NewJob(

@@ -11,9 +11,9 @@ jobs they name (Kueue's cache and queue manager fed by informers, with the event
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from federation.kernel import gangs
@@ -96,8 +96,9 @@ class HoldingJob:
 
 
 class JobCache:
-    def __init__(self, jobs: JobStore) -> None:
+    def __init__(self, jobs: JobStore, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.jobs = jobs
+        self.clock = clock  # compared with the requeue times PostgreSQL wrote
         # Waiting jobs in their queues' order, kept across cycles from the events (the cycle walks its heads).
         self.backlog = QueueManager()
         self.version = 0  # how often `backlog` changed: a cycle reads it only as its snapshot saw it
@@ -108,9 +109,13 @@ class JobCache:
         self.reasons: dict[str, str | None] = {}
         self.expected: dict[str, float] = {}  # waiting job -> its expected-duration annotation, seconds
         self.refusals: dict[str, dict[str, str]] = {}  # waiting job -> clusters that refused it for good, and why
-        # (job, cluster, why) a cluster sent back (rejected, not for good, or evacuated) since the last `take_sent_back`
-        self.sent_back: list[tuple[str, str, str]] = []
+        # (job, cluster, why, event) a cluster sent back (rejected, not for good, evacuated, not ready) since the last
+        # `take_sent_back`
+        self.sent_back: list[tuple[str, str, str, str]] = []
         self.room_made: list[tuple[str, str]] = []  # (job, cluster) room is being made in, since `take_room_made`
+        # Waiting jobs out of every queue until their backoff after a requeue ends (the row's requeue_at): each
+        # refresh puts those whose time has come in `backlog`.
+        self.backing_off: dict[str, datetime] = {}
         self._cursor: int | None = None
         self._lock = asyncio.Lock()
 
@@ -135,6 +140,7 @@ class JobCache:
     async def _load(self) -> None:
         cursor = await self.jobs.last_event_seq()  # before the rows: later events are applied again
         self.holding, self.reasons, self.expected, self.refusals = {}, {}, {}, {}
+        self.backing_off = {}
         self.backlog = QueueManager()
         self.version += 1
         self.generation += 1
@@ -148,7 +154,9 @@ class JobCache:
         if upto is None:
             upto = await self.jobs.last_event_seq()
         latest: dict[str, Any] = {}  # job -> its latest event
-        refused: set[str] = set()  # jobs a cluster refused: their row says which clusters refused them for good
+        # Jobs to read again though they may still be waiting here (sent and given back between two refreshes): a
+        # refusal's row says which clusters refused them for good, a requeue's until when it waits out a backoff.
+        reread: set[str] = set()
         cursor = self._cursor
         while cursor < upto:
             events = await self.jobs.phases_after(cursor, upto, limit=BATCH)
@@ -156,26 +164,31 @@ class JobCache:
                 break
             for event in events:
                 latest[event["job_id"]] = event
-                if event["type"] == "Rejected":
-                    refused.add(event["job_id"])
+                if event["type"] in ("Rejected", "NotReady"):
+                    reread.add(event["job_id"])
                 if event["type"] == "MakingRoom":
                     self.room_made.append((event["job_id"], event["cluster"]))
                 if event["type"] in SENT_BACK_EVENTS and " for good: " not in event["message"]:
-                    self.sent_back.append((event["job_id"], event["cluster"], event["message"].partition(": ")[2]))
+                    self.sent_back.append((event["job_id"], event["cluster"], event["message"].partition(": ")[2],
+                                           event["type"]))
             cursor = events[-1]["seq"]
-        arrived: list[str] = []
+        now = self.clock()
+        arrived = [job_id for job_id, at in self.backing_off.items() if at <= now and job_id not in latest]
+        for job_id in arrived:
+            del self.backing_off[job_id]
         held: dict[str, Any] = {}
         self.touched.update(latest)
         for job_id, event in latest.items():
             phase = event["phase"]
             self.reasons[job_id] = None
+            self.backing_off.pop(job_id, None)
             if phase not in WAITING_PHASES:
                 if self.backlog.remove(job_id) is not None:
                     self.version += 1
                 self.reasons.pop(job_id, None)
                 self.expected.pop(job_id, None)
                 self.refusals.pop(job_id, None)
-            elif job_id not in self.waiting or job_id in refused:
+            elif job_id not in self.waiting or job_id in reread:
                 arrived.append(job_id)
             self.holding.pop(job_id, None)
             if phase in ACTIVE_PHASES:
@@ -192,7 +205,17 @@ class JobCache:
         self._cursor = cursor
 
     async def _add_waiting(self, rows: list[Any]) -> None:
-        """Add these waiting jobs, with the views made from their specs (and, for preempted ones, why)."""
+        """Add these waiting jobs, with the views made from their specs (and, for preempted ones, why); those
+        waiting out a backoff are held back until it ends."""
+        now = self.clock()
+        later = {r["id"]: r["requeue_at"] for r in rows if r["requeue_at"] is not None and r["requeue_at"] > now}
+        if later:
+            self.backing_off.update(later)
+            for job_id in later:
+                self.reasons.pop(job_id, None)
+                if self.backlog.remove(job_id) is not None:  # sent and given back since the last refresh
+                    self.version += 1
+            rows = [r for r in rows if r["id"] not in later]
         added = []
         for start in range(0, len(rows), BATCH):
             batch = rows[start:start + BATCH]
@@ -225,8 +248,8 @@ class JobCache:
             current = {r["id"]: r["reason"] for r in await self.jobs.pending(SCAN_LIMIT)}
             self.reasons = {job_id: current.get(job_id) for job_id in self.waiting}
 
-    def take_sent_back(self) -> list[tuple[str, str, str]]:
-        """The (job, cluster, why) sent back by a cluster since the last call, oldest first."""
+    def take_sent_back(self) -> list[tuple[str, str, str, str]]:
+        """The (job, cluster, why, event type) sent back by a cluster since the last call, oldest first."""
         sent, self.sent_back = self.sent_back, []
         return sent
 

@@ -6,7 +6,10 @@ it again, or keeps it from room freed for it (the room a reclaim made, a link he
 rejection holds until the cluster reports a different inventory. Under that, a floor: each rejection of the same
 waiting job by the same cluster doubles the time it holds whatever changes (from `FLOOR` to at most `CEILING`
 seconds), as Kueue's requeue backoff does, so a busy cluster whose inventory changes every second is not asked
-every second about a job it keeps refusing. Pure: the caller gives the clock and each cluster's inventory version.
+every second about a job it keeps refusing. A cluster that gave a job back because its pods did not start in time
+(`put` with `hold`) is passed over for that long whatever it reports: its inventory says nothing of images that
+never arrive, and the job must come back to it when no other cluster takes it. Pure: the caller gives the clock and
+each cluster's inventory version.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class _Held:
     why: str
     until: float  # the floor's end
     inventory: int | None  # the cluster's inventory version when it was first seen after the rejection
+    timed: bool = False  # holds until `until` only, whatever the cluster reports
 
 
 class Rejections:
@@ -32,8 +36,11 @@ class Rejections:
         self._held: dict[tuple[str, str], _Held] = {}
         self._count: dict[tuple[str, str], int] = {}  # rejections of a waiting job by a cluster so far
 
-    def put(self, job_id: str, cluster: str, why: str, now: float) -> None:
+    def put(self, job_id: str, cluster: str, why: str, now: float, hold: float | None = None) -> None:
         key = (job_id, cluster)
+        if hold is not None:
+            self._held[key] = _Held(why, now + hold, None, timed=True)
+            return
         count = self._count[key] = self._count.get(key, 0) + 1
         self._held[key] = _Held(why, now + min(FLOOR * 2 ** (count - 1), CEILING), None)
 
@@ -51,6 +58,10 @@ class Rejections:
         kept: dict[tuple[str, str], _Held] = {}
         for key, held in self._held.items():
             if waiting is not None and key[0] not in waiting:
+                continue
+            if held.timed:
+                if now < held.until:
+                    kept[key] = held
                 continue
             now_seen = (inventories or {}).get(key[1])
             if held.inventory is None:

@@ -12,7 +12,7 @@ import asyncio
 import gc
 import logging
 import time
-from collections import Counter, deque
+from collections import ChainMap, Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -26,7 +26,7 @@ from federation.control.drift import DriftWatch, difference, signed
 from federation.control.jobcache import HoldingJob, JobCache, job_view
 from federation.control.leader import Fence, NotLeader
 from federation.control.loop import WakeLoop
-from federation.control.rejections import Rejections
+from federation.control.rejections import FLOOR, Rejections
 from federation.kernel.resources import add, format_resources, with_share
 from federation.scheduling import outlook
 from federation.scheduling.cycle import (
@@ -241,9 +241,14 @@ class Scheduler:
         """Jobs a cluster rejected (not for good) or evacuated, read from the event log whichever replica heard the
         agent: not offered to that cluster again for a while; and the room a leader is making for jobs (gangs
         evicted for them, still leaving), whichever replica led: not made again by the next leader."""
-        now = asyncio.get_running_loop().time()
-        for job_id, cluster, reason in self.cache.take_sent_back():
-            self._refused.put(job_id, cluster, f"rejected it recently: {reason}", now)
+        now = self.cache.clock()
+        for job_id, cluster, reason, event in self.cache.take_sent_back():
+            if event == "NotReady":  # passed over while it waits out its backoff and as long again once back
+                back = self.cache.backing_off.get(job_id)
+                hold = max(2 * (back - now).total_seconds(), FLOOR) if back is not None else FLOOR
+                self._refused.put(job_id, cluster, f"gave it back not ready recently: {reason}", now.timestamp(), hold)
+            else:
+                self._refused.put(job_id, cluster, f"rejected it recently: {reason}", now.timestamp())
         for job_id, cluster in self.cache.take_room_made():  # whichever replica led: the room is owed to the job
             self._making_room.put(job_id, cluster)
 
@@ -255,8 +260,9 @@ class Scheduler:
         if rows is not None:
             rejecting = self._refused.clusters()
             inventories = {c["name"]: c["inventory_version"] for c in rows if c["name"] in rejecting}
-        live = self._refused.live(asyncio.get_running_loop().time(), inventories,
-                                  self.cache.waiting if rows is not None else None)
+        # (jobs waiting out a backoff keep theirs: the cluster that gave one back is not offered it first thing)
+        live = self._refused.live(self.cache.clock().timestamp(), inventories,
+                                  ChainMap(self.cache.waiting, self.cache.backing_off) if rows is not None else None)
         for (job_id, cluster), why in live.items():
             out.setdefault(job_id, {})[cluster] = why
         for job_id, refusals in self.cache.refusals.items():

@@ -17,7 +17,11 @@ CHECKPOINT_INTERVAL = "federation.dev/checkpoint-interval"
 # The longest a job may run, counted from its start; its agent stops it past that and the job fails (Kueue's
 # maximumExecutionTimeSeconds, a Job's activeDeadlineSeconds, Slurm's --time). The forecast counts on it.
 MAX_RUN_TIME = "federation.dev/max-run-time"
-DURATION_ANNOTATIONS = (EXPECTED_DURATION, CHECKPOINT_INTERVAL, MAX_RUN_TIME)
+# How long after it is sent to a cluster every task's gang minimum of pods must be running; past it, the agent
+# deletes the pods and the federation requeues the job with backoff (Kueue's waitForPodsReady). The server's
+# --ready-timeout is the default of jobs that do not say.
+READY_TIMEOUT = "federation.dev/ready-timeout"
+DURATION_ANNOTATIONS = (EXPECTED_DURATION, CHECKPOINT_INTERVAL, MAX_RUN_TIME, READY_TIMEOUT)
 # What becomes of a running job whose cluster goes silent past the lost grace: "requeue" (the default) runs
 # it elsewhere; "wait" keeps it assigned to that cluster until its agent is back (MultiKueue-style patience
 # for jobs that must never run twice, even while an agent is dead).

@@ -35,7 +35,7 @@ from federation.security.auth import Authenticator, AuthInterceptor, RateLimiter
 from federation.security.oidc import OidcConfig, OidcVerifier
 from federation.store import database
 from federation.store.admin import AdminStore
-from federation.store.jobs import JobStore
+from federation.store.jobs import JobStore, Requeueing
 from federation.store.tokens import TokenStore
 from federation.v1 import (
     admin_pb2,
@@ -118,7 +118,8 @@ class FederationServer:
                  submit_burst: int = SUBMIT_BURST, agent_listen: str = "", agent_tls: AgentTls | None = None,
                  oidc: OidcConfig | None = None, api_tls: ApiTls | None = None, leader_lease: float = LEASE,
                  drift_after: float = DRIFT_AFTER, archive_after: float = ARCHIVE_AFTER,
-                 retention: float = RETENTION, cycle_burst: int = 0, role: str = "all", advertise: str = "") -> None:
+                 retention: float = RETENTION, cycle_burst: int = 0, role: str = "all", advertise: str = "",
+                 ready_timeout: float = 0.0, requeueing: Requeueing | None = None) -> None:
         if bool(agent_listen) != (agent_tls is not None):
             raise ValueError("an agent listener needs its TLS files, and TLS files need an agent listener")
         self.url = url
@@ -129,6 +130,8 @@ class FederationServer:
         self.archive_after = archive_after
         self.cycle_burst = cycle_burst
         self.retention = retention
+        self.ready_timeout = ready_timeout
+        self.requeueing = requeueing or Requeueing()
         self.insecure_dev = insecure_dev
         self.limiter = RateLimiter(submit_rate, submit_burst)
         self.agent_listen = agent_listen
@@ -160,7 +163,7 @@ class FederationServer:
         # A replica frozen inside any write (holding the event counter's row lock) must not stall the others'
         # writes longer than it could hold the lease: PostgreSQL ends its transaction after that long.
         self.engine = database.async_engine(self.url, stalled_after=max(self.leader_lease, database.MIN_STALLED))
-        jobs = JobStore(self.engine)
+        jobs = JobStore(self.engine, self.requeueing)
         admin = AdminStore(self.engine)
         self.tokens = TokenStore(self.engine)
         self.authenticator = Authenticator(self.tokens.load, jwt_verifier=self.oidc.verify if self.oidc else None)
@@ -216,7 +219,7 @@ class FederationServer:
         self.relay = OrderRelay(self.connections, jobs.order_events, jobs.last_event_seq, jobs.by_ids)
         self.logs = LogRelay(self.connections)
         job_servicer = JobServicer(jobs, admin, self.hub, self.leader_view, self._changed, self.limiter, self.logs,
-                                   self.heartbeat_timeout)
+                                   self.heartbeat_timeout, self.ready_timeout)
         register(jobs_pb2_grpc.add_JobServiceServicer_to_server, job_servicer, self.server)
         register(admin_pb2_grpc.add_AdminServiceServicer_to_server,
                  AdminServicer(admin, self.leader_view, self.tokens, self.authenticator.forget, self.connections),

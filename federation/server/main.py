@@ -45,6 +45,7 @@ from federation.server.app import (
 )
 from federation.server.child import EXIT_WITH_STDIN, METRICS_SECRET, SchedulerChild, exit_with_stdin
 from federation.store import database
+from federation.store.jobs import Requeueing
 from federation.store.tokens import TokenStore
 from federation.ui.server import Dashboard
 
@@ -142,6 +143,21 @@ def cli(log_level: str) -> None:
               show_default=True, help="Jobs dispatched per scheduling cycle at most (Armada's scheduling burst; 0: no "
                                       "limit): a cycle that reaches it stops, and the next goes on at once in the "
                                       "same order, so one large change never holds the loop for long.")
+@click.option("--ready-timeout", envvar="FEDERATION_READY_TIMEOUT", type=click.FloatRange(min=0), default=0.0,
+              show_default=True,
+              help="Seconds after a job is sent to a cluster by which every task's gang minimum of pods must be "
+                   "running, for jobs without a federation.dev/ready-timeout annotation (0: not watched). Past it, "
+                   "the agent deletes the pods and the job is requeued with backoff (Kueue's waitForPodsReady).")
+@click.option("--requeue-backoff", envvar="FEDERATION_REQUEUE_BACKOFF", type=click.FloatRange(min=0),
+              default=Requeueing.base, show_default=True,
+              help="Seconds a job not ready in time waits before it is back in its queue, doubling with each "
+                   "requeue (Kueue's backoffBaseSeconds).")
+@click.option("--requeue-backoff-max", envvar="FEDERATION_REQUEUE_BACKOFF_MAX", type=click.FloatRange(min=0),
+              default=Requeueing.ceiling, show_default=True,
+              help="The most --requeue-backoff doubles to (Kueue's backoffMaxSeconds).")
+@click.option("--requeue-limit", envvar="FEDERATION_REQUEUE_LIMIT", type=click.IntRange(min=0), default=None,
+              help="Requeues after which a job not ready in time fails instead (Kueue's backoffLimitCount; "
+                   "unset: no limit).")
 @click.option("--leader-lease", envvar="FEDERATION_LEADER_LEASE", type=click.FloatRange(min=0.2, max=120),
               default=LEASE, show_default=True,
               help="Seconds the scheduling leader's lease lasts: a leader that cannot renew it (frozen, cut off "
@@ -184,6 +200,7 @@ def serve(role: str, listen: str, advertise: str, database_url: str | None, data
           metrics_listen: str,
           ui_listen: str, ui_tls_cert: Path | None, ui_tls_key: Path | None, heartbeat_timeout: float,
           lost_grace: float, drift_after: float, archive_after: float, retention: float, cycle_burst: int,
+          ready_timeout: float, requeue_backoff: float, requeue_backoff_max: float, requeue_limit: int | None,
           leader_lease: float, insecure_dev: bool,
           submit_rate: float, submit_burst: int, agent_listen: str, tls_cert: Path | None, tls_key: Path | None,
           agent_ca: Path | None, client_ca: Path | None, oidc_issuer: str, oidc_audience: str, oidc_jwks: Path | None,
@@ -234,7 +251,8 @@ def serve(role: str, listen: str, advertise: str, database_url: str | None, data
                                       agent_tls=tls, oidc=oidc, api_tls=api_tls, leader_lease=leader_lease,
                                       drift_after=drift_after, archive_after=archive_after, retention=retention,
                                       cycle_burst=cycle_burst, role=API if role == BOTH else role,
-                                      advertise=advertise)
+                                      advertise=advertise, ready_timeout=ready_timeout,
+                                      requeueing=Requeueing(requeue_backoff, requeue_backoff_max, requeue_limit))
         except ValueError as err:
             raise click.ClickException(str(err)) from None
         child = None

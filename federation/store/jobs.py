@@ -56,7 +56,7 @@ WAITING_PHASES = ("PENDING", "PREEMPTED")  # in a queue, waiting to be scheduled
 ARCHIVE_BATCH = 10_000  # jobs moved to the history, or expired from it, per transaction
 REASON_BATCH = 5_000  # waiting reasons written per transaction
 OFF_LOOP_ROWS = 64  # rows from which an insert's JSON document is encoded on a worker thread
-SENT_BACK_EVENTS = ("Rejected", "Evacuated")  # a cluster sent the job back: its message says why
+SENT_BACK_EVENTS = ("Rejected", "Evacuated", "NotReady")  # a cluster sent the job back: its message says why
 LAST_EVENT_SEQ = select(EventCounter.last_seq).where(EventCounter.id == 1)
 POD_FAILED_NAMED = 8  # pods a PodFailed event names (then "and N more"): an event is replayed to every watcher
 # Events that are orders to an agent (federation.relay.orders relays them).
@@ -201,6 +201,36 @@ def _lost(row: Any, why: str) -> dict[str, Any]:
     return values | {"phase": "FAILED", "finished_at": func.now(), "reason": f"{why}; maxRetry {allowed} exhausted"}
 
 
+@dataclass(frozen=True)
+class Requeueing:
+    """How a job whose pods were not all running within its ready timeout goes back to its queue (Kueue's
+    waitForPodsReady.requeuingStrategy): after `base` seconds, doubling with each requeue up to `ceiling`; past
+    `limit` requeues (None: no limit) it fails instead."""
+
+    base: float = 60.0
+    ceiling: float = 3600.0
+    limit: int | None = None
+
+    def backoff(self, requeues: int) -> float:
+        """Seconds the job waits out after its `requeues`-th requeue (from 1)."""
+        return min(self.base * 2 ** min(requeues - 1, 64), self.ceiling)
+
+
+def _not_ready(row: Any, cluster: str, why: str, requeueing: Requeueing) -> dict[str, Any]:
+    """A job its cluster gave back because its pods did not start in time: back to its queue after a backoff,
+    counted, or failed once it was requeued `limit` times."""
+    values: dict[str, Any] = {"cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [],
+                              "move_wanted": "", "request": _minimum(row["spec"])}
+    said = f"not ready in cluster {cluster}: {why}"
+    count = row["requeues"] + 1
+    if requeueing.limit is not None and count > requeueing.limit:
+        return values | {"phase": "FAILED", "finished_at": func.now(),
+                         "reason": f"{said}; requeued {row['requeues']} time(s) already, the most allowed"}
+    wait = requeueing.backoff(count)
+    return values | {"phase": "PENDING", "requeues": count, "requeue_at": func.now() + timedelta(seconds=wait),
+                     "reason": f"{said}; requeued (requeue {count}), back in its queue after {wait:g} s"}
+
+
 def _silent_clusters(seconds: float) -> Any:
     """Names of the clusters not heard from for `seconds`."""
     return select(Cluster.name).where(or_(Cluster.last_heartbeat.is_(None),
@@ -257,8 +287,9 @@ def job_ids(names: Sequence[str], taken: Collection[str] = ()) -> list[str]:
 
 
 class JobStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, requeueing: Requeueing | None = None) -> None:
         self.engine = engine
+        self.requeueing = requeueing or Requeueing()
 
     async def submit(self, jobs: Sequence[NewJob]) -> list[SubmitResult]:
         """Store jobs atomically; a request_id already seen for the tenant yields its first job.
@@ -497,7 +528,7 @@ class JobStore:
         each (`specs`) across cycles rather than decoding a hundred thousand of them every second.
         `ids`: only those of these jobs that are waiting.
         """
-        query = (select(Job.id, Job.queue, Job.priority, Job.seq, Job.reason, Job.phase, Job.refusals)
+        query = (select(Job.id, Job.queue, Job.priority, Job.seq, Job.reason, Job.phase, Job.refusals, Job.requeue_at)
                  .where(Job.phase.in_(WAITING_PHASES)).order_by(Job.priority.desc(), Job.seq).limit(limit))
         if ids is not None:
             query = query.where(Job.id == func.any(list(ids)))
@@ -792,6 +823,9 @@ class JobStore:
                       "request": _minimum(row["spec"]), "phase": "PENDING",
                       "reason": f"evacuated from cluster {cluster}: {u.reason}"}
             event = "Evacuated"
+        elif kind == agent_pb2.PODS_NOT_READY and phase in ACTIVE_PHASES:
+            values = _not_ready(row, cluster, u.reason, self.requeueing)
+            event = "NotReady"
         elif kind == agent_pb2.MOVE_WANTED and phase == "RUNNING":
             if u.reason == row["move_wanted"]:
                 return Applied()  # said before

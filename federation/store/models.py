@@ -151,6 +151,10 @@ class Job(Base):
     attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     retries: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     preemptions: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    # Times its pods were not all running within its ready timeout and it was requeued; it waits in no queue until
+    # `requeue_at` (the backoff that followed), and the scheduler's job cache holds it back until then.
+    requeues: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    requeue_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # What the job needs or holds, canonical: its gang's minimum while it waits or is placed, what its bound
     # pods hold once it runs (federation.store.jobs._minimum, federation.kernel.gangs.bound).
     request: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)

@@ -30,6 +30,7 @@ class JobUpdateType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVACUATED: _ClassVar[JobUpdateType]
     PREPARING: _ClassVar[JobUpdateType]
     MOVE_WANTED: _ClassVar[JobUpdateType]
+    PODS_NOT_READY: _ClassVar[JobUpdateType]
 JOB_UPDATE_TYPE_UNSPECIFIED: JobUpdateType
 ACCEPTED: JobUpdateType
 REJECTED: JobUpdateType
@@ -47,6 +48,7 @@ DRAINED: JobUpdateType
 EVACUATED: JobUpdateType
 PREPARING: JobUpdateType
 MOVE_WANTED: JobUpdateType
+PODS_NOT_READY: JobUpdateType
 
 class AgentMessage(_message.Message):
     __slots__ = ("register", "inventory", "heartbeat", "job_update", "reconcile", "log_chunk", "node_order_done")

@@ -26,6 +26,7 @@ from federation.kernel.jobspec import (
     MAX_REPORTED_HYPERNODES,
     MAX_RUN_TIME,
     ON_CLUSTER_LOST,
+    READY_TIMEOUT,
 )
 from federation.kernel.resources import Resources
 from federation.kernel.tiers import TierFree
@@ -115,6 +116,10 @@ class AgentJob:
     accepted: frozenset[str] = frozenset()  # degraded nodes it was placed on knowingly (nothing healthy fitted)
     moved: str = ""  # drawn at each move off degraded hardware: its new pods' names differ from those still going
     overrun: asyncio.TimerHandle | None = None  # its maximum run time running out
+    # Pods seen running (or done) since it was bound, while its ready timeout runs (`unready`): once its gang's
+    # minimum of every task has run, the timer is off and they are no longer counted.
+    ran: set[tuple[str, int]] = field(default_factory=set)
+    unready: asyncio.TimerHandle | None = None
     _held: tuple[tuple[int, int], Resources] | None = None  # `held`, and the pod list it was summed from
 
     @property
@@ -656,6 +661,7 @@ class Agent:
         BIND_SECONDS.observe(time.monotonic() - started)
         self.jobs[job.id] = bound
         self._limit_run(bound)
+        self._await_ready(bound)
         self._send(self.inventory())  # before the update, so the server never sees the job without its usage
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=placement.hypernode,
@@ -744,6 +750,8 @@ class Agent:
             return False
         self.jobs[job.id] = adopted
         self._limit_run(adopted)
+        self._await_ready(adopted, {(p.task, p.index) for p in self.backend.pod_statuses(adopted)
+                                    if p.phase in ("Running", "Succeeded")})
         self._send(self.inventory())
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=hypernode, tier=adopted.tier,
@@ -778,6 +786,8 @@ class Agent:
             return
         if job.overrun is not None:
             job.overrun.cancel()
+        if job.unready is not None:
+            job.unready.cancel()
         for pod in job.pods:
             self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
         for key in list(job.waiting):
@@ -812,6 +822,11 @@ class Agent:
             self._binding[job_id].append((task, index, phase, reason))
         if job is None or job.attempt != attempt:
             return
+        if phase in ("Running", "Succeeded") and job.unready is not None:
+            job.ran.add((task, index))
+            if _ready(job):
+                job.unready.cancel()
+                job.unready, job.ran = None, set()
         if phase == "Running":
             self.pod_recovered(job_id, task, index)
         elif phase == "Succeeded":
@@ -926,7 +941,7 @@ class Agent:
             return
         status = job.job.status
         running = status.phase in (common_pb2.RUNNING, common_pb2.RESTARTING) and status.HasField("start_time")
-        started = status.start_time.ToSeconds() if running else time.time()
+        started = status.start_time.ToMicroseconds() / 1e6 if running else time.time()
         left = max(started + limit - time.time(), 0.0)
         text = job.job.spec.annotations[MAX_RUN_TIME]
 
@@ -937,6 +952,48 @@ class Agent:
                                                   f"({MAX_RUN_TIME})"))
 
         job.overrun = asyncio.get_running_loop().call_later(left, overran)
+
+    def _await_ready(self, job: AgentJob, ran: Collection[tuple[str, int]] = ()) -> None:
+        """Give the gang back to the federation when its pods are not all running within its ready timeout, counted
+        from when this attempt was sent here (Kueue's waitForPodsReady): a gang that cannot start here (an image
+        that never arrives, a node that never takes its pods) holds its GPUs for nothing, and the federation may
+        have a cluster where it starts. Only the first start is watched: a pod that fails later is its lifecycle
+        policy's."""
+        limit = seconds_or_none(job.job.spec.annotations.get(READY_TIMEOUT))
+        if limit is None or limit <= 0:
+            return
+        job.ran = set(ran)
+        if _ready(job):
+            return
+        status = job.job.status
+        sent = status.dispatch_time.ToMicroseconds() / 1e6 if status.HasField("dispatch_time") else time.time()
+        left = max(sent + limit - time.time(), 0.0)
+        job.unready = asyncio.get_running_loop().call_later(left, self._start_giving_back, job)
+
+    def _start_giving_back(self, job: AgentJob) -> None:
+        if self.jobs.get(job.job.id) is job and job.unready is not None:
+            self._serially(job.job.id, self._give_back(job))
+
+    async def _give_back(self, job: AgentJob) -> None:
+        """The gang did not start in time: its pods go, and the federation is told (PODS_NOT_READY) to requeue it."""
+        if self.jobs.get(job.job.id) is not job or job.unready is None or _ready(job):
+            return
+        need = minimum_pods(job.job.spec)
+        short = ", ".join(f"{task} {min(sum(1 for t, _ in job.ran if t == task), n)} of {n}"
+                          for task, n in need.items() if n)
+        text = job.job.spec.annotations[READY_TIMEOUT]
+        why = f"its pods were not all running {text} after it was sent here ({short} running; {READY_TIMEOUT})"
+        log.info("job %s attempt %d: %s", job.job.id, job.attempt, why)
+        await self.backend.delete(job)
+        if self.jobs.get(job.job.id) is not job:
+            return
+        self._forget(job)
+        want = self.desired.get(job.job.id)
+        if want is not None and want.attempt == job.attempt:
+            del self.desired[job.job.id]
+        self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, type=agent_pb2.PODS_NOT_READY,
+                                         reason=why))
+        self._send_inventory()
 
     async def _end(self, job: AgentJob, succeeded: bool, reason: str) -> None:
         """Stop every pod of the job still running and report its end, as its policy decided."""
@@ -1208,6 +1265,14 @@ def _retrying(job_id: str) -> Callable[[RetryCallState], None]:
 def _short(job: AgentJob) -> bool:
     """Whether the gang runs fewer replicas than it has (it started at its minimum)."""
     return len(job.pods) < sum(t.replicas for t in job.job.spec.tasks)
+
+
+def _ready(job: AgentJob) -> bool:
+    """Whether as many of each task's pods have run as its gang's minimum needs (Kueue's PodsReady)."""
+    ran: dict[str, int] = {}
+    for task, _ in job.ran:
+        ran[task] = ran.get(task, 0) + 1
+    return all(ran.get(task, 0) >= n for task, n in minimum_pods(job.job.spec).items())
 
 
 def _live(job: AgentJob, task: str, index: int) -> PodPlacement | None:
