@@ -5,6 +5,7 @@ agent gives that gang back, the federation requeues it after its backoff, counte
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -15,6 +16,7 @@ from sqlalchemy.engine import URL
 from federation.cli.dev import AgentProcess, ServerProcess
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from member_agent.clusters import tree
+from tests.processes import fedctl
 from tests.test_e2e_agents import wait_for
 from tests.test_e2e_health import events
 
@@ -34,7 +36,7 @@ def test_a_gang_that_never_starts_is_requeued_with_backoff_then_fails(db_url: UR
     cluster = tmp_path / "a.yaml"
     cluster.write_text(yaml.safe_dump_all(tree("a", [1, 4], {GPU: "8", "cpu": "64"})))  # one leaf of four nodes
     server = ServerProcess("--database-url", db_url.render_as_string(hide_password=False), "--ready-timeout", "2",
-                           "--requeue-backoff", "1.5", "--requeue-limit", "1")
+                           "--requeue-backoff", "1.5", "--requeue-limit", "1", "--ui-listen", "127.0.0.1:0")
     agent = None
     try:
         agent = AgentProcess("a", server.address, "--simulate", str(cluster), "--heartbeat", "0.5")
@@ -67,6 +69,14 @@ def test_a_gang_that_never_starts_is_requeued_with_backoff_then_fails(db_url: UR
         times = [e.time.ToDatetime() for e in seen]
         assert (times[2] - times[1]).total_seconds() >= 1.5
         assert (times[1] - times[0]).total_seconds() >= 2 and (times[3] - times[2]).total_seconds() >= 2
+        # Where people read it: fedctl's wide listing and describe, the dashboard's job page.
+        wide = fedctl(server.address, "get", "jobs", "-o", "wide").stdout.splitlines()
+        columns = wide[0].split()
+        row = next(line.split() for line in wide if line.startswith(stuck))
+        assert row[columns.index("REQUEUES")] == "1"
+        assert "Requeues:" in fedctl(server.address, "describe", "job", stuck).stdout
+        page = urllib.request.urlopen(f"{server.dashboard}/jobs/{stuck}", timeout=10).read().decode()
+        assert '<dd id="requeues">1</dd>' in page
         # The job whose pods started runs on, long past its timeout, never requeued; only its GPUs are held.
         assert job(runs).status.phase == common_pb2.RUNNING and job(runs).status.requeues == 0
         wait_for("only the running gang's GPUs used", lambda: admin.ListClusters(

@@ -148,12 +148,13 @@ GPU = "nvidia.com/gpu"
 def _wide_job_row(j: common_pb2.Job) -> list[Any]:
     s = j.status
     labels = ",".join(f"{k}={v}" for k, v in sorted(j.spec.labels.items())) or "-"
-    return [*_job_row(j)[:-1], gpus(j), sum(t.replicas for t in j.spec.tasks), s.attempt, s.retries,
+    return [*_job_row(j)[:-1], gpus(j), sum(t.replicas for t in j.spec.tasks), s.attempt, s.retries, s.requeues,
             ",".join(sorted({p.node for p in s.placements})) or "-", labels, s.reason or "-"]
 
 
 WIDE: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = {
-    common_pb2.Job: ((*JOB_HEADERS[:-1], "GPUS", "PODS", "ATTEMPT", "RETRIES", "NODES", "LABELS", "REASON"),
+    common_pb2.Job: ((*JOB_HEADERS[:-1], "GPUS", "PODS", "ATTEMPT", "RETRIES", "REQUEUES", "NODES", "LABELS",
+                      "REASON"),
                      _wide_job_row),
 }
 
