@@ -28,6 +28,8 @@ from federation.kernel.jobspec import (
     MAX_REPORTED_NODE_LABELS,
     ON_CLUSTER_LOST,
     ON_CLUSTER_LOST_VALUES,
+    ON_MAX_RUN_TIME,
+    ON_MAX_RUN_TIME_VALUES,
     parse_plugin_args,
 )
 from federation.kernel.resources import (
@@ -461,6 +463,9 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
         lost = spec.annotations.get(ON_CLUSTER_LOST)
         if lost is not None and lost not in ON_CLUSTER_LOST_VALUES:
             v.add(f"{path}.annotations[{ON_CLUSTER_LOST!r}]", f"must be one of {', '.join(ON_CLUSTER_LOST_VALUES)}")
+        overrun = spec.annotations.get(ON_MAX_RUN_TIME)
+        if overrun is not None and overrun not in ON_MAX_RUN_TIME_VALUES:
+            v.add(f"{path}.annotations[{ON_MAX_RUN_TIME!r}]", f"must be one of {', '.join(ON_MAX_RUN_TIME_VALUES)}")
     check_name(v, f"{path}.namespace", spec.namespace, required=False)
     for name, plugin in spec.plugins.items():
         if name not in JOB_PLUGINS:

@@ -5,6 +5,8 @@ until then, then offers it elsewhere first; past the requeue limit it fails."""
 
 from datetime import UTC, datetime, timedelta
 
+import grpc
+import pytest
 from sqlalchemy import func, update
 
 from federation.control.scheduler import Scheduler
@@ -80,3 +82,29 @@ async def test_a_job_not_ready_in_time_waits_out_a_backoff_then_runs_elsewhere_a
     assert [(e["type"], e["phase"]) for e in events if e["type"] in ("NotReady", "Dispatched")] == [
         ("Dispatched", "DISPATCHED"), ("NotReady", "PENDING"), ("Dispatched", "DISPATCHED"), ("NotReady", "PENDING"),
         ("Dispatched", "DISPATCHED"), ("NotReady", "FAILED")]
+
+
+async def test_a_job_past_its_maximum_run_time_with_the_requeue_policy_runs_again_as_a_retry(api: Api) -> None:
+    """Issue 46 (3): `federation.dev/on-max-run-time: requeue`, its agent's RUN_TIME_EXCEEDED: back in its queue,
+    counted against its maxRetry, failed when that is spent; a policy the server does not know is refused by name."""
+    await make_queue(api)
+    store, admin = JobStore(api.server.engine), AdminStore(api.server.engine)
+    await admin.register_cluster("east", {}, "0.1.0")
+    annotations = {"federation.dev/max-run-time": "2h", "federation.dev/on-max-run-time": "requeue"}
+    job_id = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(
+        replicas=1, max_retry=1, annotations=annotations)))).job.id
+    overran = "stopped: it ran past its maximum run time of 2h (federation.dev/max-run-time)"
+    for attempt, phase, reason in (
+            (1, "PENDING", f"{overran} in cluster east; requeued (retry 1 of 1)"),
+            (2, "FAILED", f"{overran} in cluster east; maxRetry 1 exhausted")):
+        await store.dispatch({job_id: "east"})
+        await store.apply_update("east", agent_pb2.JobUpdate(job_id=job_id, attempt=attempt, type=agent_pb2.BOUND))
+        await store.apply_update("east", agent_pb2.JobUpdate(job_id=job_id, attempt=attempt,
+                                                             type=agent_pb2.RUN_TIME_EXCEEDED, reason=overran))
+        row = await store.get(job_id)
+        assert (row["phase"], row["reason"], row["cluster"]) == (phase, reason, "")
+    bad = spec(replicas=1, annotations={**annotations, "federation.dev/on-max-run-time": "extend"})
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=bad))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "annotations['federation.dev/on-max-run-time']: must be one of fail, requeue" in err.value.details()

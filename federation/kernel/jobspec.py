@@ -17,6 +17,11 @@ CHECKPOINT_INTERVAL = "federation.dev/checkpoint-interval"
 # The longest a job may run, counted from its start; its agent stops it past that and the job fails (Kueue's
 # maximumExecutionTimeSeconds, a Job's activeDeadlineSeconds, Slurm's --time). The forecast counts on it.
 MAX_RUN_TIME = "federation.dev/max-run-time"
+# What its agent does when a job runs past its maximum run time: "fail" (the default, as Kueue deactivates such a
+# workload) or "requeue": its pods are stopped and it goes back to its queue to run again elsewhere, counted as a
+# retry against its maxRetry (for a job that checkpoints: a slot of so long, then its turn again).
+ON_MAX_RUN_TIME = "federation.dev/on-max-run-time"
+ON_MAX_RUN_TIME_VALUES = ("fail", "requeue")
 # How long after it is sent to a cluster every task's gang minimum of pods must be running; past it, the agent
 # deletes the pods and the federation requeues the job with backoff (Kueue's waitForPodsReady). The server's
 # --ready-timeout is the default of jobs that do not say.

@@ -823,6 +823,9 @@ class JobStore:
                       "request": _minimum(row["spec"]), "phase": "PENDING",
                       "reason": f"evacuated from cluster {cluster}: {u.reason}"}
             event = "Evacuated"
+        elif kind == agent_pb2.RUN_TIME_EXCEEDED and phase in ACTIVE_PHASES:
+            values = _lost(row, f"{u.reason} in cluster {cluster}")
+            event = "RunTimeExceeded"
         elif kind == agent_pb2.PODS_NOT_READY and phase in ACTIVE_PHASES:
             values = _not_ready(row, cluster, u.reason, self.requeueing)
             event = "NotReady"

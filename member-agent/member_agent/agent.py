@@ -26,6 +26,7 @@ from federation.kernel.jobspec import (
     MAX_REPORTED_HYPERNODES,
     MAX_RUN_TIME,
     ON_CLUSTER_LOST,
+    ON_MAX_RUN_TIME,
     READY_TIMEOUT,
 )
 from federation.kernel.resources import Resources
@@ -946,10 +947,14 @@ class Agent:
         text = job.job.spec.annotations[MAX_RUN_TIME]
 
         def overran() -> None:
-            if self.jobs.get(job.job.id) is job:
-                log.info("job %s attempt %d ran past its maximum run time of %s", job.job.id, job.attempt, text)
-                self._spawn(self._end(job, False, f"stopped: it ran past its maximum run time of {text} "
-                                                  f"({MAX_RUN_TIME})"))
+            if self.jobs.get(job.job.id) is not job:
+                return
+            log.info("job %s attempt %d ran past its maximum run time of %s", job.job.id, job.attempt, text)
+            why = f"stopped: it ran past its maximum run time of {text} ({MAX_RUN_TIME})"
+            if job.job.spec.annotations.get(ON_MAX_RUN_TIME) == "requeue":
+                self._serially(job.job.id, self._give_back(job, agent_pb2.RUN_TIME_EXCEEDED, why))
+            else:
+                self._spawn(self._end(job, False, why))
 
         job.overrun = asyncio.get_running_loop().call_later(left, overran)
 
@@ -972,10 +977,10 @@ class Agent:
 
     def _start_giving_back(self, job: AgentJob) -> None:
         if self.jobs.get(job.job.id) is job and job.unready is not None:
-            self._serially(job.job.id, self._give_back(job))
+            self._serially(job.job.id, self._give_back_unready(job))
 
-    async def _give_back(self, job: AgentJob) -> None:
-        """The gang did not start in time: its pods go, and the federation is told (PODS_NOT_READY) to requeue it."""
+    async def _give_back_unready(self, job: AgentJob) -> None:
+        """The gang did not start in time: the federation is told (PODS_NOT_READY) to requeue it."""
         if self.jobs.get(job.job.id) is not job or job.unready is None or _ready(job):
             return
         need = minimum_pods(job.job.spec)
@@ -984,6 +989,12 @@ class Agent:
         text = job.job.spec.annotations[READY_TIMEOUT]
         why = f"its pods were not all running {text} after it was sent here ({short} running; {READY_TIMEOUT})"
         log.info("job %s attempt %d: %s", job.job.id, job.attempt, why)
+        await self._give_back(job, agent_pb2.PODS_NOT_READY, why)
+
+    async def _give_back(self, job: AgentJob, kind: int, why: str) -> None:
+        """Delete the gang's pods and hand the job back to the federation (`kind` says why it is to run again)."""
+        if self.jobs.get(job.job.id) is not job:
+            return
         await self.backend.delete(job)
         if self.jobs.get(job.job.id) is not job:
             return
@@ -991,8 +1002,7 @@ class Agent:
         want = self.desired.get(job.job.id)
         if want is not None and want.attempt == job.attempt:
             del self.desired[job.job.id]
-        self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, type=agent_pb2.PODS_NOT_READY,
-                                         reason=why))
+        self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, type=kind, reason=why))
         self._send_inventory()
 
     async def _end(self, job: AgentJob, succeeded: bool, reason: str) -> None:
