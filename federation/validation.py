@@ -17,7 +17,7 @@ from typing import Any
 
 from federation.kernel import dra, gangs
 from federation.kernel.durations import parse_duration
-from federation.kernel.gpuask import FRACTION, GPU, MEMORY, AskError, ask_of, template_annotations
+from federation.kernel.gpuask import FRACTION, GPU, MAX_MEMORY_MIB, MEMORY, AskError, ask_of, template_annotations
 from federation.kernel.jobspec import (
     AVOID_DEGRADED,
     DURATION_ANNOTATIONS,
@@ -642,6 +642,8 @@ def inventory_problem(inv: Any) -> str:
         return f"gpu_free_nodes has {len(inv.gpu_free_nodes)} entries, at most {MAX_GPUS_PER_NODE + 1}"
     if any(not 0 <= n <= MAX_CLUSTER_NODES for n in inv.gpu_free_nodes):
         return f"gpu_free_nodes counts nodes out of range (0-{MAX_CLUSTER_NODES:,})"
+    if not 0 <= inv.gpu_device_memory <= MAX_MEMORY_MIB:
+        return f"gpu_device_memory is out of range (0-{MAX_MEMORY_MIB:,} MiB)"
     if len(inv.node_labels.pairs) > MAX_REPORTED_NODE_LABELS:
         return f"{len(inv.node_labels.pairs)} node labels reported, at most {MAX_REPORTED_NODE_LABELS}"
     for i, pair in enumerate(inv.node_labels.pairs):

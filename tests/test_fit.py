@@ -101,3 +101,36 @@ def test_a_gang_of_partitions_needs_a_hypernode_holding_one_partition() -> None:
     assert check(view, racks("plain", "leaf", 36, 12)) is None
     del spec["tasks"][0]["partition_policy"]["network_topology"]
     assert check(job_view({"id": "vllm", "request": {GPU: 16}, "spec": spec}), cliques) is None
+
+
+def test_a_gpu_memory_ask_is_fitted_as_its_share_of_the_clusters_largest_devices() -> None:
+    """Issue 42 (6): a pod asking 20 GiB (KAI's gpu-memory) counted in quotas as a whole GPU, but fitted as the
+    quarter of an 80 GiB device it takes where the cluster says its devices' memory; as a whole one where not."""
+    import json
+
+    from federation.control.jobcache import job_view
+    from federation.kernel.resources import SHARE
+    from federation.scheduling.choice import ClusterTable
+
+    template = json.dumps({"metadata": {"annotations": {"gpu-memory": "20480"}}})
+    spec = {"min_available": 2, "tasks": [{"name": "server", "replicas": 3, "resources": {"cpu": "1"},
+                                           "pod_template_json": template}]}
+    view = job_view({"id": "j", "request": {"cpu": 2000, SHARE: 2000}, "spec": spec})
+    assert view.memory_asks == ((2, 1, 20480),) and SHARE not in view.largest_pod  # its gang's minimum of 2
+    half_free = {"cpu": 16_000, SHARE: 600}
+    nodes = [TierFree(0, "node", half_free)]
+    known = ClusterView("known", {}, half_free, nodes, gpu_memory=81920)
+    unknown = ClusterView("unknown", {}, half_free, nodes)
+    assert check(view, known) is None  # 2 x 250 of 600
+    assert check(view, unknown) == "not enough free: nvidia.com/gpu 0.6/2 free"
+    table = ClusterTable([known, unknown], {"cpu": 32_000, SHARE: 2000})
+    assert table.best(view, {}) == "known"
+    table.reserve(view, "known")
+    assert table.free_of("known", SHARE) == 100  # its two quarters taken, not two whole GPUs
+    # A pod asking more memory than the largest device has never fits there.
+    big = job_view({"id": "k", "request": {"cpu": 1000, SHARE: 1000}, "spec": {"tasks": [{
+        "name": "s", "replicas": 1, "resources": {"cpu": "1"},
+        "pod_template_json": json.dumps({"metadata": {"annotations": {"gpu-memory": "90000"}}})}]}})
+    roomy = ClusterView("roomy", {}, {"cpu": 16_000, SHARE: 8000}, [TierFree(0, "node", {"cpu": 16_000, SHARE: 1000})],
+                        gpu_memory=81920)
+    assert check(big, roomy) == "no node can hold its largest pod: nvidia.com/gpu 1/1.099 free"  # 90,000 of 81,920 MiB

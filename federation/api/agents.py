@@ -66,6 +66,7 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
                                         for t in inv.health.healthy_topology]},
         **({"node_labels": sorted(set(inv.node_labels.pairs))} if inv.HasField("node_labels") else {}),
         **({"gpu_free_nodes": list(inv.gpu_free_nodes)} if inv.gpu_free_nodes else {}),
+        **({"gpu_device_memory": inv.gpu_device_memory} if inv.gpu_device_memory else {}),
     }
 
 

@@ -16,14 +16,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from google.protobuf import json_format
+
 from federation.kernel import gangs
 from federation.kernel.durations import seconds_or_none
+from federation.kernel.gpuask import AskError, GpuAsk, ask_of, template_annotations
 from federation.kernel.jobspec import EXPECTED_DURATION, MAX_RUN_TIME, NODE_OWN_LABEL
 from federation.kernel.resources import GPU, SHARE, parse_resources, with_share
 from federation.scheduling.cycle import PendingJob
 from federation.scheduling.fit import JobView
 from federation.scheduling.queues import QueueManager
 from federation.store.jobs import ACTIVE_PHASES, SENT_BACK_EVENTS, WAITING_PHASES, JobStore
+from federation.v1 import common_pb2
 
 SCAN_LIMIT = 200_000
 BATCH = 10_000
@@ -41,11 +45,15 @@ def job_view(row: Mapping[str, Any]) -> JobView:
     claims = gangs.claim_templates(templates) if templates else None
     sizes: set[int] = set()  # whole GPUs per pod, over its tasks that ask for some
     partition: tuple[int, dict[str, int], dict[str, Any]] | None = None  # the largest hard partition
+    memory: list[tuple[str, int, int]] = []  # (task, devices, MiB) of its tasks whose pods ask for GPU memory
     for task in spec.get("tasks", []):
         request = parse_resources(task.get("resources", {}))
         if request.get(GPU, 0):
             sizes.add(request[GPU])
         request.update(gangs.counted(task.get("pod_template_json", ""), request.get(GPU, 0), claims))
+        if SHARE in request and (ask := _memory_ask(task)) is not None:
+            memory.append((task.get("name", ""), ask.devices, ask.memory))
+            request.pop(SHARE)  # fitted per cluster (`fit.sized`), by its device memory
         for resource, amount in request.items():
             largest[resource] = max(largest.get(resource, 0), amount)
         policy = task.get("partition_policy", {})
@@ -60,9 +68,22 @@ def job_view(row: Mapping[str, Any]) -> JobView:
     if partition is not None:
         parts = (tuple(sorted(partition[1].items())), int(partition[2].get("highest_tier_allowed", 0)),
                  str(partition[2].get("highest_tier_name", "")))
+    asks: tuple[tuple[int, int, int], ...] = ()
+    if memory:  # as many of its pods as its gang's minimum counts (what `request` is)
+        need = gangs.minimum_pods(json_format.ParseDict(spec, common_pb2.JobSpec(), ignore_unknown_fields=True))
+        asks = tuple((need.get(task, 0), devices, mib) for task, devices, mib in memory if need.get(task, 0))
     return JobView(row["id"], with_share(row["request"]), largest, spec.get("cluster_selector", {}),
                    topo.get("mode", ""), topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""),
-                   tuple(node_selector), sizes.pop() if len(sizes) == 1 else 0, *parts)
+                   tuple(node_selector), sizes.pop() if len(sizes) == 1 else 0, *parts, asks)
+
+
+def _memory_ask(task: Mapping[str, Any]) -> GpuAsk | None:
+    """The GPU memory each pod of the task asks for (KAI's gpu-memory), if that is how it asks for GPUs."""
+    try:
+        ask = ask_of(template_annotations(task.get("pod_template_json", "")), 0)
+    except AskError:
+        return None
+    return ask if ask is not None and ask.memory else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,7 +93,8 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
                        healthy_tiers=healthy, health=health.get("summary", []),
                        partitionable=whole.get("max_capacity", {}),
                        node_labels=frozenset(node_labels) if node_labels is not None else None,
-                       gpu_free_nodes=tuple(inv["gpu_free_nodes"]) if inv.get("gpu_free_nodes") else None)
+                       gpu_free_nodes=tuple(inv["gpu_free_nodes"]) if inv.get("gpu_free_nodes") else None,
+                       gpu_memory=int(inv.get("gpu_device_memory", 0)))
 
 
 def _whole_view(row: Mapping[str, Any]) -> ClusterView:

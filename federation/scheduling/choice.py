@@ -26,6 +26,7 @@ from federation.scheduling.fit import (
     fits_healthy,
     gpu_pods,
     pods_room,
+    sized,
     unlabelled,
 )
 
@@ -49,6 +50,7 @@ class ClusterTable:
         self._views = by_name  # as reported (health included), for the choice by tier names
         self.labels = [by_name[n].labels for n in self.names]
         self.node_labels = [by_name[n].node_labels for n in self.names]
+        self.gpu_memory = [by_name[n].gpu_memory for n in self.names]
         # [c, f] = cluster c's nodes with f whole GPUs free, where its agent reports them (`gpu_known`): a gang's
         # pods are checked against them node by node; a reserved gang takes its pods from them best fit first.
         hists = [by_name[n].gpu_free_nodes for n in self.names]
@@ -119,7 +121,8 @@ class ClusterTable:
                           {r: int(self.tiers[i, t, k]) for r, k in self.resource.items()})
                  for t in range(self.top + 1) if t in self.tier_names[i]]
         hist = tuple(int(n) for n in self.gpu_hist[i]) if self.gpu_known[i] else None
-        return ClusterView(name, self.labels[i], free, tiers, node_labels=self.node_labels[i], gpu_free_nodes=hist)
+        return ClusterView(name, self.labels[i], free, tiers, node_labels=self.node_labels[i], gpu_free_nodes=hist,
+                           gpu_memory=self.gpu_memory[i])
 
     def free_of(self, name: str, resource: str) -> int:
         k = self.resource.get(resource)
@@ -188,7 +191,7 @@ class ClusterTable:
         """
         if not refused and job.shape in self._nowhere:
             return None
-        if not self.names or job.highest_tier_name:
+        if not self.names or job.highest_tier_name or job.memory_asks:  # memory asks: sized cluster by cluster
             return self._best_slowly(job, refused)
         if refused:
             scores = self._scores(job, slice(None))
@@ -288,16 +291,18 @@ class ClusterTable:
         return f"on healthy hardware; passed over {said}{more} (the gang fits there only on degraded hardware)"
 
     def _best_slowly(self, job: JobView, refused: Mapping[str, str]) -> str | None:
-        """The same choice, one cluster at a time, for what the arrays do not express (tiers by name)."""
+        """The same choice, one cluster at a time, for what the arrays do not express (tiers by name, a gang's
+        size depending on the cluster)."""
         fitting = []
         for name in self.names:
             if name in refused:
                 continue
             view = self.view(name)
             if check(job, view) is None:
+                request = sized(job, view)[0]
                 fit = next((t.tier for t in view.tiers if t.tier > 0 and all(
-                    t.max_free.get(r, 0) >= a for r, a in job.request.items())), NO_TIER)
-                left = max(((view.free.get(r, 0) - a) / c for r, a in job.request.items()
+                    t.max_free.get(r, 0) >= a for r, a in request.items())), NO_TIER)
+                left = max(((view.free.get(r, 0) - a) / c for r, a in request.items()
                             if a > 0 and (c := self.capacity[self.resource[r]]) > 0), default=0.0)
                 fitting.append((not fits_healthy(job, self._views[name]), fit, left, name))
         return min(fitting)[3] if fitting else None
@@ -321,9 +326,7 @@ class ClusterTable:
     def hold(self, job: JobView, name: str) -> None:
         """Reserve the gang's room for it while it waits (as `reserve`), remembering that it is held."""
         self.reserve(job, name)
-        request = self.vector(job.request)
-        assert request is not None
-        self.held[self.index[name]] += request
+        self.held[self.index[name]] += self._request_in(job, name)
 
     def fits_without_reservations(self, job: JobView) -> str | None:
         """A cluster whose free totals would cover the gang if nothing were held there for others."""
@@ -341,6 +344,12 @@ class ClusterTable:
         self._unreserved[job.shape] = (len(self._changed), found)
         return found
 
+    def _request_in(self, job: JobView, name: str) -> np.ndarray:
+        """The gang's request as a row, as the cluster holds it (`fit.sized`)."""
+        request = self.vector(sized(job, self.view(name))[0] if job.memory_asks else job.request)
+        assert request is not None
+        return request
+
     def reserve(self, job: JobView, name: str) -> None:
         """Take the gang's resources out of the cluster for the rest of the cycle.
 
@@ -349,8 +358,7 @@ class ClusterTable:
         on a stale maximum is rejected by the agent and comes back with the reason.
         """
         i = self.index[name]
-        request = self.vector(job.request)
-        assert request is not None
+        request = self._request_in(job, name)
         self._changed.append(i)
         self.free[i] -= request
         self._take_pods(i, job)

@@ -13,7 +13,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from federation.kernel.resources import GPU, Resources, add, format_resources
+from federation.kernel.gpuask import GpuAsk
+from federation.kernel.resources import GPU, SHARE, WHOLE, Resources, add, format_resources
 from federation.kernel.tiers import TierFree
 
 
@@ -47,6 +48,9 @@ class ClusterView:
     node_labels: frozenset[str] | None = None
     # [f] = its ready nodes with exactly f whole GPUs free, as its agent reports them (None: not reported)
     gpu_free_nodes: tuple[int, ...] | None = None
+    # MiB of the largest GPU device of its nodes, as its agent reports it (0: unknown): a gpu-memory ask takes at
+    # least that share of a device there
+    gpu_memory: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,10 @@ class JobView:
     partition: tuple[tuple[str, int], ...] = ()
     partition_tier: int = 0
     partition_tier_name: str = ""
+    # Its pods that ask for GPU memory (KAI's gpu-memory) rather than whole GPUs or fractions: (pods, devices each,
+    # MiB each device). `request` counts each such device whole (what quotas count, the device memory being unknown
+    # before it lands) and `largest_pod` leaves them out; `sized` fits them per cluster, by its device memory.
+    memory_asks: tuple[tuple[int, int, int], ...] = ()
 
     # Everything about the gang that decides where it fits: equal shapes fit the same clusters, and are one
     # object (`Shape`). Made once with the view (it is asked for hundreds of thousands of times a cycle),
@@ -81,7 +89,7 @@ class JobView:
         shape = shape_of((tuple(self.request.items()), tuple(self.largest_pod.items()),
                           tuple(self.cluster_selector.items()), self.mode, self.highest_tier, self.highest_tier_name,
                           self.node_selector, self.pod_gpus, self.partition, self.partition_tier,
-                          self.partition_tier_name), self)
+                          self.partition_tier_name, self.memory_asks), self)
         object.__setattr__(self, "shape", shape)
         # Equal shapes hold equal amounts: the first view's mappings serve them all (a million waiting jobs of a
         # few hundred shapes would otherwise hold three dicts each). Nothing changes a view's mappings in place.
@@ -121,6 +129,20 @@ def _unpickled(key: tuple[object, ...], request: Resources, largest_pod: Resourc
                cluster_selector: Mapping[str, str]) -> Shape:
     """An unpickled shape is this process's equal shape, if it has one."""
     return JobView("", request, largest_pod, cluster_selector, *key[3:]).shape  # type: ignore[arg-type]
+
+
+def sized(job: JobView, cluster: ClusterView) -> tuple[Mapping[str, int], Mapping[str, int]]:
+    """The gang's request and largest pod as `cluster` would hold them: a gpu-memory ask as the share of a device
+    it takes on the cluster's largest devices (the least it can take there: a necessary condition, as every check
+    here), or a whole device where the cluster does not say its device memory."""
+    if not job.memory_asks:
+        return job.request, job.largest_pod
+    request, largest = dict(job.request), dict(job.largest_pod)
+    for pods, devices, memory in job.memory_asks:
+        share = GpuAsk(devices, memory=memory).share_on(cluster.gpu_memory) if cluster.gpu_memory else WHOLE
+        request[SHARE] = request.get(SHARE, 0) - pods * devices * WHOLE + pods * devices * share
+        largest[SHARE] = max(largest.get(SHARE, 0), devices * share)
+    return request, largest
 
 
 def covers(free: Mapping[str, int], request: Mapping[str, int]) -> bool:
@@ -166,11 +188,12 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
         return "lacks label " + ",".join(f"{k}={v}" for k, v in sorted(missing.items()))
     if nodes_lack := unlabelled(job, cluster.node_labels):
         return f"no node has label {','.join(nodes_lack)} (its pods' nodeSelector)"
-    if not covers(cluster.free, job.request):
-        return "not enough free: " + _short(cluster.free, job.request)
+    request, largest = sized(job, cluster)
+    if not covers(cluster.free, request):
+        return "not enough free: " + _short(cluster.free, request)
     nodes = [t for t in cluster.tiers if t.tier == 0]
-    if nodes and not covers(nodes[0].max_free, job.largest_pod):
-        return "no node can hold its largest pod: " + _short(nodes[0].max_free, job.largest_pod)
+    if nodes and not covers(nodes[0].max_free, largest):
+        return "no node can hold its largest pod: " + _short(nodes[0].max_free, largest)
     pods = gpu_pods(job)
     if pods and cluster.gpu_free_nodes is not None and (room := pods_room(cluster.gpu_free_nodes, job.pod_gpus)) < pods:
         return (f"its nodes hold {room} of its {pods} pods of {job.pod_gpus} {GPU} (nodes with that many free, "
@@ -185,21 +208,23 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
     if limit is None:
         return None
     within = [t for t in cluster.tiers if 0 < t.tier <= limit]
-    if any(covers(t.max_free, job.request) for t in within):
+    if any(covers(t.max_free, request) for t in within):
         return None
     best = within[-1].max_free if within else {}
-    return f"no HyperNode of tier {limit} or below has enough free: " + _short(best, job.request)
+    return f"no HyperNode of tier {limit} or below has enough free: " + _short(best, request)
 
 
 def fits_healthy(job: JobView, cluster: ClusterView) -> bool:
     """Whether a gang that fits `cluster` fits on its healthy hardware alone (the cluster choice prefers those)."""
     if cluster.healthy_tiers is None:
         return True
-    view = ClusterView(cluster.name, cluster.labels, cluster.free, cluster.healthy_tiers)
+    view = ClusterView(cluster.name, cluster.labels, cluster.free, cluster.healthy_tiers,
+                       gpu_memory=cluster.gpu_memory)
     if check(job, view) is not None:
         return False
     limit = tier_limit(job, view)
-    return any(covers(t.max_free, job.request) for t in cluster.healthy_tiers
+    request = sized(job, view)[0]
+    return any(covers(t.max_free, request) for t in cluster.healthy_tiers
                if t.tier > 0 and (limit is None or t.tier <= limit))
 
 
@@ -238,15 +263,16 @@ def _lacks(job: JobView, cluster: ClusterView) -> tuple[int, str, Resources, Res
     if unlabelled(job, cluster.node_labels):
         return 0, "nodes labelled " + ",".join(job.node_selector) + ", as its pods' nodeSelector asks", {}, {}
     capacity = add(cluster.capacity, cluster.partitionable) if cluster.partitionable else cluster.capacity
-    if capacity and not covers(capacity, job.request):
-        return 1, "in one cluster", job.request, capacity
+    request, largest = sized(job, cluster)
+    if capacity and not covers(capacity, request):
+        return 1, "in one cluster", dict(request), capacity
     node = next((t.max_capacity for t in cluster.tiers if t.tier == 0 and t.max_capacity), None)
-    if node is not None and not covers(node, job.largest_pod):
-        return 2, "on one node for its largest pod", job.largest_pod, node
+    if node is not None and not covers(node, largest):
+        return 2, "on one node for its largest pod", dict(largest), node
     limit = tier_limit(job, cluster)
     within = [t.max_capacity for t in cluster.tiers if limit is not None and 0 < t.tier <= limit and t.max_capacity]
-    if limit is not None and within and not any(covers(c, job.request) for c in within):
-        return 3, f"within one HyperNode of tier {limit}", job.request, within[-1]
+    if limit is not None and within and not any(covers(c, request) for c in within):
+        return 3, f"within one HyperNode of tier {limit}", dict(request), within[-1]
     apart = partition_limit(job, cluster)
     inside = [t.max_capacity for t in cluster.tiers if apart is not None and 0 < t.tier <= apart and t.max_capacity]
     if inside and not any(covers(c, dict(job.partition)) for c in inside):

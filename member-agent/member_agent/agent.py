@@ -20,6 +20,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from federation.kernel.durations import parse_duration, seconds_or_none
 from federation.kernel.gangs import claim_templates, minimum, minimum_pods
+from federation.kernel.gpuask import MAX_MEMORY_MIB
 from federation.kernel.jobspec import (
     CHECKPOINT_INTERVAL,
     MAX_REASON,
@@ -503,6 +504,7 @@ class Agent:
         return agent_pb2.AgentMessage(inventory=agent_pb2.Inventory(
             node_labels=agent_pb2.NodeLabels(pairs=pairs) if pairs is not None else None,
             gpu_free_nodes=state.gpu_free_nodes(),
+            gpu_device_memory=min(max(state.device_memory.values(), default=0), MAX_MEMORY_MIB),
             health=health, managed=agent_pb2.ResourceAmounts(amounts=managed),
             capacity=agent_pb2.ResourceAmounts(amounts=capacity),
             allocatable=agent_pb2.ResourceAmounts(amounts=allocatable),
