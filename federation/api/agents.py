@@ -107,8 +107,21 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         live = await self.jobs.live_attempts(cluster, sorted({a.job_id for a in running}))
         return agent_pb2.Reconciled(round=round_, live=[a for a in running if live.get(a.job_id) == a.attempt])
 
-    async def _apply(self, conn: Connection, updates: Sequence[agent_pb2.JobUpdate]) -> None:
-        """Apply updates the agent sent one after the other (in one transaction), each checked on its own."""
+    async def _apply(self, conn: Connection, updates: Sequence[agent_pb2.JobUpdate],
+                     inventory: agent_pb2.Inventory | None = None) -> None:
+        """Apply updates the agent sent one after the other, each checked on its own, and the latest of the
+        inventories it sent among them (each is the whole cluster: the last supersedes the rest), in one
+        transaction: a gang's usage and its binding, or its end and the resources it freed, are seen together or
+        not at all, and a burst of bindings (an inventory before each) costs one commit."""
+        cluster_values = None
+        if inventory is not None:
+            problem = inventory_problem(inventory)
+            if problem:  # left out of scheduling, with the reason; every other cluster goes on
+                log.warning("cluster %s: its agent's inventory is not used: %s", conn.cluster, problem)
+                cluster_values = {"problem": f"its agent reported an inventory that cannot be used: {problem}",
+                                  "last_heartbeat": func.now()}
+            else:
+                cluster_values = {"inventory": inventory_json(inventory), "problem": "", "last_heartbeat": func.now()}
         valid = []
         for u in updates:
             u.reason = clean_text(u.reason)  # stored, listed and printed later: bounded, nothing raw
@@ -120,9 +133,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                             clean_text(u.job_id, 80), problem)
                 continue
             valid.append(u)
-        if not valid:
+        if not valid and cluster_values is None:
             return
-        for u, applied in zip(valid, await self.jobs.apply_updates(conn.cluster, valid), strict=True):
+        for u, applied in zip(valid, await self.jobs.apply_updates(conn.cluster, valid, cluster_values), strict=True):
             _observe(conn.cluster, applied)
             if applied.refused:
                 log.warning("cluster %s: its agent's update of job %s is not used: %s", conn.cluster, u.job_id,
@@ -165,24 +178,29 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 while not inbox.empty() and len(batch) < INBOX:
                     batch.append(inbox.get_nowait())
                 updates: list[agent_pb2.JobUpdate] = []
+                inventory: agent_pb2.Inventory | None = None  # the latest among `updates`
                 for message in batch:
                     if message is _END or isinstance(message, Exception):
-                        await self._apply(conn, updates)
+                        await self._apply(conn, updates, inventory)
                         if isinstance(message, Exception):
                             raise message
                         return
                     try:
                         check_request(message, texts=False)  # its texts: left out or cleaned below, the stream goes on
                     except FederationError:
-                        await self._apply(conn, updates)  # what came before it stands
+                        await self._apply(conn, updates, inventory)  # what came before it stands
                         raise
-                    if message.WhichOneof("msg") == "job_update":
+                    kind = message.WhichOneof("msg")
+                    if kind == "job_update":
                         updates.append(message.job_update)
                         continue
-                    await self._apply(conn, updates)
-                    updates = []
+                    if kind == "inventory":
+                        inventory = message.inventory
+                        continue
+                    await self._apply(conn, updates, inventory)
+                    updates, inventory = [], None
                     await self._handle(conn, message)
-                await self._apply(conn, updates)
+                await self._apply(conn, updates, inventory)
         finally:
             receiving.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -192,17 +210,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         """One message of the stream other than a job update."""
         cluster = conn.cluster
         kind = message.WhichOneof("msg")
-        if kind == "inventory":
-            problem = inventory_problem(message.inventory)
-            if problem:  # left out of scheduling, with the reason; every other cluster goes on
-                log.warning("cluster %s: its agent's inventory is not used: %s", cluster, problem)
-                await self._set(cluster, problem=f"its agent reported an inventory that cannot be used: {problem}",
-                                last_heartbeat=func.now())
-            else:
-                await self._set(cluster, inventory=inventory_json(message.inventory), problem="",
-                                last_heartbeat=func.now())
-            self.on_change()
-        elif kind == "heartbeat":
+        if kind == "heartbeat":
             await self._set(cluster, last_heartbeat=func.now(), status="READY")
             # Recorded: the agent may count the federation as hearing it up to when it sent this.
             self.connections.send(conn, agent_pb2.ControlMessage(heartbeat_ack=agent_pb2.HeartbeatAck()))

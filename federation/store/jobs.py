@@ -742,10 +742,14 @@ class JobStore:
         """Apply an agent's JobUpdate, fenced by cluster and attempt; a repeat or a stale one changes nothing."""
         return (await self.apply_updates(cluster, [u]))[0]
 
-    async def apply_updates(self, cluster: str, updates: Sequence[agent_pb2.JobUpdate]) -> list[Applied]:
+    async def apply_updates(self, cluster: str, updates: Sequence[agent_pb2.JobUpdate],
+                            cluster_values: Mapping[str, Any] | None = None) -> list[Applied]:
         """Apply updates an agent sent one after the other, in order, in one transaction: what a stream brings
-        while the last batch was written costs one commit, not one each (a burst of bindings reports thousands)."""
+        while the last batch was written costs one commit, not one each (a burst of bindings reports thousands).
+        `cluster_values`: written to the cluster's row in the same transaction, first (its latest inventory)."""
         async with self.engine.begin() as conn:
+            if cluster_values:
+                await conn.execute(update(Cluster).where(Cluster.name == cluster).values(**cluster_values))
             return [await self._apply(conn, cluster, u) for u in updates]
 
     async def _apply(self, conn: AsyncConnection, cluster: str, u: agent_pb2.JobUpdate) -> Applied:
