@@ -252,6 +252,9 @@ class Agent:
     _rounds: dict[int, list[agent_pb2.Attempt]] = field(default_factory=dict)  # reconcile round -> what it reported
     _preparing: dict[str, Preparing] = field(default_factory=dict)  # job -> the repartitioning it waits for
     mig_wait: float = MIG_WAIT
+    # What the gangs' pods hold, summed, kept as gangs come and go and their pods change (`_count_held`): every
+    # inventory reports it, and a burst of bindings sends an inventory per gang (summing thousands of gangs each).
+    _held_total: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.backend.set_listener(self.pod_phase, self.node_ready, self.capacity_changed)
@@ -469,13 +472,20 @@ class Agent:
                     await self.backend.delete(job, placement.pods)
                     continue
                 PODS_BOUND.inc(len(placement.pods))
+                self._count_held(job, -1)
                 job.pods += placement.pods
+                self._count_held(job, 1)
                 job.hypernode, job.tier = placement.hypernode, placement.tier
                 self._send(self.inventory())
                 self._report(agent_pb2.JobUpdate(
                     job_id=job.job.id, attempt=job.attempt, type=agent_pb2.PODS_ADDED,
                     reason=f"{len(placement.pods)} more replicas joined ({len(job.pods)} running)",
                     hypernode=job.hypernode, tier=job.tier, retries=job.retries, placements=_placements(job.pods)))
+
+    def _count_held(self, job: AgentJob, sign: int) -> None:
+        """Add (1) or take off (-1) what the gang's pods hold now to the gangs' total, around a change of them."""
+        for resource, amount in job.held().items():
+            self._held_total[resource] = self._held_total.get(resource, 0) + sign * amount
 
     def inventory(self) -> agent_pb2.AgentMessage:
         self._inventory_sent = time.monotonic()
@@ -490,8 +500,8 @@ class Agent:
             allocatable=agent_pb2.ResourceAmounts(amounts=self.state.domain_allocatable[d.name]))
             for d in sorted(domains, key=lambda d: (-d.tier, d.name))]
         managed = dict(self.backend.unadopted())
-        for job in self.jobs.values():
-            for resource, amount in job.held().items():
+        for resource, amount in self._held_total.items():
+            if amount:
                 managed[resource] = managed.get(resource, 0) + amount
         state = self.state
         health = agent_pb2.ClusterHealth(
@@ -663,6 +673,7 @@ class Agent:
         PODS_BOUND.inc(len(bound.pods))
         BIND_SECONDS.observe(time.monotonic() - started)
         self.jobs[job.id] = bound
+        self._count_held(bound, 1)
         self._limit_run(bound)
         self._await_ready(bound)
         self._send(self.inventory())  # before the update, so the server never sees the job without its usage
@@ -752,6 +763,7 @@ class Agent:
                 self.state.release(pod.node, requests[pod.task], pod.devices, pod.share)
             return False
         self.jobs[job.id] = adopted
+        self._count_held(adopted, 1)
         self._limit_run(adopted)
         self._await_ready(adopted, {(p.task, p.index) for p in self.backend.pod_statuses(adopted)
                                     if p.phase in ("Running", "Succeeded")})
@@ -796,6 +808,7 @@ class Agent:
         for key in list(job.waiting):
             self._stand_down(job, key)
         self._move_wanted.pop(job.job.id, None)
+        self._count_held(job, -1)
         del self.jobs[job.job.id]
 
     def _finish(self, job: AgentJob, succeeded: bool, reason: str) -> None:
@@ -1029,7 +1042,9 @@ class Agent:
         job.done -= keys
         for key in keys:
             job.failed.pop(key, None)
+        self._count_held(job, -1)
         job.pods = [p for p in job.pods if p not in old]
+        self._count_held(job, 1)
         gang = gang_request(job.job.spec, self.state.topology, running=job.pods)
         placement = place(self.state, replace(gang, avoid_degraded=True) if avoid_degraded else gang)
         if isinstance(placement, Rejection):
@@ -1037,7 +1052,9 @@ class Agent:
         for pod in placement.pods:
             self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share, job.gang)
         job.accepted |= self._knowingly(placement)
+        self._count_held(job, -1)
         job.pods += placement.pods
+        self._count_held(job, 1)
         job.hypernode, job.tier = placement.hypernode, placement.tier
         self._watch_pending(job, placement.pods)  # before binding: they may start before it returns
         try:

@@ -269,12 +269,18 @@ class _Trial:
         """Everything a node's scores read of it (free resources as this trial leaves them, its totals, its GPU
         devices' free shares and memory): nodes alike score alike, so a cluster of a few kinds of node is scored
         a few times per pod, not once per node."""
+        untouched = node not in self.used and node not in self.taken
+        if untouched and (kept := self.state.alike.get(node)) is not None:
+            return kept  # a lone pod scores every node: most are as the state left them, and read once
         table = self.state.devices.get(node)
         taken = self.taken.get(node, {})
-        return (tuple(sorted((r, self.free(node, r)) for r in self.state.free[node])),
+        made = (tuple(sorted((r, self.free(node, r)) for r in self.state.free[node])),
                 tuple(sorted(self.topology.nodes[node].allocatable.items())),
                 None if table is None else tuple(f - taken.get(d, 0) for d, f in enumerate(table)),
                 self.state.device_memory.get(node, 0))
+        if untouched:
+            self.state.alike[node] = made
+        return made
 
     def _amounts(self, name: str, is_node: bool, resource: str) -> tuple[int, int]:
         """Free and total of `resource` in the node or domain `name`, as this trial leaves it."""

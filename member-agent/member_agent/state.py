@@ -73,6 +73,7 @@ class ClusterState:
         self.ready_allocatable: Resources = {}
         self.counts = PodCounts()
         self.fragmentation = Fragmentation()  # learns the pod mix from what is allocated
+        self.alike: dict[str, tuple[object, ...]] = {}  # per node, what placement scores read of it, until it changes
         self._node_max: dict[str, Resources] = {}  # per parent domain: most free on one of its ready nodes
         self._stale_node_max: set[str] = set(topology.domains)
         self._node_capacity: Resources | None = None  # the most one node has of each resource
@@ -172,6 +173,7 @@ class ClusterState:
     def _changed(self, node: str) -> None:
         self.counts.forget([node, *self.topology.ancestors(node)])
         self.fragmentation.forget(node)
+        self.alike.pop(node, None)
         self._stale_node_max.add(self.topology.node_parent[node])
 
     def _add_up(self, node: str, amounts: Mapping[str, int], table: dict[str, Resources], sign: int = 1) -> None:
