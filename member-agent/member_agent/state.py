@@ -75,7 +75,12 @@ class ClusterState:
         self.fragmentation = Fragmentation()  # learns the pod mix from what is allocated
         self.alike: dict[str, tuple[object, ...]] = {}  # per node, what placement scores read of it, until it changes
         self._node_max: dict[str, Resources] = {}  # per parent domain: most free on one of its ready nodes
+        # `gpu_free_nodes`' counts, and each node's part in them, brought up to date for the nodes changed since
+        self._gpu_counts: dict[int, int] = {}
+        self._gpu_part: dict[str, tuple[int, int]] = {}
+        self._gpu_stale: set[str] = set(topology.nodes)
         self._stale_node_max: set[str] = set(topology.domains)
+        self._domain_rows: dict[str, np.ndarray] = {}  # per domain, its own nodes' rows in the free array
         self._node_capacity: Resources | None = None  # the most one node has of each resource
         for name, node in topology.nodes.items():
             self._add_up(name, node.allocatable, self.domain_allocatable)
@@ -174,6 +179,7 @@ class ClusterState:
         self.counts.forget([node, *self.topology.ancestors(node)])
         self.fragmentation.forget(node)
         self.alike.pop(node, None)
+        self._gpu_stale.add(node)
         self._stale_node_max.add(self.topology.node_parent[node])
 
     def _add_up(self, node: str, amounts: Mapping[str, int], table: dict[str, Resources], sign: int = 1) -> None:
@@ -346,18 +352,33 @@ class ClusterState:
         """[f] = ready nodes with exactly f whole GPUs free ([] without GPUs): the federation checks gangs' pods
         against it node by node. An MPS node's free replicas count as that many nodes of one free GPU each: MPS
         gives a pod one replica at most, so they hold that many one-GPU pods and no larger one."""
-        counts: dict[int, int] = {}
-        for node in self.ready:
-            if self.topology.nodes[node].allocatable.get(GPU, 0) or self.free[node].get(GPU, 0):
-                free = min(max(self.free[node].get(GPU, 0), 0), MAX_GPUS_PER_NODE)
-                shared = self.sharing.get(node)
-                if shared is not None and shared.resource == GPU and shared.per_pod == 1:
-                    counts[1] = counts.get(1, 0) + free
-                    continue
-                counts[free] = counts.get(free, 0) + 1
+        counts = self._gpu_counts  # kept: every inventory reads it, and a binding changes a node or two
+        for node in self._gpu_stale:
+            old = self._gpu_part.pop(node, None)
+            if old is not None:
+                counts[old[0]] -= old[1]
+            part = self._gpu_part_of(node)
+            if part is not None:
+                counts[part[0]] = counts.get(part[0], 0) + part[1]
+                self._gpu_part[node] = part
+        self._gpu_stale.clear()
+        counts = {f: n for f, n in counts.items() if n}
+        self._gpu_counts = counts
         if not counts:
             return []
         return [counts.get(f, 0) for f in range(min(max(counts), MAX_GPUS_PER_NODE) + 1)]
+
+    def _gpu_part_of(self, node: str) -> tuple[int, int] | None:
+        """The node's part in `gpu_free_nodes`: (whole GPUs free, nodes) or, on an MPS node, (1, its free
+        replicas); None when it is not ready or has no GPUs."""
+        if node not in self.ready or not (self.topology.nodes[node].allocatable.get(GPU, 0)
+                                          or self.free[node].get(GPU, 0)):
+            return None
+        free = min(max(self.free[node].get(GPU, 0), 0), MAX_GPUS_PER_NODE)
+        shared = self.sharing.get(node)
+        if shared is not None and shared.resource == GPU and shared.per_pod == 1:
+            return (1, free)
+        return (free, 1)
 
     def summary(self, healthy: bool = False) -> list[TierFree]:
         """For each tier, lowest first, the most of each resource free inside one of its domains, and the
@@ -406,6 +427,15 @@ class ClusterState:
         return out
 
     def _most_on_a_node(self, domain: str, skip: set[str]) -> Resources:
+        if not skip:  # the common case, over the free array (a flat HyperNode of a thousand nodes, each binding)
+            rows = self._domain_rows.get(domain)
+            if rows is None:
+                rows = self._domain_rows[domain] = np.array(
+                    [self._rows[n] for n in self.topology.domains[domain].nodes], dtype=np.int64)
+            ready = rows[self._ready[rows]]
+            if not len(ready):
+                return {}
+            return dict(zip(self._columns, self._free[ready].max(0).tolist(), strict=True))
         most: Resources = {}
         for node in self.topology.domains[domain].nodes:
             if node in self.ready and node not in skip:
