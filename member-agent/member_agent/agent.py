@@ -255,6 +255,10 @@ class Agent:
     # What the gangs' pods hold, summed, kept as gangs come and go and their pods change (`_count_held`): every
     # inventory reports it, and a burst of bindings sends an inventory per gang (summing thousands of gangs each).
     _held_total: dict[str, int] = field(default_factory=dict)
+    # Messages put in the outbox so far, and the last inventory put there with its number: while the stream has not
+    # taken it (fewer taken than its number), a binding brings it up to date instead of queueing one more.
+    _puts: int = 0
+    _queued_inventory: tuple[int, agent_pb2.AgentMessage] | None = None
 
     def __post_init__(self) -> None:
         self.backend.set_listener(self.pod_phase, self.node_ready, self.capacity_changed)
@@ -269,8 +273,24 @@ class Agent:
     def _send(self, message: agent_pb2.AgentMessage) -> None:
         try:
             self.outbox.put_nowait(message)
+            self._puts += 1
         except asyncio.QueueFull:
             self.overflowed = True
+
+    def _queue_inventory(self, coalesce: bool = False) -> None:
+        """Queue the cluster's inventory. `coalesce` (a gang just bound): when the last inventory queued still
+        waits, bring it up to date instead: it is ahead of every update queued since, and showing more in use than
+        when it was queued is what those updates need (a job reported bound is never seen without its usage). So
+        a burst of bindings sends an inventory per stream write rather than one per gang, and does not overflow
+        the outbox. Not after resources were freed (`_forget`): an inventory ahead of the update ending a job must
+        not show what the job held as free."""
+        queued = self._queued_inventory
+        if coalesce and queued is not None and self._puts - self.outbox.qsize() < queued[0]:
+            queued[1].CopyFrom(self.inventory())
+            return
+        message = self.inventory()
+        self._send(message)
+        self._queued_inventory = (self._puts, message)
 
     def report_pod_statuses(self) -> int:
         """Send the pods of each gang whose statuses changed since last said (level-triggered, every few
@@ -443,7 +463,7 @@ class Agent:
         self._inventory_due = None
         if (id(self.state), self.state.health_version) != self._health_seen:
             self.health_changed()
-        self._send(self.inventory())
+        self._queue_inventory()
         if any(_short(job) for job in self.jobs.values()):
             self._spawn(self._grow())
         for job_id in self._preparing:  # repartitioned nodes may have reported their slices
@@ -476,7 +496,7 @@ class Agent:
                 job.pods += placement.pods
                 self._count_held(job, 1)
                 job.hypernode, job.tier = placement.hypernode, placement.tier
-                self._send(self.inventory())
+                self._queue_inventory()
                 self._report(agent_pb2.JobUpdate(
                     job_id=job.job.id, attempt=job.attempt, type=agent_pb2.PODS_ADDED,
                     reason=f"{len(placement.pods)} more replicas joined ({len(job.pods)} running)",
@@ -526,6 +546,7 @@ class Agent:
         """A new connection starts from full state, so nothing queued for the old one matters."""
         while not self.outbox.empty():
             self.outbox.get_nowait()
+        self._queued_inventory = None
         self.overflowed = False
         self._beats.clear()  # acknowledgements of the old stream's heartbeats never come
         self._pods_said.clear()  # said again on the new stream (the server may have missed the last)
@@ -676,7 +697,7 @@ class Agent:
         self._count_held(bound, 1)
         self._limit_run(bound)
         self._await_ready(bound)
-        self._send(self.inventory())  # before the update, so the server never sees the job without its usage
+        self._queue_inventory(coalesce=True)  # before the update, so the server never sees the job without its usage
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=placement.hypernode,
             tier=placement.tier, placements=_placements(bound.pods),
@@ -767,7 +788,7 @@ class Agent:
         self._limit_run(adopted)
         self._await_ready(adopted, {(p.task, p.index) for p in self.backend.pod_statuses(adopted)
                                     if p.phase in ("Running", "Succeeded")})
-        self._send(self.inventory())
+        self._queue_inventory()
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=hypernode, tier=adopted.tier,
             reason=f"adopted {len(found)} running pods after the agent restarted",
@@ -799,6 +820,7 @@ class Agent:
         """Release the job's resources, once: a cancel and a policy's ending may both be under way."""
         if self.jobs.get(job.job.id) is not job:
             return
+        self._queued_inventory = None  # what it frees must not show in an inventory ahead of its end's update
         if job.overrun is not None:
             job.overrun.cancel()
         if job.unready is not None:
@@ -941,7 +963,7 @@ class Agent:
         if failure:
             await self._end(job, False, f"{response.reason}; the restart failed: {failure}")
             return
-        self._send(self.inventory())
+        self._queue_inventory()
         self._report(agent_pb2.JobUpdate(
             job_id=job.job.id, attempt=job.attempt, type=agent_pb2.POD_RESTARTED, reason=response.reason,
             hypernode=job.hypernode, tier=job.tier, retries=job.retries,
@@ -1080,7 +1102,7 @@ class Agent:
                     self.pod_recovered(job.job.id, pod.task, pod.index)
                 else:
                     self.pod_failed(job.job.id, pod.task, pod.index, why or f"node {node} lost", kind="Unknown")
-        self._send(self.inventory())
+        self._queue_inventory()
         return True
 
 
@@ -1181,7 +1203,7 @@ class Agent:
             if not failure:
                 job.started = time.monotonic()  # restarted from its checkpoint
                 job.accepted = frozenset()
-                self._send(self.inventory())
+                self._queue_inventory()
                 self._report(agent_pb2.JobUpdate(
                     job_id=job.job.id, attempt=job.attempt, type=agent_pb2.DRAINED, hypernode=job.hypernode,
                     tier=job.tier, retries=job.retries, placements=_placements(job.pods),
