@@ -189,12 +189,16 @@ def _minimum(stored: dict[str, Any]) -> dict[str, int]:
     return gangs.minimum(_spec(stored))
 
 
+def _unplaced(spec: dict[str, Any]) -> dict[str, Any]:
+    """The columns of a job no cluster holds any more, back to needing its gang's minimum."""
+    return {"cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [], "request": _minimum(spec)}
+
+
 def _lost(row: Any, why: str) -> dict[str, Any]:
     """A running job's new state once its cluster no longer runs it through no fault of its own: a retry
     counted, back to its queue while `max_retry` allows, else failed."""
     allowed = row["spec"].get("max_retry", DEFAULT_MAX_RETRY)
-    values: dict[str, Any] = {"cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [],
-                              "request": _minimum(row["spec"]), "updated_at": func.now()}
+    values = _unplaced(row["spec"]) | {"updated_at": func.now()}
     if row["retries"] < allowed:
         return values | {"phase": "PENDING", "retries": row["retries"] + 1,
                          "reason": f"{why}; requeued (retry {row['retries'] + 1} of {allowed})"}
@@ -219,8 +223,7 @@ class Requeueing:
 def _not_ready(row: Any, cluster: str, why: str, requeueing: Requeueing) -> dict[str, Any]:
     """A job its cluster gave back because its pods did not start in time: back to its queue after a backoff,
     counted, or failed once it was requeued `limit` times."""
-    values: dict[str, Any] = {"cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [],
-                              "move_wanted": "", "request": _minimum(row["spec"])}
+    values = _unplaced(row["spec"]) | {"move_wanted": ""}
     said = f"not ready in cluster {cluster}: {why}"
     count = row["requeues"] + 1
     if requeueing.limit is not None and count > requeueing.limit:
@@ -717,9 +720,7 @@ class JobStore:
             events, moved = [], []
             for r in rows:
                 if r["phase"] == "DISPATCHED":
-                    values: dict[str, Any] = {
-                        "cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [],
-                        "request": _minimum(r["spec"]),
+                    values: dict[str, Any] = _unplaced(r["spec"]) | {
                         "updated_at": func.now(), "phase": "PENDING",
                         "reason": f"requeued: cluster {r['cluster']} went silent before placing it"}
                     kind = "Requeued"
@@ -823,9 +824,8 @@ class JobStore:
                       "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); {u.reason}"}
             event, message = "Drained", u.reason
         elif kind == agent_pb2.EVACUATED and phase in ACTIVE_PHASES:
-            values = {"cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [], "move_wanted": "",
-                      "request": _minimum(row["spec"]), "phase": "PENDING",
-                      "reason": f"evacuated from cluster {cluster}: {u.reason}"}
+            values = _unplaced(row["spec"]) | {"move_wanted": "", "phase": "PENDING",
+                                               "reason": f"evacuated from cluster {cluster}: {u.reason}"}
             event = "Evacuated"
         elif kind == agent_pb2.RUN_TIME_EXCEEDED and phase in ACTIVE_PHASES:
             values = _lost(row, f"{u.reason} in cluster {cluster}")

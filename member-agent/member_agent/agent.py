@@ -1209,16 +1209,7 @@ class Agent:
                     tier=job.tier, retries=job.retries, placements=_placements(job.pods),
                     reason=f"moved {len(keys or ())} pod(s) off: {why}"))
                 return
-            await self.backend.delete(job)
-            if self.jobs.get(job.job.id) is not job:
-                return
-            self._forget(job)
-            want = self.desired.get(job.job.id)
-            if want is not None and want.attempt == job.attempt:
-                del self.desired[job.job.id]
-            self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, type=agent_pb2.EVACUATED,
-                                             reason=f"{why}; {failure}: run it elsewhere"))
-            self._send_inventory()
+            await self._give_back(job, agent_pb2.EVACUATED, f"{why}; {failure}: run it elsewhere")
 
     def _call_off_move(self, job: AgentJob) -> None:
         """The gang no longer needs another cluster (its hardware recovered, or room here took it): said once."""
