@@ -535,12 +535,21 @@ def _gpu_fraction(task: common_pb2.TaskSpec) -> None:
     task.pod_template_json = json.dumps(template)
 
 
-def _check_quota(v: Violations, path: str, guarantee: Mapping[str, str], limit: Mapping[str, str]) -> None:
+def _check_quota(v: Violations, path: str, guarantee: Mapping[str, str], limit: Mapping[str, str],
+                 lending_limit: Mapping[str, str]) -> None:
     g = check_resources(v, f"{path}.guarantee", guarantee, flavored=True)
     lim = check_resources(v, f"{path}.limit", limit, flavored=True)
     for name, amount in g.items():
         if name in limit and name in lim and amount > lim[name]:
             v.add(f"{path}.guarantee[{name!r}]", f"guarantee {guarantee[name]} exceeds limit {limit[name]}")
+    # A lending limit is on what is guaranteed, as Kueue's is on the nominal quota: at most all of it.
+    lent = check_resources(v, f"{path}.lending_limit", lending_limit, flavored=True)
+    for name in lending_limit:
+        if name not in g:
+            v.add(f"{path}.lending_limit[{name!r}]", f"lends {name} but guarantees none of it")
+        elif lent.get(name, 0) > g[name]:
+            v.add(f"{path}.lending_limit[{name!r}]",
+                  f"lending limit {lending_limit[name]} exceeds guarantee {guarantee[name]}")
 
 
 def _check_weight(v: Violations, path: str, weight: int) -> None:
@@ -551,7 +560,7 @@ def _check_weight(v: Violations, path: str, weight: int) -> None:
 def check_tenant(v: Violations, path: str, tenant: admin_pb2.Tenant) -> None:
     check_name(v, f"{path}.name", tenant.name)
     _check_weight(v, f"{path}.weight", tenant.weight)
-    _check_quota(v, path, tenant.guarantee, tenant.limit)
+    _check_quota(v, path, tenant.guarantee, tenant.limit, tenant.lending_limit)
     _check_run_time(v, f"{path}.max_run_time", tenant.max_run_time)
 
 
@@ -582,7 +591,7 @@ def check_queue(v: Violations, path: str, queue: admin_pb2.Queue) -> None:
         if queue.parent == queue.name:
             v.add(f"{path}.parent", "a queue cannot be its own parent")
     _check_weight(v, f"{path}.weight", queue.weight)
-    _check_quota(v, path, queue.guarantee, queue.limit)
+    _check_quota(v, path, queue.guarantee, queue.limit, queue.lending_limit)
     if queue.state not in admin_pb2.QueueState.values():
         v.add(f"{path}.state", f"{queue.state} is not a queue state")
 

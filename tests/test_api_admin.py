@@ -1,6 +1,7 @@
 """AdminService over a real socket against real Postgres."""
 
 import asyncio
+from pathlib import Path
 
 import grpc
 import pytest
@@ -259,3 +260,44 @@ async def test_a_tenants_cap_and_a_queues_default_hold_its_jobs_run_times(api: A
     assert shown.returncode == 0, shown.stderr
     listed = await asyncio.to_thread(fedctl, api.address, "get", "queues")
     assert "MAX-RUN" in listed.stdout and "2h" in listed.stdout, listed.stdout
+
+
+async def test_lending_limits_on_guarantees_from_the_api_fedctl_and_manifests(api: Api, tmp_path: Path) -> None:
+    """Issue 46 (2): a lending limit per resource of a guarantee, 0 kept (lend none); more than the guarantee, or
+    of a resource not guaranteed, refused naming the field and changing nothing."""
+    from tests.processes import fedctl
+
+    created = await api.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(
+        name="ml", guarantee={"nvidia.com/gpu": "16"}, lending_limit={"nvidia.com/gpu": "0"})))
+    assert dict(created.lending_limit) == {"nvidia.com/gpu": "0"}  # lends none of it: a zero that counts
+    for bad, why in (({"nvidia.com/gpu": "17"}, "lending limit 17 exceeds guarantee 16"),
+                     ({"cpu": "1"}, "lends cpu but guarantees none of it")):
+        err = await rpc_error(api.admin.UpdateTenant(admin_pb2.UpdateTenantRequest(
+            tenant=admin_pb2.Tenant(name="ml", lending_limit=bad),
+            update_mask=field_mask_pb2.FieldMask(paths=["lending_limit"]))))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and why in err.details()
+        assert violation_fields(err) == [f"tenant.lending_limit[{next(iter(bad))!r}]"]
+    assert dict((await api.admin.GetTenant(admin_pb2.GetTenantRequest(name="ml"))).lending_limit) == {
+        "nvidia.com/gpu": "0"}  # unchanged
+
+    made = await asyncio.to_thread(fedctl, api.address, "queue", "create", "train", "--tenant", "ml",
+                                   "--guarantee", "nvidia.com/gpu=8", "--lending-limit", "nvidia.com/gpu=2")
+    assert made.returncode == 0, made.stderr
+    assert dict((await api.admin.GetQueue(admin_pb2.GetQueueRequest(name="train"))).lending_limit) == {
+        "nvidia.com/gpu": "2"}
+    refused = await asyncio.to_thread(fedctl, api.address, "queue", "update", "train", "--lending-limit",
+                                      "nvidia.com/gpu=9")
+    assert refused.returncode != 0 and "queue.lending_limit['nvidia.com/gpu']: lending limit 9 exceeds guarantee 8" \
+        in refused.stderr and "Traceback" not in refused.stderr
+    listed = await asyncio.to_thread(fedctl, api.address, "get", "queues")
+    header, row = listed.stdout.splitlines()[0], next(r for r in listed.stdout.splitlines() if r.startswith("train"))
+    assert row.split()[header.split().index("LENDING-LIMIT")] == "nvidia.com/gpu=2", listed.stdout
+
+    manifest = tmp_path / "queues.yaml"
+    manifest.write_text("apiVersion: federation.dev/v1\nkind: Queue\nmetadata:\n  name: serve\nspec:\n"
+                        "  tenant: ml\n  guarantee:\n    nvidia.com/gpu: \"4\"\n  lendingLimit:\n"
+                        "    nvidia.com/gpu: \"1\"\n")
+    applied = await asyncio.to_thread(fedctl, api.address, "apply", "-f", str(manifest))
+    assert applied.returncode == 0, applied.stderr
+    assert dict((await api.admin.GetQueue(admin_pb2.GetQueueRequest(name="serve"))).lending_limit) == {
+        "nvidia.com/gpu": "1"}

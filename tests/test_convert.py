@@ -97,6 +97,7 @@ spec:
       - name: nvidia.com/gpu
         nominalQuota: 16
         borrowingLimit: 8
+        lendingLimit: 4
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
@@ -116,7 +117,8 @@ spec:
     research, team, converted_job = yaml.safe_load_all(result.stdout)
     assert research["spec"] == {"tenant": "default", "weight": 2}
     assert team["spec"] == {"tenant": "default", "guarantee": {"nvidia.com/gpu": "16"},
-                            "limit": {"nvidia.com/gpu": "24"}, "parent": "research", "state": "Closed"}
+                            "limit": {"nvidia.com/gpu": "24"}, "lendingLimit": {"nvidia.com/gpu": "4"},
+                            "parent": "research", "state": "Closed"}
     assert converted_job["spec"]["queue"] == "team-a"  # through its LocalQueue
     assert f"{tmp_path / 'setup.yaml'}:" in result.stderr and "Cohort research -> parent queue" in result.stderr
     bad = tmp_path / "bad.yaml"
@@ -125,6 +127,12 @@ spec:
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and f"{bad}:16: spec.mystery: a ClusterQueue field with no counterpart" in \
         refused.stderr and "Traceback" not in refused.stderr
+    bad.write_text(setup.replace("lendingLimit: 4", "lendingLimit: 20"))  # more than its nominal quota
+    refused = subprocess.run([str(REPO / ".venv" / "bin" / "fedctl"), "convert", "-f", str(bad)],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert f"{bad}:24: spec.resourceGroups[0].flavors[0].resources[0].lendingLimit: lendingLimit 20 exceeds " \
+           "nominalQuota 16" in refused.stderr, refused.stderr
 
 
 def test_kueue_workloads_keep_their_gangs_plugins_topology_and_queues() -> None:

@@ -102,7 +102,8 @@ def site(db_url: URL, tmp_path: Path) -> Iterator[Site]:
         for tenant in ("alpha", "beta"):
             built.fedctl(tokens["admin"], "tenant", "create", tenant)
             built.fedctl(tokens["admin"], "queue", "create", f"{tenant}-q", "--tenant", tenant,
-                         *(("--max-run-time", "12h") if tenant == "alpha" else ()))
+                         *(("--max-run-time", "12h", "--guarantee", "cpu=8", "--lending-limit", "cpu=4")
+                           if tenant == "alpha" else ()))
             tokens[tenant] = token("--tenant", tenant, "--name", f"{tenant}-user")
         yield built
     finally:
@@ -200,6 +201,7 @@ def test_the_dashboard_answers_why_a_job_waits_and_where_its_gang_landed(site: S
     assert queue.find_element(By.CSS_SELECTOR, "td.running").text == "1"
     assert "cpu 16 / " in queue.find_element(By.CSS_SELECTOR, "div.bar[title='cpu']").text
     assert queue.find_element(By.CSS_SELECTOR, "div.max-run").text == "max run 12h"  # its jobs' default
+    assert queue.find_element(By.CSS_SELECTOR, "div.lending").text == "lends at most cpu=4"
     assert queue.find_elements(By.CSS_SELECTOR, "div.history canvas")  # the share's last hour, drawn by uPlot
     # Drawn under the Content-Security-Policy (this site's scripts and styles only): bars painted by our script,
     # and nothing the browser refused.

@@ -190,6 +190,30 @@ def test_a_guarantee_is_reclaimed_from_over_share_queues_as_whole_gangs(federati
     assert federation.events("Preempted") == preempted  # and nothing more is taken back
 
 
+def test_a_lending_limit_keeps_room_for_its_lender_that_it_takes_without_reclaim(federation: Federation) -> None:
+    """Issue 46 (2): a tenant guaranteed 32 GPUs that lends at most 8 of them: a borrower flooding the federation
+    holds 40 GPUs at most (64 less the 24 kept back) and its waiting jobs say why; the lender's gangs then start
+    in the room kept for them, nothing preempted."""
+    federation.tenant("lender", guarantee={GPU: "32"}, lending_limit={GPU: "8"})
+    federation.queue("lender-q", "lender")
+    federation.tenant("borrower")
+    federation.queue("borrower-q", "borrower")
+    federation.submit("borrower-q", 16, 1, 4, "10m", name="borrowed")
+    wait_for("the borrower to hold what is lent", lambda: federation.gpus("borrower-q") == 40)
+    time.sleep(3)  # cycles go on: it takes no more
+    assert federation.held_gpus("borrower-q") == {"borrower-q": 40}
+    waiting = federation.jobs.ListJobs(jobs_pb2.ListJobsRequest(queue="borrower-q", phases=[common_pb2.PENDING]))
+    assert len(waiting.jobs) == 6 and all(
+        j.status.reason == f"{GPU}=24 is kept back for another tenant by lending limits: too little of the rest is free"
+        for j in waiting.jobs), [j.status.reason for j in waiting.jobs]
+
+    lent = federation.submit("lender-q", 3, 2, 4, "10m", name="lender")
+    wait_for("the lender's gangs to run",
+             lambda: all(federation.job(j).status.phase == common_pb2.RUNNING for j in lent), 30)
+    assert federation.events("Preempted") == []
+    assert federation.held_gpus("borrower-q", "lender-q") == {"borrower-q": 40, "lender-q": 24}
+
+
 def test_high_priority_preempts_only_preemptible_jobs_of_its_queue(federation: Federation) -> None:
     for name, value, preemptible in (("low", 10, True), ("keep", 10, False), ("high", 100, False)):
         federation.admin.CreatePriorityClass(admin_pb2.CreatePriorityClassRequest(

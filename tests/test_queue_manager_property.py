@@ -1,11 +1,11 @@
 """Differential property (issue 30): the queue manager's walk decides exactly as the cycle from scratch.
 
-Random event sequences, with and without flavors (jobs submitted and cancelled, gangs ending, limits raised and
-lowered, queues closed and opened, clusters filling and emptying, refusals, room made by preemption) drive one
-`QueueManager`, kept across cycles by those events alone, and the same jobs as a plain list. Every cycle both
-schedulers run on the same snapshot; their dispatches, preemptions, reservations, work lost, usage, and every
-waiting job's reason, limit and can-never-run verdict must be equal, in the same order. The from-scratch walk
-(`schedule`) is the oracle.
+Random event sequences, with and without flavors and lending limits (jobs submitted and cancelled, gangs ending,
+limits raised and lowered, queues closed and opened, clusters filling and emptying, refusals, room made by
+preemption) drive one `QueueManager`, kept across cycles by those events alone, and the same jobs as a plain list.
+Every cycle both schedulers run on the same snapshot; their dispatches, preemptions, reservations, work lost,
+usage, and every waiting job's reason, limit and can-never-run verdict must be equal, in the same order. The
+from-scratch walk (`schedule`) is the oracle.
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ class World:
         if self.flavors:
             self.queues[1] = QueueInfo("t0-b", "t0", 2, flavors=("fast", "slow"))
             self.queues[5] = QueueInfo("t1-b", "t1", 3, flavors=("slow",), limit={f"{GPU}{FLAVOR}slow": 40})
+        if rng.random() < 0.5:  # lenders: part of a tenant's and a queue's guarantee never lent
+            self.tenants[1] = replace(self.tenants[1], guarantee={GPU: 64}, lending_limit={GPU: 16})
+            self.queues[2] = replace(self.queues[2], guarantee={GPU: 32}, lending_limit={GPU: 8})
         self.pending: dict[str, PendingJob] = {}
         self.running: dict[str, RunningJob] = {}
         self.manager = QueueManager()

@@ -56,10 +56,10 @@ class _Kind:
 
 
 TENANT = _Kind(Tenant, "tenant", admin_pb2.Tenant, check_tenant, convert.tenant_to_proto, convert.tenant_values,
-               ("weight", "guarantee", "limit", "disabled", "max_run_time"))
+               ("weight", "guarantee", "limit", "disabled", "max_run_time", "lending_limit"))
 QUEUE = _Kind(Queue, "queue", admin_pb2.Queue, check_queue, convert.queue_to_proto, convert.queue_values,
               ("weight", "priority", "guarantee", "limit", "reclaimable", "state", "flavors", "parent",
-               "max_run_time"))
+               "max_run_time", "lending_limit"))
 FLAVOR = _Kind(Flavor, "flavor", admin_pb2.Flavor, check_flavor, convert.flavor_to_proto, convert.flavor_values,
                ("resource", "cluster_selector"))
 PRIORITY_CLASS = _Kind(PriorityClass, "priority_class", admin_pb2.PriorityClass, check_priority_class,

@@ -10,7 +10,7 @@ from typing import Any
 from google.protobuf import json_format, timestamp_pb2
 
 from federation.control.drift import signed
-from federation.kernel.resources import format_resources, parse_resources
+from federation.kernel.resources import format_resources, parse_amount, parse_resources
 from federation.v1 import admin_pb2, common_pb2
 
 
@@ -22,16 +22,22 @@ def _ts(value: datetime | None) -> timestamp_pb2.Timestamp | None:
     return ts
 
 
+def _lending(quantities: Mapping[str, str]) -> dict[str, int]:
+    """A lending limit keeps its zeros (lend none of it), where other quotas drop them."""
+    return {name: parse_amount(name, q) for name, q in quantities.items()}
+
+
 def tenant_to_proto(row: Mapping[str, Any]) -> admin_pb2.Tenant:
     return admin_pb2.Tenant(
         name=row["name"], weight=row["weight"], guarantee=format_resources(row["guarantee"]),
         limit=format_resources(row["limit"]), disabled=row["disabled"], create_time=_ts(row["created_at"]),
-        max_run_time=row["max_run_time"] or "")
+        max_run_time=row["max_run_time"] or "", lending_limit=format_resources(row["lending_limit"]))
 
 
 def tenant_values(t: admin_pb2.Tenant) -> dict[str, Any]:
     return {"name": t.name, "weight": t.weight or 1, "guarantee": parse_resources(t.guarantee),
-            "limit": parse_resources(t.limit), "disabled": t.disabled, "max_run_time": t.max_run_time or None}
+            "limit": parse_resources(t.limit), "disabled": t.disabled, "max_run_time": t.max_run_time or None,
+            "lending_limit": _lending(t.lending_limit)}
 
 
 def queue_to_proto(row: Mapping[str, Any]) -> admin_pb2.Queue:
@@ -40,7 +46,7 @@ def queue_to_proto(row: Mapping[str, Any]) -> admin_pb2.Queue:
         guarantee=format_resources(row["guarantee"]), limit=format_resources(row["limit"]),
         reclaimable=row["reclaimable"], state=admin_pb2.QueueState.Value(row["state"]),
         create_time=_ts(row["created_at"]), flavors=row["flavors"], parent=row["parent"] or "",
-        max_run_time=row["max_run_time"] or "")
+        max_run_time=row["max_run_time"] or "", lending_limit=format_resources(row["lending_limit"]))
 
 
 def queue_values(q: admin_pb2.Queue) -> dict[str, Any]:
@@ -49,7 +55,8 @@ def queue_values(q: admin_pb2.Queue) -> dict[str, Any]:
             # Unset means reclaimable, as in Volcano: what a queue borrows may be taken back.
             "reclaimable": q.reclaimable if q.HasField("reclaimable") else True,
             "state": admin_pb2.QueueState.Name(q.state or admin_pb2.OPEN), "flavors": list(q.flavors),
-            "parent": q.parent or None, "max_run_time": q.max_run_time or None}
+            "parent": q.parent or None, "max_run_time": q.max_run_time or None,
+            "lending_limit": _lending(q.lending_limit)}
 
 
 def flavor_to_proto(row: Mapping[str, Any]) -> admin_pb2.Flavor:

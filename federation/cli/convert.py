@@ -123,12 +123,15 @@ class _Converter:
                         guarantee=dict(q.guarantee), limit=dict(q.limit),
                         reclaimable=q.reclaimable if q.HasField("reclaimable") else None, parent=q.parent)
 
-    def _quotas(self, doc: Document, groups: Any, path: str) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    def _quotas(self, doc: Document, groups: Any, path: str
+                ) -> tuple[dict[str, str], dict[str, str], dict[str, str], list[str]]:
         """Kueue resource groups: nominal quota -> guarantee, nominal + borrowing limit -> limit (when every
-        flavor of a resource has one). One flavor per group counts as the plain resource; several keep their
-        flavor names (`nvidia.com/gpu@h100`), which must then exist as federation flavors."""
+        flavor of a resource has one), lending limit -> lending limit. One flavor per group counts as the plain
+        resource; several keep their flavor names (`nvidia.com/gpu@h100`), which must then exist as federation
+        flavors."""
         guarantee: dict[str, int] = {}
         limit: dict[str, int] = {}
+        lending: dict[str, int] = {}
         unlimited: set[str] = set()
         flavors: list[str] = []
         for g, group in enumerate(groups if isinstance(groups, list) else []):
@@ -150,12 +153,19 @@ class _Converter:
                     except QuantityError as err:
                         raise doc.error(rpath, str(err)) from None
                     guarantee[key] = guarantee.get(key, 0) + nominal
-                    if "lendingLimit" in res:
-                        self.note(doc, f"{rpath}.lendingLimit", "lendingLimit is not kept: what a queue does not "
-                                                                "use is lent to whoever deserves it")
+                    if res.get("lendingLimit") is not None:
+                        try:
+                            lent = parse_amount(name, str(res["lendingLimit"]))
+                        except QuantityError as err:
+                            raise doc.error(f"{rpath}.lendingLimit", str(err)) from None
+                        if lent > nominal:
+                            raise doc.error(f"{rpath}.lendingLimit", f"lendingLimit {res['lendingLimit']} exceeds "
+                                                                     f"nominalQuota {res.get('nominalQuota', 0)}")
+                        lending[key] = lending.get(key, 0) + lent
         fmt = {k: format_amount(k.partition("@")[0], v) for k, v in guarantee.items()}
         lim = {k: format_amount(k.partition("@")[0], v) for k, v in limit.items() if k not in unlimited}
-        return fmt, lim, flavors
+        lent_out = {k: format_amount(k.partition("@")[0], v) for k, v in lending.items()}
+        return fmt, lim, lent_out, flavors
 
     KUEUE_NOTED = {
         "namespaceSelector": "every namespace may submit to a federation queue (tenants' tokens decide who may)",
@@ -180,7 +190,7 @@ class _Converter:
                                     f"spec.{key}: a ClusterQueue field with no counterpart in the federation")
             if key in self.KUEUE_NOTED:
                 self.note(doc, f"spec.{key}", f"spec.{key}: {self.KUEUE_NOTED[key]}")
-        guarantee, limit, flavors = self._quotas(doc, spec.get("resourceGroups"), "spec.resourceGroups")
+        guarantee, limit, lending, flavors = self._quotas(doc, spec.get("resourceGroups"), "spec.resourceGroups")
         stop = spec.get("stopPolicy")
         state = {"Hold": "Closed", "HoldAndDrain": "Closed"}.get(str(stop)) if stop and stop != "None" else None
         cohort = str(spec.get("cohortName") or spec.get("cohort") or "")
@@ -188,11 +198,11 @@ class _Converter:
             limit = dict(guarantee)
             self.note(doc, "spec.resourceGroups", f"ClusterQueue {name} has no cohort: capped at its nominal quota "
                                                   "(limit = guarantee), as Kueue admits it no further")
-        self._queue(name, weight=_weight(doc, spec), guarantee=guarantee, limit=limit, flavors=flavors,
-                    parent=cohort, state=state)
+        self._queue(name, weight=_weight(doc, spec), guarantee=guarantee, limit=limit, lendingLimit=lending,
+                    flavors=flavors, parent=cohort, state=state)
         self.note(doc, "metadata.name", f"ClusterQueue {name} -> queue {name} of tenant {DEFAULT_TENANT} (nominal "
-                                        "quota -> guarantee, nominal + borrowing limit -> limit, fair sharing "
-                                        "weight -> weight, cohort -> parent queue)")
+                                        "quota -> guarantee, nominal + borrowing limit -> limit, lending limit -> "
+                                        "lending limit, fair sharing weight -> weight, cohort -> parent queue)")
 
     def cohort(self, doc: Document, data: dict[str, Any]) -> None:
         name = str((data.get("metadata") or {}).get("name", ""))
@@ -201,8 +211,8 @@ class _Converter:
             if key not in {"parentName", "resourceGroups", "fairSharing"}:
                 raise ManifestError(doc.file, doc.line(f"spec.{key}"),
                                     f"spec.{key}: a Cohort field with no counterpart in the federation")
-        guarantee, limit, _ = self._quotas(doc, spec.get("resourceGroups"), "spec.resourceGroups")
-        self._queue(name, weight=_weight(doc, spec), guarantee=guarantee, limit=limit,
+        guarantee, limit, lending, _ = self._quotas(doc, spec.get("resourceGroups"), "spec.resourceGroups")
+        self._queue(name, weight=_weight(doc, spec), guarantee=guarantee, limit=limit, lendingLimit=lending,
                     parent=str(spec.get("parentName") or ""))
         self.note(doc, "metadata.name", f"Cohort {name} -> parent queue {name}: its ClusterQueues share what it "
                                         "deserves, as Kueue's hierarchical cohorts; jobs go to its leaf queues")

@@ -374,13 +374,14 @@ ADMIN_KINDS: dict[str, tuple[type[Message], dict[str, tuple[str, Callable[..., A
     "Tenant": (admin_pb2.Tenant, {
         "weight": ("weight", _Reader.int), "guarantee": ("guarantee", _Reader.str_map),
         "limit": ("limit", _Reader.str_map), "disabled": ("disabled", _Reader.bool),
-        "maxRunTime": ("max_run_time", _Reader.str)}),
+        "maxRunTime": ("max_run_time", _Reader.str), "lendingLimit": ("lending_limit", _Reader.str_map)}),
     "Queue": (admin_pb2.Queue, {
         "tenant": ("tenant", _Reader.str), "weight": ("weight", _Reader.int), "priority": ("priority", _Reader.int),
         "guarantee": ("guarantee", _Reader.str_map), "limit": ("limit", _Reader.str_map),
         "reclaimable": ("reclaimable", _Reader.bool), "state": ("state", _queue_state),
         "flavors": ("flavors", lambda r, v, p: [r.str(x, f"{p}[{i}]") for i, x in enumerate(r.list(v, p))]),
-        "parent": ("parent", _Reader.str), "maxRunTime": ("max_run_time", _Reader.str)}),
+        "parent": ("parent", _Reader.str), "maxRunTime": ("max_run_time", _Reader.str),
+        "lendingLimit": ("lending_limit", _Reader.str_map)}),
     "Flavor": (admin_pb2.Flavor, {
         "resource": ("resource", _Reader.str), "clusterSelector": ("cluster_selector", _Reader.str_map)}),
     "PriorityClass": (admin_pb2.PriorityClass, {

@@ -118,13 +118,14 @@ JOB_HEADERS = ("ID", "NAMESPACE", "TENANT", "QUEUE", "PHASE", "PRIO", "POS", "ST
 
 TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = {
     common_pb2.Job: (JOB_HEADERS, _job_row),
-    admin_pb2.Tenant: (("NAME", "WEIGHT", "GUARANTEE", "LIMIT", "MAX-RUN", "DISABLED", "AGE"), lambda t: [
-        t.name, t.weight, quantities(t.guarantee), quantities(t.limit), t.max_run_time or "-", t.disabled,
-        age(t.create_time)]),
-    admin_pb2.Queue: (("NAME", "TENANT", "PARENT", "WEIGHT", "PRIORITY", "GUARANTEE", "LIMIT", "RECLAIMABLE",
-                       "STATE", "FLAVORS", "MAX-RUN"),
+    admin_pb2.Tenant: (("NAME", "WEIGHT", "GUARANTEE", "LENDING-LIMIT", "LIMIT", "MAX-RUN", "DISABLED", "AGE"),
+                       lambda t: [t.name, t.weight, quantities(t.guarantee), quantities(t.lending_limit),
+                                  quantities(t.limit), t.max_run_time or "-", t.disabled, age(t.create_time)]),
+    admin_pb2.Queue: (("NAME", "TENANT", "PARENT", "WEIGHT", "PRIORITY", "GUARANTEE", "LENDING-LIMIT", "LIMIT",
+                       "RECLAIMABLE", "STATE", "FLAVORS", "MAX-RUN"),
                       lambda q: [q.name, q.tenant, q.parent or "-", q.weight, q.priority, quantities(q.guarantee),
-                                 quantities(q.limit), q.reclaimable, pascal_case(admin_pb2.QueueState.Name(q.state)),
+                                 quantities(q.lending_limit), quantities(q.limit), q.reclaimable,
+                                 pascal_case(admin_pb2.QueueState.Name(q.state)),
                                  ",".join(q.flavors) or "any", q.max_run_time or "-"]),
     admin_pb2.Flavor: (("NAME", "RESOURCE", "CLUSTER-SELECTOR", "AGE"), lambda f: [
         f.name, f.resource, ",".join(f"{k}={v}" for k, v in sorted(f.cluster_selector.items())), age(f.create_time)]),

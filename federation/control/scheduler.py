@@ -120,12 +120,14 @@ def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:
 
 
 def _tenant_info(t: Mapping[str, Any]) -> TenantInfo:
-    return TenantInfo(t["name"], t["weight"], with_share(t["guarantee"]), with_share(t["limit"]), t["disabled"])
+    return TenantInfo(t["name"], t["weight"], with_share(t["guarantee"]), with_share(t["limit"]), t["disabled"],
+                      with_share(t["lending_limit"]))
 
 
 def _queue_info(q: Mapping[str, Any]) -> QueueInfo:
     return QueueInfo(q["name"], q["tenant"], q["weight"], q["priority"], with_share(q["guarantee"]),
-                     with_share(q["limit"]), q["reclaimable"], q["state"], tuple(q["flavors"]), q["parent"] or "")
+                     with_share(q["limit"]), q["reclaimable"], q["state"], tuple(q["flavors"]), q["parent"] or "",
+                     with_share(q["lending_limit"]))
 
 
 class _Expiring(Generic[K, V]):

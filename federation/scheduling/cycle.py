@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from federation.kernel.resources import FLAVOR, Resources, base, format_resources
 from federation.scheduling.backlog import Backlog, Demand, Lists, Walked
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
-from federation.scheduling.fairshare import EPSILON, Claim, Tree, dominant_share, excess, hierarchical
-from federation.scheduling.fit import JobView, Shape, cannot_run
+from federation.scheduling.fairshare import EPSILON, Claim, Tree, dominant_share, excess, hierarchical, kept_back
+from federation.scheduling.fit import JobView, Shape, cannot_run, covers
 from federation.scheduling.flavors import Flavors
 from federation.scheduling.model import (
     MOVE_BUDGET_SECONDS,
@@ -90,6 +90,20 @@ class _Cycle(Preemption, Reservations):
         self.parents = {q.parent for q in snap.queues if q.parent in self.chain}
         self.queue_usage: dict[str, dict[str, int]] = {q: {} for q in self.queues}
         self.tenant_usage: dict[str, dict[str, int]] = {t: {} for t in self.tenants}
+        self.total_usage: dict[str, int] = {}  # of every gang running or started by this cycle
+        # What lenders keep back of their guarantees (lending limits), and each member's siblings that do.
+        self.kept = {("tenant", t.name): kept for t in snap.tenants
+                     if not t.disabled and (kept := kept_back(t.guarantee, t.lending_limit))}
+        self.kept.update({("queue", q.name): kept for q in snap.queues if (kept := kept_back(q.guarantee,
+                                                                                          q.lending_limit))})
+        self.keepers: dict[tuple[str, str], list[tuple[str, str]]] = {}  # member -> its siblings that keep some back
+        for kind, name in self.kept:
+            siblings = ([("tenant", t) for t in self.tenants] if kind == "tenant" else
+                        [("queue", q.name) for q in snap.queues if (q.tenant, q.parent) == (
+                            self.queues[name].tenant, self.queues[name].parent)])
+            for sibling in siblings:
+                if sibling != (kind, name):
+                    self.keepers.setdefault(sibling, []).append((kind, name))
         self.running_by_cluster: dict[str, list[RunningJob]] = {}
         # tenant -> how often its (or its queues') usage changed: a queue's key, which reads only those,
         # is unchanged while this is.
@@ -174,13 +188,13 @@ class _Cycle(Preemption, Reservations):
         queues_of: dict[str, list[Claim]] = {}
         children_of: dict[str, list[Claim]] = {}
         for q in self.snap.queues:
-            claim = Claim(q.name, q.weight, q.guarantee, q.limit or None, demand[q.name])
+            claim = Claim(q.name, q.weight, q.guarantee, q.limit or None, demand[q.name], q.lending_limit)
             if len(self.chain[q.name]) > 1:
                 children_of.setdefault(q.parent, []).append(claim)
             else:
                 queues_of.setdefault(q.tenant, []).append(claim)
-        tenants = [Claim(t.name, t.weight, t.guarantee, t.limit or None) for t in self.snap.tenants
-                   if not t.disabled]
+        tenants = [Claim(t.name, t.weight, t.guarantee, t.limit or None, lending_limit=t.lending_limit)
+                   for t in self.snap.tenants if not t.disabled]
         capacity = self.flavors.capacity(self.snap.capacity, self.snap.clusters) if self.flavors else self.snap.capacity
         self.capacity = {r: float(a) for r, a in capacity.items()}
         self.out.shares = hierarchical(capacity, tenants, queues_of, children_of)
@@ -211,6 +225,10 @@ class _Cycle(Preemption, Reservations):
             for key, cap in limit.items():
                 if FLAVOR in key and usage.get(key, 0) + job.view.request.get(base(key), 0) > cap:
                     over.setdefault(key, f"{owner} at limit {_fmt({key: cap})}")
+        if self._kept_around(queue):
+            kept = self.kept_from(job.view.request, queue, flavored=True)
+            for key in kept[1] if kept else ():
+                over.setdefault(key, kept[2])
         groups, never = self.flavors.choices(job.view, queue, q.flavors, self.clusters.names, over)
         for excluded in groups:
             best = self.clusters.best(job.view, {**excluded, **refused})
@@ -226,6 +244,7 @@ class _Cycle(Preemption, Reservations):
             self.queue_version[q] = self.queue_version.get(q, 0) + 1
         tenant = self.queues[queue].tenant
         add_into(self.tenant_usage[tenant], request, sign)
+        add_into(self.total_usage, request, sign)
         self.usage_version[tenant] = self.usage_version.get(tenant, 0) + 1
         if self.out.shares is not None and self.queues[queue].reclaimable:
             if dominant_share(self.queue_usage[queue], self.out.shares.queues.get(queue, {})) > 1:
@@ -352,13 +371,39 @@ class _Cycle(Preemption, Reservations):
         """Whether the cycle's burst of dispatches is used up (see Snapshot.burst)."""
         return bool(self.snap.burst) and len(self.out.assign) >= self.snap.burst
 
-    def over_limit(self, job: PendingJob, queue: str) -> str | None:
-        """Why a limit holds the job now (its queue's, a parent's or its tenant's), recorded in `limited`."""
-        held = self.limit(job, queue)
-        if held is None:
-            return None
-        self.out.limited[job.id] = held
-        return held[2]
+    def reclaim_kept(self, job: PendingJob, queue: str, needed: Mapping[str, int]) -> bool:
+        """For a job that room others keep back holds (`kept_from`): wait for gangs evicted for it to exit, or, as
+        its queue's head within its queue's and tenant's deserved shares, evict gangs that borrowed (reclaim) or
+        of its own queue below its priority, in one cluster, until `needed` is freed. What others keep back is
+        free room, so such a job often fits a cluster now: only reclaim makes it its own. Whether it did."""
+        room = self.snap.making_room.get(job.id)
+        if room in self.clusters:
+            self.hold(job, room, f"waiting for preempted job(s) to exit in cluster {room}")
+            return True
+        if queue in self.heads_reserving:
+            return False
+        self.heads_reserving.add(queue)
+        tenant_share, queue_share = self.share_after(queue, self.wanted(job))
+        if queue_share > 1.0 + EPSILON or tenant_share > 1.0 + EPSILON:
+            return False
+        over = self._reclaimable(job, True, True)
+        best: tuple[tuple[float, int, int], str, list[RunningJob]] | None = None
+        for cluster in sorted(self.clusters.names):
+            if cluster in self.snap.refused.get(job.id, {}):
+                continue
+            # `_take` evicts until what is freed covers the job's request: starting from all of it but `needed`,
+            # that is until `needed` is freed.
+            freed = {r: a - needed.get(r, 0) for r, a in job.view.request.items()}
+            gangs = self._take(job, self.preemptible.get(cluster, ()), over, freed, set())
+            if gangs and covers(freed, job.view.request):
+                key = (sum(v.at_risk for v in gangs), sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in gangs),
+                       len(gangs))
+                if best is None or key < best[0]:
+                    best = (key, cluster, gangs)
+        if best is None:
+            return False
+        self.evict(job, queue, best[1], best[2])
+        return True
 
     def limited(self, queue: str) -> bool:
         """Whether a limit applies to the queue's jobs at all (its own, a parent's, its tenant's)."""
@@ -366,7 +411,8 @@ class _Cycle(Preemption, Reservations):
         if found is None:
             q = self.queues[queue]
             found = self._limited[queue] = bool(self.tenants[q.tenant].limit or
-                                                any(self.queues[n].limit for n in self.chain[queue]))
+                                                any(self.queues[n].limit for n in self.chain[queue]) or
+                                                self._kept_around(queue))
         return found
 
     def limit(self, job: PendingJob, queue: str) -> tuple[str, Resources, str] | None:
@@ -381,7 +427,51 @@ class _Cycle(Preemption, Reservations):
         if over:
             return _held_by(job, f"tenant {q.tenant}", self.tenant_usage[q.tenant], over,
                             f"tenant {q.tenant} at limit {_fmt(over)}")
-        return None
+        return self.kept_from(job.view.request, queue, flavored=False)
+
+    def _kept_around(self, queue: str) -> bool:
+        """Whether any sibling of the queue, of a parent of it or of its tenant keeps part of its guarantee back."""
+        return (("tenant", self.queues[queue].tenant) in self.keepers or
+                any(("queue", n) in self.keepers for n in self.chain[queue]))
+
+    def kept_from(self, request: Mapping[str, int], queue: str, flavored: bool
+                  ) -> tuple[str, Resources, str] | None:
+        """Whether a gang of `request` would start in room others keep back (their lending limits), with how much
+        must end anywhere before it fits and why. At each level of its queue's path (its tenant among tenants, its
+        queue and each parent among their siblings), what the member's siblings keep back and do not use is not
+        the gang's to take: the federation's usage, the gang and that must stay within the capacity. That holds a
+        gang within its own guarantee too when others borrowed the guarantee: the free room is the lender's, and
+        the gang's queue reclaims its own (`reclaim_kept`). `flavored`: judge the flavored resources
+        (`r@flavor`, for each flavor the gang could use) instead of the plain ones."""
+        q = self.queues[queue]
+        path = [("tenant", q.tenant), *(("queue", n) for n in self.chain[queue])]
+        withheld: dict[str, float] = {}
+        keepers: dict[str, list[str]] = {}
+        for member in path:
+            for keeper in self.keepers.get(member, ()):
+                used = self.tenant_usage[keeper[1]] if keeper[0] == "tenant" else self.queue_usage[keeper[1]]
+                for key, amount in self.kept[keeper].items():
+                    if (FLAVOR in key) != flavored:
+                        continue
+                    idle = amount - used.get(key, 0)
+                    if request.get(base(key), 0) <= 0 or idle <= 0:
+                        continue
+                    withheld[key] = withheld.get(key, 0) + idle
+                    keepers.setdefault(key, []).append(f"{keeper[0]} {keeper[1]}")
+        needed = {key: round(self.total_usage.get(key, 0) + request.get(base(key), 0) + idle
+                             - self.capacity.get(key, 0.0))
+                  for key, idle in withheld.items()}
+        needed = {key: amount for key, amount in needed.items() if amount > 0}
+        if not needed:
+            return None
+        kept = {key: round(withheld[key]) for key in needed}
+        owners = {o for key in needed for o in keepers[key]}
+        # A tenant reads only its own tenant's names: the keepers among tenants are always others.
+        tenants = sum(o.startswith("tenant ") for o in owners)
+        who = sorted(o for o in owners if not o.startswith("tenant "))
+        who += ["other tenants"] if tenants > 1 else ["another tenant"] if tenants else []
+        return "federation", needed, (f"{_fmt(kept)} is kept back for {', '.join(who)} by lending limits: too "
+                                      "little of the rest is free")
 
     def cannot_run(self, job: PendingJob, queue: str) -> str | None:
         """Why no cluster or quota could run the job as the federation stands, even with nothing else
@@ -405,6 +495,8 @@ class _Cycle(Preemption, Reservations):
         nowhere), so a walk works it out once per shape."""
         impossible = self.cannot_run(job, queue)
         held = self.limit(job, queue) if not impossible and self.limited(queue) else None
+        if held is not None and held[0] == "federation" and queue not in self.heads_reserving:
+            return None, False, None  # its queue's head may still reclaim for it (`reclaim_kept`)
         nowhere = self.clusters.nowhere if self.clusters else {}
         shape = job.view.shape
         why = impossible or (held and held[2]) or (shape in nowhere and (self.behind(job) or nowhere[shape])) or (
@@ -446,9 +538,12 @@ class _Cycle(Preemption, Reservations):
             self.out.waiting[job.id] = why
             self.out.cannot_run.add(job.id)
             return
-        why = self.over_limit(job, queue)
-        if why:
-            self.out.waiting[job.id] = why
+        held = self.limit(job, queue)
+        if held is not None:
+            if held[0] == "federation" and self.reclaim_kept(job, queue, held[1]):
+                return
+            self.out.limited[job.id] = held
+            self.out.waiting[job.id] = held[2]
             return
         cluster, reasons = self.choose(job, queue)
         if cluster is not None:

@@ -4,7 +4,9 @@ Pure. At each level and for each resource, every member first gets its guarantee
 demand), then what is left flows to the members still hungry in proportion to their weights,
 never past a member's cap (the smaller of its limit and its demand). What one member cannot use
 flows on to the others, round after round, until nothing is left or nobody is hungry. When
-guarantees alone exceed the capacity, they are scaled down together.
+guarantees alone exceed the capacity, they are scaled down together. A member with a lending limit
+(Kueue's `lendingLimit`) lends at most that much of its unused guarantee: the rest of it is kept
+back, so it is not shared out to the others at that level (`kept_back`).
 
 A queue's or tenant's *dominant share* is the largest, over resources, of usage / deserved: how
 far it is into what it deserves (DRF, measured against the deserved share so weights, guarantees
@@ -22,13 +24,20 @@ EPSILON = 1e-9
 
 @dataclass(frozen=True)
 class Claim:
-    """One member of a level: its weight, guarantee, limit (absent = unlimited) and demand."""
+    """One member of a level: its weight, guarantee, limit (absent = unlimited), demand and lending limit (the
+    most of its unused guarantee others at its level may use; a resource absent = all of it)."""
 
     name: str
     weight: float = 1.0
     guarantee: Mapping[str, int] = field(default_factory=dict)
     limit: Mapping[str, int] | None = None
     demand: Mapping[str, int] = field(default_factory=dict)
+    lending_limit: Mapping[str, int] = field(default_factory=dict)
+
+
+def kept_back(guarantee: Mapping[str, int], lending_limit: Mapping[str, int]) -> dict[str, int]:
+    """The part of a guarantee never lent: guarantee less lending limit, for each resource that has both."""
+    return {r: guarantee.get(r, 0) - lent for r, lent in lending_limit.items() if guarantee.get(r, 0) > lent}
 
 
 def _cap(claim: Claim, resource: str) -> float:
@@ -64,11 +73,14 @@ def water_fill(total: float, claims: Sequence[tuple[float, float, float]]) -> li
 
 
 def deserved(total: Mapping[str, int], claims: Sequence[Claim]) -> dict[str, dict[str, float]]:
-    """Each claim's deserved amount of every resource of `total`."""
+    """Each claim's deserved amount of every resource of `total`. What a member keeps back of its guarantee and
+    does not use (its demand is less) is taken off `total` first: nobody else at the level may have it."""
     out: dict[str, dict[str, float]] = {c.name: {} for c in claims}
+    kept = [kept_back(c.guarantee, c.lending_limit) if c.lending_limit else {} for c in claims]
     for resource, amount in total.items():
-        shares = water_fill(float(amount), [(c.weight, float(c.guarantee.get(resource, 0)), _cap(c, resource))
-                                            for c in claims])
+        idle = sum(max(0.0, k.get(resource, 0) - _cap(c, resource)) for c, k in zip(claims, kept, strict=True))
+        shares = water_fill(max(0.0, float(amount) - idle),
+                            [(c.weight, float(c.guarantee.get(resource, 0)), _cap(c, resource)) for c in claims])
         for claim, share in zip(claims, shares, strict=True):
             out[claim.name][resource] = share
     return out
@@ -100,7 +112,7 @@ def hierarchical(total: Mapping[str, int], tenants: Sequence[Claim], queues_of: 
         for child in map(queue_claim, children):
             for r in child.demand:
                 demand[r] = demand.get(r, 0) + round(_cap(child, r))
-        return Claim(claim.name, claim.weight, claim.guarantee, claim.limit, demand)
+        return Claim(claim.name, claim.weight, claim.guarantee, claim.limit, demand, claim.lending_limit)
 
     def queue_claim(claim: Claim) -> Claim:
         if claim.name not in settled:

@@ -28,6 +28,8 @@ class TenantInfo:
     guarantee: Mapping[str, int] = field(default_factory=dict)
     limit: Mapping[str, int] = field(default_factory=dict)  # empty: no limit
     disabled: bool = False
+    # The most of its unused guarantee other tenants may use (Kueue's lendingLimit); a resource absent: all of it.
+    lending_limit: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class QueueInfo:
     state: str = "OPEN"
     flavors: tuple[str, ...] = ()  # the flavors its jobs may use, in order of preference; () = any
     parent: str = ""  # a queue of the same tenant whose share this one takes part of ("" = the tenant's)
+    # The most of its unused guarantee its sibling queues may use (Kueue's lendingLimit); absent: all of it.
+    lending_limit: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +139,9 @@ class Decisions:
     reserved: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster whose room is held for it
     # waiting jobs no cluster or quota could run as things stand
     cannot_run: set[str] | Impossible = field(default_factory=set)
-    # waiting job -> the limit holding it: (its owner, "queue NAME" or "tenant NAME"; how much of each resource
-    # that owner must free before the job fits under it; the reason): the forecast and ExplainJob read it
+    # waiting job -> the limit holding it: (its owner, "queue NAME", "tenant NAME" or "federation" when others'
+    # lending limits keep the room back; how much of each resource that owner must free before the job fits under
+    # it; the reason): the forecast and ExplainJob read it
     limited: MutableMapping[str, tuple[str, Resources, str]] = field(default_factory=dict)
     shares: Tree | None = None
     usage: dict[str, Resources] = field(default_factory=dict)  # queue -> in use after this cycle

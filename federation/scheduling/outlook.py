@@ -79,8 +79,10 @@ def waiting(snap: Snapshot, d: Decisions, order: Sequence[str], runs_for: Callab
         held = d.limited.get(job_id)
         if held is not None:
             kind, _, name = held[0].partition(" ")
-            under = [h for h in holding if (name in chains.get(h.queue, ()) if kind == "queue"
-                                            else tenant_of.get(h.queue) == name)]
+            # "federation": room others keep back holds it, so any gang ending anywhere makes room.
+            under = list(holding) if kind == "federation" else [
+                h for h in holding if (name in chains.get(h.queue, ()) if kind == "queue"
+                                       else tenant_of.get(h.queue) == name)]
             not_before = limit_clears(held[1], under)
             now = frozenset()
         out.append(Waiting(job.id, job.view.request, runs_for(job), job.view.cluster_selector, allowed, now,

@@ -64,7 +64,7 @@ class AdminStore:
         for i, name in enumerate(values.get("flavors") or []):
             if name not in flavors:
                 problems.append(Violation(f"{path}.flavors[{i}]", f"flavor {name!r} not found"))
-        for field in ("guarantee", "limit"):
+        for field in ("guarantee", "limit", "lending_limit"):
             for key in values.get(field) or {}:
                 resource, at, flavor = key.partition(FLAVOR)
                 if at and flavors.get(flavor) != resource:

@@ -47,6 +47,8 @@ class Tenant(Base):
     weight: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     guarantee: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
     limit: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
+    # The most of its unused guarantee others may use (Kueue's lendingLimit); a resource absent: all of it.
+    lending_limit: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict, server_default="{}")
     disabled: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     max_run_time: Mapped[str | None] = mapped_column(String(32))  # a duration; the cap of its jobs' run times
     created_at: Mapped[datetime] = _created()
@@ -61,6 +63,7 @@ class Queue(Base):
     priority: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     guarantee: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
     limit: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
+    lending_limit: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict, server_default="{}")
     reclaimable: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
     state: Mapped[str] = mapped_column(String(16), nullable=False, default="OPEN")
     flavors: Mapped[list[Any]] = mapped_column(nullable=False, default=list)  # preference order; [] = any

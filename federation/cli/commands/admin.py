@@ -107,24 +107,34 @@ _limit = click.option("--limit", multiple=True, metavar="RES=QTY", help="Hard ca
 _weight = click.option("--weight", type=click.IntRange(min=1), help="Fair-share weight.")
 
 
-def _quota(guarantee: tuple[str, ...], limit: tuple[str, ...]) -> dict[str, Any]:
+def _lending_limit(help_text: str) -> Callable[..., Any]:
+    return click.option("--lending-limit", multiple=True, metavar="RES=QTY", help=help_text)
+
+
+def _quota(guarantee: tuple[str, ...], limit: tuple[str, ...], lending_limit: tuple[str, ...]) -> dict[str, Any]:
     return {"guarantee": _quantity_pairs(guarantee, "--guarantee") or None,
-            "limit": _quantity_pairs(limit, "--limit") or None}
+            "limit": _quantity_pairs(limit, "--limit") or None,
+            "lending_limit": _quantity_pairs(lending_limit, "--lending-limit") or None}
 
 
 cli.add_command(_crud_group(
     "tenant", admin_pb2.Tenant, "tenant", "ListTenants",
-    [_weight, _guarantee, _limit, click.option("--disabled/--enabled", default=None,
-                                                  help="A disabled tenant's jobs are not scheduled."),
+    [_weight, _guarantee, _limit,
+     _lending_limit("The most of its guarantee other tenants may use while it does not (repeatable; 0: none; "
+                    "default: all of it)."),
+     click.option("--disabled/--enabled", default=None, help="A disabled tenant's jobs are not scheduled."),
      click.option("--max-run-time", metavar="DURATION",
                   help="The longest any of its jobs may run, e.g. 24h (\"\": no cap): a job asking more is refused.")],
-    lambda weight, guarantee, limit, disabled, max_run_time: {
-        "weight": weight, **_quota(guarantee, limit), "disabled": disabled, "max_run_time": max_run_time}))
+    lambda weight, guarantee, limit, lending_limit, disabled, max_run_time: {
+        "weight": weight, **_quota(guarantee, limit, lending_limit), "disabled": disabled,
+        "max_run_time": max_run_time}))
 
 queue_group = _crud_group(
     "queue", admin_pb2.Queue, "queue", "ListQueues",
     [click.option("--tenant", help="Owning tenant (create only)."), _weight,
      click.option("--priority", type=int, help="Queues of higher priority are served first."), _guarantee, _limit,
+     _lending_limit("The most of its guarantee its sibling queues may use while it does not (repeatable; 0: none; "
+                    "default: all of it)."),
      click.option("--reclaimable/--no-reclaimable", default=None,
                   help="May what it holds beyond its deserved share be taken back (default on create: yes)."),
      click.option("--state", type=click.Choice(["open", "closed", "draining"], case_sensitive=False),
@@ -137,8 +147,9 @@ queue_group = _crud_group(
      click.option("--max-run-time", metavar="DURATION",
                   help="The maximum run time of its jobs that name none, e.g. 4h (\"\": none), held to its "
                        "tenant's cap.")],
-    lambda tenant, weight, priority, guarantee, limit, reclaimable, state, flavors, parent, max_run_time: {
-        "tenant": tenant, "weight": weight, "priority": priority, **_quota(guarantee, limit),
+    lambda tenant, weight, priority, guarantee, limit, lending_limit, reclaimable, state, flavors, parent,
+           max_run_time: {
+        "tenant": tenant, "weight": weight, "priority": priority, **_quota(guarantee, limit, lending_limit),
         "reclaimable": reclaimable, "state": admin_pb2.QueueState.Value(state.upper()) if state else None,
         "flavors": list(flavors) or None, "parent": parent, "max_run_time": max_run_time})
 cli.add_command(queue_group)
