@@ -1,7 +1,7 @@
 """Differential property (issue 30): the queue manager's walk decides exactly as the cycle from scratch.
 
-Random event sequences, with and without flavors and lending limits (jobs submitted and cancelled, gangs ending,
-limits raised and lowered, queues closed and opened, clusters filling and emptying, refusals, room made by
+Random event sequences, with and without flavors, lending limits and past usage (jobs submitted and cancelled,
+gangs ending, limits raised and lowered, queues closed and opened, clusters filling and emptying, refusals, room made by
 preemption) drive one `QueueManager`, kept across cycles by those events alone, and the same jobs as a plain list.
 Every cycle both schedulers run on the same snapshot; their dispatches, preemptions, reservations, work lost,
 usage, and every waiting job's reason, limit and can-never-run verdict must be equal, in the same order. The
@@ -68,6 +68,9 @@ class World:
         if rng.random() < 0.5:  # lenders: part of a tenant's and a queue's guarantee never lent
             self.tenants[1] = replace(self.tenants[1], guarantee={GPU: 64}, lending_limit={GPU: 16})
             self.queues[2] = replace(self.queues[2], guarantee={GPU: 32}, lending_limit={GPU: 8})
+        # Past usage counted in the order (history on), for a tenant and a queue of each
+        self.past = ({"t1": {GPU: 40.5}}, {"t0-b": {GPU: 12.25}, "t0-c": {GPU: 3.0}}) if rng.random() < 0.5 \
+            else ({}, {})
         self.pending: dict[str, PendingJob] = {}
         self.running: dict[str, RunningJob] = {}
         self.manager = QueueManager()
@@ -122,7 +125,7 @@ class World:
         return Snapshot(self.tenants, self.queues, pending, list(self.running.values()), clusters, capacity,
                         refused={j: r for j, r in self.refused.items() if j in self.pending},
                         making_room={j: c for j, c in self.making_room.items() if j in self.pending},
-                        flavors=self.flavors)
+                        flavors=self.flavors, past_tenants=self.past[0], past_queues=self.past[1])
 
     def apply(self, d: Decisions, now: int) -> None:
         for job_id, name in d.assign.items():

@@ -8,7 +8,8 @@ or a reason; nothing here reads a clock or a database.
 Order: first the queue heads that stay within their tenant's and their queues' deserved shares once
 started, then those that would go past one; in each, higher queue priority first; among equals, the queue
 whose tenant, then itself, would have the lowest dominant share (of its deserved share) once its head job
-starts; inside a queue, higher job priority, then earlier submission.
+starts, its past usage counted beside what it holds when history is on (`usage.py`); inside a queue, higher job
+priority, then earlier submission.
 
 The parts, each its own module: the model (`model.py`), the waiting jobs as a walk sees them (`backlog.py`, over
 the queue manager of `queues.py`), cluster choice (`choice.py`, `fit.py`, `flavors.py`), deserved shares
@@ -57,13 +58,23 @@ def _over(usage: Mapping[str, int], extra: Mapping[str, int], limit: Mapping[str
     return {r: cap for r, cap in limit.items() if FLAVOR not in r and usage.get(r, 0) + extra.get(r, 0) > cap}
 
 
-def _level(usage: Mapping[str, int], share: Mapping[str, float], level: Mapping[str, float],
+def _level(usage: Mapping[str, float], share: Mapping[str, float], level: Mapping[str, float],
            wanted: Mapping[str, int], half: Mapping[str, int]) -> tuple[bool, float, float]:
     """One level of a queue's key (see `_Cycle.key`): over its share with the whole job, how far (its overshoot of
     what the level shares out if over, else its share with half the job), and its share with the whole job."""
     after = dominant_share(usage, share, wanted)
     over = after > 1 + EPSILON
     return over, excess(usage, share, level, wanted) if over else dominant_share(usage, share, half), after
+
+
+def _with_past(usage: Mapping[str, int], past: Mapping[str, float] | None) -> Mapping[str, float]:
+    """Usage as ordering counts it: with what the member's history adds (none: usage itself, no copy)."""
+    if not past:
+        return usage
+    out: dict[str, float] = dict(usage)
+    for r, a in past.items():
+        out[r] = out.get(r, 0) + a
+    return out
 
 
 def _held_by(job: PendingJob, owner: str, usage: Mapping[str, int], over: Mapping[str, int],
@@ -268,7 +279,8 @@ class _Cycle(Preemption, Reservations):
         half = {r: a // 2 for r, a in wanted.items()}
         tenant = self.queues[queue].tenant
         share = self.out.shares.tenants.get(tenant, {})
-        over, measure, after = _level(self.tenant_usage[tenant], share, self.capacity, wanted, half)
+        over, measure, after = _level(_with_past(self.tenant_usage[tenant], self.snap.past_tenants.get(tenant)),
+                                      share, self.capacity, wanted, half)
         # The queue levels change only when a queue of the chain is used: a sibling served since the queue was
         # pushed changes the tenant level alone, so they are kept per queue for its head and their versions.
         chain = self.chain[queue]
@@ -280,7 +292,8 @@ class _Cycle(Preemption, Reservations):
             level = share
             for q in reversed(chain):
                 q_share = self.out.shares.queues.get(q, {})
-                q_over, q_measure, q_after = _level(self.queue_usage[q], q_share, level, wanted, half)
+                q_over, q_measure, q_after = _level(_with_past(self.queue_usage[q], self.snap.past_queues.get(q)),
+                                                    q_share, level, wanted, half)
                 levels += (q_over, q_measure)
                 afters.append(q_after)
                 level = q_share

@@ -137,7 +137,7 @@ def hierarchical(total: Mapping[str, int], tenants: Sequence[Claim], queues_of: 
     return Tree(tenant_shares, queue_shares)
 
 
-def dominant_share(usage: Mapping[str, int], deserved_share: Mapping[str, float],
+def dominant_share(usage: Mapping[str, float], deserved_share: Mapping[str, float],
                    extra: Mapping[str, int] | None = None) -> float:
     """Largest over resources of (usage + extra) / deserved; using what one does not deserve is infinite."""
     share = 0.0
@@ -165,7 +165,7 @@ def keeps_share(usage: Mapping[str, int], deserved_share: Mapping[str, float], t
     return False
 
 
-def _summed(usage: Mapping[str, int], extra: Mapping[str, int] | None) -> list[tuple[str, int]]:
+def _summed(usage: Mapping[str, float], extra: Mapping[str, int] | None) -> list[tuple[str, float]]:
     """(resource, usage + extra) over both; asked for millions of times a cycle, so without building sets."""
     if not extra:
         return list(usage.items())
@@ -174,7 +174,7 @@ def _summed(usage: Mapping[str, int], extra: Mapping[str, int] | None) -> list[t
     return out
 
 
-def excess(usage: Mapping[str, int], deserved_share: Mapping[str, float], level: Mapping[str, float],
+def excess(usage: Mapping[str, float], deserved_share: Mapping[str, float], level: Mapping[str, float],
            extra: Mapping[str, int] | None = None) -> float:
     """Largest over resources of (usage + extra - deserved) / level: members of one level compared by how
     much of it they would hold past their share, so the smallest overshoot is served first (absolute, where

@@ -123,6 +123,10 @@ class Snapshot:
     # At most this many dispatches per cycle (Armada's scheduling burst; 0: no limit): the cycle stops there, the
     # jobs it did not reach keep their reasons, and the next cycle goes on in the same order.
     burst: int = 0
+    # Tenant, and queue, -> what ordering adds to its usage now for its past usage (`usage.mean`, weighted): empty
+    # when history does not count. Ordering only: shares, limits and reclaim go by what is held now.
+    past_tenants: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    past_queues: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass
