@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 
 from federation.api import convert
 from federation.api.status import servicer
+from federation.api.usage import PastUsageView, fill
 from federation.control.leaderview import LeaderView
 from federation.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from federation.kernel.jobspec import MAX_REASON
@@ -82,8 +83,10 @@ MAX_TOKEN_TTL = timedelta(days=3650)
 @servicer
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, store: AdminStore, leader: LeaderView, tokens: TokenStore,
-                 forget_token: Callable[[str], None], connections: Connections | None = None) -> None:
+                 forget_token: Callable[[str], None], connections: Connections | None = None,
+                 past: PastUsageView | None = None) -> None:
         self.connections = connections or Connections()  # agents' streams on this replica: node orders go there
+        self.past = past or PastUsageView(None, None)  # tenants' and queues' usage histories, as the leader wrote
         self.store = store
         self.leader = leader  # what only the scheduling leader knows: a queue's status as a cycle computes it
         self.tokens = tokens
@@ -125,11 +128,18 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     async def GetTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         require_sees(request.name, f"tenant {request.name!r}")
-        return TENANT.to_proto(await self.store.get(Tenant, request.name))
+        return (await self._with_past("tenant", [TENANT.to_proto(await self.store.get(Tenant, request.name))]))[0]
 
     async def ListTenants(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         rows = [r for r in await self.store.list(Tenant) if current().sees(r["name"])]
-        return admin_pb2.ListTenantsResponse(tenants=[TENANT.to_proto(r) for r in rows])
+        return admin_pb2.ListTenantsResponse(tenants=await self._with_past("tenant", [TENANT.to_proto(r)
+                                                                                      for r in rows]))
+
+    async def _with_past(self, kind: str, messages: list[Any]) -> list[Any]:
+        """The messages with their usage histories filled in (output only)."""
+        if messages:
+            fill({m.name: m for m in messages}, kind, await self.past.shown())
+        return messages
 
     async def DeleteTenant(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._delete(TENANT, request.name)
@@ -141,11 +151,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return await self._update(QUEUE, request.queue, request.update_mask)
 
     async def GetQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return QUEUE.to_proto(await self._queue(request.name))
+        return (await self._with_past("queue", [QUEUE.to_proto(await self._queue(request.name))]))[0]
 
     async def ListQueues(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         rows = [r for r in await self.store.list(Queue, tenant=request.tenant) if current().sees(r["tenant"])]
-        return admin_pb2.ListQueuesResponse(queues=[QUEUE.to_proto(r) for r in rows])
+        return admin_pb2.ListQueuesResponse(queues=await self._with_past("queue", [QUEUE.to_proto(r) for r in rows]))
 
     async def DeleteQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._delete(QUEUE, request.name)

@@ -21,6 +21,7 @@ import federation
 from federation import metrics
 from federation.api import convert
 from federation.api.status import servicer
+from federation.api.usage import PastUsageView
 from federation.control.jobcache import job_view
 from federation.control.leaderview import LeaderView
 from federation.control.scheduler import HEARTBEAT_TIMEOUT, Scheduler
@@ -76,8 +77,10 @@ def _not_our_token() -> InvalidArgument:
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub, leader: LeaderView,
                  on_change: Callable[[], None], limiter: RateLimiter, logs: LogRelay,
-                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT, ready_timeout: float = 0.0) -> None:
+                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT, ready_timeout: float = 0.0,
+                 past: PastUsageView | None = None) -> None:
         self.logs = logs
+        self.past = past or PastUsageView(None, None)  # tenants' and queues' usage histories, as the leader wrote
         self.ready_timeout = ready_timeout  # seconds: the ready timeout of jobs that do not say (0: none)
         self.schema_revision = database.head_revision()
         self.jobs = jobs
@@ -273,6 +276,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             response.expected_start_time.FromDatetime(expected[0])
             response.expected_cluster = expected[1]
         if row["phase"] in WAITING_PHASES:
+            response.past_usage = await self.past.order_note(row["tenant"], row["queue"])
             # An admin sees every tenant's jobs: the job room is held for is named to one, whoever's it is.
             for cluster, why in await self.leader.explain(row, current().admin):
                 response.clusters.add(cluster=cluster, fits=why is None,

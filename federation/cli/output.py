@@ -153,10 +153,22 @@ def _wide_job_row(j: common_pb2.Job) -> list[Any]:
             ",".join(sorted({p.node for p in s.placements})) or "-", labels, s.reason or "-"]
 
 
+def _past_usage(item: Any) -> str:
+    """A tenant's or queue's usage history, in resource-hours decayed by the server's half-life."""
+    return ",".join(f"{k}={v}h" for k, v in sorted(item.past_usage.items())) or "-"
+
+
+def _with_past(kind: type[Message]) -> tuple[Sequence[str], Callable[[Any], list[Any]]]:
+    headers, row = TABLES[kind]
+    return (*headers, "PAST-USAGE"), lambda item: [*row(item), _past_usage(item)]
+
+
 WIDE: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = {
     common_pb2.Job: ((*JOB_HEADERS[:-1], "GPUS", "PODS", "ATTEMPT", "RETRIES", "REQUEUES", "NODES", "LABELS",
                       "REASON"),
                      _wide_job_row),
+    admin_pb2.Tenant: _with_past(admin_pb2.Tenant),
+    admin_pb2.Queue: _with_past(admin_pb2.Queue),
 }
 
 

@@ -27,6 +27,7 @@ from federation.control.jobcache import HoldingJob, JobCache, job_view
 from federation.control.leader import Fence, NotLeader
 from federation.control.loop import WakeLoop
 from federation.control.rejections import FLOOR, Rejections
+from federation.control.usage import PastUsage
 from federation.kernel.resources import add, format_resources, with_share
 from federation.scheduling import outlook
 from federation.scheduling.cycle import (
@@ -48,10 +49,12 @@ from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import Holding, after_cycle, remaining
 from federation.scheduling.moves import healthier
 from federation.scheduling.queues import Reasons, Settled
+from federation.scheduling.usage import Decay
 from federation.store.admin import AdminStore
 from federation.store.inventories import Inventories
 from federation.store.jobs import JobStore
 from federation.store.models import Flavor, PriorityClass, Queue, Tenant
+from federation.store.usage import UsageStore
 from federation.v1 import admin_pb2
 
 log = logging.getLogger(__name__)
@@ -197,7 +200,7 @@ class Scheduler:
                  on_change: Callable[[], None], period: float = 1.0,
                  heartbeat_timeout: float = HEARTBEAT_TIMEOUT, lost_grace: float = LOST_GRACE,
                  fence: Callable[[], Fence | None] = lambda: None, drift_after: float = DRIFT_AFTER,
-                 burst: int = 0) -> None:
+                 burst: int = 0, usage: UsageStore | None = None, decay: Decay | None = None) -> None:
         self.jobs, self.admin = jobs, admin
         self.is_leader = is_leader
         self.fence = fence  # the lease every write of a cycle is made under
@@ -234,6 +237,7 @@ class Scheduler:
                                       metrics.QUEUE_DESERVED, metrics.CLUSTER_UTILISATION, metrics.CLUSTER_READY,
                                       metrics.CLUSTER_HEARTBEAT_AGE, metrics.CLUSTER_DRIFT)
         self.drift = DriftWatch(drift_after)
+        self.past = PastUsage(usage, decay or Decay())  # each tenant's and queue's usage history, on the leader
 
     async def stop(self) -> None:
         await self._loop.stop()
@@ -285,6 +289,7 @@ class Scheduler:
             return
         if not self._leading:
             await self.cache.reread_reasons()  # the last leader rewrote them without events
+            await self.past.load()  # and went on counting history
             self._written = None
             self._leading = True
         try:
@@ -326,6 +331,7 @@ class Scheduler:
         self._series.keep(metrics.CLUSTER_READY, {(c["name"],) for c in rows})
         self._series.keep(metrics.CLUSTER_HEARTBEAT_AGE, {(c["name"],) for c in rows if c["last_heartbeat"]})
         await self._watch_drift(rows, active)
+        past_tenants, past_queues = self.past.ordering()
         return Snapshot(
             tenants=[_tenant_info(t) for t in await self.admin.list(Tenant)],
             queues=[_queue_info(q) for q in await self.admin.list(Queue)],
@@ -339,6 +345,8 @@ class Scheduler:
                      for f in await self.admin.list(Flavor)],
             labels={c["name"]: c["labels"] for c in rows},
             burst=self.burst,
+            past_tenants=past_tenants,
+            past_queues=past_queues,
         )
 
     async def _watch_drift(self, rows: Sequence[Mapping[str, Any]], active: Sequence[HoldingJob]) -> None:
@@ -416,6 +424,8 @@ class Scheduler:
             self._forecasting = asyncio.create_task(self._forecast(snapshot, d.forecast, order, jobs), name="forecast")
         self.steps = clock.seconds
         self._record(decisions, waiting, snapshot.running, sum(clock.seconds.values()))
+        self.past.age(decisions.usage, decisions.tenant_usage)
+        await self.past.save_if_due(fence)
         return decisions
 
     async def _move_off_degraded(self, snapshot: Snapshot, decisions: Decisions, fence: Fence | None) -> bool:

@@ -23,3 +23,14 @@ def seconds_or_none(text: str | None) -> float | None:
         return parse_duration(text)
     except ValueError:
         return None
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as `parse_duration` reads them, in whole hours, minutes and seconds where they are whole
+    (86400 -> "24h", 90 -> "1m30s")."""
+    whole = round(seconds)
+    if abs(seconds - whole) > 1e-9 or whole <= 0:
+        return f"{seconds:g}s"
+    h, rest = divmod(whole, 3600)
+    m, s = divmod(rest, 60)
+    return "".join(f"{n}{u}" for n, u in ((h, "h"), (m, "m"), (s, "s")) if n) or "0s"

@@ -377,7 +377,7 @@ class _Cycle(Preemption, Reservations):
                     push(other)
             self.lowered.clear()
         backlog.finish(self.out)
-        self.out.usage = self.queue_usage
+        self.out.usage, self.out.tenant_usage = self.queue_usage, self.tenant_usage
         return self.out
 
     def spent(self) -> bool:

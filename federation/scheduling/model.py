@@ -149,6 +149,7 @@ class Decisions:
     limited: MutableMapping[str, tuple[str, Resources, str]] = field(default_factory=dict)
     shares: Tree | None = None
     usage: dict[str, Resources] = field(default_factory=dict)  # queue -> in use after this cycle
+    tenant_usage: dict[str, Resources] = field(default_factory=dict)  # tenant -> in use after this cycle
     cut_short: bool = False  # the burst ran out before every queue was served: run another cycle soon
     # the compiled victim search failed in this cycle and the Python search decided instead: what it raised
     compiled_failure: str = ""

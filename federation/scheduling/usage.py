@@ -12,8 +12,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+
+from federation.kernel.resources import SHARE, base
 
 LN2 = math.log(2)
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class Decay:
+    """How history counts: its half-life in seconds, and the weight of its mean beside what is held now (0: not at
+    all, the order by what is held now only)."""
+
+    half_life: float = DAY
+    weight: float = 0.0
 
 
 def decayed(past: Mapping[str, float], elapsed: float, half_life: float, holding: Mapping[str, float]
@@ -36,3 +49,8 @@ def mean(history: Mapping[str, float], half_life: float, weight: float = 1.0) ->
     to a member's usage now."""
     scale = weight * LN2 / half_life
     return {r: a * scale for r, a in history.items() if a * scale > 1e-9}
+
+
+def hours(history: Mapping[str, float]) -> dict[str, str]:
+    """A history as people read it: resource-hours, one decimal (GPU shares left out: the GPUs say it)."""
+    return {r: f"{a / 3600:.1f}" for r, a in sorted(history.items()) if base(r) != SHARE}

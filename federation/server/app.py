@@ -23,6 +23,7 @@ from federation.api.agents import AgentServicer
 from federation.api.jobs import JobServicer
 from federation.api.leader import SchedulerServicer
 from federation.api.status import register
+from federation.api.usage import PastUsageView
 from federation.control.history import ARCHIVE_AFTER, RETENTION, History
 from federation.control.leader import LEASE, Leadership, announce
 from federation.control.leaderview import InProcess, LeaderView, Remote
@@ -31,12 +32,14 @@ from federation.relay.connections import Connections
 from federation.relay.events import EventHub
 from federation.relay.logrelay import LogRelay
 from federation.relay.orders import OrderRelay
+from federation.scheduling.usage import Decay
 from federation.security.auth import Authenticator, AuthInterceptor, RateLimiter, insecure_dev
 from federation.security.oidc import OidcConfig, OidcVerifier
 from federation.store import database
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore, Requeueing
 from federation.store.tokens import TokenStore
+from federation.store.usage import UsageStore
 from federation.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -119,7 +122,8 @@ class FederationServer:
                  oidc: OidcConfig | None = None, api_tls: ApiTls | None = None, leader_lease: float = LEASE,
                  drift_after: float = DRIFT_AFTER, archive_after: float = ARCHIVE_AFTER,
                  retention: float = RETENTION, cycle_burst: int = 0, role: str = "all", advertise: str = "",
-                 ready_timeout: float = 0.0, requeueing: Requeueing | None = None) -> None:
+                 ready_timeout: float = 0.0, requeueing: Requeueing | None = None, decay: Decay | None = None
+                 ) -> None:
         if bool(agent_listen) != (agent_tls is not None):
             raise ValueError("an agent listener needs its TLS files, and TLS files need an agent listener")
         self.url = url
@@ -132,6 +136,7 @@ class FederationServer:
         self.retention = retention
         self.ready_timeout = ready_timeout
         self.requeueing = requeueing or Requeueing()
+        self.decay = decay or Decay()  # how usage history counts in the order of queue heads
         self.insecure_dev = insecure_dev
         self.limiter = RateLimiter(submit_rate, submit_burst)
         self.agent_listen = agent_listen
@@ -176,7 +181,7 @@ class FederationServer:
             self.scheduler = Scheduler(jobs, admin, lambda: self.leadership.is_leader, self._changed,
                                        heartbeat_timeout=self.heartbeat_timeout, lost_grace=self.lost_grace,
                                        fence=lambda: self.leadership.fence, drift_after=self.drift_after,
-                                       burst=self.cycle_burst)
+                                       burst=self.cycle_burst, usage=UsageStore(self.engine), decay=self.decay)
             self.history = History(jobs, lambda: self.leadership.is_leader, self.archive_after, self.retention)
         if self.role == SCHEDULER:
             await self._serve_leader(jobs, admin)
@@ -218,12 +223,13 @@ class FederationServer:
         self.connections = Connections()
         self.relay = OrderRelay(self.connections, jobs.order_events, jobs.last_event_seq, jobs.by_ids)
         self.logs = LogRelay(self.connections)
+        past = PastUsageView(UsageStore(self.engine), self.decay)
         job_servicer = JobServicer(jobs, admin, self.hub, self.leader_view, self._changed, self.limiter, self.logs,
-                                   self.heartbeat_timeout, self.ready_timeout)
+                                   self.heartbeat_timeout, self.ready_timeout, past)
         register(jobs_pb2_grpc.add_JobServiceServicer_to_server, job_servicer, self.server)
         register(admin_pb2_grpc.add_AdminServiceServicer_to_server,
-                 AdminServicer(admin, self.leader_view, self.tokens, self.authenticator.forget, self.connections),
-                 self.server)
+                 AdminServicer(admin, self.leader_view, self.tokens, self.authenticator.forget, self.connections,
+                               past), self.server)
         agents = functools.partial(AgentServicer, admin, jobs, self.connections, self._changed, self.logs,
                                    heartbeat_timeout=self.heartbeat_timeout, lost_grace=self.lost_grace)
         # Agents on the user port only in --insecure-dev; otherwise only on the mTLS listener, where

@@ -28,6 +28,7 @@ from federation.control.leader import LEASE
 from federation.control.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.errors import FederationError
 from federation.kernel.durations import parse_duration
+from federation.scheduling.usage import Decay
 from federation.security import certs
 from federation.security.oidc import OidcConfig
 from federation.server.app import (
@@ -158,6 +159,15 @@ def cli(log_level: str) -> None:
 @click.option("--requeue-limit", envvar="FEDERATION_REQUEUE_LIMIT", type=click.IntRange(min=0), default=None,
               help="Requeues after which a job not ready in time fails instead (Kueue's backoffLimitCount; "
                    "unset: no limit).")
+@click.option("--usage-half-life", envvar="FEDERATION_USAGE_HALF_LIFE", type=click.FloatRange(min=1),
+              default=Decay.half_life, show_default=True,
+              help="Seconds in which past usage counts half as much (Slurm's PriorityDecayHalfLife): each tenant's "
+                   "and queue's usage history, kept by the scheduling leader in PostgreSQL.")
+@click.option("--usage-history-weight", envvar="FEDERATION_USAGE_HISTORY_WEIGHT", type=click.FloatRange(min=0),
+              default=Decay.weight, show_default=True,
+              help="How much past usage counts in the order of queue heads: its decayed mean, times this, is added "
+                   "to what a tenant or queue holds now (0: only what it holds now). Shares, limits and reclaim "
+                   "go by what is held now.")
 @click.option("--leader-lease", envvar="FEDERATION_LEADER_LEASE", type=click.FloatRange(min=0.2, max=120),
               default=LEASE, show_default=True,
               help="Seconds the scheduling leader's lease lasts: a leader that cannot renew it (frozen, cut off "
@@ -201,7 +211,7 @@ def serve(role: str, listen: str, advertise: str, database_url: str | None, data
           ui_listen: str, ui_tls_cert: Path | None, ui_tls_key: Path | None, heartbeat_timeout: float,
           lost_grace: float, drift_after: float, archive_after: float, retention: float, cycle_burst: int,
           ready_timeout: float, requeue_backoff: float, requeue_backoff_max: float, requeue_limit: int | None,
-          leader_lease: float, insecure_dev: bool,
+          usage_half_life: float, usage_history_weight: float, leader_lease: float, insecure_dev: bool,
           submit_rate: float, submit_burst: int, agent_listen: str, tls_cert: Path | None, tls_key: Path | None,
           agent_ca: Path | None, client_ca: Path | None, oidc_issuer: str, oidc_audience: str, oidc_jwks: Path | None,
           oidc_tenant_claim: str, oidc_admin_claim: str, oidc_admin_value: str) -> None:
@@ -252,7 +262,8 @@ def serve(role: str, listen: str, advertise: str, database_url: str | None, data
                                       drift_after=drift_after, archive_after=archive_after, retention=retention,
                                       cycle_burst=cycle_burst, role=API if role == BOTH else role,
                                       advertise=advertise, ready_timeout=ready_timeout,
-                                      requeueing=Requeueing(requeue_backoff, requeue_backoff_max, requeue_limit))
+                                      requeueing=Requeueing(requeue_backoff, requeue_backoff_max, requeue_limit),
+                                      decay=Decay(usage_half_life, usage_history_weight))
         except ValueError as err:
             raise click.ClickException(str(err)) from None
         child = None
@@ -260,7 +271,9 @@ def serve(role: str, listen: str, advertise: str, database_url: str | None, data
             settings = ["--heartbeat-timeout", str(heartbeat_timeout), "--lost-grace", str(lost_grace),
                         "--drift-after", str(drift_after), "--archive-after", str(archive_after),
                         "--retention", str(retention), "--cycle-burst", str(cycle_burst),
-                        "--leader-lease", str(leader_lease), *(["--insecure-dev"] if insecure_dev else [])]
+                        "--leader-lease", str(leader_lease), "--usage-half-life", str(usage_half_life),
+                        "--usage-history-weight", str(usage_history_weight),
+                        *(["--insecure-dev"] if insecure_dev else [])]
             child = SchedulerChild(url, settings, logging.getLevelName(logging.getLogger().level).lower())
         # A full collection walks every object the process holds (a job cache of a million jobs is millions), with
         # the interpreter held: with CPython's default thresholds a large batch's checking set one off every few

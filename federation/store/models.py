@@ -73,6 +73,18 @@ class Queue(Base):
     created_at: Mapped[datetime] = _created()
 
 
+class UsageHistory(Base):
+    """A tenant's or queue's past usage, decayed with the configured half-life (resource -> resource-seconds), as
+    of `updated_at`: written by the scheduling leader, read by the next one and by the admin API."""
+
+    __tablename__ = "usage_history"
+
+    kind: Mapped[str] = mapped_column(String(8), primary_key=True)  # "tenant" or "queue"
+    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    usage: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
 class Flavor(Base):
     """Kueue's ResourceFlavor: one resource on the member clusters a label selector picks (h100 GPUs)."""
 

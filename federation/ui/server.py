@@ -90,6 +90,11 @@ def _amounts(amounts: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(amounts.items())) or "-"
 
 
+def _hours(amounts: Any) -> str:
+    """A usage history: resource-hours."""
+    return ", ".join(f"{k} {v} h" for k, v in sorted(amounts.items())) or "-"
+
+
 def _ran(job: Any, now: datetime) -> int | None:
     """How long the job has run (till now, or till it ended); None before it started."""
     if not job.status.start_time.seconds:
@@ -153,8 +158,8 @@ class Dashboard:
         self.channel: grpc.aio.Channel | None = None
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                             autoescape=jinja2.select_autoescape(["html"]))
-        self.templates.filters.update(phase=_phase, when=_when, amounts=_amounts, expected=output.expected_start,
-                                      span=output.span)
+        self.templates.filters.update(phase=_phase, when=_when, amounts=_amounts, hours=_hours,
+                                      expected=output.expected_start, span=output.span)
         self.runner: web.AppRunner | None = None
         self.port = 0
 

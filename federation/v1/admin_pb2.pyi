@@ -34,7 +34,7 @@ READY: ClusterStatus
 NOT_READY: ClusterStatus
 
 class Tenant(_message.Message):
-    __slots__ = ("name", "weight", "guarantee", "limit", "disabled", "create_time", "max_run_time", "lending_limit")
+    __slots__ = ("name", "weight", "guarantee", "limit", "disabled", "create_time", "max_run_time", "lending_limit", "past_usage")
     class GuaranteeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,13 @@ class Tenant(_message.Message):
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     class LendingLimitEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class PastUsageEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +71,7 @@ class Tenant(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     MAX_RUN_TIME_FIELD_NUMBER: _ClassVar[int]
     LENDING_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAST_USAGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     weight: int
     guarantee: _containers.ScalarMap[str, str]
@@ -72,10 +80,11 @@ class Tenant(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     max_run_time: str
     lending_limit: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., disabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_run_time: _Optional[str] = ..., lending_limit: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    past_usage: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., disabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_run_time: _Optional[str] = ..., lending_limit: _Optional[_Mapping[str, str]] = ..., past_usage: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "tenant", "weight", "priority", "guarantee", "limit", "reclaimable", "state", "create_time", "flavors", "parent", "max_run_time", "lending_limit")
+    __slots__ = ("name", "tenant", "weight", "priority", "guarantee", "limit", "reclaimable", "state", "create_time", "flavors", "parent", "max_run_time", "lending_limit", "past_usage")
     class GuaranteeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +100,13 @@ class Queue(_message.Message):
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     class LendingLimitEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class PastUsageEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +126,7 @@ class Queue(_message.Message):
     PARENT_FIELD_NUMBER: _ClassVar[int]
     MAX_RUN_TIME_FIELD_NUMBER: _ClassVar[int]
     LENDING_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAST_USAGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     weight: int
@@ -123,7 +140,8 @@ class Queue(_message.Message):
     parent: str
     max_run_time: str
     lending_limit: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[int] = ..., priority: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flavors: _Optional[_Iterable[str]] = ..., parent: _Optional[str] = ..., max_run_time: _Optional[str] = ..., lending_limit: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    past_usage: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[int] = ..., priority: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flavors: _Optional[_Iterable[str]] = ..., parent: _Optional[str] = ..., max_run_time: _Optional[str] = ..., lending_limit: _Optional[_Mapping[str, str]] = ..., past_usage: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Flavor(_message.Message):
     __slots__ = ("name", "resource", "cluster_selector", "create_time")

@@ -142,7 +142,7 @@ class ClusterFit(_message.Message):
     def __init__(self, cluster: _Optional[str] = ..., fits: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ExplainJobResponse(_message.Message):
-    __slots__ = ("job_id", "phase", "reason", "queue_position", "clusters", "expected_start_time", "expected_cluster")
+    __slots__ = ("job_id", "phase", "reason", "queue_position", "clusters", "expected_start_time", "expected_cluster", "past_usage")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +150,7 @@ class ExplainJobResponse(_message.Message):
     CLUSTERS_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_START_TIME_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    PAST_USAGE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase: _common_pb2.JobPhase
     reason: str
@@ -157,7 +158,8 @@ class ExplainJobResponse(_message.Message):
     clusters: _containers.RepeatedCompositeFieldContainer[ClusterFit]
     expected_start_time: _timestamp_pb2.Timestamp
     expected_cluster: str
-    def __init__(self, job_id: _Optional[str] = ..., phase: _Optional[_Union[_common_pb2.JobPhase, str]] = ..., reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., clusters: _Optional[_Iterable[_Union[ClusterFit, _Mapping]]] = ..., expected_start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_cluster: _Optional[str] = ...) -> None: ...
+    past_usage: str
+    def __init__(self, job_id: _Optional[str] = ..., phase: _Optional[_Union[_common_pb2.JobPhase, str]] = ..., reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., clusters: _Optional[_Iterable[_Union[ClusterFit, _Mapping]]] = ..., expected_start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_cluster: _Optional[str] = ..., past_usage: _Optional[str] = ...) -> None: ...
 
 class GetJobLogsRequest(_message.Message):
     __slots__ = ("id", "task", "index", "follow", "previous", "tail_lines")

@@ -200,6 +200,8 @@ def explain(client: Client, job_id: str, fmt: str) -> None:
     if response.expected_start_time.seconds:
         click.echo(f"expected: {output.expected_start(response)} (an estimate: see `fedctl explain --help`)")
     click.echo(f"reason: {output.safe(response.reason or '-')}")
+    if response.past_usage:
+        click.echo(f"order: {output.safe(response.past_usage)}")
     if response.clusters:
         click.echo("\n" + output.render_table(("CLUSTER", "FITS", "WHY"), [
             [c.cluster, "yes" if c.fits else "no", c.reason] for c in response.clusters]))
