@@ -1,4 +1,4 @@
-"""Usage history as the API shows it: read from PostgreSQL (the leader writes it every 30 s) and decayed to now."""
+"""Usage history as the API shows it: read from PostgreSQL (the leader writes it every few seconds) and decayed to now."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class PastUsageView:
             if GPU not in history:
                 continue
             counted = mean(history, self.decay.half_life, self.decay.weight)[GPU]
-            parts.append(f"its {kind} {name} used {history[GPU] / 3600:.1f} GPU-h, counted as {counted:.1f} "
+            parts.append(f"its {kind} {name} used {history[GPU] / 3600:.2f} GPU-h, counted as {counted:.2f} "
                          "GPUs beside what it holds now")
         setting = f"half-life {format_duration(self.decay.half_life)}, weight {self.decay.weight:g}"
         return f"past usage counts in its turn ({setting}): " + ("; ".join(parts) if parts else "none yet")

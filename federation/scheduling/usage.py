@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from federation.kernel.resources import SHARE, base
+from federation.kernel.resources import GPU, base, parse_amount
 
 LN2 = math.log(2)
 DAY = 86400.0
@@ -52,5 +52,9 @@ def mean(history: Mapping[str, float], half_life: float, weight: float = 1.0) ->
 
 
 def hours(history: Mapping[str, float]) -> dict[str, str]:
-    """A history as people read it: resource-hours, one decimal (GPU shares left out: the GPUs say it)."""
-    return {r: f"{a / 3600:.1f}" for r, a in sorted(history.items()) if base(r) != SHARE}
+    """A history as people read it: GPU-hours (per flavor too) and CPU-hours. GPU shares are left out (the GPUs
+    say it), and memory and other resources too (byte-hours read as noise)."""
+    out = {r: f"{a / 3600:.2f}" for r, a in sorted(history.items()) if base(r) == GPU}
+    if "cpu" in history:
+        out["cpu"] = f"{history['cpu'] / 3600 / parse_amount('cpu', '1'):.2f}"
+    return out
