@@ -34,6 +34,22 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _daily_share_error(result: Result) -> float:
+    """Share error over whole days: per day, the fraction of the GPU-hours used held beyond (or short of) each
+    tenant's fair share of them, averaged over days with use. What usage history is for: the hourly error can only
+    grow with it (a tenant behind for its past is short of its share of the moment), the error over time should
+    not."""
+    errors = []
+    for day in range(min(len(d) for d in result.tenant_gpu_hours.values())):
+        used = {t: days[day] for t, days in result.tenant_gpu_hours.items()}
+        fair = {t: days[day] for t, days in result.deserved_gpu_hours.items()}
+        total = sum(used.values())
+        if total > 0 and sum(fair.values()) > 0:
+            scale = total / sum(fair.values())
+            errors.append(sum(abs(used[t] - fair[t] * scale) for t in used) / (2 * total))
+    return statistics.fmean(errors) if errors else 0.0
+
+
 def summarise(result: Result, window: float) -> dict[str, Any]:
     """The headline figures of one run; times in hours."""
     records = result.records
@@ -54,6 +70,7 @@ def summarise(result: Result, window: float) -> dict[str, Any]:
         "jct_mean_h": statistics.fmean(jcts) if jcts else 0.0,
         "utilisation_mean": statistics.fmean(in_window) if in_window else 0.0,
         "share_error_mean": statistics.fmean(result.share_error) if result.share_error else 0.0,
+        "share_error_daily_mean": _daily_share_error(result),
         "multi_node_gangs": len(gangs),
         "gangs_within_one_leaf": (sum(r.leaves == 1 for r in gangs) / len(gangs)) if gangs else 0.0,
         "preemptions": sum(r.preemptions for r in records),
@@ -159,21 +176,24 @@ def report(data: dict[str, Any], plots: list[str]) -> str:
         f"weights). Federation: 3 member clusters x 2 spines x 2 leaves of 8-GPU nodes, nodes per leaf set by "
         f"the load. Simulated time; a cycle at most every {data['interval_s']:.0f} s of it.", "",
         "| load | policy | GPUs | wait mean (h) | wait median (h) | wait p99 (h) | JCT mean (h) | utilisation | "
-        "share error | gangs in one leaf | preemptions | lost GPU-h | start error median (h), forecast / naive | "
-        "scheduler CPU s/day |",
+        "share error, hourly / daily | gangs in one leaf | preemptions | lost GPU-h | start error median (h), "
+        "forecast / naive | scheduler CPU s/day |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in data["runs"]:
         q = r["queueing_delay_h"]
         lines.append(f"| {r['actual_load']:.2f} | {r['policy']} | {r['capacity_gpus']} | {q['mean']:.2f} | "
                      f"{q['median']:.2f} | {q['p99']:.1f} | {r['jct_mean_h']:.2f} | {r['utilisation_mean']:.3f} | "
-                     f"{r['share_error_mean']:.3f} | {r['gangs_within_one_leaf']:.3f} | {r['preemptions']:,} | "
+                     f"{r['share_error_mean']:.3f} / {r.get('share_error_daily_mean', 0.0):.3f} | "
+                     f"{r['gangs_within_one_leaf']:.3f} | {r['preemptions']:,} | "
                      f"{r['lost_gpu_hours']:,.0f} | " + (
                          f"{r['start_error_median_h']:.2f} / {r['start_error_naive_median_h']:.2f} "
                          f"({r['start_estimates']:,} jobs)" if r["start_estimates"] else "-") +
                      f" | {r['scheduler_cpu_s_per_day']:.2f} |")
     lines += ["", "Share error: at every simulated hour, the fraction of the GPUs in use held beyond (or short of) "
-              "each tenant's max-min fair share of them given its demand (running and waiting), averaged. "
+              "each tenant's max-min fair share of them given its demand (running and waiting), averaged; daily: "
+              "the same over each day's GPU-hours (what a tenant held against the sum of its hourly fair shares). "
+              "fair-history: fair with usage history in the order (half-life a day, weight 1). "
               "Lost GPU-h: the work preempted jobs had done (the trace's jobs keep no checkpoints, so all of it). "
               "Start error: for each job that waited through a cycle, how far from its actual start the server's "
               "forecast put it in that first cycle (run times as the server knows them: its tenant's mean so far), "
@@ -194,6 +214,19 @@ def _loads(text: str) -> list[float]:
     if not all(0 < x <= 2 for x in loads):
         raise argparse.ArgumentTypeError("each load must be above 0 and at most 2")
     return loads
+
+
+def _with_history(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """Share error with usage history in the order and without, at each load where both ran."""
+    out = []
+    for load in sorted({r["load"] for r in data["runs"]}):
+        by = {r["policy"]: r for r in data["runs"] if r["load"] == load}
+        if "fair" in by and "fair-history" in by:
+            out.append((f"load {load:.1f}: share error hourly / daily, history off / on",
+                        " / ".join(f"{by[p]['share_error_mean']:.3f}" for p in ("fair", "fair-history")) + " ; " +
+                        " / ".join(f"{by[p].get('share_error_daily_mean', 0.0):.3f}"
+                                   for p in ("fair", "fair-history"))))
+    return out
 
 
 def _high_loads(data: dict[str, Any]) -> Iterator[tuple[float, dict[str, Any], dict[str, Any], dict[str, Any]]]:
@@ -247,7 +280,7 @@ def headline(data: dict[str, Any]) -> list[tuple[str, str]]:
     unmet = [f"{name} (load {load:.1f}: {ours} vs {base})" for name, load, ours, base, met in
              targets(data, data["trace"]["gpu_hours"]) if not met]
     out.append(("replay targets of issue 20", "all met" if not unmet else "not met: " + "; ".join(unmet)))
-    return out
+    return out + _with_history(data)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -39,3 +39,22 @@ def test_gangs_stay_in_one_leaf_only_with_topology() -> None:
     gang = next(r for r in result.records if r.job.id == "gang")
     assert gang.finish > gang.first_start >= 0 and gang.leaves == 1
     assert all(r.finish > 0 for r in result.records)  # everything ran to the end
+
+
+def test_with_usage_history_a_tenant_that_ran_alone_gets_less_once_another_comes() -> None:
+    """fair-history: a's hour alone on the federation counts against it (a short half-life and a heavy weight make
+    it count for much) once b arrives, so b holds more of the next hours than without history; the same trace
+    gives the same result."""
+    from bench.replay.sim import Decay
+
+    jobs = [TraceJob(f"a-{i}", "a", float(i), 3600.0, 8) for i in range(16)]
+    jobs += [TraceJob(f"{t}-late-{i}", t, 3600.0 + i, 3600.0, 8) for t in ("a", "b") for i in range(16)]
+
+    def b_share(policy: str) -> float:
+        result = Replay(jobs, SHAPE, policy, interval=30.0, history=Decay(600.0, 4.0)).run()
+        second_hour = {t: days[0] for t, days in result.tenant_gpu_hours.items()}
+        return second_hour["b"] / (second_hour["a"] + second_hour["b"])
+
+    without, with_history = b_share("fair"), b_share("fair-history")
+    assert with_history > without
+    assert with_history == b_share("fair-history")

@@ -8,6 +8,9 @@ coarser step keeps two months of trace affordable and is the same for every poli
   shares, priorities, reservations, reclaim) picks a cluster; the member agent's placement core
   (`member_agent.placement.place`) places the gang in it, hard tier-1 limit where a leaf can hold
   it, soft otherwise. A refusal sends the job back, as an agent's rejection does.
+- `fair-history`: `fair` with usage history in the order of queue heads (half-life a day, weight 1: the server's
+  `--usage-half-life 86400 --usage-history-weight 1`), each tenant's GPUs held integrated as the server's leader
+  does.
 - `topology-off`: the same scheduler; gangs carry no topology constraint and are placed on the same
   nodes with no HyperNodes, so nothing keeps them under one leaf.
 - `fifo`: first come, first served across the federation, first fit: the oldest job goes to the
@@ -31,11 +34,14 @@ from federation.scheduling.cycle import Decisions, PendingJob, QueueInfo, Runnin
 from federation.scheduling.fairshare import water_fill
 from federation.scheduling.fit import ClusterView, DomainFree, JobView
 from federation.scheduling.forecast import Holding, Waiting, after_cycle, remaining
+from federation.scheduling.usage import Decay, decayed, mean
 from member_agent.placement import GangRequest, PodPlacement, Rejection, TaskRequest, place
 from member_agent.state import ClusterState
 from member_agent.topology import ROOT
 
-POLICIES = ("fair", "topology-off", "fifo")
+POLICIES = ("fair", "fair-history", "topology-off", "fifo")
+FAIR = ("fair", "fair-history")  # the policies placing with topology
+HISTORY = Decay(half_life=86400.0, weight=1.0)  # fair-history's
 HOUR = 3600.0
 # The replay's priority class: a gang runs this long before another tenant may reclaim it (the trace's jobs keep
 # no checkpoints, so an eviction loses all they did).
@@ -77,12 +83,13 @@ class Result:
 
 class Replay:
     def __init__(self, jobs: Sequence[TraceJob], shape: Shape, policy: str, interval: float = 60.0,
-                 progress: Callable[[float], None] | None = None, protected: float = PROTECTED_RUN_TIME) -> None:
+                 progress: Callable[[float], None] | None = None, protected: float = PROTECTED_RUN_TIME,
+                 history: Decay = HISTORY) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
         self.jobs, self.shape, self.policy, self.interval = jobs, shape, policy, interval
         self.progress = progress or (lambda _: None)
-        self.states = build(shape, topology=policy == "fair")
+        self.states = build(shape, topology=policy in FAIR)
         self.names = cluster_names(shape)
         self.capacity = shape.gpus
         self.tenants = sorted({j.tenant for j in jobs})
@@ -108,6 +115,9 @@ class Replay:
         self.cycles = 0
         self.scheduler_cpu = 0.0
         self.placement_cpu = 0.0
+        self.decay = history  # fair-history's half-life and weight
+        self.history: dict[str, dict[str, float]] = {t: {} for t in self.tenants}  # fair-history's, GPU-seconds
+        self.history_at = self.t0
         self.static = (
             [TenantInfo(t) for t in self.tenants],
             [QueueInfo(t, t, reclaimable=True) for t in self.tenants],
@@ -122,7 +132,7 @@ class Replay:
         return -(-job.gpus // GPUS_PER_NODE), GPUS_PER_NODE
 
     def _mode(self, job: TraceJob) -> tuple[str, int]:
-        if self.policy != "fair" or job.gpus <= GPUS_PER_NODE:
+        if self.policy not in FAIR or job.gpus <= GPUS_PER_NODE:
             return "", 0
         return ("hard" if job.gpus <= self.shape.leaf_gpus else "soft"), 1
 
@@ -189,10 +199,20 @@ class Replay:
         heapq.heappush(self.ends, (now + job.duration, self.seq, job_id))
         self.live_end[job_id] = self.seq
         self.seq += 1
+        self._age(now)
         self.used[job.tenant] += job.gpus
         self.waiting[job.tenant] -= job.gpus
         self.refused.pop(job_id, None)
         self.making_room.pop(job_id, None)
+
+    def _age(self, now: float) -> None:
+        """fair-history's usage history on to `now`, each tenant having held what it holds since the last change
+        (exact: called before every change)."""
+        if self.policy != "fair-history":
+            return
+        for t in self.tenants:
+            self.history[t] = decayed(self.history[t], now - self.history_at, self.decay.half_life, {GPU: self.used[t]})
+        self.history_at = now
 
     def _stop(self, job_id: str, now: float) -> Record:
         running, pods, start = self.running.pop(job_id)
@@ -201,6 +221,7 @@ class Replay:
         state = self.states[running.cluster]
         for pod in pods:
             state.release(pod.node, {GPU: per})
+        self._age(now)
         self.used[record.job.tenant] -= record.job.gpus
         self._account(record, start, now, record.job.gpus)
         for refusals in self.refused.values():  # room freed there: refusals of that cluster are stale
@@ -244,8 +265,12 @@ class Replay:
                            preempted_before=self.records[r.id].preemptions > 0)  # as the server counts it
                    for r, _, start in self.running.values()]
         views = self._cluster_views()
+        past: dict[str, dict[str, float]] = {}
+        if self.policy == "fair-history":
+            self._age(now)
+            past = {t: mean(h, self.decay.half_life, self.decay.weight) for t, h in self.history.items() if h}
         snapshot = Snapshot(tenants, queues, list(self.pending.values()), running, views, {GPU: self.capacity},
-                            self.refused, self.making_room)
+                            self.refused, self.making_room, past_tenants=past)
         began = time.process_time()
         decisions = schedule(snapshot)
         self.scheduler_cpu += time.process_time() - began
