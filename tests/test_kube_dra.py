@@ -13,7 +13,7 @@ from kubernetes import client
 
 from federation.kernel.dra import API, class_resource
 from federation.testbed.cluster import Testbed
-from federation.testbed.dra import DRIVER, resource_slices
+from federation.testbed.dra import DRIVER, device_class, resource_slices
 from federation.v1 import agent_pb2, common_pb2
 from member_agent.agent import Agent
 from tests.kubehelp import JOBS, backend, eventually, gpu_cluster, next_update, pods, ready_nodes
@@ -107,5 +107,42 @@ async def test_claims_are_allocated_on_the_pods_nodes_then_the_pods_bound(kube: 
         (small,) = [c for n, c in claims(kube).items() if n not in held]
         assert [(r["pool"], r["device"]) for r in small["status"]["allocation"]["devices"]["results"]] == [
             (a100, "gpu-0")]
+    finally:
+        await b.stop()
+
+
+async def test_a_claim_narrower_than_its_class_places_each_pod_where_a_matching_device_is(
+        kube: Testbed, tmp_path: Path) -> None:
+    """Issue 42 (6): each node has two devices of the class and one of them with the memory a claim's own selector
+    asks: the gang's two pods go one to a node and are bound (the class's count alone put both on one node, and
+    the agent refused the gang at binding), as kube-scheduler v1.34 binds them."""
+    first, second = gpu_cluster(kube, (1, 1, 2), prefix="m")
+    kube.apply([device_class(), *[{
+        "apiVersion": API, "kind": "ResourceSlice", "metadata": {"name": f"{node}-mixed"},
+        "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": f"gpu-{i}", "attributes": {"model": {"string": "H100"}},
+                              "capacity": {"memory": {"value": memory}}} for i, memory in enumerate(("40Gi", "80Gi"))]}}
+        for node in (first, second)]])
+    b = await backend(kube, tmp_path)
+    agent = Agent("east", {}, b)
+    seen: list[agent_pb2.JobUpdate] = []
+    try:
+        await ready_nodes(b, 2)
+        offered = class_resource(DRIVER)
+        await eventually(lambda: all(b.state.free[n].get(offered) == 2 for n in (first, second)),
+                         what="each node offering its two devices")
+        at_least_64gi = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("64Gi")) >= 0'
+        await agent.assign(dra_job("pair", 2, claim_template("big-one", DRIVER, 1, at_least_64gi)), attempt=1)
+        bound = await next_update(agent, agent_pb2.BOUND, seen)
+        assert bound.type == agent_pb2.BOUND, [(u.type, u.reason) for u in seen]
+        made = pods(kube)
+        assert sorted(p.spec.node_name for p in made.values()) == sorted((first, second))
+        allocated = sorted((r["pool"], r["device"]) for c in claims(kube).values()
+                           for r in c["status"]["allocation"]["devices"]["results"])
+        assert allocated == sorted([(first, "gpu-1"), (second, "gpu-1")])  # the 80 GiB device of each node
+        # and nothing else of the class's matching devices is left: a third such pod is refused as room lacking now
+        await agent.assign(dra_job("third", 1, claim_template("big-two", DRIVER, 1, at_least_64gi)), attempt=1)
+        refused = await next_update(agent, agent_pb2.REJECTED, seen)
+        assert not refused.permanent, refused.reason
     finally:
         await b.stop()

@@ -413,3 +413,20 @@ def test_nodes_alike_scored_once_choose_exactly_as_each_scored(used: list[int], 
             placement._Trial.alike = original  # type: ignore[method-assign]
 
     assert run(oracle=False) == run(oracle=True)
+
+
+def test_narrowed_devices_steer_pods_to_nodes_with_matching_ones_and_leave_the_state_as_it_was() -> None:
+    """Issue 42 (6): a pod's DRA claim narrower than its class takes only the devices counted for it per node
+    (`ClusterState.narrowed`); the state is the same afterwards, every domain total included."""
+    dev = "deviceclass.resource.kubernetes.io/gpu.example.com"
+    state = cluster([1, 2], allocatable={"nvidia.com/gpu": "8", dev: "2"})
+    before = ({n: dict(f) for n, f in state.free.items()}, {d: dict(f) for d, f in state.domain_free.items()})
+    pair = GangRequest(tasks=(TaskRequest("w", 2, {dev: 1}),))
+    assert len(set(nodes_of(placed(place(state, pair))))) == 1  # by the class's count: both on one node
+    first, second = sorted(state.free)
+    with state.narrowed({dev}, {first: {dev: 1}, second: {dev: 1}}):
+        assert sorted(nodes_of(placed(place(state, pair)))) == [first, second]
+        assert isinstance(place(state, GangRequest(tasks=(TaskRequest("w", 3, {dev: 1}),))), Rejection)
+    with state.narrowed({dev}, {}):  # no node has a matching device free
+        assert isinstance(place(state, GangRequest(tasks=(TaskRequest("w", 1, {dev: 1}),))), Rejection)
+    assert ({n: dict(f) for n, f in state.free.items()}, {d: dict(f) for d, f in state.domain_free.items()}) == before

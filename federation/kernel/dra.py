@@ -184,6 +184,19 @@ def pod_demand(pod_template_json: str, by_name: Mapping[str, ClaimSpec]) -> Reso
     return out
 
 
+def narrowed(pod_template_json: str, by_name: Mapping[str, ClaimSpec] | None) -> tuple[DeviceRequest, ...]:
+    """The requests of one pod's claims that have CEL selectors of their own: they take only some of their class's
+    devices, so where one pod fits is not what the class's count says (the agent narrows that count per node)."""
+    if not by_name:
+        return ()
+    try:
+        pairs = pod_claims(pod_template_json)
+    except ClaimError:
+        return ()
+    return tuple(r for _, template in pairs if (spec := by_name.get(template)) is not None
+                 for r in spec.requests if r.selectors)
+
+
 # -- devices and CEL ---------------------------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
+from federation.kernel.dra import DeviceRequest, class_resource
 from federation.kernel.durations import parse_duration, seconds_or_none
 from federation.kernel.gangs import claim_templates, minimum, minimum_pods
 from federation.kernel.gpuask import MAX_MEMORY_MIB
@@ -37,7 +38,7 @@ from federation.v1 import agent_pb2, common_pb2
 from member_agent import mig
 from member_agent.drain import drain_timing
 from member_agent.faults import Fault
-from member_agent.gang import gang_request, task_request
+from member_agent.gang import gang_request, narrowed_requests, task_request
 from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
 from member_agent.metrics import (
     BIND_SECONDS,
@@ -55,6 +56,9 @@ from member_agent.topology import ROOT
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# A job's DRA classes narrowed by its claims' own selectors, per node how many devices of each it could be given, and
+# why no device of the cluster could ever meet one of its requests
+Narrowed = tuple[set[str], dict[str, Resources], list[str]] | None
 
 OUTBOX_LIMIT = 10_000
 LOG_CHUNK = 64 * 1024  # bytes of a pod's log per message
@@ -212,6 +216,12 @@ class Backend(Protocol):
 
     async def cordon(self, nodes: Sequence[str], cordon: bool) -> None:
         """Mark these nodes unschedulable (or schedulable again), as `kubectl cordon` does."""
+
+    def narrowing(self, requests: Sequence[DeviceRequest]
+                  ) -> Callable[[], tuple[dict[str, Resources], list[str]]] | None:
+        """Where DRA requests have selectors of their own: a function, to call off the loop, counting per node the
+        devices of their classes they could be given, and saying which requests no device of the cluster could
+        ever meet (`claims.matching`); None where the cluster has no DRA."""
 
 
 @dataclass
@@ -476,7 +486,10 @@ class Agent:
             for job in list(self.jobs.values()):
                 if not _short(job) or job.waiting or job.done or self.jobs.get(job.job.id) is not job:
                     continue
-                placement = place(self.state, gang_request(job.job.spec, self.state.topology, running=job.pods))
+                narrowed = await self._narrowed(job.job.spec)
+                if self.jobs.get(job.job.id) is not job:
+                    continue
+                placement = self._fit(gang_request(job.job.spec, self.state.topology, running=job.pods), narrowed)
                 if isinstance(placement, Rejection) or not placement.pods:
                     continue
                 for pod in placement.pods:
@@ -652,11 +665,36 @@ class Agent:
             await self._place(want.job, want.attempt)  # a remnant lost unwatched is not the job's fault: whole again
         return deleted
 
+    async def _narrowed(self, spec: common_pb2.JobSpec) -> Narrowed:
+        """Where the job's DRA claims have CEL selectors of their own, only some of their classes' devices can be
+        its pods': those classes, and per node how many of their devices the pods could be given (counted off the
+        event loop); None where there are none, or the cluster has no DRA."""
+        requests = narrowed_requests(spec)
+        work = self.backend.narrowing(requests) if requests else None
+        if work is None:
+            return None
+        counts, never = await asyncio.to_thread(work)
+        return {class_resource(r.device_class) for r in requests}, counts, never
+
+    def _fit(self, gang: GangRequest, narrowed: Narrowed) -> Placement | Rejection:
+        """Where the gang fits now, its narrowed DRA classes counted as its pods could be given them."""
+        if narrowed is None:
+            return place(self.state, gang)
+        with self.state.narrowed(narrowed[0], narrowed[1]):
+            return place(self.state, gang)
+
     async def _place(self, job: common_pb2.Job, attempt: int) -> None:
         """Place the gang and bind all its pods or none; report the outcome."""
         started = time.monotonic()
         request = gang_request(job.spec, self.state.topology)
-        placement = place(self.state, request)
+        narrowed = await self._narrowed(job.spec)
+        if narrowed is not None and narrowed[2]:  # whatever is free: never offered this cluster again
+            PLACEMENTS.labels("rejected").inc()
+            self.desired.pop(job.id, None)
+            self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
+                                             reason="; ".join(narrowed[2]), permanent=True))
+            return
+        placement = self._fit(request, narrowed)
         if isinstance(placement, Rejection):
             why = await self._repartition(job, attempt, placement.reason, request)
             if why is None:  # waits here for its slices
@@ -1056,6 +1094,7 @@ class Agent:
             job.moved = uuid.uuid4().hex[:5]
         old = [p for p in job.pods if (p.task, p.index) in keys]
         await self.backend.delete(job, old)
+        narrowed = await self._narrowed(job.job.spec)
         if self.jobs.get(job.job.id) is not job:
             return "the job was removed meanwhile"
         for pod in old:
@@ -1068,7 +1107,7 @@ class Agent:
         job.pods = [p for p in job.pods if p not in old]
         self._count_held(job, 1)
         gang = gang_request(job.job.spec, self.state.topology, running=job.pods)
-        placement = place(self.state, replace(gang, avoid_degraded=True) if avoid_degraded else gang)
+        placement = self._fit(replace(gang, avoid_degraded=True) if avoid_degraded else gang, narrowed)
         if isinstance(placement, Rejection):
             return placement.reason
         for pod in placement.pods:
@@ -1158,7 +1197,7 @@ class Agent:
     def _start_drain(self, job: AgentJob) -> None:
         self._serially(job.job.id, self._drain(job))
 
-    def _fits_without(self, job: AgentJob, keys: set[tuple[str, int]]) -> bool:
+    def _fits_without(self, job: AgentJob, keys: set[tuple[str, int]], narrowed: Narrowed) -> bool:
         """Whether these pods of the job could be placed again on healthy hardware, the rest staying."""
         old = [p for p in job.pods if (p.task, p.index) in keys]
         for pod in old:
@@ -1166,7 +1205,7 @@ class Agent:
         try:
             rest = [p for p in job.pods if p not in old]
             gang = replace(gang_request(job.job.spec, self.state.topology, running=rest), avoid_degraded=True)
-            return isinstance(place(self.state, gang), Placement)
+            return isinstance(self._fit(gang, narrowed), Placement)
         finally:
             for pod in old:
                 self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share, job.gang)
@@ -1185,7 +1224,9 @@ class Agent:
             if not moving:
                 return
             why = "; ".join(sorted({unsound[p.node][1] for p in job.pods if (p.task, p.index) in moving}))
-            keys = moving if self._fits_without(job, moving) else live if self._fits_without(job, live) else None
+            narrowed = await self._narrowed(job.job.spec)
+            keys = moving if self._fits_without(job, moving, narrowed) else \
+                live if self._fits_without(job, live, narrowed) else None
             drained = any(p.node in self.draining for p in job.pods if (p.task, p.index) in moving)
             if keys is None and not drained:
                 # Degraded, not drained: moved only to better hardware, which the federation alone can find

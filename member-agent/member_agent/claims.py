@@ -12,8 +12,9 @@ the federation count them like any resource.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from federation.kernel import dra
@@ -110,6 +111,13 @@ class Claims:
         self._accepted = {k: v for k, v in self._accepted.items() if k in seen}
         return out
 
+    def matching(self, requests: Sequence[dra.DeviceRequest]
+                 ) -> Callable[[], tuple[dict[str, Resources], list[str]]]:
+        """What `matching` works out for `requests`, as a function to call off the event loop (CEL over the
+        devices): the devices, classes and what claims hold are read now."""
+        return functools.partial(matching, requests, self.class_selectors(), self._taken(ours_too=True),
+                                 self.devices())
+
     async def claim(self, namespace: str, pod: tuple[str, str], node: str, claims: Sequence[tuple[str, str]],
                     templates: Mapping[str, Obj], labels: Mapping[str, str]) -> None:
         """Make, allocate and reserve the claims of a pod (name, uid) on `node`: (claim, its template) each, from
@@ -156,6 +164,35 @@ class Claims:
                 except KubeError as err:
                     if err.status != 404:
                         log.warning("could not delete claim %s/%s: %s", namespace, cname, err)
+
+
+def matching(requests: Sequence[dra.DeviceRequest], classes: Mapping[str, Sequence[str]],
+             taken: Collection[tuple[str, str, str]], devices: Sequence[dra.Device]
+             ) -> tuple[dict[str, Resources], list[str]]:
+    """Per node, for each class of `requests` (requests narrowed by selectors of their own), how many of its
+    devices there no claim holds that the class's and every such request's selectors accept: the most of that
+    class a pod asking those requests can be given on the node (the fewest over the requests of one class). And
+    why a request can never be met here: no device of the cluster, free or not, matches it."""
+    out: dict[str, Resources] = {}
+    never = []
+    for req in requests:
+        wanted = (*classes.get(req.device_class, ()), *req.selectors)
+        resource = dra.class_resource(req.device_class)
+        counts: dict[str, int] = {}
+        anywhere = 0
+        if req.device_class in classes:
+            for d in devices:
+                if d.node and dra.accepts(wanted, d):
+                    anywhere += 1
+                    if d.key not in taken:
+                        counts[d.node] = counts.get(d.node, 0) + 1
+        if anywhere < req.count:
+            never.append(f"request {req.name}: {anywhere} of {req.count} {req.device_class} devices that its "
+                         "selectors accept; no device of this cluster, on any node, free or not, matches it")
+        for node in {*counts, *(n for n, r in out.items() if resource in r)}:
+            have = out.setdefault(node, {})
+            have[resource] = min(have.get(resource, counts.get(node, 0)), counts.get(node, 0))
+    return out, never
 
 
 class ClaimRefused(Exception):

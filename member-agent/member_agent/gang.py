@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from federation.kernel.dra import ClaimSpec
+from federation.kernel.dra import ClaimSpec, DeviceRequest, narrowed
 from federation.kernel.gangs import claim_templates, claimed
 from federation.kernel.gpuask import GPU, AskError, GpuAsk, ask_of, template_annotations
 from federation.kernel.jobspec import AVOID_DEGRADED
@@ -66,3 +66,11 @@ def task_request(task: common_pb2.TaskSpec, claims: Mapping[str, ClaimSpec] | No
         return request, None
     request[SHARE] = (ask.share if not ask.memory else 1) * ask.devices
     return request, ask
+
+
+def narrowed_requests(spec: common_pb2.JobSpec) -> tuple[DeviceRequest, ...]:
+    """The DRA requests of the job's pods that have CEL selectors of their own (`dra.narrowed`), each once."""
+    if not spec.resource_claim_templates_json:
+        return ()
+    claims = claim_templates(spec.resource_claim_templates_json)
+    return tuple(dict.fromkeys(r for task in spec.tasks for r in narrowed(task.pod_template_json, claims)))

@@ -36,7 +36,7 @@ from typing import Any
 
 import aiohttp
 
-from federation.kernel.dra import pod_claims
+from federation.kernel.dra import DeviceRequest, pod_claims
 from federation.kernel.jobspec import ON_CLUSTER_LOST
 from federation.kernel.resources import Resources, add
 from federation.v1 import common_pb2
@@ -589,6 +589,10 @@ class KubernetesBackend:
         """`kubectl cordon` (or uncordon) each node: spec.unschedulable, which the node informer then reports."""
         for name in nodes:
             await self.kube.patch(f"/api/v1/nodes/{name}", {"spec": {"unschedulable": cordon or None}})
+
+    def narrowing(self, requests: Sequence[DeviceRequest]
+                  ) -> Callable[[], tuple[dict[str, Resources], list[str]]] | None:
+        return self.dra.matching(requests)
 
     def _job_of(self, pod: Obj) -> str | None:
         """Our pods are indexed by the hash of their job, so a job's pods are found without a scan."""

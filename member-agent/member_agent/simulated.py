@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from federation.kernel.dra import DeviceRequest
 from federation.kernel.durations import parse_duration
 from federation.kernel.resources import QuantityError, Resources
 from federation.v1 import common_pb2
@@ -244,6 +245,9 @@ class SimulatedBackend:
         """A cordoned node offers nothing new; its pods stay (as with `kubectl cordon`)."""
         for node in nodes:
             self.state.set_ready(node, not cordon and node not in self.state.failed)
+
+    def narrowing(self, requests: Sequence[DeviceRequest]) -> None:
+        return None  # a simulated cluster publishes no DRA devices
 
     @staticmethod
     def _cancel(handle: asyncio.Handle | None) -> None:

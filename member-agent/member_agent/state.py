@@ -7,7 +7,8 @@ node and its few ancestors only, so the per-tier summary sent to the server is c
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -226,6 +227,12 @@ class ClusterState:
 
     def _book(self, node: str, free: Resources, request: Mapping[str, int], sign: int,
               asked: Mapping[str, int], gang: int = 1) -> None:
+        self._shift(node, free, request, sign)
+        if sign > 0:
+            self.fragmentation.mix.add(asked, gang)
+
+    def _shift(self, node: str, free: Resources, request: Mapping[str, int], sign: int) -> None:
+        """Take `request` off the node's free resources (sign 1) or give it back (-1), and off its domains'."""
         row = self._rows[node]
         for resource, amount in request.items():
             free[resource] = free.get(resource, 0) - sign * amount
@@ -233,11 +240,25 @@ class ClusterState:
             if column is not None:
                 self._free[row, column] -= sign * amount
         _add(self.used, request, sign)
-        if sign > 0:
-            self.fragmentation.mix.add(asked, gang)
         if node in self.ready:
             self._add_up(node, request, self.domain_free, -sign)
         self._changed(node)
+
+    @contextmanager
+    def narrowed(self, resources: Collection[str], available: Mapping[str, Resources]) -> Iterator[None]:
+        """For one placement: on every node, each of `resources` free at most as much as `available` says there
+        (none where it says nothing). Where a pod's DRA claims have selectors of their own, only some of their
+        class's devices can be its: `available` counts those per node (`claims.matching`)."""
+        lowered = [(node, {r: extra for r in resources if (extra := free.get(r, 0) - available.get(node, {}).get(r, 0))
+                           > 0}) for node, free in self.free.items()]
+        lowered = [(node, amounts) for node, amounts in lowered if amounts]
+        for node, amounts in lowered:
+            self._shift(node, self.free[node], amounts, 1)
+        try:
+            yield
+        finally:
+            for node, amounts in lowered:
+                self._shift(node, self.free[node], amounts, -1)
 
     def release(self, node: str, request: Mapping[str, int], devices: Sequence[int] | None = None,
                 share: int = WHOLE) -> None:
