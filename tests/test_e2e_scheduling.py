@@ -402,3 +402,50 @@ def test_a_replica_frozen_inside_a_write_stalls_the_others_writes_no_longer_than
         if frozen.proc.poll() is None:
             frozen.proc.send_signal(signal.SIGCONT)
         fed.close()
+
+
+def test_the_node_a_held_gang_needs_is_kept_from_smaller_jobs(federation: Federation) -> None:
+    """Issue 42 (3): room held for a gang in a cluster is kept on nodes, not only in the cluster's total: a 4-GPU
+    job that would take the one node about to hold the gang's 8-GPU pod is refused there (and says why), so the
+    gang starts as soon as that node's last pod ends, not when the others' do."""
+    federation.admin.CordonCluster(admin_pb2.CordonClusterRequest(name="west"))
+    federation.admin.CreatePriorityClass(admin_pb2.CreatePriorityClassRequest(
+        priority_class=admin_pb2.PriorityClass(name="keep", value=10, preemptible=False)))
+    for tenant in ("busy", "big", "small"):
+        federation.tenant(tenant)
+        # small's queue first: its job is sent to the cluster before the gang's room is held in each cycle, so the
+        # node is kept by the agent (the federation's own count of free nodes would otherwise keep it back).
+        federation.queue(f"{tenant}-q", tenant, priority=10 if tenant == "small" else 0)
+    # One node left with 4 GPUs free, whose pod ends soon; three with 3 free, whose pods run on.
+    # (long enough for the steps below on a loaded machine: if it ended first, there would be nothing to keep)
+    (short,) = federation.submit_specs([spec("busy-q", 1, 4, "60s", "keep", name="short")])
+    wait_for("the short job to run", lambda: federation.job(short).status.phase == common_pb2.RUNNING, 30)
+    kept_node = federation.job(short).status.placements[0].node
+    long = federation.submit("busy-q", 3, 1, 5, "10m", "keep", name="long")
+    wait_for("the long jobs to run", lambda: all(federation.job(j).status.phase == common_pb2.RUNNING for j in long))
+    assert kept_node not in {federation.job(j).status.placements[0].node for j in long}
+
+    (gang,) = federation.submit("big-q", 1, 1, 8, "10m", name="gang")
+    engine = create_engine(federation.db_url)
+    try:
+        def held() -> bool:
+            with engine.connect() as conn:
+                return conn.execute(text("SELECT holds FROM clusters WHERE name = 'east'")).scalar() == [[gang, 1, 8]]
+        wait_for("east to hold room for the gang", held, 30)
+        with engine.connect() as conn:  # its agent has the hold once a heartbeat recorded since was acknowledged
+            written = conn.execute(text("SELECT now()")).scalar()
+            wait_for("a heartbeat after it", lambda: conn.execute(text(
+                "SELECT last_heartbeat > :t FROM clusters WHERE name = 'east'"), {"t": written}).scalar()
+                or conn.rollback(), 30)
+    finally:
+        engine.dispose()
+    # East has 13 GPUs free, 8 of them held: a 4-GPU job fits the rest in total, and only on the kept node.
+    (small,) = federation.submit("small-q", 1, 1, 4, "10m", name="small")
+    wait_for("the small job to be refused on the kept node",
+             lambda: any("kept for a gang the federation holds room for here" in message
+                         for job, _, _, _, message in federation.events("Rejected") if job == small), 30)
+    assert federation.job(short).status.phase == common_pb2.RUNNING  # it was kept while the node was not free
+    wait_for("the gang to run once the short job ends",
+             lambda: federation.job(gang).status.phase == common_pb2.RUNNING, 120)
+    assert federation.job(gang).status.placements[0].node == kept_node
+    assert all(federation.job(j).status.phase == common_pb2.RUNNING for j in long)  # not waited for

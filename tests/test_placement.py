@@ -430,3 +430,24 @@ def test_narrowed_devices_steer_pods_to_nodes_with_matching_ones_and_leave_the_s
     with state.narrowed({dev}, {}):  # no node has a matching device free
         assert isinstance(place(state, GangRequest(tasks=(TaskRequest("w", 1, {dev: 1}),))), Rejection)
     assert ({n: dict(f) for n, f in state.free.items()}, {d: dict(f) for d, f in state.domain_free.items()}) == before
+
+
+def test_nodes_are_kept_for_held_gangs_most_free_first_and_small_pods_go_elsewhere() -> None:
+    """Issue 42 (3): a gang the federation holds room for here gets the nodes closest to holding its pods; other
+    jobs' pods are placed around them, the held gang's own pods on them."""
+    from member_agent.holds import Hold, kept
+
+    state = cluster([1, 4])  # four 8-GPU nodes
+    first, second, third, fourth = sorted(state.free)
+    for node, used in ((first, 5), (second, 2), (third, 5), (fourth, 5)):
+        state.allocate(node, {GPU: used})
+    holds = [Hold("big", 1, 8)]
+    gpus = {n: a[GPU] for n, a in kept(state, holds).items()}
+    assert gpus == {second: 6}  # the most free: 6 of its 8 kept for the gang (their shares with them)
+    with state.lowered(kept(state, holds, placing="small")):
+        assert nodes_of(placed(place(state, gang(3, gpus=1)))) == [first] * 3  # around the kept node
+    with state.lowered(kept(state, holds, placing="big")):
+        assert nodes_of(placed(place(state, gang(1, gpus=6)))) == [second]  # the held gang is not kept from it
+    # two held gangs take two nodes; one of two pods of 8 takes two
+    assert {n: a[GPU] for n, a in kept(state, [Hold("a", 1, 8), Hold("b", 2, 8)]).items()} == {
+        second: 6, first: 3, third: 3}

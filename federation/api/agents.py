@@ -211,9 +211,13 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         cluster = conn.cluster
         kind = message.WhichOneof("msg")
         if kind == "heartbeat":
-            await self._set(cluster, last_heartbeat=func.now(), status="READY")
-            # Recorded: the agent may count the federation as hearing it up to when it sent this.
-            self.connections.send(conn, agent_pb2.ControlMessage(heartbeat_ack=agent_pb2.HeartbeatAck()))
+            async with self.admin.engine.begin() as db:
+                holds = (await db.execute(update(Cluster).where(Cluster.name == cluster).values(
+                    last_heartbeat=func.now(), status="READY").returning(Cluster.holds))).scalar()
+            # Recorded: the agent may count the federation as hearing it up to when it sent this. And the room the
+            # leader holds there, for the agent to keep nodes for.
+            self.connections.send(conn, agent_pb2.ControlMessage(heartbeat_ack=agent_pb2.HeartbeatAck(
+                holds=[agent_pb2.Hold(job_id=j, pods=p, gpus_per_pod=g) for j, p, g in holds or []])))
         elif kind == "log_chunk":
             self.logs.deliver(cluster, message.log_chunk)
         elif kind == "node_order_done":

@@ -1,4 +1,5 @@
-"""Usage history as the API shows it: read from PostgreSQL (the leader writes it every few seconds) and decayed to now."""
+"""Usage history as the API shows it: read from PostgreSQL (the leader writes it every few seconds), decayed to
+now."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from federation.control.leader import Fence, NotLeader
 from federation.control.loop import WakeLoop
 from federation.control.rejections import FLOOR, Rejections
 from federation.control.usage import PastUsage
-from federation.kernel.resources import add, format_resources, with_share
+from federation.kernel.resources import GPU, add, format_resources, with_share
 from federation.scheduling import outlook
 from federation.scheduling.cycle import (
     Decisions,
@@ -120,6 +120,16 @@ def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:
         if job.phase == "DISPATCHED":
             out[job.cluster] = add(out.get(job.cluster, {}), job.request)
     return out
+
+
+def node_hold(view: JobView) -> tuple[int, int] | None:
+    """What an agent keeps nodes for, for a gang whose room is held in its cluster: (pods, whole GPUs each); None
+    for a gang of no whole GPUs. Pods of different sizes are held as pods of the largest."""
+    gpus = view.request.get(GPU, 0)
+    per = view.pod_gpus or view.largest_pod.get(GPU, 0)
+    if gpus <= 0 or per <= 0:
+        return None
+    return -(-gpus // per), per
 
 
 def _tenant_info(t: Mapping[str, Any]) -> TenantInfo:
@@ -238,6 +248,7 @@ class Scheduler:
                                       metrics.CLUSTER_HEARTBEAT_AGE, metrics.CLUSTER_DRIFT)
         self.drift = DriftWatch(drift_after)
         self.past = PastUsage(usage, decay or Decay())  # each tenant's and queue's usage history, on the leader
+        self._holds: dict[str, list[list[Any]]] | None = None  # per cluster, the holds last written (None: unknown)
 
     async def stop(self) -> None:
         await self._loop.stop()
@@ -290,6 +301,7 @@ class Scheduler:
         if not self._leading:
             await self.cache.reread_reasons()  # the last leader rewrote them without events
             await self.past.load()  # and went on counting history
+            self._holds = None  # and held room: every cluster's holds are written again
             self._written = None
             self._leading = True
         try:
@@ -405,6 +417,7 @@ class Scheduler:
             log.error("the compiled victim search failed; this cycle's reclaim was decided by the Python search: %s",
                       decisions.compiled_failure)
         clock.step("write")
+        await self._write_holds(snapshot, d, fence)
         await self.jobs.set_waiting(reasons, fence)
         self.cache.reasons_written(reasons)
         if d.walk is not None:
@@ -531,6 +544,18 @@ class Scheduler:
         self._forecast_at = time.monotonic()
         self._forecast_asked = set(order)
         self._forecast_seconds = self._forecast_at - started
+
+    async def _write_holds(self, snapshot: Snapshot, d: _Decided, fence: Fence | None) -> None:
+        """Per member cluster, the gangs this cycle holds room for there, for its agent to keep nodes for (written
+        where they changed)."""
+        holds: dict[str, list[list[Any]]] = {name: [] for name in snapshot.labels}  # every member cluster
+        for job_id, cluster in d.decisions.reserved.items():
+            if (hold := node_hold(d.jobs[job_id].view)) is not None and cluster in holds:
+                holds[cluster].append([job_id, *hold])
+        changed = {c: h for c, h in holds.items() if self._holds is None or self._holds.get(c) != h}
+        if changed:
+            await self.admin.set_holds(changed, fence)
+        self._holds = holds
 
     def _record(self, decisions: Decisions, waiting: Counter[str], running: Sequence[RunningJob],
                 seconds: float) -> None:

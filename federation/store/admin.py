@@ -6,6 +6,7 @@ between them (which references must exist, what blocks a delete) is stated next 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -15,6 +16,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from federation.control.leader import Fence
 from federation.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from federation.kernel.resources import FLAVOR
 from federation.store.inventories import WITHOUT_INVENTORY, Inventories
@@ -223,6 +225,15 @@ class AdminStore:
         async with self.engine.begin() as conn:
             for name, amounts in sorted(drift.items()):
                 await conn.execute(update(Cluster).where(Cluster.name == name).values(drift=amounts))
+
+    async def set_holds(self, holds: Mapping[str, list[list[Any]]], fence: Fence | None = None) -> None:
+        """Record the gangs the scheduling leader holds room for in each of these clusters ([job, pods, GPUs per
+        pod] each), under the lease: the agents get them with their heartbeats' acknowledgements."""
+        async with self.engine.begin() as conn:
+            if fence is not None:
+                await fence.check(conn)
+            for name, held in sorted(holds.items()):
+                await conn.execute(update(Cluster).where(Cluster.name == name).values(holds=held))
 
     async def for_submission(self, heartbeat_timeout: float) -> SubmissionView:
         """Everything a submission is checked against, read on one connection in one snapshot: a batch of jobs

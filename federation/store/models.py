@@ -130,6 +130,9 @@ class Cluster(Base):
     instance: Mapped[str] = mapped_column(String(64), nullable=False, default="", server_default="")
     # What its agent reports its gangs hold minus what the federation believes runs there, once lasting.
     drift: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict, server_default="{}")
+    # Gangs the scheduling leader holds room for here ([job id, pods, GPUs per pod]), sent to the agent with each
+    # heartbeat's acknowledgement so it keeps nodes for them.
+    holds: Mapped[list[Any]] = mapped_column(nullable=False, default=list, server_default="[]")
     created_at: Mapped[datetime] = _created()
     # Moved by a trigger (migration 0014) whenever `inventory` changes, whoever writes it: readers keep what
     # they decoded until it moves (`store.inventories`).

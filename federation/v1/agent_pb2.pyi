@@ -329,8 +329,20 @@ class Reconciled(_message.Message):
     def __init__(self, round: _Optional[int] = ..., live: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatAck(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("holds",)
+    HOLDS_FIELD_NUMBER: _ClassVar[int]
+    holds: _containers.RepeatedCompositeFieldContainer[Hold]
+    def __init__(self, holds: _Optional[_Iterable[_Union[Hold, _Mapping]]] = ...) -> None: ...
+
+class Hold(_message.Message):
+    __slots__ = ("job_id", "pods", "gpus_per_pod")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PODS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_PER_POD_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    pods: int
+    gpus_per_pod: int
+    def __init__(self, job_id: _Optional[str] = ..., pods: _Optional[int] = ..., gpus_per_pod: _Optional[int] = ...) -> None: ...
 
 class NodeOrder(_message.Message):
     __slots__ = ("action", "kind", "name", "grace_seconds", "order_id")

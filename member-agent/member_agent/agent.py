@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
@@ -39,6 +39,7 @@ from member_agent import mig
 from member_agent.drain import drain_timing
 from member_agent.faults import Fault
 from member_agent.gang import gang_request, narrowed_requests, task_request
+from member_agent.holds import Hold, holds_from, kept
 from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
 from member_agent.metrics import (
     BIND_SECONDS,
@@ -253,6 +254,7 @@ class Agent:
     last_contact: float = field(default_factory=time.monotonic)  # when a heartbeat the server recorded was sent
     fenced: bool = False  # the gangs were stopped for being cut off; contact again ends it
     _beats: deque[float] = field(default_factory=deque)  # heartbeats sent on this stream and not acknowledged
+    holds: list[Hold] = field(default_factory=list)  # gangs the federation holds room for here, as it last said
     _round: int = 0
     _drains: dict[str, tuple[asyncio.TimerHandle, frozenset[str]]] = field(default_factory=dict)  # job -> its move
     # Gangs on degraded hardware with no healthy room here, and why: the federation moves them when it can.
@@ -425,8 +427,10 @@ class Agent:
         """Seconds since the oldest heartbeat on this stream that the server has not acknowledged (0: none)."""
         return time.monotonic() - self._beats[0] if self._beats else 0.0
 
-    def heartbeat_acknowledged(self) -> None:
-        """The server recorded our oldest unacknowledged heartbeat: the federation heard us when it was sent."""
+    def heartbeat_acknowledged(self, holds: Iterable[Any] = ()) -> None:
+        """The server recorded our oldest unacknowledged heartbeat: the federation heard us when it was sent. With
+        it come the gangs the federation holds room for here, the whole set (`holds`)."""
+        self.holds = holds_from(holds)
         if self._beats:
             self.last_contact = max(self.last_contact, self._beats.popleft())
             self.fenced = False
@@ -489,7 +493,8 @@ class Agent:
                 narrowed = await self._narrowed(job.job.spec)
                 if self.jobs.get(job.job.id) is not job:
                     continue
-                placement = self._fit(gang_request(job.job.spec, self.state.topology, running=job.pods), narrowed)
+                placement = self._fit(gang_request(job.job.spec, self.state.topology, running=job.pods), narrowed,
+                                      job.job.id)
                 if isinstance(placement, Rejection) or not placement.pods:
                     continue
                 for pod in placement.pods:
@@ -676,12 +681,16 @@ class Agent:
         counts, never = await asyncio.to_thread(work)
         return {class_resource(r.device_class) for r in requests}, counts, never
 
-    def _fit(self, gang: GangRequest, narrowed: Narrowed) -> Placement | Rejection:
-        """Where the gang fits now, its narrowed DRA classes counted as its pods could be given them."""
-        if narrowed is None:
-            return place(self.state, gang)
-        with self.state.narrowed(narrowed[0], narrowed[1]):
-            return place(self.state, gang)
+    def _fit(self, gang: GangRequest, narrowed: Narrowed, placing: str | None = None) -> Placement | Rejection:
+        """Where the gang fits now, its narrowed DRA classes counted as its pods could be given them. `placing`:
+        the job whose new pods these are, kept off the nodes kept for the gangs the federation holds room for
+        (`holds`); None for pods a running gang gets back (restarts and moves keep what it had)."""
+        held = kept(self.state, self.holds, placing) if placing is not None and self.holds else {}
+        with self.state.lowered(held):
+            if narrowed is None:
+                return place(self.state, gang)
+            with self.state.narrowed(narrowed[0], narrowed[1]):
+                return place(self.state, gang)
 
     async def _place(self, job: common_pb2.Job, attempt: int) -> None:
         """Place the gang and bind all its pods or none; report the outcome."""
@@ -694,7 +703,11 @@ class Agent:
             self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
                                              reason="; ".join(narrowed[2]), permanent=True))
             return
-        placement = self._fit(request, narrowed)
+        placement = self._fit(request, narrowed, job.id)
+        if isinstance(placement, Rejection) and self.holds and isinstance(self._fit(request, narrowed), Placement):
+            # (whose gangs is not said: another tenant's, maybe)
+            placement = Rejection(f"{placement.reason}; the nodes it would fit are kept for a gang the federation "
+                                  "holds room for here")
         if isinstance(placement, Rejection):
             why = await self._repartition(job, attempt, placement.reason, request)
             if why is None:  # waits here for its slices

@@ -99,7 +99,7 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
                     return
                 kind = message.WhichOneof("msg")
                 if kind == "heartbeat_ack":
-                    agent.heartbeat_acknowledged()
+                    agent.heartbeat_acknowledged(message.heartbeat_ack.holds)
                 elif kind == "registered":  # recorded: once what no longer runs here is gone, we are Ready
                     agent.server_fence = message.registered.fence_seconds or None
                     deleted = await agent.reconcile(message.registered.reconciled)

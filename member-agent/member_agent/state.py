@@ -249,16 +249,23 @@ class ClusterState:
         """For one placement: on every node, each of `resources` free at most as much as `available` says there
         (none where it says nothing). Where a pod's DRA claims have selectors of their own, only some of their
         class's devices can be its: `available` counts those per node (`claims.matching`)."""
-        lowered = [(node, {r: extra for r in resources if (extra := free.get(r, 0) - available.get(node, {}).get(r, 0))
-                           > 0}) for node, free in self.free.items()]
-        lowered = [(node, amounts) for node, amounts in lowered if amounts]
-        for node, amounts in lowered:
-            self._shift(node, self.free[node], amounts, 1)
+        lowered = {node: {r: extra for r in resources if (extra := free.get(r, 0) - available.get(node, {}).get(r, 0))
+                          > 0} for node, free in self.free.items()}
+        with self.lowered(lowered):
+            yield
+
+    @contextmanager
+    def lowered(self, amounts: Mapping[str, Resources]) -> Iterator[None]:
+        """For one placement: these amounts taken off these nodes' free resources (and their domains'), given back
+        after, so that the state is exactly as it was."""
+        taken = [(node, dict(request)) for node, request in amounts.items() if request and node in self.free]
+        for node, request in taken:
+            self._shift(node, self.free[node], request, 1)
         try:
             yield
         finally:
-            for node, amounts in lowered:
-                self._shift(node, self.free[node], amounts, -1)
+            for node, request in taken:
+                self._shift(node, self.free[node], request, -1)
 
     def release(self, node: str, request: Mapping[str, int], devices: Sequence[int] | None = None,
                 share: int = WHOLE) -> None:
