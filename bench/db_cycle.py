@@ -32,8 +32,9 @@ from federation.api.convert import spec_to_json
 from federation.control.scheduler import Scheduler
 from federation.store import database
 from federation.store.admin import AdminStore
-from federation.store.jobs import JobStore, NewJob
+from federation.store.jobs import JobStore
 from federation.store.models import Cluster, Queue, Tenant
+from federation.store.submission import NewJob
 from federation.v1 import agent_pb2, common_pb2
 
 GPU = "nvidia.com/gpu"

@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from federation.control.leader import Leadership
 from federation.store.admin import AdminStore
 from federation.store.database import async_engine
-from federation.store.jobs import EventRecord, append_events
+from federation.store.events import EventRecord, append_events
 from federation.store.models import Cluster
 from federation.v1 import admin_pb2, agent_pb2, common_pb2, jobs_pb2
 from member_agent.agent import Agent

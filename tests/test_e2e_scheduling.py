@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 
 from federation.cli.dev import AgentProcess, ServerProcess
-from federation.store.jobs import ACTIVE_PHASES
+from federation.store.phases import ACTIVE_PHASES
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from member_agent import clusters
 from tests.netproxy import proxied

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select, text, update
 
 from federation.control.history import History
-from federation.store import jobs as jobstore
+from federation.store import submission as jobstore
 from federation.store.jobs import JobStore
 from federation.store.models import Job, JobEvent, finished_jobs
 from federation.v1 import common_pb2, jobs_pb2

@@ -11,8 +11,9 @@ from sqlalchemy import func, update
 
 from federation.control.scheduler import Scheduler
 from federation.store.admin import AdminStore
-from federation.store.jobs import JobStore, Requeueing
+from federation.store.jobs import JobStore
 from federation.store.models import Cluster
+from federation.store.transitions import Requeueing
 from federation.v1 import agent_pb2, common_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
 from tests.test_api_jobs import spec

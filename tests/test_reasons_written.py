@@ -13,8 +13,9 @@ from sqlalchemy import select, update
 from federation.control.scheduler import Scheduler
 from federation.scheduling.queues import Reasons
 from federation.store.admin import AdminStore
-from federation.store.jobs import WAITING_PHASES, JobStore
+from federation.store.jobs import JobStore
 from federation.store.models import Cluster, Job
+from federation.store.phases import WAITING_PHASES
 from federation.v1 import admin_pb2, agent_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
 from tests.test_api_jobs import spec

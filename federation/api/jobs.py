@@ -34,7 +34,9 @@ from federation.scheduling.cycle import NO_READY_CLUSTER
 from federation.security.auth import Principal, RateLimiter, TenantSlots, current, require_sees
 from federation.store import database
 from federation.store.admin import AdminStore, SubmissionView
-from federation.store.jobs import WAITING_PHASES, JobStore, NewJob
+from federation.store.jobs import JobStore
+from federation.store.phases import WAITING_PHASES
+from federation.store.submission import NewJob
 from federation.v1 import agent_pb2, common_pb2, jobs_pb2, jobs_pb2_grpc
 from federation.validation import (
     CheckedJob,

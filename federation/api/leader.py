@@ -17,8 +17,9 @@ from federation.control.leaderview import SECRET_METADATA
 from federation.control.scheduler import Scheduler
 from federation.errors import FailedPrecondition, Unavailable
 from federation.store.admin import AdminStore
-from federation.store.jobs import WAITING_PHASES, JobStore
+from federation.store.jobs import JobStore
 from federation.store.models import Queue
+from federation.store.phases import WAITING_PHASES
 from federation.v1 import jobs_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 

@@ -26,7 +26,9 @@ from federation.kernel.resources import GPU, SHARE, parse_resources, with_share
 from federation.scheduling.cycle import PendingJob
 from federation.scheduling.fit import JobView
 from federation.scheduling.queues import QueueManager
-from federation.store.jobs import ACTIVE_PHASES, SENT_BACK_EVENTS, WAITING_PHASES, JobStore
+from federation.store.events import SENT_BACK_EVENTS
+from federation.store.jobs import JobStore
+from federation.store.phases import ACTIVE_PHASES, WAITING_PHASES
 from federation.v1 import common_pb2
 
 SCAN_LIMIT = 200_000

@@ -37,8 +37,9 @@ from federation.security.auth import Authenticator, AuthInterceptor, RateLimiter
 from federation.security.oidc import OidcConfig, OidcVerifier
 from federation.store import database
 from federation.store.admin import AdminStore
-from federation.store.jobs import JobStore, Requeueing
+from federation.store.jobs import JobStore
 from federation.store.tokens import TokenStore
+from federation.store.transitions import Requeueing
 from federation.store.usage import UsageStore
 from federation.v1 import (
     admin_pb2,

@@ -46,8 +46,8 @@ from federation.server.app import (
 )
 from federation.server.child import EXIT_WITH_STDIN, METRICS_SECRET, SchedulerChild, exit_with_stdin
 from federation.store import database
-from federation.store.jobs import Requeueing
 from federation.store.tokens import TokenStore
+from federation.store.transitions import Requeueing
 from federation.ui.server import Dashboard
 
 log = logging.getLogger("federation.server")

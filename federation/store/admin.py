@@ -19,9 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from federation.control.leader import Fence
 from federation.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from federation.kernel.resources import FLAVOR
+from federation.store.events import LAST_EVENT_SEQ
 from federation.store.inventories import WITHOUT_INVENTORY, Inventories
-from federation.store.jobs import LAST_EVENT_SEQ, TERMINAL_PHASES
 from federation.store.models import Base, Cluster, Flavor, Job, PriorityClass, Queue, Tenant
+from federation.store.phases import TERMINAL_PHASES
 from federation.store.tokens import audit
 from federation.validation import DEFAULT_QUEUE, Violation
 

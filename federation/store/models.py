@@ -174,7 +174,7 @@ class Job(Base):
     requeues: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     requeue_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # What the job needs or holds, canonical: its gang's minimum while it waits or is placed, what its bound
-    # pods hold once it runs (federation.store.jobs._minimum, federation.kernel.gangs.bound).
+    # pods hold once it runs (federation.store.transitions.minimum_of, federation.kernel.gangs.bound).
     request: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
     placements: Mapped[list[Any]] = mapped_column(nullable=False, default=list)
     # The current attempt's pods as its cluster last reported them (names, phases, restarts, messages).

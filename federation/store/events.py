@@ -1,0 +1,154 @@
+"""The job event log: every state change of a job appends to `job_events` in the same transaction.
+
+Event numbers come from the single `event_counter` row, updated last in the transaction: its row lock makes
+writers commit in sequence order, so a reader that has seen event N has seen every event below N, which is what
+lets `WatchJobs` resume from a number without gaps or repeats. Each tenant's events are also numbered on their own
+(`tenant_event_counters`, locked after the federation's counter), which is what a tenant sees: nothing in what a
+tenant reads counts another tenant's work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Table, case, select, text, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from federation import failpoints
+from federation.store.models import (
+    EventCounter,
+    JobEvent,
+    TenantEventCounter,
+)
+
+OFF_LOOP_ROWS = 64  # rows from which an insert's JSON document is encoded on a worker thread
+
+
+SENT_BACK_EVENTS = ("Rejected", "Evacuated", "NotReady")  # a cluster sent the job back: its message says why
+
+
+LAST_EVENT_SEQ = select(EventCounter.last_seq).where(EventCounter.id == 1)
+
+
+# Events that are orders to an agent (federation.relay.orders relays them).
+ORDER_EVENTS = ("Dispatched", "Preempted", "Cancelled", "Requeued", "Lost")
+
+
+_events = JobEvent.__table__
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    job_id: str
+    tenant: str
+    queue: str
+    type: str
+    phase: str
+    message: str = ""
+    attempt: int = 0
+    cluster: str = ""
+
+
+async def insert_rows(conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert a batch in one statement, PostgreSQL expanding the rows from one JSON document: an executemany
+    sends a statement per row, each with its parameters encoded one by one, which cost a submission more
+    of the server's time than everything else it does."""
+    defaults = _scalar_defaults(table)
+    quote = conn.dialect.identifier_preparer.quote
+    columns = ", ".join(quote(c) for c in {**defaults, **rows[0]})
+    name = quote(table.name)
+    statement = text(f"INSERT INTO {name} ({columns}) SELECT {columns} FROM "
+                     f"jsonb_populate_recordset(NULL::{name}, CAST(:rows AS jsonb))")
+
+    def encode() -> str:
+        return json.dumps([{**defaults, **row} for row in rows])
+
+    # A batch of 1,000 job specs is megabytes of JSON: encoded on a worker thread, not the serving loop.
+    document = encode() if len(rows) < OFF_LOOP_ROWS else await asyncio.to_thread(encode)
+    await conn.execute(statement, {"rows": document})
+
+
+@functools.cache
+def _scalar_defaults(table: Table) -> dict[str, Any]:
+    """The model's own defaults (SQLAlchemy fills them in its inserts; PostgreSQL does not know them)."""
+    return {c.name: c.default.arg for c in table.columns if c.default is not None and c.default.is_scalar}
+
+
+async def append_events(conn: AsyncConnection, events: Sequence[EventRecord]) -> int:
+    """Number and insert events; call last in the transaction (it takes the counters' row locks: the
+    federation's first, then each tenant's in name order, the same order in every writer)."""
+    if not events:
+        return 0
+    last = (await conn.execute(
+        update(EventCounter).where(EventCounter.id == 1)
+        .values(last_seq=EventCounter.last_seq + len(events)).returning(EventCounter.last_seq)
+    )).scalar_one()
+    first = last - len(events) + 1
+    per_tenant = Counter(e.tenant for e in events)
+    next_of: dict[str, int] = {}
+    for tenant in sorted(per_tenant):
+        upsert = insert(TenantEventCounter).values(tenant=tenant, last_seq=per_tenant[tenant])
+        tenant_last = (await conn.execute(upsert.on_conflict_do_update(
+            index_elements=[TenantEventCounter.tenant],
+            set_={"last_seq": TenantEventCounter.last_seq + per_tenant[tenant]},
+        ).returning(TenantEventCounter.last_seq))).scalar_one()
+        next_of[tenant] = tenant_last - per_tenant[tenant] + 1
+    rows = []
+    for i, e in enumerate(events):
+        rows.append({"seq": first + i, "tenant_seq": next_of[e.tenant], "job_id": e.job_id, "tenant": e.tenant,
+                     "queue": e.queue, "type": e.type, "phase": e.phase, "message": e.message,
+                     "attempt": e.attempt, "cluster": e.cluster})
+        next_of[e.tenant] += 1
+    await insert_rows(conn, _events, rows)
+    for kind in sorted({e.type for e in events}):
+        failpoints.reached(f"events:{kind}")  # holding both counters' row locks, before the commit
+    return last
+
+
+class EventLog:
+    """Reading the log (a part of `JobStore`)."""
+
+    engine: AsyncEngine
+
+    async def seq_of_tenant_event(self, tenant: str, tenant_seq: int) -> int:
+        """The federation's number of the tenant's last event numbered `tenant_seq` or below (0: none)."""
+        query = (select(JobEvent.seq).where(JobEvent.tenant == tenant, JobEvent.tenant_seq <= tenant_seq)
+                 .order_by(JobEvent.tenant_seq.desc()).limit(1))
+        async with self.engine.connect() as conn:
+            return (await conn.execute(query)).scalar_one_or_none() or 0
+
+    async def events_after(self, after_seq: int, upto: int | None = None, limit: int = 1000) -> list[Any]:
+        query = select(JobEvent).where(JobEvent.seq > after_seq).order_by(JobEvent.seq).limit(limit)
+        if upto is not None:
+            query = query.where(JobEvent.seq <= upto)
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(query)).mappings().all())
+
+    async def phases_after(self, after_seq: int, upto: int, limit: int) -> list[Any]:
+        """Sequence number, job, type, phase and cluster of the events after `after_seq` up to `upto`, in order;
+        the message too of those that send a job back from a cluster (Rejected, Evacuated): the scheduler keeps the
+        job away from that cluster for a while, whichever replica heard the agent."""
+        message = case((JobEvent.type.in_(SENT_BACK_EVENTS), JobEvent.message), else_="").label("message")
+        query = (select(JobEvent.seq, JobEvent.job_id, JobEvent.type, JobEvent.phase, JobEvent.cluster, message)
+                 .where(JobEvent.seq > after_seq, JobEvent.seq <= upto).order_by(JobEvent.seq).limit(limit))
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(query)).mappings().all())
+
+    async def order_events(self, after_seq: int, upto: int, clusters: Sequence[str]) -> list[Any]:
+        """Events that are orders to the agents of `clusters` (see `federation.relay.orders`), in order."""
+        query = (select(JobEvent).where(JobEvent.seq > after_seq, JobEvent.seq <= upto,
+                                        JobEvent.type.in_(ORDER_EVENTS),
+                                        JobEvent.cluster.in_(clusters)).order_by(JobEvent.seq))
+        async with self.engine.connect() as conn:
+            return list((await conn.execute(query)).mappings().all())
+
+    async def last_event_seq(self) -> int:
+        async with self.engine.connect() as conn:
+            return (await conn.execute(LAST_EVENT_SEQ)).scalar_one()
