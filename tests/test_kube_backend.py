@@ -14,7 +14,8 @@ from federation.testbed.cluster import Testbed
 from federation.v1 import agent_pb2, common_pb2
 from member_agent import clusters
 from member_agent.agent import Agent
-from member_agent.kube import JOB_HASH, MANAGED_BY, KubernetesBackend, job_hash
+from member_agent.kube import KubernetesBackend
+from member_agent.pods import JOB_HASH, MANAGED_BY, job_hash
 from tests.kubehelp import (
     GPU,
     JOBS,

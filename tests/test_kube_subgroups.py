@@ -18,7 +18,7 @@ from federation.v1 import agent_pb2, common_pb2
 from federation.validation import normalise_job_spec
 from member_agent import clusters
 from member_agent.agent import Agent
-from member_agent.kube import INDEX, TASK
+from member_agent.pods import INDEX, TASK
 from tests.kubehelp import GPU, backend, next_update, pods, ready_nodes
 from tests.test_convert import LWS
 
