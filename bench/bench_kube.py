@@ -37,8 +37,9 @@ from federation.testbed.cluster import running
 from federation.v1 import agent_pb2, common_pb2
 from member_agent import clusters
 from member_agent.agent import Agent
-from member_agent.kube import JOB_HASH, KubernetesBackend, job_hash
+from member_agent.kube import KubernetesBackend
 from member_agent.kubeapi import Kube
+from member_agent.pods import JOB_HASH, job_hash
 
 GPU = "nvidia.com/gpu"
 NAMESPACE = "federation-jobs"
