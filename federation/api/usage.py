@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from federation.control.usage import written
 from federation.kernel.durations import format_duration
 from federation.kernel.resources import GPU
-from federation.scheduling.usage import Decay, decayed, hours, mean
+from federation.scheduling.usage import Decay, hours, mean
 from federation.store.usage import Key, UsageStore
 
 
@@ -18,8 +19,7 @@ class PastUsageView:
     async def read(self) -> dict[Key, dict[str, float]]:
         if self.store is None:
             return {}
-        return {key: decayed(usage, age, self.decay.half_life, {})
-                for key, (usage, age) in (await self.store.read()).items()}
+        return await written(self.store, self.decay.half_life)
 
     async def shown(self) -> dict[Key, dict[str, str]]:
         """Each tenant's and queue's history in resource-hours."""

@@ -16,6 +16,11 @@ from federation.store.usage import Key, UsageStore
 WRITE_PERIOD = 5.0
 
 
+async def written(store: UsageStore, half_life: float) -> dict[Key, dict[str, float]]:
+    """Every history as the leader last wrote it, decayed to now (by the database's clock)."""
+    return {key: decayed(usage, age, half_life, {}) for key, (usage, age) in (await store.read()).items()}
+
+
 class PastUsage:
     def __init__(self, store: UsageStore | None, decay: Decay, clock: Callable[[], float] = time.monotonic) -> None:
         self.store, self.decay, self.clock = store, decay, clock
@@ -27,8 +32,7 @@ class PastUsage:
         """The history as the last leader wrote it, decayed to now."""
         if self.store is None:
             return
-        rows = await self.store.read()
-        self.history = {key: decayed(usage, age, self.decay.half_life, {}) for key, (usage, age) in rows.items()}
+        self.history = await written(self.store, self.decay.half_life)
         self._at = self.clock()
 
     def age(self, queues: Mapping[str, Mapping[str, int]], tenants: Mapping[str, Mapping[str, int]]) -> None:

@@ -34,16 +34,18 @@ def kept(state: ClusterState, holds: Iterable[Hold], placing: str = "") -> dict[
     job being placed (`placing`) is not kept from its own nodes."""
     out: dict[str, Resources] = {}
     taken: set[str] = set()
+    # Most free first, once for every hold (what is free does not change here); GPU nodes only.
+    ordered = sorted((n for n in state.ready if state.topology.nodes[n].allocatable.get(GPU, 0) > 0),
+                     key=lambda n: (-state.free[n].get(GPU, 0), n))
     for hold in list(holds)[:MAX_HOLDS]:
         if hold.pods <= 0 or hold.gpus_per_pod <= 0:
             continue
-        nodes = sorted((n for n in state.ready if n not in taken
-                        and state.topology.nodes[n].allocatable.get(GPU, 0) >= hold.gpus_per_pod),
-                       key=lambda n: (-state.free[n].get(GPU, 0), n))
         left = hold.pods
-        for node in nodes:
+        for node in ordered:
             if left <= 0:
                 break
+            if node in taken or state.topology.nodes[node].allocatable.get(GPU, 0) < hold.gpus_per_pod:
+                continue
             pods = min(state.topology.nodes[node].allocatable.get(GPU, 0) // hold.gpus_per_pod, left)
             left -= pods
             taken.add(node)
