@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -594,12 +594,27 @@ def check_queue(v: Violations, path: str, queue: admin_pb2.Queue) -> None:
     _check_quota(v, path, queue.guarantee, queue.limit, queue.lending_limit)
     if queue.state not in admin_pb2.QueueState.values():
         v.add(f"{path}.state", f"{queue.state} is not a queue state")
+    check_admission_checks(v, f"{path}.admission_checks", queue.admission_checks)
+
+
+MAX_ADMISSION_CHECKS = 8  # Kueue allows any number; eight covers every setup we know of, and bounds each dispatch
+ADMISSION_CHECK_STATES = ("PENDING", "READY", "RETRY", "REJECTED")
+
+
+def check_admission_checks(v: Violations, path: str, names: Sequence[str]) -> None:
+    if len(names) > MAX_ADMISSION_CHECKS:
+        v.add(path, f"names {len(names)} checks; at most {MAX_ADMISSION_CHECKS}")
+    for i, name in enumerate(names):
+        check_name(v, f"{path}[{i}]", name)
+    if len(set(names)) != len(names):
+        v.add(path, "names a check twice")
 
 
 MAX_INVENTORY_RESOURCES = 64
 # What a real member cluster can have: the largest run some 100,000 GPUs on tens of thousands of nodes.
 MAX_CLUSTER_GPUS = 1_000_000  # devices (MIG slices included) of one resource
 MAX_CLUSTER_NODES = 100_000
+MAX_NODE_GROUPS = 100  # cluster-autoscaler setups with more node groups than this are not known to us
 MAX_HEALTH_SUMMARY = 8  # lines of a cluster's health summary ("3 nodes degraded (XID 79)"), each a reason long
 
 
@@ -631,6 +646,14 @@ def inventory_problem(inv: Any) -> str:
         if why := _name_problem(f"hypernodes[{i}].name", h.name) or _name_problem(f"hypernodes[{i}].parent", h.parent):
             return why
         amounts += [(f"hypernodes[{i}].free", h.free.amounts), (f"hypernodes[{i}].allocatable", h.allocatable.amounts)]
+    if len(inv.node_groups) > MAX_NODE_GROUPS:
+        return f"{len(inv.node_groups)} node groups reported, at most {MAX_NODE_GROUPS}"
+    for i, g in enumerate(inv.node_groups):
+        if why := _name_problem(f"node_groups[{i}].name", g.name):
+            return why
+        if not 0 <= g.can_add <= MAX_CLUSTER_NODES:
+            return f"node_groups[{i}].can_add {g.can_add} is out of range (0-{MAX_CLUSTER_NODES:,})"
+        amounts.append((f"node_groups[{i}].per_node", g.per_node.amounts))
     for where, values in amounts:
         if len(values) > MAX_INVENTORY_RESOURCES:
             return f"{where} lists {len(values)} resources, at most {MAX_INVENTORY_RESOURCES}"
@@ -685,6 +708,7 @@ def check_flavor(v: Violations, path: str, flavor: admin_pb2.Flavor) -> None:
     if not flavor.cluster_selector:
         v.add(f"{path}.cluster_selector", "is required: the labels of the clusters that have this flavor")
     check_labels(v, f"{path}.cluster_selector", flavor.cluster_selector)
+    check_admission_checks(v, f"{path}.admission_checks", flavor.admission_checks)
 
 
 def check_priority_class(v: Violations, path: str, pc: admin_pb2.PriorityClass) -> None:

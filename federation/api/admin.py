@@ -26,10 +26,12 @@ from federation.kernel.jobspec import MAX_REASON
 from federation.relay.connections import NODE_ORDERS_IN_FLIGHT, Connections
 from federation.security.auth import current, require_admin, require_sees
 from federation.store.admin import AdminStore
+from federation.store.jobs import JobStore
 from federation.store.models import Base, Cluster, Flavor, PriorityClass, Queue, Tenant
 from federation.store.tokens import TokenStore
 from federation.v1 import admin_pb2, admin_pb2_grpc, agent_pb2
 from federation.validation import (
+    ADMISSION_CHECK_STATES,
     MAX_PROTECTED_RUN_SECONDS,
     Violation,
     Violations,
@@ -39,6 +41,7 @@ from federation.validation import (
     check_priority_class,
     check_queue,
     check_tenant,
+    check_text,
     clean_text,
 )
 
@@ -60,9 +63,9 @@ TENANT = _Kind(Tenant, "tenant", admin_pb2.Tenant, check_tenant, convert.tenant_
                ("weight", "guarantee", "limit", "disabled", "max_run_time", "lending_limit"))
 QUEUE = _Kind(Queue, "queue", admin_pb2.Queue, check_queue, convert.queue_to_proto, convert.queue_values,
               ("weight", "priority", "guarantee", "limit", "reclaimable", "state", "flavors", "parent",
-               "max_run_time", "lending_limit"))
+               "max_run_time", "lending_limit", "admission_checks"))
 FLAVOR = _Kind(Flavor, "flavor", admin_pb2.Flavor, check_flavor, convert.flavor_to_proto, convert.flavor_values,
-               ("resource", "cluster_selector"))
+               ("resource", "cluster_selector", "admission_checks"))
 PRIORITY_CLASS = _Kind(PriorityClass, "priority_class", admin_pb2.PriorityClass, check_priority_class,
                        convert.priority_class_to_proto, convert.priority_class_values,
                        ("value", "preemptible", "global_default", "description", "protected_run_seconds"))
@@ -84,7 +87,10 @@ MAX_TOKEN_TTL = timedelta(days=3650)
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, store: AdminStore, leader: LeaderView, tokens: TokenStore,
                  forget_token: Callable[[str], None], connections: Connections | None = None,
-                 past: PastUsageView | None = None) -> None:
+                 past: PastUsageView | None = None, jobs: JobStore | None = None,
+                 on_change: Callable[[], None] = lambda: None) -> None:
+        self.jobs = jobs  # admission checks' states are set on jobs
+        self.on_change = on_change  # an admitted, retried or rejected job is an order its agent must hear of
         self.connections = connections or Connections()  # agents' streams on this replica: node orders go there
         self.past = past or PastUsageView(None, None)  # tenants' and queues' usage histories, as the leader wrote
         self.store = store
@@ -295,6 +301,23 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         row = await self.tokens.revoke(require_admin().name, request.id)
         self.forget_token(request.id)
         return convert.token_to_proto(row)
+
+    async def SetAdmissionCheck(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        require_admin()
+        v = Violations()
+        if not request.job_id:
+            v.add("job_id", "is required")
+        check_text(v, "job_id", request.job_id, 253)
+        check_name(v, "name", request.name)
+        if request.state not in ADMISSION_CHECK_STATES:
+            v.add("state", f"must be one of {', '.join(ADMISSION_CHECK_STATES)}")
+        check_text(v, "message", request.message)
+        if v:
+            raise InvalidArgument(v.items)
+        assert self.jobs is not None
+        row = await self.jobs.set_check(request.job_id, request.name, request.state, request.message)
+        self.on_change()
+        return admin_pb2.SetAdmissionCheckResponse(status=convert.job_to_proto(row).status)
 
     async def ListAuditEvents(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         require_admin()

@@ -25,6 +25,7 @@ from federation.api.convert import job_to_proto
 from federation.api.status import check_request, servicer
 from federation.control.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.errors import AlreadyExists, FailedPrecondition, FederationError, InvalidArgument, PermissionDenied
+from federation.kernel.admission import admitted
 from federation.kernel.versions import agent_refused
 from federation.relay.connections import Connection, Connections
 from federation.relay.logrelay import LogRelay
@@ -67,6 +68,8 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
         **({"node_labels": sorted(set(inv.node_labels.pairs))} if inv.HasField("node_labels") else {}),
         **({"gpu_free_nodes": list(inv.gpu_free_nodes)} if inv.gpu_free_nodes else {}),
         **({"gpu_device_memory": inv.gpu_device_memory} if inv.gpu_device_memory else {}),
+        **({"node_groups": [{"name": g.name, "per_node": dict(g.per_node.amounts), "can_add": g.can_add}
+                            for g in inv.node_groups]} if inv.node_groups else {}),
     }
 
 
@@ -155,7 +158,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         Sent straight on the stream (its own flow control paces them), not through the order queue,
         which however many there are they would overflow."""
         return [agent_pb2.ControlMessage(assign=agent_pb2.Assign(job=job_to_proto(row), attempt=row["attempt"]))
-                for row in await self.jobs.active(cluster) if reported.get(row["id"], 0) < row["attempt"]]
+                for row in await self.jobs.active(cluster)
+                if reported.get(row["id"], 0) < row["attempt"] and admitted(row)]
 
     async def _read(self, conn: Connection, request_iterator: Any) -> None:
         """Read the stream while what came before is written, then handle together what arrived meanwhile:

@@ -46,7 +46,8 @@ def queue_to_proto(row: Mapping[str, Any]) -> admin_pb2.Queue:
         guarantee=format_resources(row["guarantee"]), limit=format_resources(row["limit"]),
         reclaimable=row["reclaimable"], state=admin_pb2.QueueState.Value(row["state"]),
         create_time=_ts(row["created_at"]), flavors=row["flavors"], parent=row["parent"] or "",
-        max_run_time=row["max_run_time"] or "", lending_limit=format_resources(row["lending_limit"]))
+        max_run_time=row["max_run_time"] or "", lending_limit=format_resources(row["lending_limit"]),
+        admission_checks=row.get("admission_checks") or [])
 
 
 def queue_values(q: admin_pb2.Queue) -> dict[str, Any]:
@@ -56,16 +57,17 @@ def queue_values(q: admin_pb2.Queue) -> dict[str, Any]:
             "reclaimable": q.reclaimable if q.HasField("reclaimable") else True,
             "state": admin_pb2.QueueState.Name(q.state or admin_pb2.OPEN), "flavors": list(q.flavors),
             "parent": q.parent or None, "max_run_time": q.max_run_time or None,
-            "lending_limit": _lending(q.lending_limit)}
+            "lending_limit": _lending(q.lending_limit), "admission_checks": list(q.admission_checks)}
 
 
 def flavor_to_proto(row: Mapping[str, Any]) -> admin_pb2.Flavor:
     return admin_pb2.Flavor(name=row["name"], resource=row["resource"], cluster_selector=row["cluster_selector"],
-                            create_time=_ts(row["created_at"]))
+                            create_time=_ts(row["created_at"]), admission_checks=row.get("admission_checks") or [])
 
 
 def flavor_values(f: admin_pb2.Flavor) -> dict[str, Any]:
-    return {"name": f.name, "resource": f.resource, "cluster_selector": dict(f.cluster_selector)}
+    return {"name": f.name, "resource": f.resource, "cluster_selector": dict(f.cluster_selector),
+            "admission_checks": list(f.admission_checks)}
 
 
 def priority_class_to_proto(row: Mapping[str, Any]) -> admin_pb2.PriorityClass:
@@ -137,7 +139,8 @@ def job_to_proto(row: Mapping[str, Any], expected: tuple[datetime, str] | None =
         pods=[json_format.ParseDict(p, common_pb2.PodStatus(), ignore_unknown_fields=True)
               for p in row.get("pods") or []],
         create_time=_ts(row["created_at"]), dispatch_time=_ts(row["dispatched_at"]),
-        start_time=_ts(row["started_at"]), finish_time=_ts(row["finished_at"]), update_time=_ts(row["updated_at"]))
+        start_time=_ts(row["started_at"]), finish_time=_ts(row["finished_at"]), update_time=_ts(row["updated_at"]),
+        admission_checks=[common_pb2.AdmissionCheckState(**c) for c in row.get("admission_checks") or []])
     if row.get("requeue_at") is not None and row["phase"] in ("PENDING", "PREEMPTED"):
         status.requeue_time.FromDatetime(row["requeue_at"])
     if expected is not None:

@@ -28,6 +28,7 @@ from federation.control.leader import Fence, NotLeader
 from federation.control.loop import WakeLoop
 from federation.control.rejections import FLOOR, Rejections
 from federation.control.usage import PastUsage
+from federation.kernel.admission import PROVISIONING
 from federation.kernel.resources import GPU, add, format_resources, with_share
 from federation.scheduling import outlook
 from federation.scheduling.cycle import (
@@ -44,7 +45,16 @@ from federation.scheduling.cycle import (
     shares,
 )
 from federation.scheduling.fairshare import dominant_share
-from federation.scheduling.fit import ClusterState, ClusterView, DomainFree, JobView, TierFree, cannot_run, explain
+from federation.scheduling.fit import (
+    ClusterState,
+    ClusterView,
+    DomainFree,
+    JobView,
+    NodeGroupRoom,
+    TierFree,
+    cannot_run,
+    explain,
+)
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import Holding, after_cycle, remaining
 from federation.scheduling.moves import healthier
@@ -97,7 +107,23 @@ def cluster_view(row: Mapping[str, Any], inflight: Mapping[str, int]) -> Cluster
                        partitionable=whole.get("max_capacity", {}),
                        node_labels=frozenset(node_labels) if node_labels is not None else None,
                        gpu_free_nodes=tuple(inv["gpu_free_nodes"]) if inv.get("gpu_free_nodes") else None,
-                       gpu_memory=int(inv.get("gpu_device_memory", 0)))
+                       gpu_memory=int(inv.get("gpu_device_memory", 0)),
+                       node_groups=tuple(NodeGroupRoom(g["name"], with_share(g["per_node"]), g["can_add"])
+                                         for g in inv.get("node_groups", ())))
+
+
+def _checks(decisions: Decisions) -> dict[str, list[dict[str, str]]]:
+    """Each dispatched job's admission checks as they stand at dispatch: `provisioning` passed where its room was free,
+    pending where its cluster is to add nodes for it; every other check pending its controller."""
+    out = {}
+    for job_id, names in decisions.checks.items():
+        grow = decisions.provisioning.get(job_id)
+        out[job_id] = [
+            {"name": n, "state": "PENDING", "message": f"asks node group {grow.group} for {grow.nodes} node(s)"}
+            if n == PROVISIONING and grow else
+            {"name": n, "state": "READY", "message": "its room was free"} if n == PROVISIONING else
+            {"name": n, "state": "PENDING", "message": ""} for n in names]
+    return out
 
 
 def _whole_view(row: Mapping[str, Any]) -> ClusterView:
@@ -140,7 +166,7 @@ def _tenant_info(t: Mapping[str, Any]) -> TenantInfo:
 def _queue_info(q: Mapping[str, Any]) -> QueueInfo:
     return QueueInfo(q["name"], q["tenant"], q["weight"], q["priority"], with_share(q["guarantee"]),
                      with_share(q["limit"]), q["reclaimable"], q["state"], tuple(q["flavors"]), q["parent"] or "",
-                     with_share(q["lending_limit"]))
+                     with_share(q["lending_limit"]), tuple(q.get("admission_checks") or ()))
 
 
 class _Expiring(Generic[K, V]):
@@ -353,7 +379,7 @@ class Scheduler:
             capacity=capacity,
             refused=self._refusals(rows),
             making_room=self._making_room.live(),
-            flavors=[FlavorInfo(f["name"], f["resource"], f["cluster_selector"])
+            flavors=[FlavorInfo(f["name"], f["resource"], f["cluster_selector"], tuple(f["admission_checks"]))
                      for f in await self.admin.list(Flavor)],
             labels={c["name"]: c["labels"] for c in rows},
             burst=self.burst,
@@ -407,7 +433,7 @@ class Scheduler:
         # Preempted and Dispatched events are the orders; the replicas holding the agents relay them.
         fence = self.fence()
         await self.jobs.preempt(decisions.preempt, fence, decisions.making_room)
-        await self.jobs.dispatch(decisions.assign, fence, decisions.notes)
+        await self.jobs.dispatch(decisions.assign, fence, decisions.notes, _checks(decisions))
         moved = await self._move_off_degraded(snapshot, decisions, fence)
         if decisions.assign or decisions.preempt or moved:
             self.on_change()

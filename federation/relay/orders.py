@@ -17,6 +17,7 @@ from typing import Any
 
 from federation.api.convert import job_to_proto
 from federation.control.loop import WakeLoop
+from federation.kernel.admission import admitted
 from federation.relay.connections import Connection, Connections
 from federation.v1 import agent_pb2
 
@@ -29,11 +30,12 @@ def order_for(event: Any, job: Any | None) -> agent_pb2.ControlMessage | None:
     """The order an event means for its cluster's agent now, if it still means one.
 
     An assignment the job has since moved past (bound, rejected, preempted, cancelled) is not
-    sent: the agent already knows it, or must not act on it.
+    sent: the agent already knows it, or must not act on it. Nor is one whose admission checks have not all
+    passed: its Admitted event, once they have, is the order.
     """
-    if event["type"] == "Dispatched":
+    if event["type"] in ("Dispatched", "Admitted"):
         if (job is None or job["phase"] != "DISPATCHED" or job["attempt"] != event["attempt"]
-                or job["cluster"] != event["cluster"]):
+                or job["cluster"] != event["cluster"] or not admitted(job)):
             return None
         return agent_pb2.ControlMessage(assign=agent_pb2.Assign(job=job_to_proto(job), attempt=job["attempt"]))
     if event["type"] == "Preempted":
@@ -63,7 +65,7 @@ class OrderRelay:
         if lowest >= upto:
             return
         events = await self._load(lowest, upto, sorted({c.cluster for c in conns}))
-        dispatched = [e["job_id"] for e in events if e["type"] == "Dispatched"]
+        dispatched = [e["job_id"] for e in events if e["type"] in ("Dispatched", "Admitted")]
         jobs = await self._jobs(dispatched) if dispatched else {}
         by_cluster = {c.cluster: c for c in conns}
         full: set[Connection] = set()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 
+from federation.kernel.admission import PROVISIONING
 from federation.kernel.resources import FLAVOR, Resources, base, format_resources
 from federation.scheduling.backlog import Backlog, Demand, Lists, Walked
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
@@ -43,6 +44,7 @@ from federation.scheduling.model import (
     queue_chains,
 )
 from federation.scheduling.preemption import Preemption
+from federation.scheduling.provisioning import Promised, provisionable
 from federation.scheduling.queues import QueueManager, Verdict
 from federation.scheduling.reservations import Reservations
 
@@ -137,6 +139,11 @@ class _Cycle(Preemption, Reservations):
         self._compiled = None
         self.holders: dict[str, list[tuple[str, str]]] = {}  # cluster -> (job, its tenant) whose room is held there
         self.flavors = Flavors(snap.flavors, {**snap.labels, **{c.name: c.labels for c in snap.clusters}})
+        self.flavor_checks = {f.name: f.admission_checks for f in snap.flavors if f.admission_checks}
+        # Whether any cluster reports node groups its autoscaler can grow (`provisioning`), and the nodes this
+        # cycle promised of them.
+        self.growable = any(c.node_groups for c in snap.clusters)
+        self.promised = Promised()
         self.holds: dict[str, Resources] = {}  # running job -> what it counts against (flavors included)
         self._wanted: dict[str, Resources] = {}  # waiting job -> what it counts as demand for
         self.capacity: dict[str, float] = {}  # what tenants share (flavors included), once shares are known
@@ -498,8 +505,22 @@ class _Cycle(Preemption, Reservations):
                 self._cannot_run_anywhere[shape] = cannot_run(job.view, self.snap.clusters)
             own = over_own_limit(job.view, [self.queues[name] for name in self.chain[queue]],
                                  self.tenants[self.queues[queue].tenant]) if self.limited(queue) else None
-            self._cannot_run[key] = self._cannot_run_anywhere[shape] or own
+            anywhere = self._cannot_run_anywhere[shape]
+            if anywhere and self.provisions(queue) and provisionable(job.view, self.snap.clusters, {}, {}):
+                anywhere = None  # not on the clusters as they are, but on nodes one of them can add
+            self._cannot_run[key] = anywhere or own
         return self._cannot_run[key]
+
+    def provisions(self, queue: str) -> bool:
+        """Whether the queue's gangs may be sent to capacity a cluster's autoscaler can add."""
+        return self.growable and PROVISIONING in self.queues[queue].admission_checks
+
+    def checks(self, queue: str, cluster: str) -> tuple[str, ...]:
+        """The admission checks a job of the queue passes in the cluster: its queue's, then its flavors' there."""
+        names = list(self.queues[queue].admission_checks)
+        for flavor in sorted(set(self.flavors.of.get(cluster, {}).values())) if self.flavor_checks else ():
+            names += [c for c in self.flavor_checks.get(flavor, ()) if c not in names]
+        return tuple(names)
 
     def verdict(self, job: PendingJob, queue: str) -> Verdict:
         """Whether the job certainly waits as things stand now, and why: it cannot run at all, a limit holds it,
@@ -510,7 +531,7 @@ class _Cycle(Preemption, Reservations):
         held = self.limit(job, queue) if not impossible and self.limited(queue) else None
         if held is not None and held[0] == "federation" and queue not in self.heads_reserving:
             return None, False, None  # its queue's head may still reclaim for it (`reclaim_kept`)
-        nowhere = self.clusters.nowhere if self.clusters else {}
+        nowhere = self.clusters.nowhere if self.clusters and not self.provisions(queue) else {}
         shape = job.view.shape
         why = impossible or (held and held[2]) or (shape in nowhere and (self.behind(job) or nowhere[shape])) or (
             not self.clusters and NO_READY_CLUSTER)
@@ -545,6 +566,29 @@ class _Cycle(Preemption, Reservations):
             i += 1
         return i
 
+    def _admit(self, job: PendingJob, queue: str, cluster: str) -> None:
+        """Count a job sent to `cluster` against its queue and tenant, with the admission checks it passes there."""
+        if checks := self.checks(queue, cluster):
+            self.out.checks[job.id] = checks
+        self.use(queue, self.flavors.held(cluster, job.view.request) if self.flavors else job.view.request)
+
+    def _provision(self, job: PendingJob, queue: str) -> bool:
+        """Send a gang that fits no cluster as it is to new nodes a cluster's autoscaler can add, when one can."""
+        allowed = None
+        if self.flavors and self.queues[queue].flavors:
+            wanted = set(self.queues[queue].flavors)
+            allowed = [c for c, of in self.flavors.of.items() if wanted & set(of.values())]
+        found = provisionable(job.view, self.snap.clusters, self.snap.refused.get(job.id, {}), self.promised.nodes,
+                              allowed)
+        if found is None:
+            return False
+        self.promised.take(found)
+        self.out.assign[job.id] = found.cluster
+        self.out.provisioning[job.id] = found
+        self.out.notes[job.id] = found.said
+        self._admit(job, queue, found.cluster)
+        return True
+
     def consider(self, job: PendingJob, queue: str) -> None:
         why = self.cannot_run(job, queue)
         if why:
@@ -563,8 +607,10 @@ class _Cycle(Preemption, Reservations):
             self.out.assign[job.id] = cluster
             if note := self.clusters.passed_over(job.view, cluster):
                 self.out.notes[job.id] = note
+            self._admit(job, queue, cluster)
             self.clusters.reserve(job.view, cluster)
-            self.use(queue, self.flavors.held(cluster, job.view.request) if self.flavors else job.view.request)
+            return
+        if self.provisions(queue) and self._provision(job, queue):
             return
         if not self.clusters:
             self.out.waiting[job.id] = NO_READY_CLUSTER

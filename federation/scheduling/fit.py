@@ -28,6 +28,15 @@ class DomainFree:
     free: Resources
 
 
+@dataclass(frozen=True, slots=True)
+class NodeGroupRoom:
+    """A node group its cluster's autoscaler can grow (`scheduling.provisioning`)."""
+
+    name: str
+    per_node: Resources  # what one new node offers
+    can_add: int  # how many more nodes the group can add
+
+
 @dataclass(frozen=True)
 class ClusterView:
     name: str
@@ -51,6 +60,7 @@ class ClusterView:
     # MiB of the largest GPU device of its nodes, as its agent reports it (0: unknown): a gpu-memory ask takes at
     # least that share of a device there
     gpu_memory: int = 0
+    node_groups: tuple[NodeGroupRoom, ...] = ()  # what its autoscaler can add, as its agent reports it
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ class FlavorInfo:
     name: str
     resource: str
     cluster_selector: Mapping[str, str] = field(default_factory=dict)
+    admission_checks: tuple[str, ...] = ()  # what every job sent to a cluster of this flavor passes first
 
     @property
     def resources(self) -> tuple[str, ...]:

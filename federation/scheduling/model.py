@@ -10,6 +10,7 @@ from federation.scheduling.fairshare import Tree
 from federation.scheduling.fit import ClusterView, JobView
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import remaining
+from federation.scheduling.provisioning import Provision
 from federation.scheduling.queues import Impossible
 
 RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # a victim's work lost is counted in these
@@ -46,6 +47,9 @@ class QueueInfo:
     parent: str = ""  # a queue of the same tenant whose share this one takes part of ("" = the tenant's)
     # The most of its unused guarantee its sibling queues may use (Kueue's lendingLimit); absent: all of it.
     lending_limit: Mapping[str, int] = field(default_factory=dict)
+    # Admission checks its jobs pass before their cluster runs them (`provisioning` lets them be sent to capacity a
+    # cluster's autoscaler can add).
+    admission_checks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +157,9 @@ class Decisions:
     cut_short: bool = False  # the burst ran out before every queue was served: run another cycle soon
     # the compiled victim search failed in this cycle and the Python search decided instead: what it raised
     compiled_failure: str = ""
+    checks: dict[str, tuple[str, ...]] = field(default_factory=dict)  # dispatched job -> its admission checks there
+    # dispatched job -> the new nodes its cluster is to provision for it (it fitted no cluster as it was)
+    provisioning: dict[str, Provision] = field(default_factory=dict)
 
 
 def queue_chains(queues: Sequence[QueueInfo]) -> dict[str, list[str]]:

@@ -230,7 +230,7 @@ class FederationServer:
         register(jobs_pb2_grpc.add_JobServiceServicer_to_server, job_servicer, self.server)
         register(admin_pb2_grpc.add_AdminServiceServicer_to_server,
                  AdminServicer(admin, self.leader_view, self.tokens, self.authenticator.forget, self.connections,
-                               past), self.server)
+                               past, jobs, self._changed), self.server)
         agents = functools.partial(AgentServicer, admin, jobs, self.connections, self._changed, self.logs,
                                    heartbeat_timeout=self.heartbeat_timeout, lost_grace=self.lost_grace)
         # Agents on the user port only in --insecure-dev; otherwise only on the mTLS listener, where

@@ -38,7 +38,7 @@ LAST_EVENT_SEQ = select(EventCounter.last_seq).where(EventCounter.id == 1)
 
 
 # Events that are orders to an agent (federation.relay.orders relays them).
-ORDER_EVENTS = ("Dispatched", "Preempted", "Cancelled", "Requeued", "Lost")
+ORDER_EVENTS = ("Dispatched", "Admitted", "Preempted", "Cancelled", "Requeued", "Lost", "CheckRetry", "CheckRejected")
 
 
 _events = JobEvent.__table__

@@ -22,6 +22,7 @@ from federation.kernel.jobspec import (
     EXPECTED_DURATION,
     MAX_RUN_TIME,
 )
+from federation.store.checks import AdmissionChecks
 from federation.store.events import EventLog
 from federation.store.models import (
     Job,
@@ -49,7 +50,7 @@ def _with_position() -> Any:
     return select(Job, case((Job.phase.in_(WAITING_PHASES), position), else_=0).label("queue_position"))
 
 
-class JobStore(Submission, EventLog, Transitions):
+class JobStore(Submission, EventLog, Transitions, AdmissionChecks):
     def __init__(self, engine: AsyncEngine, requeueing: Requeueing | None = None) -> None:
         self.engine = engine
         self.requeueing = requeueing or Requeueing()

@@ -70,6 +70,8 @@ class Queue(Base):
     # Volcano's hierarchical queues: a parent queue of the same tenant, whose deserved share this one shares.
     parent: Mapped[str | None] = mapped_column(NAME, ForeignKey("queues.name", ondelete="RESTRICT"), index=True)
     max_run_time: Mapped[str | None] = mapped_column(String(32))  # a duration: its jobs' default maximum run time
+    # Checks its jobs pass before their cluster runs them (names; `provisioning` is the agents' own).
+    admission_checks: Mapped[list[Any]] = mapped_column(nullable=False, default=list, server_default="[]")
     created_at: Mapped[datetime] = _created()
 
 
@@ -93,6 +95,7 @@ class Flavor(Base):
     name: Mapped[str] = mapped_column(NAME, primary_key=True)
     resource: Mapped[str] = mapped_column(String(253), nullable=False)
     cluster_selector: Mapped[dict[str, Any]] = mapped_column(nullable=False, default=dict)
+    admission_checks: Mapped[list[Any]] = mapped_column(nullable=False, default=list, server_default="[]")
     created_at: Mapped[datetime] = _created()
 
 
@@ -184,6 +187,9 @@ class Job(Base):
     # Why its agent wants the running gang off degraded hardware it has no healthy room to replace ('' when it does
     # not): the scheduler moves it when another cluster has healthy room, never to hardware no better.
     move_wanted: Mapped[str] = mapped_column(Text, nullable=False, default="", server_default="")
+    # The current attempt's admission checks, as [{name, state, message}]: written at dispatch, its cluster told to
+    # run it once all but `provisioning` are READY (`federation.relay.orders`).
+    admission_checks: Mapped[list[Any]] = mapped_column(nullable=False, default=list, server_default="[]")
     spec: Mapped[dict[str, Any]] = mapped_column(nullable=False)  # JobSpec as protobuf JSON
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()

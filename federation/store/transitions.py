@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from federation.control.leader import Fence
 from federation.errors import FailedPrecondition, NotFound
 from federation.kernel import gangs
+from federation.kernel.admission import PROVISIONING, waiting_for
 from federation.kernel.jobspec import (
     DEFAULT_MAX_RETRY,
     ON_CLUSTER_LOST,
@@ -115,6 +116,22 @@ def _not_ready(row: Any, cluster: str, why: str, requeueing: Requeueing) -> dict
                      "reason": f"{said}; requeued (requeue {count}), back in its queue after {wait:g} s"}
 
 
+def _then(checks: Sequence[Mapping[str, Any]]) -> str:
+    """What a job dispatched with these admission checks does next, for its reason."""
+    waiting = waiting_for(checks)
+    if waiting:
+        return f"; waiting for admission check(s) {', '.join(waiting)} before its cluster is told to run it"
+    return "; its agent is placing the gang"
+
+
+def _provisioning_said(checks: Sequence[Mapping[str, Any]], kind: int, reason: str) -> list[dict[str, Any]]:
+    """The job's admission checks after what its agent said of the nodes it asked for: still asking (PREPARING),
+    placed on them (BOUND: passed), or given up (REJECTED: to retry elsewhere)."""
+    state = {agent_pb2.BOUND: "READY", agent_pb2.REJECTED: "RETRY"}.get(kind)
+    return [{**c, "state": state or c["state"], "message": reason or c["message"]}
+            if c["name"] == PROVISIONING and c["state"] == "PENDING" else dict(c) for c in checks]
+
+
 def history_rows() -> Any:
     """Jobs of the history, as `_with_position` gives live ones (an ended job has no place in a queue)."""
     return select(finished_jobs, literal(0).label("queue_position"))
@@ -162,9 +179,11 @@ class Transitions:
                                            Job.tier, ")")))
 
     async def dispatch(self, decisions: dict[str, str], fence: Fence | None = None,
-                       notes: Mapping[str, str] | None = None) -> list[Any]:
+                       notes: Mapping[str, str] | None = None,
+                       checks: Mapping[str, list[dict[str, str]]] | None = None) -> list[Any]:
         """Move still-waiting jobs to their chosen cluster with a new attempt; returns the moved rows. `notes`:
-        what to say of a job's choice besides (its reason and its Dispatched event carry it).
+        what to say of a job's choice besides (its reason and its Dispatched event carry it). `checks`: the
+        admission checks of each job's new attempt, as they stand (none: it has none).
 
         One statement for the whole batch: a first cycle may dispatch tens of thousands of jobs.
         """
@@ -176,14 +195,16 @@ class Transitions:
                 await fence.check(conn)
             moved = (await conn.execute(text(
                 "UPDATE jobs SET phase = 'DISPATCHED', cluster = v.cluster, attempt = jobs.attempt + 1, "
-                "reason = 'dispatched to cluster ' || v.cluster || v.note || '; its agent is placing the gang', "
-                "dispatched_at = now(), updated_at = now() "
-                "FROM unnest(CAST(:ids AS text[]), CAST(:clusters AS text[]), CAST(:notes AS text[])) "
-                "AS v(id, cluster, note) "
+                "reason = 'dispatched to cluster ' || v.cluster || v.note || v.then, "
+                "dispatched_at = now(), updated_at = now(), admission_checks = CAST(v.checks AS jsonb) "
+                "FROM unnest(CAST(:ids AS text[]), CAST(:clusters AS text[]), CAST(:notes AS text[]), "
+                "CAST(:checks AS text[]), CAST(:thens AS text[])) AS v(id, cluster, note, checks, then) "
                 "WHERE jobs.id = v.id AND jobs.phase IN ('PENDING', 'PREEMPTED') "
                 "RETURNING jobs.id, jobs.tenant, jobs.queue, jobs.attempt, jobs.cluster, jobs.reason"),
                 {"ids": ids, "clusters": [decisions[i] for i in ids],
-                 "notes": [f" ({notes[i]})" if notes and i in notes else "" for i in ids]})).mappings().all()
+                 "notes": [f" ({notes[i]})" if notes and i in notes else "" for i in ids],
+                 "checks": [json.dumps(checks.get(i, []) if checks else []) for i in ids],
+                 "thens": [_then(checks.get(i, []) if checks else []) for i in ids]})).mappings().all()
             await append_events(conn, [EventRecord(r["id"], r["tenant"], r["queue"], "Dispatched", "DISPATCHED",
                                                    r["reason"], r["attempt"], r["cluster"]) for r in moved])
         return list(moved)
@@ -403,6 +424,8 @@ class Transitions:
             return Applied()
         if not values:
             return Applied()  # a repeat of something already applied
+        if kind in (agent_pb2.PREPARING, agent_pb2.BOUND, agent_pb2.REJECTED) and row["admission_checks"]:
+            values["admission_checks"] = _provisioning_said(row["admission_checks"], kind, u.reason)
         # `values` may name updated_at itself (a loss's, from _lost): one keyword, not two.
         await conn.execute(update(Job).where(Job.id == row["id"]).values({"updated_at": func.now(), **values}))
         await append_events(conn, [EventRecord(row["id"], row["tenant"], row["queue"], event, values["phase"],

@@ -1,5 +1,6 @@
 import datetime
 
+from federation.v1 import common_pb2 as _common_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import empty_pb2 as _empty_pb2
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
@@ -84,7 +85,7 @@ class Tenant(_message.Message):
     def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., disabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_run_time: _Optional[str] = ..., lending_limit: _Optional[_Mapping[str, str]] = ..., past_usage: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "tenant", "weight", "priority", "guarantee", "limit", "reclaimable", "state", "create_time", "flavors", "parent", "max_run_time", "lending_limit", "past_usage")
+    __slots__ = ("name", "tenant", "weight", "priority", "guarantee", "limit", "reclaimable", "state", "create_time", "flavors", "parent", "max_run_time", "lending_limit", "past_usage", "admission_checks")
     class GuaranteeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +128,7 @@ class Queue(_message.Message):
     MAX_RUN_TIME_FIELD_NUMBER: _ClassVar[int]
     LENDING_LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAST_USAGE_FIELD_NUMBER: _ClassVar[int]
+    ADMISSION_CHECKS_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     weight: int
@@ -141,10 +143,11 @@ class Queue(_message.Message):
     max_run_time: str
     lending_limit: _containers.ScalarMap[str, str]
     past_usage: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[int] = ..., priority: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flavors: _Optional[_Iterable[str]] = ..., parent: _Optional[str] = ..., max_run_time: _Optional[str] = ..., lending_limit: _Optional[_Mapping[str, str]] = ..., past_usage: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    admission_checks: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[int] = ..., priority: _Optional[int] = ..., guarantee: _Optional[_Mapping[str, str]] = ..., limit: _Optional[_Mapping[str, str]] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flavors: _Optional[_Iterable[str]] = ..., parent: _Optional[str] = ..., max_run_time: _Optional[str] = ..., lending_limit: _Optional[_Mapping[str, str]] = ..., past_usage: _Optional[_Mapping[str, str]] = ..., admission_checks: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Flavor(_message.Message):
-    __slots__ = ("name", "resource", "cluster_selector", "create_time")
+    __slots__ = ("name", "resource", "cluster_selector", "create_time", "admission_checks")
     class ClusterSelectorEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -156,11 +159,13 @@ class Flavor(_message.Message):
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_SELECTOR_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ADMISSION_CHECKS_FIELD_NUMBER: _ClassVar[int]
     name: str
     resource: str
     cluster_selector: _containers.ScalarMap[str, str]
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., resource: _Optional[str] = ..., cluster_selector: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    admission_checks: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., resource: _Optional[str] = ..., cluster_selector: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., admission_checks: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PriorityClass(_message.Message):
     __slots__ = ("name", "value", "preemptible", "global_default", "description", "create_time", "protected_run_seconds")
@@ -513,6 +518,24 @@ class DeleteFlavorRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class SetAdmissionCheckRequest(_message.Message):
+    __slots__ = ("job_id", "name", "state", "message")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    state: str
+    message: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class SetAdmissionCheckResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.JobStatus
+    def __init__(self, status: _Optional[_Union[_common_pb2.JobStatus, _Mapping]] = ...) -> None: ...
 
 class ListClustersRequest(_message.Message):
     __slots__ = ()

@@ -186,6 +186,11 @@ class AdminServiceStub:
                 request_serializer=federation_dot_v1_dot_admin__pb2.ListAuditEventsRequest.SerializeToString,
                 response_deserializer=federation_dot_v1_dot_admin__pb2.ListAuditEventsResponse.FromString,
                 _registered_method=True)
+        self.SetAdmissionCheck = channel.unary_unary(
+                '/federation.v1.AdminService/SetAdmissionCheck',
+                request_serializer=federation_dot_v1_dot_admin__pb2.SetAdmissionCheckRequest.SerializeToString,
+                response_deserializer=federation_dot_v1_dot_admin__pb2.SetAdmissionCheckResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -376,6 +381,13 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetAdmissionCheck(self, request, context):
+        """An external admission check's controller says how a job's check stands (Kueue's AdmissionCheckState).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -528,6 +540,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListAuditEvents,
                     request_deserializer=federation_dot_v1_dot_admin__pb2.ListAuditEventsRequest.FromString,
                     response_serializer=federation_dot_v1_dot_admin__pb2.ListAuditEventsResponse.SerializeToString,
+            ),
+            'SetAdmissionCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetAdmissionCheck,
+                    request_deserializer=federation_dot_v1_dot_admin__pb2.SetAdmissionCheckRequest.FromString,
+                    response_serializer=federation_dot_v1_dot_admin__pb2.SetAdmissionCheckResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1341,6 +1358,33 @@ class AdminService:
             '/federation.v1.AdminService/ListAuditEvents',
             federation_dot_v1_dot_admin__pb2.ListAuditEventsRequest.SerializeToString,
             federation_dot_v1_dot_admin__pb2.ListAuditEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetAdmissionCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/federation.v1.AdminService/SetAdmissionCheck',
+            federation_dot_v1_dot_admin__pb2.SetAdmissionCheckRequest.SerializeToString,
+            federation_dot_v1_dot_admin__pb2.SetAdmissionCheckResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -211,7 +211,7 @@ class PodStatus(_message.Message):
     def __init__(self, task: _Optional[str] = ..., index: _Optional[int] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., node: _Optional[str] = ..., phase: _Optional[str] = ..., restarts: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("phase", "reason", "queue_position", "cluster", "hypernode", "tier", "attempt", "placements", "retries", "create_time", "dispatch_time", "start_time", "finish_time", "update_time", "expected_start_time", "expected_cluster", "pods", "requeues", "requeue_time")
+    __slots__ = ("phase", "reason", "queue_position", "cluster", "hypernode", "tier", "attempt", "placements", "retries", "create_time", "dispatch_time", "start_time", "finish_time", "update_time", "expected_start_time", "expected_cluster", "pods", "requeues", "requeue_time", "admission_checks")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +231,7 @@ class JobStatus(_message.Message):
     PODS_FIELD_NUMBER: _ClassVar[int]
     REQUEUES_FIELD_NUMBER: _ClassVar[int]
     REQUEUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ADMISSION_CHECKS_FIELD_NUMBER: _ClassVar[int]
     phase: JobPhase
     reason: str
     queue_position: int
@@ -250,7 +251,18 @@ class JobStatus(_message.Message):
     pods: _containers.RepeatedCompositeFieldContainer[PodStatus]
     requeues: int
     requeue_time: _timestamp_pb2.Timestamp
-    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., cluster: _Optional[str] = ..., hypernode: _Optional[str] = ..., tier: _Optional[int] = ..., attempt: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[PodPlacement, _Mapping]]] = ..., retries: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_cluster: _Optional[str] = ..., pods: _Optional[_Iterable[_Union[PodStatus, _Mapping]]] = ..., requeues: _Optional[int] = ..., requeue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    admission_checks: _containers.RepeatedCompositeFieldContainer[AdmissionCheckState]
+    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., reason: _Optional[str] = ..., queue_position: _Optional[int] = ..., cluster: _Optional[str] = ..., hypernode: _Optional[str] = ..., tier: _Optional[int] = ..., attempt: _Optional[int] = ..., placements: _Optional[_Iterable[_Union[PodPlacement, _Mapping]]] = ..., retries: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expected_cluster: _Optional[str] = ..., pods: _Optional[_Iterable[_Union[PodStatus, _Mapping]]] = ..., requeues: _Optional[int] = ..., requeue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., admission_checks: _Optional[_Iterable[_Union[AdmissionCheckState, _Mapping]]] = ...) -> None: ...
+
+class AdmissionCheckState(_message.Message):
+    __slots__ = ("name", "state", "message")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    state: str
+    message: str
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "tenant", "spec", "status", "priority")

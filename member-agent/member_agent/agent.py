@@ -37,6 +37,7 @@ from federation.kernel.versions import RELEASE
 from federation.v1 import agent_pb2, common_pb2
 from member_agent import mig
 from member_agent.drain import drain_timing
+from member_agent.errors import BindError
 from member_agent.faults import Fault
 from member_agent.gang import gang_request, narrowed_requests, task_request
 from member_agent.holds import Hold, holds_from, kept
@@ -50,8 +51,10 @@ from member_agent.metrics import (
     PODS_BOUND,
     TRANSIENT_RETRIES,
 )
+from member_agent.nodeasks import NodeAsks
 from member_agent.nodehealth import DEFAULT_FAILURE_RATE, DEGRADED, FAILED, NodeHealth, summary
 from member_agent.placement import GangRequest, Placement, PodPlacement, Rejection, place
+from member_agent.provisioning import Ask, NodeGroup
 from member_agent.state import ClusterState
 from member_agent.topology import ROOT
 
@@ -69,18 +72,8 @@ MAX_IN_FLIGHT = 32  # orders carried out at once (each gang's binds are themselv
 # at registration: the server's default --lost-grace (federation.control.scheduler.LOST_GRACE; a test keeps them equal).
 DEFAULT_FENCE = 300.0
 MIG_WAIT = 600.0  # seconds a gang waits for repartitioned nodes to report their new MIG layout
+PROVISION_TIMEOUT = 900.0  # seconds a gang waits for the nodes it asked the autoscaler for (Kueue's default is 15 min)
 ENDED_POD_RETENTION = 86_400.0  # seconds an ended job's ended pods are kept, by default
-
-
-class BindError(Exception):
-    """The backend could not bind every pod; it has removed whatever it created. The message names the step
-    that failed and what the cluster said. `permanent`: the cluster refused for good (forbidden, invalid, not
-    found, denied by an admission webhook or a quota), so trying again cannot help; else it may pass (429,
-    5xx, a timeout) and is tried again."""
-
-    def __init__(self, message: str, permanent: bool = False) -> None:
-        super().__init__(message)
-        self.permanent = permanent
 
 
 @dataclass(frozen=True)
@@ -121,6 +114,7 @@ class AgentJob:
     waiting: dict[tuple[str, int], tuple[Event, asyncio.TimerHandle | None]] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)  # when it last started (its checkpoints count from it)
     accepted: frozenset[str] = frozenset()  # degraded nodes it was placed on knowingly (nothing healthy fitted)
+    consumes: str = ""  # the ProvisioningRequest whose nodes it was placed on, said on its pods
     moved: str = ""  # drawn at each move off degraded hardware: its new pods' names differ from those still going
     overrun: asyncio.TimerHandle | None = None  # its maximum run time running out
     # Pods seen running (or done) since it was bound, while its ready timeout runs (`unready`): once its gang's
@@ -218,6 +212,17 @@ class Backend(Protocol):
     async def cordon(self, nodes: Sequence[str], cordon: bool) -> None:
         """Mark these nodes unschedulable (or schedulable again), as `kubectl cordon` does."""
 
+    async def provision(self, ask: Ask, tasks: Sequence[tuple[str, int, Mapping[str, str]]],
+                        labels: Mapping[str, str]) -> None:
+        """Ask the cluster's autoscaler for these nodes, for these pods (task, how many, one's requests), on nodes
+        with these labels; BindError if it cannot be asked."""
+
+    async def provisioned(self, name: str) -> tuple[str, str]:
+        """How an ask stands: ("Provisioned" | "Failed" | "", what the autoscaler said)."""
+
+    async def unprovision(self, name: str, tasks: Sequence[str]) -> None:
+        """Withdraw an ask (its request and templates)."""
+
     def narrowing(self, requests: Sequence[DeviceRequest]
                   ) -> Callable[[], tuple[dict[str, Resources], list[str]]] | None:
         """Where DRA requests have selectors of their own: a function, to call off the loop, counting per node the
@@ -226,7 +231,7 @@ class Backend(Protocol):
 
 
 @dataclass
-class Agent:
+class Agent(NodeAsks):
     cluster: str
     labels: dict[str, str]
     backend: Backend
@@ -264,6 +269,9 @@ class Agent:
     _rounds: dict[int, list[agent_pb2.Attempt]] = field(default_factory=dict)  # reconcile round -> what it reported
     _preparing: dict[str, Preparing] = field(default_factory=dict)  # job -> the repartitioning it waits for
     mig_wait: float = MIG_WAIT
+    node_groups: list[NodeGroup] = field(default_factory=list)  # what the cluster's autoscaler can grow
+    provision_timeout: float = PROVISION_TIMEOUT
+    _asks: dict[str, Ask] = field(default_factory=dict)  # job -> the nodes it waits for
     # What the gangs' pods hold, summed, kept as gangs come and go and their pods change (`_count_held`): every
     # inventory reports it, and a burst of bindings sends an inventory per gang (summing thousands of gangs each).
     _held_total: dict[str, int] = field(default_factory=dict)
@@ -480,7 +488,7 @@ class Agent:
         self._queue_inventory()
         if any(_short(job) for job in self.jobs.values()):
             self._spawn(self._grow())
-        for job_id in self._preparing:  # repartitioned nodes may have reported their slices
+        for job_id in [*self._preparing, *self._asks]:  # repartitioned or new nodes may be there
             self._serially(job_id, self.reconcile_job(job_id))
 
     async def _grow(self) -> None:
@@ -558,7 +566,7 @@ class Agent:
             allocatable=agent_pb2.ResourceAmounts(amounts=allocatable),
             used=agent_pb2.ResourceAmounts(amounts=used), healthy=bool(self.state.ready),
             nodes=len(self.state.free), ready_nodes=len(self.state.ready), topology=topology, hypernodes=hypernodes,
-            partitionable=_tier_messages(mig.partitionable(self.state))))
+            partitionable=_tier_messages(mig.partitionable(self.state)), node_groups=self.node_group_messages()))
 
     def drain_outbox(self) -> None:
         """A new connection starts from full state, so nothing queued for the old one matters."""
@@ -643,6 +651,9 @@ class Agent:
         prep = self._preparing.get(job_id)
         if prep is not None and (want is None or want.attempt != prep.attempt):
             self._stop_preparing(job_id)
+        ask = self._asks.get(job_id)
+        if ask is not None and (want is None or want.attempt != ask.attempt):
+            await self.drop_ask(job_id)
         if held is not None and (want is None or want.attempt != held.attempt):
             deleted += len(held.pods) if held.attempt in stale else 0
             released = held.attempt
@@ -709,18 +720,23 @@ class Agent:
             placement = Rejection(f"{placement.reason}; the nodes it would fit are kept for a gang the federation "
                                   "holds room for here")
         if isinstance(placement, Rejection):
-            why = await self._repartition(job, attempt, placement.reason, request)
-            if why is None:  # waits here for its slices
+            if self.wants_nodes(job):
+                why = await self.ask_for_nodes(job, attempt, placement.reason, _task_requests(job.spec))
+            else:
+                why = await self._repartition(job, attempt, placement.reason, request)
+            if why is None:  # waits here for its slices or its nodes
                 return
             PLACEMENTS.labels("rejected").inc()
             self.desired.pop(job.id, None)  # the server takes it back
             self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED, reason=why))
             return
         prep = self._stop_preparing(job.id)
+        ask = self._asks.get(job.id)
         requests = _task_requests(job.spec)
         # Restarts count over the job's whole life (the server's count so far), not per attempt.
         bound = AgentJob(job, attempt, list(placement.pods), requests, placement.hypernode, placement.tier,
-                         retries=job.status.retries, accepted=self._knowingly(placement))
+                         retries=job.status.retries, accepted=self._knowingly(placement),
+                         consumes=ask.name if ask is not None else "")
         for pod in bound.pods:
             self.state.allocate(pod.node, requests[pod.task], 1, pod.devices, pod.share, gang_size(job.spec))
         self._binding[job.id] = early = []
@@ -749,10 +765,13 @@ class Agent:
         self._limit_run(bound)
         self._await_ready(bound)
         self._queue_inventory(coalesce=True)  # before the update, so the server never sees the job without its usage
+        said = f"placed after NVIDIA's MIG manager repartitioned {prep.said}" if prep else \
+            f"placed once the autoscaler provisioned {ask.said}" if ask else ""
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=placement.hypernode,
-            tier=placement.tier, placements=_placements(bound.pods),
-            reason=f"placed after NVIDIA's MIG manager repartitioned {prep.said}" if prep else ""))
+            tier=placement.tier, placements=_placements(bound.pods), reason=said))
+        if ask is not None:  # its pods hold the nodes now: the request has done its part
+            self._spawn(self.drop_ask(job.id))
         self._watch_pending(bound, bound.pods)
         for phase in early:  # what the pods did while the gang was being bound
             self.pod_phase(job.id, attempt, *phase)
@@ -857,6 +876,9 @@ class Agent:
         prep = self._preparing.get(job_id)
         if prep is not None and prep.attempt == attempt:
             self._stop_preparing(job_id)
+        ask = self._asks.get(job_id)
+        if ask is not None and ask.attempt == attempt:
+            await self.drop_ask(job_id)
         current = self.jobs.get(job_id)
         if current is None or current.attempt != attempt:
             return

@@ -42,6 +42,7 @@ from member_agent.informer import Informer, key
 from member_agent.kube_binding import Binding
 from member_agent.kube_nodes import HYPERNODES, NodeView
 from member_agent.kube_pods import PodView
+from member_agent.kube_provisioning import Provisioning
 from member_agent.kubeapi import Kube, KubeError
 from member_agent.nodehealth import HealthRules, NodeHealth
 from member_agent.pods import (
@@ -72,14 +73,17 @@ ACCESS = (("list", "", "nodes", False), ("watch", "", "nodes", False), ("patch",
           *((verb, "resource.k8s.io", r, False) for r in ("resourceslices", "deviceclasses", "resourceclaims")
             for verb in ("list", "watch")),
           ("create", "resource.k8s.io", "resourceclaims", True), ("delete", "resource.k8s.io", "resourceclaims", True),
-          ("patch", "resource.k8s.io", "resourceclaims/status", True))
+          ("patch", "resource.k8s.io", "resourceclaims/status", True),
+          # nodes on demand (`provisioning`): a gang's PodTemplates and ProvisioningRequest
+          ("create", "", "podtemplates", True), ("delete", "", "podtemplates", True),
+          *((verb, "autoscaling.x-k8s.io", "provisioningrequests", True) for verb in ("create", "get", "delete")))
 
 
 class StartError(Exception):
     """The agent cannot work with this cluster as it is; the message says what to fix."""
 
 
-class KubernetesBackend(NodeView, PodView, Binding):
+class KubernetesBackend(NodeView, PodView, Binding, Provisioning):
     def __init__(self, kube: Kube, cluster: str, namespace: str, scheduler: str,
                  topology_labels: Sequence[str], concurrency: int = 64, health: HealthRules | None = None,
                  write_hypernodes: bool = False, dcgm_url: str = "", dcgm_period: float = 15.0,

@@ -30,6 +30,7 @@ from member_agent.pods import (
     pod_manifest,
     ssh_keys,
 )
+from member_agent.provisioning import CLASS, CLASS_ANNOTATION, CONSUME
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,9 @@ class Binding:
     async def _bind(self, job: AgentJob, pods: Sequence[PodPlacement], namespace: str, owner: Obj | None) -> None:
         manifests = [pod_manifest(job, p.task, p.index, namespace, self.scheduler, self.cluster, owner, p.devices,
                                   p.share) for p in pods]
+        if job.consumes:  # on nodes the autoscaler added for it: it consumes that booking (cluster-autoscaler reads it)
+            for m in manifests:
+                m["metadata"].setdefault("annotations", {}).update({CONSUME: job.consumes, CLASS_ANNOTATION: CLASS})
         # Phases are followed from creation: a pod may start before its gang's last binding returns.
         phases = self._phases.setdefault(job.job.id, {})
         for m in manifests:

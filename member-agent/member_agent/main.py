@@ -18,8 +18,8 @@ from typing import Any
 import click
 import grpc
 
-from member_agent import client, health
-from member_agent.agent import ENDED_POD_RETENTION, MIG_WAIT, Agent, Backend
+from member_agent import client, health, provisioning
+from member_agent.agent import ENDED_POD_RETENTION, MIG_WAIT, PROVISION_TIMEOUT, Agent, Backend
 from member_agent.discovery import preset_keys
 from member_agent.faults import STATES, Fault, load_faults
 from member_agent.nodehealth import HealthRules, load_rules
@@ -134,6 +134,14 @@ def _start_admin(address: str, agent: Agent, loop: asyncio.AbstractEventLoop) ->
 @click.option("--mig-wait", envvar="MEMBER_MIG_WAIT", type=click.FloatRange(min=1), default=MIG_WAIT,
               show_default=True, help="Seconds a gang waits for nodes NVIDIA's MIG manager repartitions for it to "
               "report their new layout before it is sent back to the federation.")
+@click.option("--node-groups", "node_groups_file", envvar="MEMBER_NODE_GROUPS",
+              type=click.Path(path_type=Path, exists=True, dir_okay=False), metavar="FILE",
+              help="The node groups this cluster's autoscaler can grow, a YAML list of {name, maxNodes, capacity, "
+                   "labels} (Kubernetes backend): a gang of a queue with the provisioning admission check may be sent "
+                   "here when it fits no cluster as it is, and its agent asks for the nodes (a ProvisioningRequest).")
+@click.option("--provision-timeout", envvar="MEMBER_PROVISION_TIMEOUT", type=click.FloatRange(min=1),
+              default=PROVISION_TIMEOUT, show_default=True,
+              help="Seconds a gang waits for the nodes it asked for before it is sent back to the federation.")
 @click.option("--ended-pod-retention", envvar="MEMBER_ENDED_POD_RETENTION", type=click.FloatRange(min=0),
               default=ENDED_POD_RETENTION, show_default=True,
               help="Seconds the pods of a job that succeeded or failed are kept after it ends, with their logs (as "
@@ -158,7 +166,7 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
         in_cluster: bool, namespace: str, scheduler_name: str, topology_labels: tuple[str, ...],
         discover: str, health_rules: Path | None, dcgm_url: str, faults_file: Path | None, labels: tuple[str, ...],
         heartbeat: float, reconcile_period: float, fence_after: float | None, mig_wait: float,
-        ended_pod_retention: float, admin_listen: str,
+        node_groups_file: Path | None, provision_timeout: float, ended_pod_retention: float, admin_listen: str,
         health_listen: str, tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None, log_level: str) -> None:
     """Member agent: places gangs topology-aware in one cluster and reports to the federation."""
     if ctx.invoked_subcommand is not None:
@@ -178,6 +186,7 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
         discovered = preset_keys(discover)
         rules = load_rules(health_rules) if health_rules else HealthRules()
         faults = load_faults(faults_file) if faults_file else []
+        node_groups = provisioning.load(node_groups_file) if node_groups_file else []
     except ValueError as err:  # an unknown preset, a bad rules or fault file: named with its field
         raise click.ClickException(str(err)) from err
     if discovered and topology_labels:
@@ -196,7 +205,8 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
         backend = simulated or await _kubernetes(cluster, kubeconfig, namespace, scheduler_name,
                                                  tuple(discovered) or topology_labels, rules, bool(discovered),
                                                  dcgm_url, ended_pod_retention)
-        return Agent(cluster, cluster_labels, backend, fence_after=fence_after, mig_wait=mig_wait)
+        return Agent(cluster, cluster_labels, backend, fence_after=fence_after, mig_wait=mig_wait,
+                     node_groups=node_groups, provision_timeout=provision_timeout)
 
     asyncio.run(_run(agent_of, server, heartbeat, reconcile_period, admin_listen, health_listen, credentials,
                      faults))

@@ -29,6 +29,7 @@ from member_agent.agent import AgentJob, BindError
 from member_agent.clusters import kubelet_labels
 from member_agent.placement import PodPlacement
 from member_agent.pods import DURATION_ANNOTATION, START_DELAY_ANNOTATION, annotation, pod_requests
+from member_agent.provisioning import Ask
 from member_agent.state import ClusterState
 from member_agent.topology import TopologyError, build, load_objects
 
@@ -240,6 +241,16 @@ class SimulatedBackend:
 
     async def repartition(self, layouts: Mapping[str, str]) -> None:
         raise BindError("a simulated cluster has no MIG manager")
+
+    async def provision(self, ask: Ask, tasks: Sequence[tuple[str, int, Mapping[str, str]]],
+                        labels: Mapping[str, str]) -> None:
+        raise BindError("a simulated cluster has no autoscaler")
+
+    async def provisioned(self, name: str) -> tuple[str, str]:
+        return "Failed", "a simulated cluster has no autoscaler"
+
+    async def unprovision(self, name: str, tasks: Sequence[str]) -> None:
+        return None
 
     async def cordon(self, nodes: Sequence[str], cordon: bool) -> None:
         """A cordoned node offers nothing new; its pods stay (as with `kubectl cordon`)."""
