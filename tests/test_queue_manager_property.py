@@ -1,8 +1,9 @@
 """Differential property (issue 30): the queue manager's walk decides exactly as the cycle from scratch.
 
-Random event sequences, with and without flavors, lending limits and past usage (jobs submitted and cancelled,
-gangs ending, limits raised and lowered, queues closed and opened, clusters filling and emptying, refusals, room made by
-preemption) drive one `QueueManager`, kept across cycles by those events alone, and the same jobs as a plain list.
+Random event sequences, with and without flavors, lending limits, past usage and nodes on demand (jobs submitted
+and cancelled, gangs ending, limits raised and lowered, queues closed and opened, clusters filling and emptying,
+refusals, room made by preemption) drive one `QueueManager`, kept across cycles by those events alone, and the
+same jobs as a plain list.
 Every cycle both schedulers run on the same snapshot; their dispatches, preemptions, reservations, work lost,
 usage, and every waiting job's reason, limit and can-never-run verdict must be equal, in the same order. The
 from-scratch walk (`schedule`) is the oracle.
@@ -27,7 +28,7 @@ from federation.scheduling.cycle import (
     schedule,
     schedule_backlog,
 )
-from federation.scheduling.fit import ClusterView, DomainFree, JobView, TierFree
+from federation.scheduling.fit import ClusterView, DomainFree, JobView, NodeGroupRoom, TierFree
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.queues import QueueManager, Reasons
 
@@ -68,6 +69,10 @@ class World:
         if rng.random() < 0.5:  # lenders: part of a tenant's and a queue's guarantee never lent
             self.tenants[1] = replace(self.tenants[1], guarantee={GPU: 64}, lending_limit={GPU: 16})
             self.queues[2] = replace(self.queues[2], guarantee={GPU: 32}, lending_limit={GPU: 8})
+        # A queue whose gangs may go to nodes one cluster's autoscaler can add (the provisioning check).
+        self.can_add = 3 if rng.random() < 0.5 else 0
+        if self.can_add:
+            self.queues[0] = replace(self.queues[0], admission_checks=("provisioning",))
         # Past usage counted in the order (history on), for a tenant and a queue of each
         self.past = ({"t1": {GPU: 40.5}}, {"t0-b": {GPU: 12.25}, "t0-c": {GPU: 3.0}}) if rng.random() < 0.5 \
             else ({}, {})
@@ -121,6 +126,8 @@ class World:
 
     def snapshot(self, pending: list[PendingJob]) -> Snapshot:
         clusters = [cluster(name, "a" if name != "c1" else "b", max(free, 0)) for name, free in self.free.items()]
+        if self.can_add:
+            clusters[2] = replace(clusters[2], node_groups=(NodeGroupRoom("g", {GPU: NODE}, self.can_add),))
         capacity = {GPU: sum(c.capacity[GPU] for c in clusters)}
         return Snapshot(self.tenants, self.queues, pending, list(self.running.values()), clusters, capacity,
                         refused={j: r for j, r in self.refused.items() if j in self.pending},
@@ -128,6 +135,9 @@ class World:
                         flavors=self.flavors, past_tenants=self.past[0], past_queues=self.past[1])
 
     def apply(self, d: Decisions, now: int) -> None:
+        for grown in d.provisioning.values():  # its nodes joined
+            self.can_add -= grown.nodes
+            self.free[grown.cluster] += grown.nodes
         for job_id, name in d.assign.items():
             job = self.pending.pop(job_id)
             self.manager.remove(job_id)
@@ -147,6 +157,7 @@ class World:
 
 def same(oracle: Decisions, walked: Decisions) -> None:
     assert walked.assign == oracle.assign
+    assert walked.provisioning == oracle.provisioning and walked.checks == oracle.checks
     assert list(walked.preempt.items()) == list(oracle.preempt.items())
     assert walked.making_room == oracle.making_room
     assert walked.lost == oracle.lost

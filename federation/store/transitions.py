@@ -195,16 +195,16 @@ class Transitions:
                 await fence.check(conn)
             moved = (await conn.execute(text(
                 "UPDATE jobs SET phase = 'DISPATCHED', cluster = v.cluster, attempt = jobs.attempt + 1, "
-                "reason = 'dispatched to cluster ' || v.cluster || v.note || v.then, "
+                "reason = 'dispatched to cluster ' || v.cluster || v.note || v.next, "
                 "dispatched_at = now(), updated_at = now(), admission_checks = CAST(v.checks AS jsonb) "
                 "FROM unnest(CAST(:ids AS text[]), CAST(:clusters AS text[]), CAST(:notes AS text[]), "
-                "CAST(:checks AS text[]), CAST(:thens AS text[])) AS v(id, cluster, note, checks, then) "
+                "CAST(:checks AS text[]), CAST(:nexts AS text[])) AS v(id, cluster, note, checks, next) "
                 "WHERE jobs.id = v.id AND jobs.phase IN ('PENDING', 'PREEMPTED') "
                 "RETURNING jobs.id, jobs.tenant, jobs.queue, jobs.attempt, jobs.cluster, jobs.reason"),
                 {"ids": ids, "clusters": [decisions[i] for i in ids],
                  "notes": [f" ({notes[i]})" if notes and i in notes else "" for i in ids],
                  "checks": [json.dumps(checks.get(i, []) if checks else []) for i in ids],
-                 "thens": [_then(checks.get(i, []) if checks else []) for i in ids]})).mappings().all()
+                 "nexts": [_then(checks.get(i, []) if checks else []) for i in ids]})).mappings().all()
             await append_events(conn, [EventRecord(r["id"], r["tenant"], r["queue"], "Dispatched", "DISPATCHED",
                                                    r["reason"], r["attempt"], r["cluster"]) for r in moved])
         return list(moved)
