@@ -370,6 +370,10 @@ def _queue_state(r: _Reader, value: Any, path: str) -> int:
     return admin_pb2.QueueState.Value(text)
 
 
+def _str_list(r: _Reader, value: Any, path: str) -> list[str]:
+    return [r.str(x, f"{path}[{i}]") for i, x in enumerate(r.list(value, path))]
+
+
 ADMIN_KINDS: dict[str, tuple[type[Message], dict[str, tuple[str, Callable[..., Any]]]]] = {
     "Tenant": (admin_pb2.Tenant, {
         "weight": ("weight", _Reader.int), "guarantee": ("guarantee", _Reader.str_map),
@@ -379,11 +383,12 @@ ADMIN_KINDS: dict[str, tuple[type[Message], dict[str, tuple[str, Callable[..., A
         "tenant": ("tenant", _Reader.str), "weight": ("weight", _Reader.int), "priority": ("priority", _Reader.int),
         "guarantee": ("guarantee", _Reader.str_map), "limit": ("limit", _Reader.str_map),
         "reclaimable": ("reclaimable", _Reader.bool), "state": ("state", _queue_state),
-        "flavors": ("flavors", lambda r, v, p: [r.str(x, f"{p}[{i}]") for i, x in enumerate(r.list(v, p))]),
+        "flavors": ("flavors", _str_list),
         "parent": ("parent", _Reader.str), "maxRunTime": ("max_run_time", _Reader.str),
-        "lendingLimit": ("lending_limit", _Reader.str_map)}),
+        "lendingLimit": ("lending_limit", _Reader.str_map), "admissionChecks": ("admission_checks", _str_list)}),
     "Flavor": (admin_pb2.Flavor, {
-        "resource": ("resource", _Reader.str), "clusterSelector": ("cluster_selector", _Reader.str_map)}),
+        "resource": ("resource", _Reader.str), "clusterSelector": ("cluster_selector", _Reader.str_map),
+        "admissionChecks": ("admission_checks", _str_list)}),
     "PriorityClass": (admin_pb2.PriorityClass, {
         "value": ("value", _Reader.int), "preemptible": ("preemptible", _Reader.bool),
         "globalDefault": ("global_default", _Reader.bool), "description": ("description", _Reader.str),

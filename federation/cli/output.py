@@ -122,13 +122,15 @@ TABLES: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = 
                        lambda t: [t.name, t.weight, quantities(t.guarantee), quantities(t.lending_limit),
                                   quantities(t.limit), t.max_run_time or "-", t.disabled, age(t.create_time)]),
     admin_pb2.Queue: (("NAME", "TENANT", "PARENT", "WEIGHT", "PRIORITY", "GUARANTEE", "LENDING-LIMIT", "LIMIT",
-                       "RECLAIMABLE", "STATE", "FLAVORS", "MAX-RUN"),
+                       "RECLAIMABLE", "STATE", "FLAVORS", "MAX-RUN", "CHECKS"),
                       lambda q: [q.name, q.tenant, q.parent or "-", q.weight, q.priority, quantities(q.guarantee),
                                  quantities(q.lending_limit), quantities(q.limit), q.reclaimable,
                                  pascal_case(admin_pb2.QueueState.Name(q.state)),
-                                 ",".join(q.flavors) or "any", q.max_run_time or "-"]),
-    admin_pb2.Flavor: (("NAME", "RESOURCE", "CLUSTER-SELECTOR", "AGE"), lambda f: [
-        f.name, f.resource, ",".join(f"{k}={v}" for k, v in sorted(f.cluster_selector.items())), age(f.create_time)]),
+                                 ",".join(q.flavors) or "any", q.max_run_time or "-",
+                                 ",".join(q.admission_checks) or "-"]),
+    admin_pb2.Flavor: (("NAME", "RESOURCE", "CLUSTER-SELECTOR", "CHECKS", "AGE"), lambda f: [
+        f.name, f.resource, ",".join(f"{k}={v}" for k, v in sorted(f.cluster_selector.items())),
+        ",".join(f.admission_checks) or "-", age(f.create_time)]),
     admin_pb2.PriorityClass: (("NAME", "VALUE", "PREEMPTIBLE", "PROTECTED", "DEFAULT", "DESCRIPTION"), lambda p: [
         p.name, p.value, p.preemptible, f"{p.protected_run_seconds}s" if p.protected_run_seconds else "-",
         p.global_default, p.description or "-"]),
@@ -150,6 +152,7 @@ def _wide_job_row(j: common_pb2.Job) -> list[Any]:
     s = j.status
     labels = ",".join(f"{k}={v}" for k, v in sorted(j.spec.labels.items())) or "-"
     return [*_job_row(j)[:-1], gpus(j), sum(t.replicas for t in j.spec.tasks), s.attempt, s.retries, s.requeues,
+            ",".join(f"{c.name}={pascal_case(c.state)}" for c in s.admission_checks) or "-",
             ",".join(sorted({p.node for p in s.placements})) or "-", labels, s.reason or "-"]
 
 
@@ -164,8 +167,8 @@ def _with_past(kind: type[Message]) -> tuple[Sequence[str], Callable[[Any], list
 
 
 WIDE: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = {
-    common_pb2.Job: ((*JOB_HEADERS[:-1], "GPUS", "PODS", "ATTEMPT", "RETRIES", "REQUEUES", "NODES", "LABELS",
-                      "REASON"),
+    common_pb2.Job: ((*JOB_HEADERS[:-1], "GPUS", "PODS", "ATTEMPT", "RETRIES", "REQUEUES", "CHECKS", "NODES",
+                      "LABELS", "REASON"),
                      _wide_job_row),
     admin_pb2.Tenant: _with_past(admin_pb2.Tenant),
     admin_pb2.Queue: _with_past(admin_pb2.Queue),

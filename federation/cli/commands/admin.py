@@ -32,9 +32,10 @@ from federation.cli.manifest import (
     for_submit,
     jobs_from_documents,
 )
+from federation.cli.output import pascal_case
 from federation.cli.yamldoc import Document
 from federation.kernel.durations import parse_duration
-from federation.v1 import admin_pb2
+from federation.v1 import admin_pb2, common_pb2
 
 # ---- admin objects --------------------------------------------------------------------------
 
@@ -107,6 +108,13 @@ _limit = click.option("--limit", multiple=True, metavar="RES=QTY", help="Hard ca
 _weight = click.option("--weight", type=click.IntRange(min=1), help="Fair-share weight.")
 
 
+_admission_check = click.option(
+    "--admission-check", "admission_checks", multiple=True, metavar="NAME",
+    help="An admission check its jobs pass before their cluster runs them (repeatable): provisioning (nodes a "
+         "cluster's autoscaler adds, when no cluster has room), or any name an external controller sets with "
+         "`fedctl admission-check`.")
+
+
 def _lending_limit(help_text: str) -> Callable[..., Any]:
     return click.option("--lending-limit", multiple=True, metavar="RES=QTY", help=help_text)
 
@@ -146,21 +154,25 @@ queue_group = _crud_group(
                   help="A queue of the same tenant whose deserved share this one takes part of (\"\": none)."),
      click.option("--max-run-time", metavar="DURATION",
                   help="The maximum run time of its jobs that name none, e.g. 4h (\"\": none), held to its "
-                       "tenant's cap.")],
+                       "tenant's cap."),
+     _admission_check],
     lambda tenant, weight, priority, guarantee, limit, lending_limit, reclaimable, state, flavors, parent,
-           max_run_time: {
+           max_run_time, admission_checks: {
         "tenant": tenant, "weight": weight, "priority": priority, **_quota(guarantee, limit, lending_limit),
         "reclaimable": reclaimable, "state": admin_pb2.QueueState.Value(state.upper()) if state else None,
-        "flavors": list(flavors) or None, "parent": parent, "max_run_time": max_run_time})
+        "flavors": list(flavors) or None, "parent": parent, "max_run_time": max_run_time,
+        "admission_checks": list(admission_checks) or None})
 cli.add_command(queue_group)
 
 cli.add_command(_crud_group(
     "flavor", admin_pb2.Flavor, "flavor", "ListFlavors",
     [click.option("--resource", help="The resource it is a flavor of (e.g. nvidia.com/gpu)."),
      click.option("--selector", metavar="KEY=VALUE,...",
-                  help="Labels of the member clusters whose resource is of this flavor (e.g. accelerator=h100).")],
-    lambda resource, selector: {"resource": resource,
-                                "cluster_selector": _label_pairs(selector, "--selector") if selector else None}))
+                  help="Labels of the member clusters whose resource is of this flavor (e.g. accelerator=h100)."),
+     _admission_check],
+    lambda resource, selector, admission_checks: {
+        "resource": resource, "cluster_selector": _label_pairs(selector, "--selector") if selector else None,
+        "admission_checks": list(admission_checks) or None}))
 
 
 @queue_group.command("status")
@@ -387,3 +399,19 @@ def audit(client: Client, kind: str | None, limit: int, fmt: str) -> None:
     """The latest admin changes, newest first (-o json shows each object before and after)."""
     response = client.admin.ListAuditEvents(admin_pb2.ListAuditEventsRequest(kind=kind or "", limit=limit))
     output.emit(fmt, list(response.events), response)
+
+
+@cli.command("admission-check")
+@click.argument("job_id")
+@click.argument("check")
+@click.argument("state", type=click.Choice(["pending", "ready", "retry", "rejected"], case_sensitive=False))
+@click.option("--message", default="", help="What people are told of it.")
+@pass_client
+def admission_check(client: Client, job_id: str, check: str, state: str, message: str) -> None:
+    """Say how admission check CHECK of dispatched job JOB_ID stands, as its controller (Kueue's
+    AdmissionCheckState): ready (its cluster is told to run it once every check is), retry (its room is given back
+    and it waits in its queue again), rejected (it fails)."""
+    status = client.admin.SetAdmissionCheck(admin_pb2.SetAdmissionCheckRequest(
+        job_id=job_id, name=check, state=state.upper(), message=message)).status
+    click.echo(f"job/{job_id}: admission check {check} {state.lower()}; "
+               f"{pascal_case(common_pb2.JobPhase.Name(status.phase))}: {status.reason}")
