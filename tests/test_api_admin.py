@@ -301,3 +301,38 @@ async def test_lending_limits_on_guarantees_from_the_api_fedctl_and_manifests(ap
     assert applied.returncode == 0, applied.stderr
     assert dict((await api.admin.GetQueue(admin_pb2.GetQueueRequest(name="serve"))).lending_limit) == {
         "nvidia.com/gpu": "1"}
+
+
+async def test_admission_checks_on_queues_and_flavors_from_the_api_and_fedctl(api: Api) -> None:
+    """Issue 46 (4): the checks a queue's or a flavor's jobs pass first, by name; a bad name or a repeat refused
+    naming the field and changing nothing."""
+    from tests.processes import fedctl
+
+    await api.admin.CreateTenant(admin_pb2.CreateTenantRequest(tenant=admin_pb2.Tenant(name="ml")))
+    made = await asyncio.to_thread(fedctl, api.address, "queue", "create", "train", "--tenant", "ml",
+                                   "--admission-check", "provisioning", "--admission-check", "budget")
+    assert made.returncode == 0, made.stderr
+    queue = await api.admin.GetQueue(admin_pb2.GetQueueRequest(name="train"))
+    assert list(queue.admission_checks) == ["provisioning", "budget"]
+    for bad, field, why in ((["budget", "budget"], "queue.admission_checks", "names a check twice"),
+                            (["Not A Name"], "queue.admission_checks[0]", "")):
+        err = await rpc_error(api.admin.UpdateQueue(admin_pb2.UpdateQueueRequest(
+            queue=admin_pb2.Queue(name="train", admission_checks=bad),
+            update_mask=field_mask_pb2.FieldMask(paths=["admission_checks"]))))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and why in err.details()
+        assert violation_fields(err) == [field]
+    assert list((await api.admin.GetQueue(admin_pb2.GetQueueRequest(name="train"))).admission_checks) == [
+        "provisioning", "budget"]  # unchanged
+    flavor = await asyncio.to_thread(fedctl, api.address, "flavor", "create", "h100", "--resource", "nvidia.com/gpu",
+                                     "--selector", "gpu=h100", "--admission-check", "capacity-reservation")
+    assert flavor.returncode == 0, flavor.stderr
+    listed = await asyncio.to_thread(fedctl, api.address, "get", "flavors")
+    header, row = listed.stdout.splitlines()[0], listed.stdout.splitlines()[1]
+    assert row.split()[header.split().index("CHECKS")] == "capacity-reservation"
+    # Only an admin says how a job's check stands; a job that is not dispatched has none waiting.
+    err = await rpc_error(api.admin.SetAdmissionCheck(admin_pb2.SetAdmissionCheckRequest(
+        job_id="", name="budget", state="READY")))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and violation_fields(err) == ["job_id"]
+    err = await rpc_error(api.admin.SetAdmissionCheck(admin_pb2.SetAdmissionCheckRequest(
+        job_id="no-such-job", name="budget", state="READY")))
+    assert err.code() == grpc.StatusCode.NOT_FOUND

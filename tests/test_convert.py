@@ -321,3 +321,48 @@ def test_kueue_and_job_run_time_limits_become_the_maximum_run_time() -> None:
     assert job["metadata"]["annotations"] == {"federation.dev/max-run-time": "600s"}
     with pytest.raises(ManifestError, match="activeDeadlineSeconds"):
         convert(load_documents(deadline.replace("600", "-5"), "j.yaml"))
+
+
+def test_kueue_admission_checks_map_by_their_controllers() -> None:
+    """Issue 46 (4): a ClusterQueue's checks by what their AdmissionChecks' controllers are."""
+    text = """apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata:
+  name: gpus
+spec:
+  cohortName: all
+  admissionChecks: [dws, budget]
+  admissionChecksStrategy:
+    admissionChecks:
+    - name: mk
+    - name: elsewhere
+      onFlavors: [h100]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata: {name: dws}
+spec: {controllerName: kueue.x-k8s.io/provisioning-request}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata: {name: budget}
+spec: {controllerName: example.com/budget-controller}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata: {name: mk}
+spec: {controllerName: kueue.x-k8s.io/multikueue}
+"""
+    result = convert(load_documents(text, "checks.yaml"))
+    (queue,) = [o for o in result.objects if o["kind"] == "Queue"]
+    assert queue["spec"]["admissionChecks"] == ["provisioning", "budget"]
+    notes = "\n".join(result.notes)
+    assert "checks.yaml:7: spec.admissionChecks[0]: dws (ProvisioningRequest) -> the provisioning check" in notes
+    assert "spec.admissionChecks[1]: budget (example.com/budget-controller) -> an external check" in notes
+    assert "spec.admissionChecksStrategy.admissionChecks[0]: mk is MultiKueue's" in notes
+    assert "spec.admissionChecksStrategy.admissionChecks[1]: AdmissionCheck elsewhere is not in the input" in notes
+    assert "checks.yaml:12: spec.admissionChecksStrategy.admissionChecks[1].onFlavors" in notes
+    # What the conversion makes is what `fedctl apply` takes.
+    (doc,) = load_documents(yaml.safe_dump(queue), "queue.yaml")
+    (_, converted), = apply_documents(doc)
+    assert list(converted.message.admission_checks) == ["provisioning", "budget"]

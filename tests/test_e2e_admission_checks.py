@@ -89,6 +89,12 @@ def test_a_job_waits_for_its_external_check_then_runs_retries_or_fails(db_url: U
             admin.SetAdmissionCheck(admin_pb2.SetAdmissionCheckRequest(job_id=approved, name="budget", state="READY"))
         assert unknown.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "no admission check 'budget'" in unknown.value.details()
+        with pytest.raises(grpc.RpcError) as agents:
+            admin.SetAdmissionCheck(admin_pb2.SetAdmissionCheckRequest(job_id=approved, name="provisioning",
+                                                                       state="READY"))
+        assert agents.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "carried out by the agent" in \
+            agents.value.details()
+        assert checks(status(approved)) == [("approval", "PENDING", "")]
         said = fedctl(server.address, "admission-check", approved, "approval", "ready", "--message", "signed off")
         assert said.returncode == 0, said.stderr
         wait_for("running once approved", lambda: status(approved).phase == common_pb2.RUNNING)

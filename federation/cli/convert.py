@@ -21,6 +21,7 @@ import yaml
 
 from federation.cli.manifest import FEDERATION_API, VOLCANO_API, VOLCANO_QUEUE_API, volcano_queue
 from federation.cli.yamldoc import Document, ManifestError, quoted
+from federation.kernel.admission import PROVISIONING
 from federation.kernel.jobspec import MAX_RUN_TIME
 from federation.kernel.resources import QuantityError, format_amount, parse_amount
 from federation.v1 import admin_pb2
@@ -37,6 +38,8 @@ KUEUE_TOPOLOGY = {"kueue.x-k8s.io/podset-required-topology": "hard",
 # Kueue's two-level topology: slices of a pod set, each inside one domain of the level
 KUEUE_SLICE_TOPOLOGY = "kueue.x-k8s.io/podset-slice-required-topology"
 KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+KUEUE_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+KUEUE_PROVISIONING = "kueue.x-k8s.io/provisioning-request"
 LWS_API = "leaderworkerset.x-k8s.io/"
 LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"  # each group alone in one domain of that level
 ARMADA_GANG_ID = "armadaproject.io/gangId"
@@ -55,12 +58,18 @@ class _Converter:
         self.out = Conversion()
         # Kueue: a Job names a LocalQueue (namespace, name); the federation's queue is its ClusterQueue.
         self.local_queues: dict[tuple[str, str], str] = {}
+        # Kueue's AdmissionChecks given beside their ClusterQueues: name -> its controller.
+        self.check_controllers: dict[str, str] = {}
         for doc in docs:
             data = doc.data if isinstance(doc.data, dict) else {}
-            if str(data.get("apiVersion", "")).startswith(KUEUE_API) and data.get("kind") == "LocalQueue":
-                meta, spec = data.get("metadata") or {}, data.get("spec") or {}
+            if not str(data.get("apiVersion", "")).startswith(KUEUE_API):
+                continue
+            meta, spec = data.get("metadata") or {}, data.get("spec") or {}
+            if data.get("kind") == "LocalQueue":
                 self.local_queues[(str(meta.get("namespace", "default")), str(meta.get("name", "")))] = \
                     str(spec.get("clusterQueue", ""))
+            elif data.get("kind") == "AdmissionCheck":
+                self.check_controllers[str(meta.get("name", ""))] = str(spec.get("controllerName", ""))
 
         # Kueue pod groups: group name -> its pods as read, made one job once every document is read.
         self.pod_groups: dict[str, list[tuple[Document, dict[str, Any]]]] = {}
@@ -174,16 +183,14 @@ class _Converter:
         "flavorFungibility": "a queue's flavors are tried in order",
         "preemption": ("reclaim and preemption follow deserved shares and priority classes "
                        "(docs/concepts/scheduling.md)"),
-        "admissionChecks": "the federation dispatches to member clusters itself (what MultiKueue's check does)",
-        "admissionChecksStrategy": "the federation dispatches to member clusters itself (what MultiKueue's "
-                                   "check does)",
         "admissionScope": "not kept",
     }
 
     def cluster_queue(self, doc: Document, data: dict[str, Any]) -> None:
         name = str((data.get("metadata") or {}).get("name", ""))
         spec = data.get("spec") or {}
-        known = {"resourceGroups", "cohort", "cohortName", "fairSharing", "stopPolicy", *self.KUEUE_NOTED}
+        known = {"resourceGroups", "cohort", "cohortName", "fairSharing", "stopPolicy", "admissionChecks",
+                 "admissionChecksStrategy", *self.KUEUE_NOTED}
         for key in spec:
             if key not in known:
                 raise ManifestError(doc.file, doc.line(f"spec.{key}"),
@@ -199,10 +206,42 @@ class _Converter:
             self.note(doc, "spec.resourceGroups", f"ClusterQueue {name} has no cohort: capped at its nominal quota "
                                                   "(limit = guarantee), as Kueue admits it no further")
         self._queue(name, weight=_weight(doc, spec), guarantee=guarantee, limit=limit, lendingLimit=lending,
-                    flavors=flavors, parent=cohort, state=state)
+                    flavors=flavors, parent=cohort, state=state, admissionChecks=self._checks(doc, spec))
         self.note(doc, "metadata.name", f"ClusterQueue {name} -> queue {name} of tenant {DEFAULT_TENANT} (nominal "
                                         "quota -> guarantee, nominal + borrowing limit -> limit, lending limit -> "
                                         "lending limit, fair sharing weight -> weight, cohort -> parent queue)")
+
+    def _checks(self, doc: Document, spec: dict[str, Any]) -> list[str]:
+        """A ClusterQueue's admission checks, by their AdmissionChecks' controllers: the provisioning request
+        controller's become the agents' `provisioning`; MultiKueue's is what the federation does itself; any other is
+        an external check of the same name, which its controller sets through the admin API."""
+        named = [(f"spec.admissionChecks[{i}]", str(n)) for i, n in enumerate(spec.get("admissionChecks") or [])]
+        strategy = (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
+        for i, rule in enumerate(strategy):
+            path = f"spec.admissionChecksStrategy.admissionChecks[{i}]"
+            named.append((path, str((rule or {}).get("name", ""))))
+            if (rule or {}).get("onFlavors"):
+                self.note(doc, f"{path}.onFlavors", f"{path}.onFlavors: the check is kept for the whole queue; to "
+                                                    "hold it to a flavor, give that flavor the check "
+                                                    "(fedctl flavor update F --admission-check NAME)")
+        out: list[str] = []
+        for path, name in named:
+            controller = self.check_controllers.get(name)
+            if controller is None:
+                self.note(doc, path, f"{path}: AdmissionCheck {name} is not in the input: not kept (convert it "
+                                     "with its AdmissionCheck to keep it)")
+            elif controller == KUEUE_MULTIKUEUE:
+                self.note(doc, path, f"{path}: {name} is MultiKueue's: the federation dispatches to member clusters "
+                                     "itself")
+            elif controller == KUEUE_PROVISIONING:
+                out.append(PROVISIONING)
+                self.note(doc, path, f"{path}: {name} (ProvisioningRequest) -> the provisioning check: the chosen "
+                                     "cluster's agent asks its autoscaler for the nodes (agent --node-groups)")
+            else:
+                out.append(name)
+                self.note(doc, path, f"{path}: {name} ({controller}) -> an external check: its controller says how "
+                                     "it stands with SetAdmissionCheck (fedctl admission-check)")
+        return list(dict.fromkeys(out))
 
     def cohort(self, doc: Document, data: dict[str, Any]) -> None:
         name = str((data.get("metadata") or {}).get("name", ""))
@@ -227,7 +266,7 @@ class _Converter:
         why = {"ResourceFlavor": "a flavor here is a resource on clusters picked by their labels: "
                                  "fedctl flavor create NAME --resource R --selector K=V",
                "Topology": "topology comes from each cluster's HyperNodes (or its agent's --topology-label)",
-               "AdmissionCheck": "the federation dispatches to member clusters itself",
+               "AdmissionCheck": "its ClusterQueues name it, and keep it as the admission check it maps to",
                "MultiKueueConfig": "member clusters join by running an agent",
                "MultiKueueCluster": "member clusters join by running an agent"}[str(kind)]
         self.note(doc, "kind", f"{kind} {(data.get('metadata') or {}).get('name')} is not converted: {why}")
