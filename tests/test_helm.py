@@ -66,8 +66,9 @@ def one(objects: Sequence[dict], kind: str) -> dict:
     *((SERVER, v) for v in SERVER_VALUES.values()),
     (AGENT, AGENT_VALUES),
     (AGENT, {**AGENT_VALUES, "discover": "aws,nvlink", "labels": {"region": "eu-west"},
-             "healthRules": {"configMap": "health-rules"}, "dcgmMetrics": "http://dcgm-exporter:9400/metrics"}),
-], ids=[*SERVER_VALUES, "agent", "agent with discovery and health"])
+             "healthRules": {"configMap": "health-rules"}, "dcgmMetrics": "http://dcgm-exporter:9400/metrics",
+             "nodeGroups": [{"name": "h100", "maxNodes": 4, "capacity": {"nvidia.com/gpu": 8}}]}),
+], ids=[*SERVER_VALUES, "agent", "agent with discovery, health and node groups"])
 def test_each_chart_lints_and_renders_objects_the_kubernetes_schemas_accept(
         testbed_tools: Tools, tmp_path: Path, chart: Path, values: dict[str, Any]) -> None:
     given = values_file(tmp_path / "values.yaml", values)
@@ -141,3 +142,25 @@ def test_the_agent_chart_grants_exactly_what_the_agent_checks(testbed_tools: Too
     env = {e["name"]: e.get("value") for e in one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
            ["env"]}
     assert env["MEMBER_NAMESPACE"] == "gangs" and env["MEMBER_CLUSTER"] == "east"
+
+
+def test_the_agent_charts_node_groups_reach_the_agent_as_it_reads_them(testbed_tools: Tools, tmp_path: Path) -> None:
+    """Issue 46 (4): `nodeGroups` become a ConfigMap the agent's --node-groups reads, and it loads as written."""
+    from member_agent import provisioning
+
+    groups = [{"name": "h100", "maxNodes": 8, "capacity": {"nvidia.com/gpu": 8, "cpu": 96, "memory": "1Ti"},
+               "labels": {"pool": "h100"}}]
+    objects = render(testbed_tools, AGENT, {**AGENT_VALUES, "nodeGroups": groups, "provisionTimeout": 600}, tmp_path)
+    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("node-groups"))
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--node-groups=/etc/federation/node-groups/groups.yaml" in args and "--provision-timeout=600" in args
+    assert {v["name"]: v.get("configMap", {}).get("name") for v in pod["volumes"]}["node-groups"] == \
+        config["metadata"]["name"]
+    written = tmp_path / "groups.yaml"
+    written.write_text(config["data"]["groups.yaml"])
+    (loaded,) = provisioning.load(written)
+    assert (loaded.name, loaded.max_nodes, loaded.capacity["nvidia.com/gpu"], dict(loaded.labels)) == (
+        "h100", 8, 8, {"pool": "h100"})
+    assert not [o for o in render(testbed_tools, AGENT, AGENT_VALUES, tmp_path) if o["kind"] == "ConfigMap"
+                and o["metadata"]["name"].endswith("node-groups")]
