@@ -13,10 +13,11 @@ from typing import Any
 
 from federation.kernel.dra import pod_claims
 from member_agent import plugins
-from member_agent.agent import AgentJob, BindError
 from member_agent.claims import ClaimRefused
+from member_agent.errors import BindError
 from member_agent.informer import key
 from member_agent.kubeapi import KubeError, Obj
+from member_agent.model import AgentJob
 from member_agent.placement import PodPlacement
 from member_agent.pods import (
     ATTEMPT,

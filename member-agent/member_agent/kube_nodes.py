@@ -15,9 +15,9 @@ import aiohttp
 from federation.kernel.dra import DeviceRequest
 from federation.kernel.resources import Resources
 from member_agent import discovery, mig
-from member_agent.agent import BindError
 from member_agent.dcgm import DEFAULT_THRESHOLDS, dcgm_health
 from member_agent.discovery import OWNER
+from member_agent.errors import BindError
 from member_agent.kube_binding import _explain, _permanent
 from member_agent.kubeapi import KubeError, Obj
 from member_agent.metrics import CACHED

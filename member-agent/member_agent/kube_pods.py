@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 from federation.kernel.jobspec import ON_CLUSTER_LOST
 from federation.kernel.resources import Resources, add
 from federation.v1 import common_pb2
-from member_agent.agent import ENDED_PODS as ENDED
-from member_agent.agent import AgentJob
 from member_agent.informer import key
 from member_agent.kubeapi import KubeError, Obj
+from member_agent.model import ENDED_PODS as ENDED
+from member_agent.model import AgentJob
 from member_agent.placement import PodPlacement
 from member_agent.pods import (
     ATTEMPT,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 
-from member_agent.agent import BindError
+from member_agent.errors import BindError
 from member_agent.kube_binding import _explain, _permanent
 from member_agent.kubeapi import Kube, KubeError
 from member_agent.provisioning import API, GROUP_LABEL, Ask, outcome, provisioning_request, template_name

@@ -19,9 +19,10 @@ import click
 import grpc
 
 from member_agent import client, health, provisioning
-from member_agent.agent import ENDED_POD_RETENTION, MIG_WAIT, PROVISION_TIMEOUT, Agent, Backend
+from member_agent.agent import Agent
 from member_agent.discovery import preset_keys
 from member_agent.faults import STATES, Fault, load_faults
+from member_agent.model import ENDED_POD_RETENTION, MIG_WAIT, PROVISION_TIMEOUT, Backend
 from member_agent.nodehealth import HealthRules, load_rules
 from member_agent.simulated import SimulatedBackend, read_cluster_file
 from member_agent.topology import TopologyError

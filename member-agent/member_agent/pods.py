@@ -19,11 +19,11 @@ from federation.kernel.jobspec import ON_CLUSTER_LOST
 from federation.kernel.resources import SHARE, Resources, format_resources, parse_amount
 from federation.v1 import common_pb2
 from member_agent import mig, plugins
-from member_agent.agent import ENDED_PODS as ENDED
-from member_agent.agent import AgentJob
 from member_agent.claims import with_claims
 from member_agent.devices import ASSIGNED, ASSIGNED_SHARE, assigned, pod_devices
 from member_agent.kubeapi import Obj
+from member_agent.model import ENDED_PODS as ENDED
+from member_agent.model import AgentJob
 
 DURATION_ANNOTATION = "federation.dev/sim-duration"
 START_DELAY_ANNOTATION = "federation.dev/sim-start-delay"  # how long a new pod stays Pending

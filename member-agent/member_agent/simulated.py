@@ -25,8 +25,9 @@ from federation.kernel.dra import DeviceRequest
 from federation.kernel.durations import parse_duration
 from federation.kernel.resources import QuantityError, Resources
 from federation.v1 import common_pb2
-from member_agent.agent import AgentJob, BindError
 from member_agent.clusters import kubelet_labels
+from member_agent.errors import BindError
+from member_agent.model import AgentJob
 from member_agent.placement import PodPlacement
 from member_agent.pods import DURATION_ANNOTATION, START_DELAY_ANNOTATION, annotation, pod_requests
 from member_agent.provisioning import Ask

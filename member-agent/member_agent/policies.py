@@ -1,0 +1,290 @@
+"""Pods' events and the job's lifecycle policies carried out (a part of `agent.Agent`): failures, evictions and
+completions answered as the job's policies say (`lifecycle`), restarts, its maximum run time and ready timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Collection, Coroutine, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from federation.kernel.durations import seconds_or_none
+from federation.kernel.gangs import minimum_pods
+from federation.kernel.jobspec import MAX_RUN_TIME, ON_MAX_RUN_TIME, READY_TIMEOUT
+from federation.v1 import agent_pb2, common_pb2
+from member_agent.errors import BindError
+from member_agent.gang import gang_request
+from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
+from member_agent.metrics import PODS_BOUND
+from member_agent.model import AgentJob, placements_of
+from member_agent.placement import PodPlacement, Rejection
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+PHASE_EVENTS = {"Failed": "PodFailed", "Evicted": "PodEvicted", "Unknown": "Unknown"}
+
+
+class Policies:
+    """Pod events and policies (a part of `agent.Agent`)."""
+
+    def pod_phase(self, job_id: str, attempt: int, task: str, index: int, phase: str, reason: str) -> None:
+        """The backend saw a pod of ours change phase (a Kubernetes phase, or Evicted)."""
+        job = self.jobs.get(job_id)
+        if job is None and job_id in self._binding:
+            self._binding[job_id].append((task, index, phase, reason))
+        if job is None or job.attempt != attempt:
+            return
+        if phase in ("Running", "Succeeded") and job.unready is not None:
+            job.ran.add((task, index))
+            if _ready(job):
+                job.unready.cancel()
+                job.unready, job.ran = None, set()
+        if phase == "Running":
+            self.pod_recovered(job_id, task, index)
+        elif phase == "Succeeded":
+            self._pod_succeeded(job, task, index)
+        elif phase in PHASE_EVENTS:
+            self.pod_failed(job_id, task, index, reason, PHASE_EVENTS[phase])
+
+    def pod_failed(self, job_id: str, task: str, index: int, reason: str, kind: str = "PodFailed") -> bool:
+        """Report a pod's failure, eviction or loss, and answer it with the job's lifecycle policy."""
+        job = self.jobs.get(job_id)
+        pod = _live(job, task, index) if job else None
+        if job is None or pod is None:
+            return False
+        job.failed[(task, index)] = f"{kind}: {reason}"
+        self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
+            job_id=job_id, attempt=job.attempt, type=agent_pb2.POD_FAILED, reason=f"{kind}: {reason}",
+            placements=placements_of([pod]))))
+        waiting = job.waiting.get((task, index))
+        if waiting is None or waiting[0].kind != kind:  # else already waiting to act on this pod
+            self._raise(job, Event.of_pod(kind, task, index, reason))
+        return True
+
+    def pod_recovered(self, job_id: str, task: str, index: int) -> bool:
+        """The pod runs (it started, its container restarted, its node came back): a waiting policy stands down."""
+        job = self.jobs.get(job_id)
+        if job is None or not self._stand_down(job, (task, index)):
+            return False
+        job.failed.pop((task, index), None)
+        log.info("job %s: %s[%d] runs before its policy acted", job_id, task, index)
+        return True
+
+    def _pod_succeeded(self, job: AgentJob, task: str, index: int) -> None:
+        """A pod completed. Its share stays the job's until the job ends, as the server counts it."""
+        if _live(job, task, index) is None:
+            return
+        self._stand_down(job, (task, index))
+        job.done.add((task, index))
+        if len(job.done) == len(job.pods):  # the job is done: what it left in the cluster goes
+            self._spawn(self._end(job, True, "all pods completed"))
+        elif all((p.task, p.index) in job.done for p in job.pods if p.task == task):
+            self._raise(job, Event("TaskCompleted", task, tuple(sorted(k for k in job.done if k[0] == task)),
+                                   "all its pods succeeded"))
+
+    def _watch_pending(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
+        """New pods are Pending until their backend says they run; a PodPending policy waits for that."""
+        if not answers(job.job.spec, "PodPending"):
+            return  # the common case: nothing to watch, no work per pod
+        for pod in pods:
+            self._raise(job, Event.of_pod("PodPending", pod.task, pod.index, "created, not running"))
+
+    def _raise(self, job: AgentJob, event: Event) -> None:
+        """Answer an event with the job's policy: at once, or when its timeout passes unless it stood down."""
+        response = respond(job.job.spec, event, job.retries)
+        if response is None:
+            return
+        key = _key(event)
+        self._stand_down(job, key)
+        timer = None
+        if response.timeout > 0:
+            timer = asyncio.get_running_loop().call_later(response.timeout, self._start_acting, job, key)
+        job.waiting[key] = (event, timer)
+        if timer is None:
+            self._start_acting(job, key)
+
+    @staticmethod
+    def _stand_down(job: AgentJob, key: tuple[str, int]) -> bool:
+        waiting = job.waiting.pop(key, None)
+        if waiting is not None and waiting[1] is not None:
+            waiting[1].cancel()
+        return waiting is not None
+
+    def _start_acting(self, job: AgentJob, key: tuple[str, int]) -> None:
+        self._spawn(self._act(job, key))
+
+    def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._acting.add(task)
+        task.add_done_callback(self._acting.discard)
+        return task
+
+    async def _act(self, job: AgentJob, key: tuple[str, int]) -> None:
+        """One action at a time, decided when it is taken: a node's loss fails several pods at once,
+        and each restart must see the retries and the placement the one before left. An event that
+        stood down meanwhile (the pod recovered, or a restart replaced it) is no longer there."""
+        async with self._action_lock:
+            waiting = job.waiting.pop(key, None) if self.jobs.get(job.job.id) is job else None
+            response = respond(job.job.spec, waiting[0], job.retries) if waiting else None
+            if response is not None:
+                await self._carry_out(job, response)
+
+    async def _carry_out(self, job: AgentJob, response: Response) -> None:
+        if response.action in ENDINGS or response.action == "FailJob":
+            await self._end(job, ENDINGS.get(response.action, False), response.reason)
+            return
+        failure = await self._restart(job, set(response.pods))
+        if failure:
+            await self._end(job, False, f"{response.reason}; the restart failed: {failure}")
+            return
+        self._queue_inventory()
+        self._report(agent_pb2.JobUpdate(
+            job_id=job.job.id, attempt=job.attempt, type=agent_pb2.POD_RESTARTED, reason=response.reason,
+            hypernode=job.hypernode, tier=job.tier, retries=job.retries,
+            placements=placements_of(job.pods)))
+
+    def _limit_run(self, job: AgentJob) -> None:
+        """Stop the job when its maximum run time runs out, counted from when this attempt started: the server's
+        start time when the job is assigned again while it runs (an agent reconnected or restarted: it adopts the
+        pods), else now (a new attempt, whatever an earlier one ran). The job fails, as Kueue's
+        maximumExecutionTimeSeconds deactivates a workload."""
+        limit = seconds_or_none(job.job.spec.annotations.get(MAX_RUN_TIME))
+        if limit is None or limit <= 0:
+            return
+        status = job.job.status
+        running = status.phase in (common_pb2.RUNNING, common_pb2.RESTARTING) and status.HasField("start_time")
+        started = status.start_time.ToMicroseconds() / 1e6 if running else time.time()
+        left = max(started + limit - time.time(), 0.0)
+        text = job.job.spec.annotations[MAX_RUN_TIME]
+
+        def overran() -> None:
+            if self.jobs.get(job.job.id) is not job:
+                return
+            log.info("job %s attempt %d ran past its maximum run time of %s", job.job.id, job.attempt, text)
+            why = f"stopped: it ran past its maximum run time of {text} ({MAX_RUN_TIME})"
+            if job.job.spec.annotations.get(ON_MAX_RUN_TIME) == "requeue":
+                self._serially(job.job.id, self._give_back(job, agent_pb2.RUN_TIME_EXCEEDED, why))
+            else:
+                self._spawn(self._end(job, False, why))
+
+        job.overrun = asyncio.get_running_loop().call_later(left, overran)
+
+    def _await_ready(self, job: AgentJob, ran: Collection[tuple[str, int]] = ()) -> None:
+        """Give the gang back to the federation when its pods are not all running within its ready timeout, counted
+        from when this attempt was sent here (Kueue's waitForPodsReady): a gang that cannot start here (an image
+        that never arrives, a node that never takes its pods) holds its GPUs for nothing, and the federation may
+        have a cluster where it starts. Only the first start is watched: a pod that fails later is its lifecycle
+        policy's."""
+        limit = seconds_or_none(job.job.spec.annotations.get(READY_TIMEOUT))
+        if limit is None or limit <= 0:
+            return
+        job.ran = set(ran)
+        if _ready(job):
+            return
+        status = job.job.status
+        sent = status.dispatch_time.ToMicroseconds() / 1e6 if status.HasField("dispatch_time") else time.time()
+        left = max(sent + limit - time.time(), 0.0)
+        job.unready = asyncio.get_running_loop().call_later(left, self._start_giving_back, job)
+
+    def _start_giving_back(self, job: AgentJob) -> None:
+        if self.jobs.get(job.job.id) is job and job.unready is not None:
+            self._serially(job.job.id, self._give_back_unready(job))
+
+    async def _give_back_unready(self, job: AgentJob) -> None:
+        """The gang did not start in time: the federation is told (PODS_NOT_READY) to requeue it."""
+        if self.jobs.get(job.job.id) is not job or job.unready is None or _ready(job):
+            return
+        need = minimum_pods(job.job.spec)
+        short = ", ".join(f"{task} {min(sum(1 for t, _ in job.ran if t == task), n)} of {n}"
+                          for task, n in need.items() if n)
+        text = job.job.spec.annotations[READY_TIMEOUT]
+        why = f"its pods were not all running {text} after it was sent here ({short} running; {READY_TIMEOUT})"
+        log.info("job %s attempt %d: %s", job.job.id, job.attempt, why)
+        await self._give_back(job, agent_pb2.PODS_NOT_READY, why)
+
+    async def _give_back(self, job: AgentJob, kind: int, why: str) -> None:
+        """Delete the gang's pods and hand the job back to the federation (`kind` says why it is to run again)."""
+        if self.jobs.get(job.job.id) is not job:
+            return
+        await self.backend.delete(job)
+        if self.jobs.get(job.job.id) is not job:
+            return
+        self._forget(job)
+        want = self.desired.get(job.job.id)
+        if want is not None and want.attempt == job.attempt:
+            del self.desired[job.job.id]
+        self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, type=kind, reason=why))
+        self._send_inventory()
+
+    async def _end(self, job: AgentJob, succeeded: bool, reason: str) -> None:
+        """Stop every pod of the job still running and report its end, as its policy decided."""
+        await self.backend.end(job)
+        self._finish(job, succeeded, reason)
+
+    async def _restart(self, job: AgentJob, keys: set[tuple[str, int]], retry: bool = True,
+                       avoid_degraded: bool = False) -> str:
+        """Recreate these pods of the job, back under the HyperNode holding the rest; why not, if it fails.
+        A restart by policy counts as a retry; a move off degraded hardware does not, and avoids it."""
+        job.retries += retry
+        if not retry:
+            job.moved = uuid.uuid4().hex[:5]
+        old = [p for p in job.pods if (p.task, p.index) in keys]
+        await self.backend.delete(job, old)
+        narrowed = await self._narrowed(job.job.spec)
+        if self.jobs.get(job.job.id) is not job:
+            return "the job was removed meanwhile"
+        for pod in old:
+            self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
+            self._stand_down(job, (pod.task, pod.index))
+        job.done -= keys
+        for key in keys:
+            job.failed.pop(key, None)
+        self._count_held(job, -1)
+        job.pods = [p for p in job.pods if p not in old]
+        self._count_held(job, 1)
+        gang = gang_request(job.job.spec, self.state.topology, running=job.pods)
+        placement = self._fit(replace(gang, avoid_degraded=True) if avoid_degraded else gang, narrowed)
+        if isinstance(placement, Rejection):
+            return placement.reason
+        for pod in placement.pods:
+            self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share, job.gang)
+        job.accepted |= self._knowingly(placement)
+        self._count_held(job, -1)
+        job.pods += placement.pods
+        self._count_held(job, 1)
+        job.hypernode, job.tier = placement.hypernode, placement.tier
+        self._watch_pending(job, placement.pods)  # before binding: they may start before it returns
+        try:
+            await self.backend.bind(job, placement.pods)
+        except BindError as err:
+            return f"binding failed: {err}"
+        PODS_BOUND.inc(len(placement.pods))
+        if self.jobs.get(job.job.id) is not job:  # removed while binding: its new pods must go too
+            await self.backend.delete(job, placement.pods)
+            return "the job was removed meanwhile"
+        return ""
+
+
+def _ready(job: AgentJob) -> bool:
+    """Whether as many of each task's pods have run as its gang's minimum needs (Kueue's PodsReady)."""
+    ran: dict[str, int] = {}
+    for task, _ in job.ran:
+        ran[task] = ran.get(task, 0) + 1
+    return all(ran.get(task, 0) >= n for task, n in minimum_pods(job.job.spec).items())
+
+
+def _live(job: AgentJob, task: str, index: int) -> PodPlacement | None:
+    """The job's pod (task, index) when it is there and has not completed."""
+    if (task, index) in job.done:
+        return None
+    return next((p for p in job.pods if p.task == task and p.index == index), None)
+
+
+def _key(event: Event) -> tuple[str, int]:
+    """What a waiting event is filed under: its pod, or its task (-1) for the events of a task or gang."""
+    return event.pods[0] if event.kind in POD_EVENTS else (event.task, -1)
