@@ -106,6 +106,8 @@ def test_a_job_waits_for_its_external_check_then_runs_retries_or_fails(db_url: U
         assert row[wide[0].split().index("CHECKS")] == "approval=Ready"
         page = urllib.request.urlopen(f"{server.dashboard}/jobs/{approved}", timeout=10).read().decode()
         assert 'data-check="approval">approval: ready (signed off)' in page
+        queues_page = urllib.request.urlopen(f"{server.dashboard}/queues", timeout=10).read().decode()
+        assert 'admission checks its jobs pass before their cluster runs them">checks approval</div>' in queues_page
 
         # RETRY: its room goes back, it waits in its queue and is dispatched again with its checks pending again.
         retried = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec("retried", "gated"))).job.id
