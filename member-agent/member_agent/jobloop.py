@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
@@ -14,6 +14,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from federation.kernel.dra import class_resource
 from federation.kernel.gangs import minimum_pods
 from federation.v1 import agent_pb2, common_pb2
+from member_agent.booking import Booking
 from member_agent.errors import BindError
 from member_agent.gang import gang_request, narrowed_requests
 from member_agent.holds import kept
@@ -29,7 +30,7 @@ from member_agent.model import (
     runs_short,
     task_requests,
 )
-from member_agent.placement import GangRequest, Placement, Rejection, place
+from member_agent.placement import GangRequest, Placement, PodPlacement, Rejection, place
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -199,26 +200,21 @@ class JobLoop:
         bound = AgentJob(job, attempt, list(placement.pods), requests, placement.hypernode, placement.tier,
                          retries=job.status.retries, accepted=self._knowingly(placement),
                          consumes=ask.name if ask is not None else "")
-        for pod in bound.pods:
-            self.state.allocate(pod.node, requests[pod.task], 1, pod.devices, pod.share, gang_size(job.spec))
+        booking = Booking(self.state, requests, gang_size(job.spec)).book(bound.pods)
         self._binding[job.id] = early = []
         try:
-            async for trying in AsyncRetrying(retry=retry_if_exception(_transient), wait=BIND_BACKOFF,
-                                              stop=stop_after_attempt(BIND_TRIES), reraise=True,
-                                              before_sleep=_retrying(job.id)):
-                with trying:
-                    await self.backend.bind(bound, bound.pods)
-        except BindError as err:
-            for pod in bound.pods:
-                self.state.release(pod.node, requests[pod.task], pod.devices, pod.share)
+            err = await self._bind(bound, bound.pods, BIND_TRIES)
+        finally:
+            del self._binding[job.id]
+        if err is not None:
+            booking.discard()
             PLACEMENTS.labels("rejected").inc()
             self.desired.pop(job.id, None)
             tries = "" if err.permanent else f" (after {BIND_TRIES} tries)"
             self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
                                              reason=f"{err}{tries}", permanent=err.permanent))
             return
-        finally:
-            del self._binding[job.id]
+        booking.commit()
         PLACEMENTS.labels("bound").inc()
         PODS_BOUND.inc(len(bound.pods))
         BIND_SECONDS.observe(time.monotonic() - started)
@@ -250,8 +246,7 @@ class JobLoop:
         if not found:
             return False
         requests = task_requests(job.spec)
-        for pod in found:
-            self.state.allocate(pod.node, requests[pod.task], 1, pod.devices, pod.share, gang_size(job.spec))
+        booking = Booking(self.state, requests, gang_size(job.spec)).book(found)
         hypernode = self.state.topology.lowest_common_domain(p.node for p in found)
         adopted = AgentJob(job, attempt, found, requests, hypernode, self.state.topology.domains[hypernode].tier,
                            retries=job.status.retries)
@@ -260,10 +255,10 @@ class JobLoop:
         unknown = Event("JobUnknown", "", missing,
                         f"the agent restarted and found {len(found)} of the gang's {len(found) + len(missing)} pods")
         if missing and respond(job.spec, unknown, adopted.retries) is None:
-            await self.backend.delete(adopted)
-            for pod in found:
-                self.state.release(pod.node, requests[pod.task], pod.devices, pod.share)
+            await self._delete(adopted)
+            booking.discard()
             return False
+        booking.commit()
         self.jobs[job.id] = adopted
         self._count_held(adopted, 1)
         self._limit_run(adopted)
@@ -297,8 +292,25 @@ class JobLoop:
         log.info("removed job %s attempt %d: %s", job_id, attempt, reason)
 
     async def _release(self, job: AgentJob) -> None:
-        await self.backend.delete(job)
+        await self._delete(job)
         self._forget(job)
+
+    async def _bind(self, job: AgentJob, pods: Sequence[PodPlacement], tries: int = 1) -> BindError | None:
+        """Create and bind these pods of the job, trying a transient refusal again up to `tries` times in all;
+        what refused them, if anything did. The one place the agent binds pods."""
+        try:
+            async for trying in AsyncRetrying(retry=retry_if_exception(_transient), wait=BIND_BACKOFF,
+                                              stop=stop_after_attempt(tries), reraise=True,
+                                              before_sleep=_retrying(job.job.id)):
+                with trying:
+                    await self.backend.bind(job, pods)
+        except BindError as err:
+            return err
+        return None
+
+    async def _delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None = None) -> None:
+        """Delete these pods of the job (None: all of them). The one place the agent deletes a job's pods."""
+        await self.backend.delete(job, pods)
 
     def _forget(self, job: AgentJob) -> None:
         """Release the job's resources, once: a cancel and a policy's ending may both be under way."""
@@ -309,8 +321,7 @@ class JobLoop:
             job.overrun.cancel()
         if job.unready is not None:
             job.unready.cancel()
-        for pod in job.pods:
-            self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
+        Booking(self.state, job.requests).free(job.pods).commit()
         for key in list(job.waiting):
             self._stand_down(job, key)
         self._move_wanted.pop(job.job.id, None)
@@ -349,17 +360,15 @@ class JobLoop:
                                       job.job.id)
                 if isinstance(placement, Rejection) or not placement.pods:
                     continue
-                for pod in placement.pods:
-                    self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share, job.gang)
-                try:
-                    await self.backend.bind(job, placement.pods)
-                except BindError as err:
-                    for pod in placement.pods:
-                        self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
+                booking = Booking(self.state, job.requests, job.gang).book(placement.pods)
+                err = await self._bind(job, placement.pods)
+                if err is not None:
+                    booking.discard()
                     log.info("job %s: %d more replicas could not be bound: %s", job.job.id, len(placement.pods), err)
                     continue
+                booking.commit()
                 if self.jobs.get(job.job.id) is not job:  # removed while binding: its new pods go too
-                    await self.backend.delete(job, placement.pods)
+                    await self._delete(job, placement.pods)
                     continue
                 PODS_BOUND.inc(len(placement.pods))
                 self._count_held(job, -1)

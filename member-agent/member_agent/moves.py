@@ -10,6 +10,7 @@ from dataclasses import replace
 from federation.kernel.durations import parse_duration
 from federation.kernel.jobspec import CHECKPOINT_INTERVAL
 from federation.v1 import agent_pb2
+from member_agent.booking import Booking
 from member_agent.drain import drain_timing
 from member_agent.gang import gang_request
 from member_agent.model import AgentJob, Narrowed, placements_of
@@ -91,15 +92,10 @@ class Moves:
     def _fits_without(self, job: AgentJob, keys: set[tuple[str, int]], narrowed: Narrowed) -> bool:
         """Whether these pods of the job could be placed again on healthy hardware, the rest staying."""
         old = [p for p in job.pods if (p.task, p.index) in keys]
-        for pod in old:
-            self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
-        try:
+        with Booking(self.state, job.requests, job.gang).free(old):  # a trial: undone on leaving
             rest = [p for p in job.pods if p not in old]
             gang = replace(gang_request(job.job.spec, self.state.topology, running=rest), avoid_degraded=True)
             return isinstance(self._fit(gang, narrowed), Placement)
-        finally:
-            for pod in old:
-                self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share, job.gang)
 
     async def _drain(self, job: AgentJob) -> None:
         """Move the gang off unsound hardware now: its pods there alone when healthy room under its HyperNode

@@ -15,7 +15,7 @@ from federation.kernel.durations import seconds_or_none
 from federation.kernel.gangs import minimum_pods
 from federation.kernel.jobspec import MAX_RUN_TIME, ON_MAX_RUN_TIME, READY_TIMEOUT
 from federation.v1 import agent_pb2, common_pb2
-from member_agent.errors import BindError
+from member_agent.booking import Booking
 from member_agent.gang import gang_request
 from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
 from member_agent.metrics import PODS_BOUND
@@ -211,7 +211,7 @@ class Policies:
         """Delete the gang's pods and hand the job back to the federation (`kind` says why it is to run again)."""
         if self.jobs.get(job.job.id) is not job:
             return
-        await self.backend.delete(job)
+        await self._delete(job)
         if self.jobs.get(job.job.id) is not job:
             return
         self._forget(job)
@@ -234,12 +234,12 @@ class Policies:
         if not retry:
             job.moved = uuid.uuid4().hex[:5]
         old = [p for p in job.pods if (p.task, p.index) in keys]
-        await self.backend.delete(job, old)
+        await self._delete(job, old)
         narrowed = await self._narrowed(job.job.spec)
         if self.jobs.get(job.job.id) is not job:
             return "the job was removed meanwhile"
+        Booking(self.state, job.requests).free(old).commit()
         for pod in old:
-            self.state.release(pod.node, job.requests[pod.task], pod.devices, pod.share)
             self._stand_down(job, (pod.task, pod.index))
         job.done -= keys
         for key in keys:
@@ -251,21 +251,20 @@ class Policies:
         placement = self._fit(replace(gang, avoid_degraded=True) if avoid_degraded else gang, narrowed)
         if isinstance(placement, Rejection):
             return placement.reason
-        for pod in placement.pods:
-            self.state.allocate(pod.node, job.requests[pod.task], 1, pod.devices, pod.share, job.gang)
+        # Kept whether or not the binding succeeds: what failed is the job's policy's to answer, with its pods.
+        Booking(self.state, job.requests, job.gang).book(placement.pods).commit()
         job.accepted |= self._knowingly(placement)
         self._count_held(job, -1)
         job.pods += placement.pods
         self._count_held(job, 1)
         job.hypernode, job.tier = placement.hypernode, placement.tier
         self._watch_pending(job, placement.pods)  # before binding: they may start before it returns
-        try:
-            await self.backend.bind(job, placement.pods)
-        except BindError as err:
+        err = await self._bind(job, placement.pods)
+        if err is not None:
             return f"binding failed: {err}"
         PODS_BOUND.inc(len(placement.pods))
         if self.jobs.get(job.job.id) is not job:  # removed while binding: its new pods must go too
-            await self.backend.delete(job, placement.pods)
+            await self._delete(job, placement.pods)
             return "the job was removed meanwhile"
         return ""
 
