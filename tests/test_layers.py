@@ -49,3 +49,47 @@ def test_the_check_sees_a_server_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("from federation.validation import MAX_NAME\n\ndef f():\n    import federation.control.scheduler\n")
     assert _imports(bad) == {"federation.validation", "federation.control.scheduler"}
+
+
+def _agent_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the agent's modules it imports when it is loaded (top-level imports: those inside a function or
+    under TYPE_CHECKING make no circle at run time)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(root.glob("*.py")):
+        deps = set()
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == root.name:
+                deps.update([node.module.split(".")[1]] if "." in node.module else [a.name for a in node.names])
+            elif isinstance(node, ast.Import):
+                deps.update(a.name.split(".")[1] for a in node.names if a.name.startswith(root.name + "."))
+        graph[path.stem] = deps
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every module from which its own imports lead back to it, with the way back."""
+    found = []
+    for start in sorted(graph):
+        stack, seen = [(start, [start])], {start}
+        while stack:
+            node, path = stack.pop()
+            for dep in sorted(graph.get(node, ())):
+                if dep == start:
+                    found.append([*path, dep])
+                elif dep in graph and dep not in seen:
+                    seen.add(dep)
+                    stack.append((dep, [*path, dep]))
+    return found
+
+
+def test_the_agents_modules_import_in_no_circle(tmp_path: Path) -> None:
+    """Issue 43: the agent's parts import downward only."""
+    graph = _agent_graph(REPO / "member-agent" / "member_agent")
+    assert {"agent", "jobloop", "policies", "model", "booking"} <= graph.keys()
+    assert _circles(graph) == []
+    # The check sees a circle when there is one.
+    planted = tmp_path / "member_agent"
+    planted.mkdir()
+    (planted / "a.py").write_text("from member_agent.b import x\n")
+    (planted / "b.py").write_text("from member_agent import a\n")
+    assert _circles(_agent_graph(planted)) == [["a", "b", "a"], ["b", "a", "b"]]
