@@ -99,6 +99,19 @@ class Federation:
     def job(self, job_id: str) -> common_pb2.Job:
         return self.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id))
 
+    def cancel(self, job_id: str) -> None:
+        """Cancel as a client must: resent while the server answers UNAVAILABLE ("retry"), which it may while a
+        stalled replica's sessions are being ended or the machine is loaded; cancelling twice is harmless."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job_id))
+                return
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:  # type: ignore[attr-defined]
+                    raise
+                time.sleep(0.5)
+
     def events(self, *types: str) -> list[tuple[str, str, str, int, str]]:
         """(job, queue, type, attempt, message) of every logged event of these types, in order."""
         engine = create_engine(self.db_url)
@@ -321,7 +334,7 @@ def test_a_stalled_leader_is_replaced_within_its_lease_and_nothing_is_dispatched
         wait_for("a job running in east, whose agent left the stalled replica", lambda: any(
             fed.job(j).status.phase == common_pb2.RUNNING and fed.job(j).status.cluster == "east" for j in spill), 120)
         for job in spill:
-            fed.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job))
+            fed.cancel(job)
         if fault == "frozen":
             leader.proc.send_signal(signal.SIGCONT)  # wakes with a cycle's worth of stale state
         else:
