@@ -32,6 +32,8 @@ class Provision:
 
 def nodes_for(job: JobView, group: NodeGroupRoom) -> int | None:
     """How many new nodes of the group the whole gang needs, or None when a pod fits none of them."""
+    if job.memory_asks:  # sized per device on each cluster: not something a new node's totals say
+        return None
     per_node = group.per_node
     if any(a > per_node.get(r, 0) for r, a in job.largest_pod.items() if a):
         return None
@@ -42,8 +44,6 @@ def nodes_for(job: JobView, group: NodeGroupRoom) -> int | None:
         per = per_node.get(GPU, 0) // job.pod_gpus
         pods = job.request.get(GPU, 0) // job.pod_gpus
         nodes = max(nodes, math.ceil(pods / per)) if per else nodes
-    if job.memory_asks:  # sized per device on each cluster: not something a new node's totals say
-        return None
     return max(nodes, 1)
 
 

@@ -35,11 +35,12 @@ class AdmissionChecks:
             if name == PROVISIONING:
                 raise InvalidArgument([Violation("name", "provisioning is carried out by the agent of the job's "
                                                          "cluster, not set through the API")])
-            if row["phase"] != "DISPATCHED" or name not in names:
+            if name not in names:
                 has = f"its checks: {', '.join(names)}" if names else "it has none"
                 raise FailedPrecondition(f"job {job_id!r} is {row['phase']} and has no admission check {name!r} "
-                                         f"waiting ({has})" if name not in names else
-                                         f"job {job_id!r} is {row['phase']}: its admission checks are decided")
+                                         f"waiting ({has})")
+            if row["phase"] != "DISPATCHED":
+                raise FailedPrecondition(f"job {job_id!r} is {row['phase']}: its admission checks are decided")
             was = admitted(row)
             for check in checks:
                 if check["name"] == name:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from member_agent.errors import BindError
 from member_agent.kube_binding import _explain, _permanent
 from member_agent.kubeapi import Kube, KubeError
+from member_agent.pods import OVERCOMMITTED
 from member_agent.provisioning import API, GROUP_LABEL, Ask, outcome, provisioning_request, template_name
 
 
@@ -19,7 +20,7 @@ def _template(name: str, requests: Mapping[str, str], labels: Mapping[str, str])
             "template": {"spec": {"nodeSelector": dict(labels), "containers": [{
                 "name": "main", "image": "registry.k8s.io/pause:3.9",
                 "resources": {"requests": dict(requests), "limits": {
-                    r: q for r, q in requests.items() if r not in ("cpu", "memory", "ephemeral-storage")}}}]}}}
+                    r: q for r, q in requests.items() if r not in OVERCOMMITTED}}}]}}}
 
 
 class Provisioning:

@@ -30,16 +30,13 @@ class NodeAsks:
     """Asks for nodes (a mixin of `agent.Agent`, whose state it shares)."""
 
     backend: Any
+    state: ClusterState
     node_groups: list[NodeGroup]
     provision_timeout: float
     _asks: dict[str, Ask]
     _report: Callable[[agent_pb2.JobUpdate], None]
     _serially: Callable[[str, Coroutine[Any, Any, Any]], Any]
     reconcile_job: Callable[..., Coroutine[Any, Any, int]]
-
-    @property
-    def state(self) -> ClusterState:
-        return self.backend.state
 
     def wants_nodes(self, job: common_pb2.Job) -> bool:
         """Whether the federation sent the gang here to be provisioned (its `provisioning` check is pending)."""
@@ -48,6 +45,8 @@ class NodeAsks:
 
     def room(self) -> dict[str, int]:
         """Per node group, how many more nodes it can add now."""
+        if not self.node_groups:  # every inventory asks: no walk over the nodes of a cluster that grows none
+            return {}
         asked: dict[str, int] = {}
         for ask in self._asks.values():
             asked[ask.group] = asked.get(ask.group, 0) + ask.nodes
