@@ -42,6 +42,7 @@ from federation.validation import (
     CheckedJob,
     Violation,
     Violations,
+    check_hyperjobs,
     check_job_spec,
     check_text,
     normalise_job_spec,
@@ -316,6 +317,7 @@ def _prepared(specs: Sequence[common_pb2.JobSpec], paths: Sequence[str], view: S
               allow_unknown_resources: bool, ready_timeout: float = 0.0) -> list[NewJob]:
     v = Violations()
     normalised, checked, stored = _checked(v, specs, paths)
+    check_hyperjobs(v, normalised, paths)
     caller = current()
     queues = {q["name"]: q for q in view.queues if caller.sees(q["tenant"])}
     classes = {c["name"]: c for c in view.classes}

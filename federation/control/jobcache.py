@@ -21,6 +21,7 @@ from google.protobuf import json_format
 from federation.kernel import gangs
 from federation.kernel.durations import seconds_or_none
 from federation.kernel.gpuask import AskError, GpuAsk, ask_of, template_annotations
+from federation.kernel.hyperjob import part_of
 from federation.kernel.jobspec import EXPECTED_DURATION, MAX_RUN_TIME, NODE_OWN_LABEL
 from federation.kernel.resources import GPU, SHARE, parse_resources, with_share
 from federation.scheduling.cycle import PendingJob
@@ -76,7 +77,7 @@ def job_view(row: Mapping[str, Any]) -> JobView:
         asks = tuple((need.get(task, 0), devices, mib) for task, devices, mib in memory if need.get(task, 0))
     return JobView(row["id"], with_share(row["request"]), largest, spec.get("cluster_selector", {}),
                    topo.get("mode", ""), topo.get("highest_tier_allowed", 0), topo.get("highest_tier_name", ""),
-                   tuple(node_selector), sizes.pop() if len(sizes) == 1 else 0, *parts, asks)
+                   tuple(node_selector), sizes.pop() if len(sizes) == 1 else 0, *parts, asks, part_of(spec))
 
 
 def _memory_ask(task: Mapping[str, Any]) -> GpuAsk | None:
@@ -105,6 +106,7 @@ class HoldingJob:
     checkpoint: str | None = None  # its checkpoint-interval annotation, as written
     hypernode: str = ""  # the lowest HyperNode holding its pods, once placed
     preemptions: int = 0  # times it was preempted or reclaimed before
+    group: str = ""  # the HyperJob it is a sub-job of ("": none)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "request", with_share(self.request))  # a job stored before GPU shares were counted

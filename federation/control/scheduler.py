@@ -29,6 +29,7 @@ from federation.control.loop import WakeLoop
 from federation.control.rejections import FLOOR, Rejections
 from federation.control.usage import PastUsage
 from federation.kernel.admission import PROVISIONING
+from federation.kernel.hyperjob import HOLD_CHECK
 from federation.kernel.resources import GPU, add, format_resources, with_share
 from federation.scheduling import outlook
 from federation.scheduling.cycle import (
@@ -122,6 +123,8 @@ def _checks(decisions: Decisions) -> dict[str, list[dict[str, str]]]:
             {"name": n, "state": "PENDING", "message": f"asks node group {grow.group} for {grow.nodes} node(s)"}
             if n == PROVISIONING and grow else
             {"name": n, "state": "READY", "message": "its room was free"} if n == PROVISIONING else
+            {"name": n, "state": "PENDING", "message": "its cluster is to hold its room until every sub-job has room"}
+            if n == HOLD_CHECK else
             {"name": n, "state": "PENDING", "message": ""} for n in names]
     return out
 
@@ -536,7 +539,7 @@ class Scheduler:
         return RunningJob(job.id, job.queue, job.cluster, job.priority, job.seq, job.request,
                           bool(priority_class.get("preemptible", True)), ran, job.checkpoint_seconds, expected,
                           max(priority_class.get("protected_run_seconds", 0) - ran, 0.0), job.hypernode,
-                          preempted_before=job.preemptions > 0)
+                          preempted_before=job.preemptions > 0, group=job.group)
 
     def run_time(self, queue: str, annotated: float | None) -> float:
         """How long a job is expected to run: its annotation, else its queue's recent mean, else all queues'."""

@@ -39,6 +39,7 @@ class Backlog(Demand, Protocol):
     def close(self, queue: str, reason: str, out: Decisions) -> None: ...
     def settle(self, queue: str, cycle: _Cycle) -> None: ...
     def finish(self, out: Decisions) -> None: ...
+    def group(self, hyperjob: str) -> list[PendingJob]: ...
 
 
 class Lists:
@@ -53,6 +54,10 @@ class Lists:
         for jobs in self.by_queue.values():
             jobs.sort(key=attrgetter("rank"))
         self.heads = dict.fromkeys(self.by_queue, 0)
+        self.groups: dict[str, list[PendingJob]] = {}
+        for job in pending:
+            if job.view.group is not None:
+                self.groups.setdefault(job.view.group.id, []).append(job)
 
     def queues(self) -> list[str]:
         return sorted(self.by_queue)
@@ -87,6 +92,10 @@ class Lists:
 
     def settle(self, queue: str, cycle: _Cycle) -> None:
         self.heads[queue] = cycle.settle(self.by_queue[queue], self.heads[queue], queue)
+
+    def group(self, hyperjob: str) -> list[PendingJob]:
+        """The HyperJob's waiting sub-jobs."""
+        return list(self.groups.get(hyperjob, ()))
 
     def finish(self, out: Decisions) -> None:
         for job in self.pending:
@@ -132,6 +141,9 @@ class Walked:
 
     def settle(self, queue: str, cycle: _Cycle) -> None:
         self.walk.settle(queue, cycle.verdict)
+
+    def group(self, hyperjob: str) -> list[PendingJob]:
+        return list(self.manager.groups.get(hyperjob, {}).values())
 
     def finish(self, out: Decisions) -> None:
         """Causes are put in front of reasons as they are read."""

@@ -350,6 +350,20 @@ class ClusterTable:
         assert request is not None
         return request
 
+    def save(self) -> tuple[object, ...]:
+        """What `restore` puts back: the free room as it is, before a trial of reservations that may be undone (a
+        HyperJob's sub-jobs, placed all or none)."""
+        return (self.free.copy(), self.tiers.copy(), None if self.healthy is None else self.healthy.copy(),
+                self.gpu_hist.copy(), self.gpu_known.copy(), {k: v.copy() for k, v in self._rooms.items()},
+                dict(self._nowhere), dict(self.nowhere))
+
+    def restore(self, saved: tuple[object, ...]) -> None:
+        """Undo the reservations made since `save`; scores kept per shape are worked out again."""
+        (self.free, self.tiers, self.healthy, self.gpu_hist, self.gpu_known, self._rooms, self._nowhere,
+         self.nowhere) = saved  # type: ignore[assignment]
+        self._by_shape.clear()
+        self._unreserved.clear()
+
     def reserve(self, job: JobView, name: str) -> None:
         """Take the gang's resources out of the cluster for the rest of the cycle.
 

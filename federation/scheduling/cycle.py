@@ -29,6 +29,7 @@ from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
 from federation.scheduling.fairshare import EPSILON, Claim, Tree, dominant_share, excess, hierarchical, kept_back
 from federation.scheduling.fit import JobView, Shape, cannot_run, covers
 from federation.scheduling.flavors import Flavors
+from federation.scheduling.hyperjobs import HyperJobs
 from federation.scheduling.model import (
     MOVE_BUDGET_SECONDS,
     NO_READY_CLUSTER,
@@ -89,7 +90,7 @@ def _fmt(amounts: Mapping[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in format_resources(amounts).items())
 
 
-class _Cycle(Preemption, Reservations):
+class _Cycle(Preemption, Reservations, HyperJobs):
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
         self.tenants = {t.name: t for t in snap.tenants}
@@ -118,6 +119,11 @@ class _Cycle(Preemption, Reservations):
                 if sibling != (kind, name):
                     self.keepers.setdefault(sibling, []).append((kind, name))
         self.running_by_cluster: dict[str, list[RunningJob]] = {}
+        self.group_clusters: dict[str, list[str]] = {}
+        for running in snap.running:
+            if running.group:
+                self.group_clusters.setdefault(running.group, []).append(running.cluster)
+        self.groups_decided: dict[str, dict[str, str]] = {}
         # tenant -> how often its (or its queues') usage changed: a queue's key, which reads only those,
         # is unchanged while this is.
         self.usage_version: dict[str, int] = {}
@@ -327,6 +333,7 @@ class _Cycle(Preemption, Reservations):
         return None
 
     def run(self, backlog: Backlog) -> Decisions:
+        self.backlog = backlog
         self.compute_shares(backlog)
         heap: list[tuple[float, ...]] = []
         queues = backlog.queues()
@@ -527,6 +534,8 @@ class _Cycle(Preemption, Reservations):
         its shape was already found to fit nowhere in this cycle, or no cluster is ready (None: not certain).
         The same for every job of its shape in its queue while nothing changes (usage, reservations, what fits
         nowhere), so a walk works it out once per shape."""
+        if job.view.group is not None:
+            return None, False, None  # decided with its HyperJob's other sub-jobs, never settled with its shape
         impossible = self.cannot_run(job, queue)
         held = self.limit(job, queue) if not impossible and self.limited(queue) else None
         if held is not None and held[0] == "federation" and queue not in self.heads_reserving:
@@ -590,6 +599,9 @@ class _Cycle(Preemption, Reservations):
         return True
 
     def consider(self, job: PendingJob, queue: str) -> None:
+        if job.view.group is not None:
+            self.consider_group(job, queue)
+            return
         why = self.cannot_run(job, queue)
         if why:
             self.out.waiting[job.id] = why

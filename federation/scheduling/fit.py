@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from federation.kernel.gpuask import GpuAsk
+from federation.kernel.hyperjob import Part
 from federation.kernel.resources import GPU, SHARE, WHOLE, Resources, add, format_resources
 from federation.kernel.tiers import TierFree
 
@@ -89,6 +90,8 @@ class JobView:
     # MiB each device). `request` counts each such device whole (what quotas count, the device memory being unknown
     # before it lands) and `largest_pod` leaves them out; `sized` fits them per cluster, by its device memory.
     memory_asks: tuple[tuple[int, int, int], ...] = ()
+    # The HyperJob it is a sub-job of (None: an ordinary job): the cycle places its waiting sub-jobs together.
+    group: Part | None = None
 
     # Everything about the gang that decides where it fits: equal shapes fit the same clusters, and are one
     # object (`Shape`). Made once with the view (it is asked for hundreds of thousands of times a cycle),

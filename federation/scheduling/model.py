@@ -84,6 +84,7 @@ class RunningJob:
     protected_for: float = 0.0  # seconds until another queue may reclaim it (its priority class's protected run time)
     hypernode: str = ""  # the lowest HyperNode holding all its pods ("" unknown)
     preempted_before: bool = False  # it was preempted or reclaimed before this run: see `protected`
+    group: str = ""  # the HyperJob it is a sub-job of ("": none)
 
     @property
     def protected(self) -> bool:

@@ -44,6 +44,7 @@ class QueueManager:
         self.shapes: dict[str, dict[Shape, SortedKeyList]] = {}  # queue -> shape -> its jobs of that shape by rank
         self.caused: dict[str, PendingJob] = {}  # jobs back from a preemption, whose reason starts with its cause
         self.totals: dict[str, dict[str, int]] = {}  # queue -> what its jobs ask for together
+        self.groups: dict[str, dict[str, PendingJob]] = {}  # HyperJob -> its waiting sub-jobs
         self.extend(jobs)
 
     def __len__(self) -> int:
@@ -61,6 +62,8 @@ class QueueManager:
         self.shapes.setdefault(job.queue, {}).setdefault(job.view.shape, SortedKeyList(key=_rank)).add(job)
         if job.cause:
             self.caused[job.id] = job
+        if job.view.group is not None:
+            self.groups.setdefault(job.view.group.id, {})[job.id] = job
         total = self.totals.setdefault(job.queue, {})
         for r, a in job.view.request.items():
             total[r] = total.get(r, 0) + a
@@ -82,6 +85,8 @@ class QueueManager:
                 by_shape.setdefault(job.view.shape, []).append(job)
                 if job.cause:
                     self.caused[job.id] = job
+                if job.view.group is not None:
+                    self.groups.setdefault(job.view.group.id, {})[job.id] = job
                 for r, a in job.view.request.items():
                     total[r] = total.get(r, 0) + a
             self.shapes[queue] = {shape: SortedKeyList(same, key=_rank) for shape, same in by_shape.items()}
@@ -92,6 +97,11 @@ class QueueManager:
         if job is None:
             return None
         self.caused.pop(job_id, None)
+        if job.view.group is not None:
+            siblings = self.groups[job.view.group.id]
+            del siblings[job_id]
+            if not siblings:
+                del self.groups[job.view.group.id]
         order = self.order[job.queue]
         order.remove(job)
         shapes = self.shapes[job.queue]

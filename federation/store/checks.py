@@ -15,7 +15,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from federation.errors import FailedPrecondition, InvalidArgument, NotFound, Violation
-from federation.kernel.admission import PROVISIONING, admitted, waiting_for
+from federation.kernel.admission import AGENTS_CHECKS, admitted, waiting_for
 from federation.store.events import EventRecord, append_events
 from federation.store.models import Job
 from federation.store.transitions import minimum_of
@@ -32,8 +32,8 @@ class AdmissionChecks:
                 raise NotFound(f"job {job_id!r} not found")
             checks = [dict(c) for c in row["admission_checks"]]
             names = [c["name"] for c in checks]
-            if name == PROVISIONING:
-                raise InvalidArgument([Violation("name", "provisioning is carried out by the agent of the job's "
+            if name in AGENTS_CHECKS:
+                raise InvalidArgument([Violation("name", f"{name} is carried out by the agent of the job's "
                                                          "cluster, not set through the API")])
             if name not in names:
                 has = f"its checks: {', '.join(names)}" if names else "it has none"
@@ -51,7 +51,7 @@ class AdmissionChecks:
             cluster = row["cluster"]
             if state == "READY" and not was and admitted({"admission_checks": checks}):
                 values["reason"] = (f"dispatched to cluster {cluster}; its admission checks passed "
-                                    f"({', '.join(n for n in names if n != PROVISIONING)}); its agent is placing "
+                                    f"({', '.join(n for n in names if n not in AGENTS_CHECKS)}); its agent is placing "
                                     "the gang")
                 event = "Admitted"
             elif state == "RETRY":

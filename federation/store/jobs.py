@@ -203,7 +203,7 @@ class JobStore(Submission, EventLog, Transitions, AdmissionChecks):
         """
         annotations = Job.spec["annotations"]
         query = select(Job.id, Job.queue, Job.cluster, Job.priority, Job.priority_class, Job.seq, Job.request,
-                       Job.phase, Job.hypernode, Job.preemptions,
+                       Job.phase, Job.hypernode, Job.preemptions, Job.hyperjob.label("group"),
                        func.coalesce(Job.started_at, Job.dispatched_at).label("since"),
                        # an expected run time, else the longest it may run (its agent stops it then)
                        func.coalesce(annotations[EXPECTED_DURATION].astext,

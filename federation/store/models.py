@@ -153,6 +153,7 @@ class Job(Base):
         Index("ix_jobs_cluster_active", "cluster",
               postgresql_where=text("phase IN ('DISPATCHED', 'RUNNING', 'RESTARTING')")),
         Index("ix_jobs_move_wanted", "id", postgresql_where=text("move_wanted <> ''")),
+        Index("ix_jobs_hyperjob", "hyperjob", postgresql_where=text("hyperjob <> ''")),
         {"postgresql_with": {"fillfactor": 70}},  # room for HOT updates of reasons (migration 0003)
     )
 
@@ -190,6 +191,8 @@ class Job(Base):
     # The current attempt's admission checks, as [{name, state, message}]: written at dispatch, its cluster told to
     # run it once all but `provisioning` are READY (`federation.relay.orders`).
     admission_checks: Mapped[list[Any]] = mapped_column(nullable=False, default=list, server_default="[]")
+    # The HyperJob it is a sub-job of ('' for an ordinary job): its siblings are the jobs of the same value.
+    hyperjob: Mapped[str] = mapped_column(String(80), nullable=False, default="", server_default="")
     spec: Mapped[dict[str, Any]] = mapped_column(nullable=False)  # JobSpec as protobuf JSON
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()

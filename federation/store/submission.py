@@ -13,6 +13,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from federation.errors import AlreadyExists
 from federation.store.events import EventRecord, append_events, insert_rows
 from federation.store.models import (
     Job,
@@ -107,6 +108,10 @@ class Submission:
                 first_of.setdefault((job.tenant, job.request_id), i)
         fresh = [i for i, job in enumerate(jobs) if not job.request_id or first_of[(job.tenant, job.request_id)] == i]
         async with self.engine.begin() as conn:
+            groups = sorted({g for job in jobs if (g := job.spec.get("hyperjob", {}).get("id"))})
+            if groups and (taken := (await conn.execute(
+                    select(_jobs.c.hyperjob).where(_jobs.c.hyperjob.in_(groups)).limit(1))).scalar()):
+                raise AlreadyExists(f"a HyperJob of id {taken!r} was submitted before: its sub-jobs come in one batch")
             seqs = (await conn.execute(
                 text("SELECT nextval(pg_get_serial_sequence('jobs', 'seq')) FROM generate_series(1, :n)"),
                 {"n": len(fresh)},
@@ -149,7 +154,7 @@ class Submission:
                         "id": id_of[i], "seq": seq_of[i], "name": job.name, "tenant": job.tenant,
                         "queue": job.queue, "priority_class": job.priority_class, "priority": job.priority,
                         "phase": "PENDING", "reason": job.reason, "request": job.request, "spec": job.spec,
-                        "placements": [], "pods": [],
+                        "placements": [], "pods": [], "hyperjob": job.spec.get("hyperjob", {}).get("id", ""),
                     })
                     events.append(EventRecord(id_of[i], job.tenant, job.queue, "Submitted", "PENDING", job.reason))
             if rows:

@@ -32,6 +32,7 @@ class JobUpdateType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MOVE_WANTED: _ClassVar[JobUpdateType]
     PODS_NOT_READY: _ClassVar[JobUpdateType]
     RUN_TIME_EXCEEDED: _ClassVar[JobUpdateType]
+    HELD: _ClassVar[JobUpdateType]
 JOB_UPDATE_TYPE_UNSPECIFIED: JobUpdateType
 ACCEPTED: JobUpdateType
 REJECTED: JobUpdateType
@@ -51,6 +52,7 @@ PREPARING: JobUpdateType
 MOVE_WANTED: JobUpdateType
 PODS_NOT_READY: JobUpdateType
 RUN_TIME_EXCEEDED: JobUpdateType
+HELD: JobUpdateType
 
 class AgentMessage(_message.Message):
     __slots__ = ("register", "inventory", "heartbeat", "job_update", "reconcile", "log_chunk", "node_order_done")

@@ -119,7 +119,7 @@ class TaskSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., replicas: _Optional[int] = ..., min_available: _Optional[int] = ..., policies: _Optional[_Iterable[_Union[LifecyclePolicy, _Mapping]]] = ..., partition_policy: _Optional[_Union[PartitionPolicy, _Mapping]] = ..., resources: _Optional[_Mapping[str, str]] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., tolerations: _Optional[_Iterable[_Union[Toleration, _Mapping]]] = ..., pod_template_json: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "queue", "priority_class_name", "min_available", "max_retry", "policies", "network_topology", "tasks", "cluster_selector", "labels", "annotations", "request_id", "plugins", "namespace", "resource_claim_templates_json")
+    __slots__ = ("name", "queue", "priority_class_name", "min_available", "max_retry", "policies", "network_topology", "tasks", "cluster_selector", "labels", "annotations", "request_id", "plugins", "namespace", "resource_claim_templates_json", "hyperjob")
     class ClusterSelectorEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +163,7 @@ class JobSpec(_message.Message):
     PLUGINS_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_CLAIM_TEMPLATES_JSON_FIELD_NUMBER: _ClassVar[int]
+    HYPERJOB_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue: str
     priority_class_name: str
@@ -178,7 +179,30 @@ class JobSpec(_message.Message):
     plugins: _containers.MessageMap[str, PluginArgs]
     namespace: str
     resource_claim_templates_json: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., priority_class_name: _Optional[str] = ..., min_available: _Optional[int] = ..., max_retry: _Optional[int] = ..., policies: _Optional[_Iterable[_Union[LifecyclePolicy, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., cluster_selector: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., plugins: _Optional[_Mapping[str, PluginArgs]] = ..., namespace: _Optional[str] = ..., resource_claim_templates_json: _Optional[_Iterable[str]] = ...) -> None: ...
+    hyperjob: HyperJobPart
+    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., priority_class_name: _Optional[str] = ..., min_available: _Optional[int] = ..., max_retry: _Optional[int] = ..., policies: _Optional[_Iterable[_Union[LifecyclePolicy, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., cluster_selector: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., plugins: _Optional[_Mapping[str, PluginArgs]] = ..., namespace: _Optional[str] = ..., resource_claim_templates_json: _Optional[_Iterable[str]] = ..., hyperjob: _Optional[_Union[HyperJobPart, _Mapping]] = ...) -> None: ...
+
+class HyperJobPart(_message.Message):
+    __slots__ = ("id", "name", "replicated_job", "index", "parts", "min_available", "max_domains", "cluster_names", "cluster_topology")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REPLICATED_JOB_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    MIN_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    MAX_DOMAINS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAMES_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    replicated_job: str
+    index: int
+    parts: int
+    min_available: int
+    max_domains: int
+    cluster_names: _containers.RepeatedScalarFieldContainer[str]
+    cluster_topology: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., replicated_job: _Optional[str] = ..., index: _Optional[int] = ..., parts: _Optional[int] = ..., min_available: _Optional[int] = ..., max_domains: _Optional[int] = ..., cluster_names: _Optional[_Iterable[str]] = ..., cluster_topology: _Optional[str] = ...) -> None: ...
 
 class PodPlacement(_message.Message):
     __slots__ = ("task", "index", "node")

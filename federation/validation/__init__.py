@@ -34,6 +34,7 @@ from federation.validation.core import (
     text_problem,
     text_violations,
 )
+from federation.validation.hyperjobs import check_hyperjobs
 from federation.validation.jobs import MAX_SPEC_BYTES, CheckedJob, check_job_spec, normalise_job_spec
 from federation.validation.reports import (
     MAX_CLUSTER_GPUS,
@@ -47,8 +48,8 @@ from federation.validation.reports import (
 __all__ = [
     "ADMISSION_CHECK_STATES", "DEFAULT_QUEUE", "DEFAULT_TENANT", "MAX_CLUSTER_GPUS", "MAX_CLUSTER_NODES", "MAX_FIELD",
     "MAX_HEALTH_SUMMARY", "MAX_PROTECTED_RUN_SECONDS", "MAX_SPEC_BYTES", "MULTILINE", "CheckedJob", "Violation",
-    "Violations", "check_admission_checks", "check_flavor", "check_job_spec", "check_labels", "check_name",
-    "check_object_name", "check_priority_class", "check_queue", "check_tenant", "check_text", "clean_text",
-    "escape_controls", "inventory_problem", "normalise_job_spec", "pods_problem", "text_problem", "text_violations",
-    "update_problem",
+    "Violations", "check_admission_checks", "check_flavor", "check_hyperjobs", "check_job_spec", "check_labels",
+    "check_name", "check_object_name", "check_priority_class", "check_queue", "check_tenant", "check_text",
+    "clean_text", "escape_controls", "inventory_problem", "normalise_job_spec", "pods_problem", "text_problem",
+    "text_violations", "update_problem",
 ]
