@@ -42,7 +42,7 @@ def test_a_hyperjob_larger_than_any_cluster_is_split_across_two_with_holds() -> 
 
 
 def test_one_cluster_short_sends_none_and_says_where() -> None:
-    d = both(snap(T, Q, parts("llm", [128, 128]) + [job("small", "q", 8, 500)], [cluster("a", 128), cluster("b", 120)]))
+    d = both(snap(T, Q, [*parts("llm", [128, 128]), job("small", "q", 8, 500)], [cluster("a", 128), cluster("b", 120)]))
     assert "llm-0" not in d.assign and "llm-1" not in d.assign
     said = d.waiting["llm-0"]
     assert said.startswith("HyperJob llm waits, holding nothing: 1 of the 2 sub-job(s) it needs together have room; "
