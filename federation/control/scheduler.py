@@ -336,6 +336,8 @@ class Scheduler:
         try:
             if await self.jobs.requeue_from_silent(self.heartbeat_timeout, self.lost_grace, self.fence()):
                 self.on_change()
+            if await self.jobs.settle_hyperjobs(self.fence()):  # commit or release HyperJobs' holds
+                self.on_change()
             await self.cycle()
         except NotLeader as err:  # the lease passed on while this cycle ran: its decisions are dropped
             log.warning("%s; this cycle's decisions were not written", err)

@@ -51,3 +51,13 @@ def hold_state(checks: Iterable[Any]) -> str | None:
         if name == HOLD_CHECK:
             return state
     return None
+
+
+def with_hold(checks: Iterable[Mapping[str, Any]], state: str, message: str) -> list[dict[str, Any]]:
+    """A sub-job's admission checks (the store's) with its hold check set so."""
+    return [{**c, "state": state, "message": message} if c["name"] == HOLD_CHECK else dict(c) for c in checks]
+
+
+def held_said(checks: Iterable[Mapping[str, Any]], cluster: str, reason: str) -> list[dict[str, Any]]:
+    """A sub-job's checks once its agent says its room is held (HELD), waiting for the commit."""
+    return with_hold(checks, HELD, f"room held in cluster {cluster}" + (f": {reason}" if reason else ""))

@@ -38,7 +38,8 @@ LAST_EVENT_SEQ = select(EventCounter.last_seq).where(EventCounter.id == 1)
 
 
 # Events that are orders to an agent (federation.relay.orders relays them).
-ORDER_EVENTS = ("Dispatched", "Admitted", "Preempted", "Cancelled", "Requeued", "Lost", "CheckRetry", "CheckRejected")
+ORDER_EVENTS = ("Dispatched", "Admitted", "Preempted", "Cancelled", "Requeued", "Lost", "CheckRetry", "CheckRejected",
+                "HoldReleased")
 
 
 _events = JobEvent.__table__

@@ -24,6 +24,7 @@ from federation.kernel.jobspec import (
 )
 from federation.store.checks import AdmissionChecks
 from federation.store.events import EventLog
+from federation.store.hyperjobs import HyperJobHolds
 from federation.store.models import (
     Job,
     JobEvent,
@@ -50,7 +51,7 @@ def _with_position() -> Any:
     return select(Job, case((Job.phase.in_(WAITING_PHASES), position), else_=0).label("queue_position"))
 
 
-class JobStore(Submission, EventLog, Transitions, AdmissionChecks):
+class JobStore(Submission, EventLog, Transitions, AdmissionChecks, HyperJobHolds):
     def __init__(self, engine: AsyncEngine, requeueing: Requeueing | None = None) -> None:
         self.engine = engine
         self.requeueing = requeueing or Requeueing()

@@ -17,6 +17,7 @@ from federation.control.leader import Fence
 from federation.errors import FailedPrecondition, NotFound
 from federation.kernel import gangs
 from federation.kernel.admission import PROVISIONING, waiting_for
+from federation.kernel.hyperjob import held_said, hold_state
 from federation.kernel.jobspec import (
     DEFAULT_MAX_RETRY,
     ON_CLUSTER_LOST,
@@ -71,7 +72,7 @@ def minimum_of(stored: dict[str, Any]) -> dict[str, int]:
     return gangs.minimum(spec_of(stored))
 
 
-def _unplaced(spec: dict[str, Any]) -> dict[str, Any]:
+def unplaced(spec: dict[str, Any]) -> dict[str, Any]:
     """The columns of a job no cluster holds any more, back to needing its gang's minimum."""
     return {"cluster": "", "hypernode": "", "tier": 0, "placements": [], "pods": [], "request": minimum_of(spec)}
 
@@ -80,7 +81,7 @@ def _lost(row: Any, why: str) -> dict[str, Any]:
     """A running job's new state once its cluster no longer runs it through no fault of its own: a retry
     counted, back to its queue while `max_retry` allows, else failed."""
     allowed = row["spec"].get("max_retry", DEFAULT_MAX_RETRY)
-    values = _unplaced(row["spec"]) | {"updated_at": func.now()}
+    values = unplaced(row["spec"]) | {"updated_at": func.now()}
     if row["retries"] < allowed:
         return values | {"phase": "PENDING", "retries": row["retries"] + 1,
                          "reason": f"{why}; requeued (retry {row['retries'] + 1} of {allowed})"}
@@ -105,7 +106,7 @@ class Requeueing:
 def _not_ready(row: Any, cluster: str, why: str, requeueing: Requeueing) -> dict[str, Any]:
     """A job its cluster gave back because its pods did not start in time: back to its queue after a backoff,
     counted, or failed once it was requeued `limit` times."""
-    values = _unplaced(row["spec"]) | {"move_wanted": ""}
+    values = unplaced(row["spec"]) | {"move_wanted": ""}
     said = f"not ready in cluster {cluster}: {why}"
     count = row["requeues"] + 1
     if requeueing.limit is not None and count > requeueing.limit:
@@ -288,7 +289,7 @@ class Transitions:
             events, moved = [], []
             for r in rows:
                 if r["phase"] == "DISPATCHED":
-                    values: dict[str, Any] = _unplaced(r["spec"]) | {
+                    values: dict[str, Any] = unplaced(r["spec"]) | {
                         "updated_at": func.now(), "phase": "PENDING",
                         "reason": f"requeued: cluster {r['cluster']} went silent before placing it"}
                     kind = "Requeued"
@@ -363,6 +364,11 @@ class Transitions:
                       "placements": _placements(u), "request": _held(row, u),
                       "reason": f"{running}; {u.reason}" if u.reason else running}
             event = "Running"
+        elif kind == agent_pb2.HELD and phase == "DISPATCHED" and hold_state(row["admission_checks"]) == "PENDING":
+            values = {"phase": phase, "admission_checks": held_said(row["admission_checks"], cluster, u.reason),
+                      "reason": f"dispatched to cluster {cluster}, which holds its room: waiting for its HyperJob's "
+                                "other sub-jobs to have theirs"}
+            event = "Held"
         elif kind == agent_pb2.PREPARING and phase == "DISPATCHED":
             values = {"phase": phase, "reason": f"cluster {cluster} is preparing for it: {u.reason}"}
             event = "Preparing"
@@ -392,7 +398,7 @@ class Transitions:
                       "reason": f"running in cluster {cluster} under {u.hypernode} (tier {u.tier}); {u.reason}"}
             event, message = "Drained", u.reason
         elif kind == agent_pb2.EVACUATED and phase in ACTIVE_PHASES:
-            values = _unplaced(row["spec"]) | {"move_wanted": "", "phase": "PENDING",
+            values = unplaced(row["spec"]) | {"move_wanted": "", "phase": "PENDING",
                                                "reason": f"evacuated from cluster {cluster}: {u.reason}"}
             event = "Evacuated"
         elif kind == agent_pb2.RUN_TIME_EXCEEDED and phase in ACTIVE_PHASES:

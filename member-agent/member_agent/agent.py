@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from federation.kernel.hyperjob import HOLD_SECONDS
 from federation.kernel.versions import RELEASE
 from federation.v1 import agent_pb2
 from member_agent.fencing import Fencing
@@ -37,11 +38,12 @@ from member_agent.nodeorders import NodeOrders
 from member_agent.outbox import Outbox
 from member_agent.policies import Policies
 from member_agent.provisioning import Ask, NodeGroup
+from member_agent.rooms import Room, Rooms
 from member_agent.state import ClusterState
 
 
 @dataclass
-class Agent(Outbox, Fencing, JobLoop, MigPreparation, Policies, Moves, NodeOrders, NodeAsks):
+class Agent(Outbox, Fencing, JobLoop, MigPreparation, Policies, Moves, NodeOrders, NodeAsks, Rooms):
     cluster: str
     labels: dict[str, str]
     backend: Backend
@@ -82,6 +84,8 @@ class Agent(Outbox, Fencing, JobLoop, MigPreparation, Policies, Moves, NodeOrder
     node_groups: list[NodeGroup] = field(default_factory=list)  # what the cluster's autoscaler can grow
     provision_timeout: float = PROVISION_TIMEOUT
     _asks: dict[str, Ask] = field(default_factory=dict)  # job -> the nodes it waits for
+    hold_seconds: float = HOLD_SECONDS  # how long a HyperJob's sub-job's room is held for its commit
+    _rooms: dict[str, Room] = field(default_factory=dict)  # job -> the room held for its HyperJob's commit
     # What the gangs' pods hold, summed, kept as gangs come and go and their pods change (`_count_held`): every
     # inventory reports it, and a burst of bindings sends an inventory per gang (summing thousands of gangs each).
     _held_total: dict[str, int] = field(default_factory=dict)

@@ -25,12 +25,14 @@ from member_agent.model import (
     AgentJob,
     Desired,
     Narrowed,
+    Preparing,
     gang_size,
     placements_of,
     runs_short,
     task_requests,
 )
 from member_agent.placement import GangRequest, Placement, PodPlacement, Rejection, place
+from member_agent.provisioning import Ask
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -92,6 +94,14 @@ class JobLoop:
         """The federation runs this attempt here: record it as desired and reconcile the job. A repeat, or an
         older attempt, is answered with what was already done."""
         held, report = self.jobs.get(job.id), self.reports.get(job.id)
+        room = self._rooms.get(job.id)
+        if held is None and room is not None and room.attempt == attempt:
+            if not self.holds_only(job):  # its HyperJob committed: bind it where its room is held
+                self.desired[job.id] = Desired(job, attempt)
+                await self.reconcile_job(job.id)
+            elif report is not None:
+                self._send(agent_pb2.AgentMessage(job_update=report))
+            return
         if held is not None and attempt <= held.attempt:
             if attempt == held.attempt and report is not None:
                 self._send(agent_pb2.AgentMessage(job_update=report))
@@ -117,6 +127,9 @@ class JobLoop:
         ask = self._asks.get(job_id)
         if ask is not None and (want is None or want.attempt != ask.attempt):
             await self.drop_ask(job_id)
+        room = self._rooms.get(job_id)
+        if room is not None and (want is None or want.attempt != room.attempt):
+            self.drop_room(job_id)
         if held is not None and (want is None or want.attempt != held.attempt):
             deleted += len(held.pods) if held.attempt in stale else 0
             released = held.attempt
@@ -128,6 +141,8 @@ class JobLoop:
                 last = want is None and job_id not in self.jobs and set(found) <= {attempt, *stale}
                 deleted += await self.backend.delete_attempt(job_id, attempt, anchor=last)
         if want is not None and job_id not in self.jobs:
+            if job_id in self._rooms and self.holds_only(want.job):
+                return deleted  # its room is held: the commit binds it
             if await self._adopt(want.job, want.attempt):
                 PLACEMENTS.labels("adopted").inc()
                 return deleted
@@ -169,29 +184,14 @@ class JobLoop:
     async def _place(self, job: common_pb2.Job, attempt: int) -> None:
         """Place the gang and bind all its pods or none; report the outcome."""
         started = time.monotonic()
-        request = gang_request(job.spec, self.state.topology)
-        narrowed = await self._narrowed(job.spec)
-        if narrowed is not None and narrowed[2]:  # whatever is free: never offered this cluster again
-            PLACEMENTS.labels("rejected").inc()
-            self.desired.pop(job.id, None)
-            self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
-                                             reason="; ".join(narrowed[2]), permanent=True))
+        hold = self.holds_only(job)
+        room = None if hold else self.take_room(job.id, attempt)
+        placement = room.placement if room is not None else await self._placement(job, attempt)
+        if placement is None:
             return
-        placement = self._fit(request, narrowed, job.id)
-        if isinstance(placement, Rejection) and self.holds and isinstance(self._fit(request, narrowed), Placement):
-            # (whose gangs is not said: another tenant's, maybe)
-            placement = Rejection(f"{placement.reason}; the nodes it would fit are kept for a gang the federation "
-                                  "holds room for here")
-        if isinstance(placement, Rejection):
-            if self.wants_nodes(job):
-                why = await self.ask_for_nodes(job, attempt, placement.reason, task_requests(job.spec))
-            else:
-                why = await self._repartition(job, attempt, placement.reason, request)
-            if why is None:  # waits here for its slices or its nodes
-                return
-            PLACEMENTS.labels("rejected").inc()
-            self.desired.pop(job.id, None)  # the server takes it back
-            self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED, reason=why))
+        if hold:  # a HyperJob's sub-job: booked, not bound, until its HyperJob commits
+            self.hold_room(job, attempt, placement, Booking(self.state, task_requests(job.spec), gang_size(job.spec))
+                           .book(placement.pods))
             return
         prep = self._stop_preparing(job.id)
         ask = self._asks.get(job.id)
@@ -200,7 +200,43 @@ class JobLoop:
         bound = AgentJob(job, attempt, list(placement.pods), requests, placement.hypernode, placement.tier,
                          retries=job.status.retries, accepted=self._knowingly(placement),
                          consumes=ask.name if ask is not None else "")
-        booking = Booking(self.state, requests, gang_size(job.spec)).book(bound.pods)
+        booking = room.booking if room is not None else Booking(self.state, requests, gang_size(job.spec)).book(
+            bound.pods)
+        await self._bind_gang(job, attempt, bound, booking, started, prep, ask)
+
+    async def _placement(self, job: common_pb2.Job, attempt: int) -> Placement | None:
+        """Where the gang fits now; None when it does not (reported, or waiting here for slices or nodes)."""
+        request = gang_request(job.spec, self.state.topology)
+        narrowed = await self._narrowed(job.spec)
+        if narrowed is not None and narrowed[2]:  # whatever is free: never offered this cluster again
+            PLACEMENTS.labels("rejected").inc()
+            self.desired.pop(job.id, None)
+            self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED,
+                                             reason="; ".join(narrowed[2]), permanent=True))
+            return None
+        placement = self._fit(request, narrowed, job.id)
+        if isinstance(placement, Rejection) and self.holds and isinstance(self._fit(request, narrowed), Placement):
+            # (whose gangs is not said: another tenant's, maybe)
+            placement = Rejection(f"{placement.reason}; the nodes it would fit are kept for a gang the federation "
+                                  "holds room for here")
+        if isinstance(placement, Rejection):
+            if self.holds_only(job):  # a sub-job's room is had now or not at all: its HyperJob waits elsewhere
+                why: str | None = placement.reason
+            elif self.wants_nodes(job):
+                why = await self.ask_for_nodes(job, attempt, placement.reason, task_requests(job.spec))
+            else:
+                why = await self._repartition(job, attempt, placement.reason, request)
+            if why is None:  # waits here for its slices or its nodes
+                return None
+            PLACEMENTS.labels("rejected").inc()
+            self.desired.pop(job.id, None)  # the server takes it back
+            self._report(agent_pb2.JobUpdate(job_id=job.id, attempt=attempt, type=agent_pb2.REJECTED, reason=why))
+            return None
+        return placement
+
+    async def _bind_gang(self, job: common_pb2.Job, attempt: int, bound: AgentJob, booking: Booking, started: float,
+                         prep: Preparing | None, ask: Ask | None) -> None:
+        """Bind all the gang's pods where they were placed and booked, or none; report the outcome."""
         self._binding[job.id] = early = []
         try:
             err = await self._bind(bound, bound.pods, BIND_TRIES)
@@ -226,8 +262,8 @@ class JobLoop:
         said = f"placed after NVIDIA's MIG manager repartitioned {prep.said}" if prep else \
             f"placed once the autoscaler provisioned {ask.said}" if ask else ""
         self._report(agent_pb2.JobUpdate(
-            job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=placement.hypernode,
-            tier=placement.tier, placements=placements_of(bound.pods), reason=said))
+            job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=bound.hypernode,
+            tier=bound.tier, placements=placements_of(bound.pods), reason=said))
         if ask is not None:  # its pods hold the nodes now: the request has done its part
             self._spawn(self.drop_ask(job.id))
         self._watch_pending(bound, bound.pods)
@@ -279,6 +315,9 @@ class JobLoop:
         want = self.desired.get(job_id)
         if want is not None and want.attempt == attempt:
             del self.desired[job_id]
+        room = self._rooms.get(job_id)
+        if room is not None and room.attempt == attempt:
+            self.drop_room(job_id)
         prep = self._preparing.get(job_id)
         if prep is not None and prep.attempt == attempt:
             self._stop_preparing(job_id)
