@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from federation.cli.manifest import jobs_from_documents
+from federation.cli.jobdocs import jobs_from_documents
 from federation.cli.yamldoc import ManifestError, load_documents
 from federation.kernel import dra, gangs
 from federation.scheduling.cycle import PendingJob, QueueInfo, Snapshot, TenantInfo, schedule

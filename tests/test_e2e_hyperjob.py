@@ -7,6 +7,7 @@ running, and nothing runs twice."""
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -17,11 +18,13 @@ from sqlalchemy.engine import URL
 from federation.cli.dev import AgentProcess, ServerProcess
 from federation.v1 import admin_pb2, admin_pb2_grpc, common_pb2, jobs_pb2, jobs_pb2_grpc
 from member_agent.clusters import tree
+from tests.processes import fedctl
 from tests.test_e2e_agents import wait_for
 from tests.test_e2e_health import events
 
 pytestmark = pytest.mark.e2e
 GPU = "nvidia.com/gpu"
+CORPUS = Path(__file__).parent / "corpus" / "ecosystem" / "volcano-hyperjob-subgroups"
 
 
 def sub_jobs(name: str, replicas: int, pods: int, clusters: dict[int, list[str]] | None = None
@@ -42,7 +45,7 @@ def test_a_hyperjob_runs_across_two_clusters_and_a_lost_sub_job_runs_again_elsew
         files[name] = tmp_path / f"{name}.yaml"
         files[name].write_text(yaml.safe_dump_all(tree(name, fanout, {GPU: "8", "cpu": "64"})))
     server = ServerProcess("--database-url", db_url.render_as_string(hide_password=False), "--heartbeat-timeout",
-                           "3", "--lost-grace", "3")
+                           "3", "--lost-grace", "3", "--ui-listen", "127.0.0.1:0")
     agents: dict[str, AgentProcess] = {}
     try:
         for name in ("a", "b"):
@@ -64,8 +67,15 @@ def test_a_hyperjob_runs_across_two_clusters_and_a_lost_sub_job_runs_again_elsew
         assert partial.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "specs[0].hyperjob" in partial.value.details() and "submitted together" in partial.value.details()
 
-        # 256 GPUs, more than either cluster: one sub-job each, held, then committed together.
-        ids = [r.job_id for r in jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=sub_jobs("llm", 2, 128))).results]
+        # Volcano Global's own example: 256 GPUs, more than either cluster, through fedctl submit. One sub-job each,
+        # held, then committed together.
+        manifest = yaml.safe_load((CORPUS / "volcano_hyperjob-multi-cluster-job-splitting_0.yaml").read_text())
+        manifest["metadata"]["annotations"] = {"federation.dev/sim-duration": "3600s"}
+        (tmp_path / "hyperjob.yaml").write_text(yaml.safe_dump(manifest))
+        submitted = fedctl(server.address, "submit", "-f", str(tmp_path / "hyperjob.yaml"))
+        assert submitted.returncode == 0, submitted.stderr
+        ids = [line.split()[0].removeprefix("job/") for line in submitted.stdout.splitlines()]
+        assert [i.startswith("llm-training-trainer-") for i in ids] == [True, True]
         wait_for("both sub-jobs running", lambda: all(status(i).phase == common_pb2.RUNNING for i in ids), timeout=60)
         assert sorted(status(i).cluster for i in ids) == ["a", "b"]
         for job_id in ids:
@@ -73,10 +83,19 @@ def test_a_hyperjob_runs_across_two_clusters_and_a_lost_sub_job_runs_again_elsew
             assert kinds == ["Dispatched", "Held", "Admitted", "Running"]
             checks = [(c.name, c.state) for c in status(job_id).admission_checks]
             assert checks == [("hyperjob", "READY")]
-        # Its id is its own: submitting it again is refused.
-        with pytest.raises(grpc.RpcError) as again:
-            jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=sub_jobs("llm", 2, 128)))
-        assert again.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        # One job with a row per sub-job: fedctl describe, get -o wide, the dashboard.
+        described = fedctl(server.address, "describe", "job", ids[0]).stdout
+        assert "HyperJob:  llm-training (llm-training-" in described and "2 of 2 sub-jobs running; 2 together, at " \
+            "most 2 clusters" in described
+        table = described.partition("HyperJob:")[2].partition("Clusters:")[0].splitlines()[2:]  # past its header
+        assert {r.split()[1]: (r.split()[3], r.split()[4]) for r in table} == {
+            i: ("Running", status(i).cluster) for i in ids}
+        wide = fedctl(server.address, "get", "jobs", "-o", "wide").stdout.splitlines()
+        column = wide[0].split().index("HYPERJOB")
+        assert sorted(line.split()[column] for line in wide[1:]) == ["llm-training[0]", "llm-training[1]"]
+        page = urllib.request.urlopen(f"{server.dashboard}/jobs/{ids[1]}", timeout=10).read().decode()
+        assert "<h2>HyperJob llm-training: its sub-jobs</h2>" in page
+        assert page.count('<tr data-sub-job="') == 2 and '<tr data-sub-job="1" class="here">' in page
 
         # One that does not fit now waits holding nothing: neither cluster has 128 GPUs free.
         waiting = [r.job_id for r in jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=sub_jobs("next", 2, 64)))
@@ -84,6 +103,10 @@ def test_a_hyperjob_runs_across_two_clusters_and_a_lost_sub_job_runs_again_elsew
         wait_for("a reason", lambda: status(waiting[0]).reason.startswith("HyperJob next waits, holding nothing"))
         assert all(status(i).phase == common_pb2.PENDING for i in waiting)
 
+        # Its id is its own: the same sub-jobs again are refused.
+        with pytest.raises(grpc.RpcError) as again:
+            jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=sub_jobs("next", 2, 64)))
+        assert again.value.code() == grpc.StatusCode.ALREADY_EXISTS
         for job_id in waiting + ids:
             assert jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job_id)).status.phase == common_pb2.CANCELLED
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import URL
 
-from federation.cli.manifest import jobs_from_documents
+from federation.cli.jobdocs import jobs_from_documents
 from federation.cli.yamldoc import ManifestError, load_documents
 from federation.control.scheduler import cluster_view
 from federation.kernel import gangs

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from federation.cli.manifest import jobs_from_documents
+from federation.cli.jobdocs import jobs_from_documents
 from federation.cli.yamldoc import load_documents
 from federation.scheduling.cycle import PendingJob, QueueInfo, Snapshot, TenantInfo, schedule
 from federation.scheduling.fit import ClusterView, JobView, TierFree

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from federation.cli.manifest import jobs_from_documents
+from federation.cli.jobdocs import jobs_from_documents
 from federation.cli.yamldoc import load_documents
 from federation.control.scheduler import cluster_view
 from federation.kernel import gangs

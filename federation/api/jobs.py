@@ -183,7 +183,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             after = found
         rows = await self.jobs.list(tenant=tenant, queue=request.queue, phases=phases, after_seq=after,
                                     limit=size + 1, newest_first=request.newest_first,
-                                    history=request.include_history, cluster=request.cluster)
+                                    history=request.include_history, cluster=request.cluster,
+                                    hyperjob=request.hyperjob)
         page, used = [], 0
         expected = await self._expected(rows[:size])
         for row in rows[:size]:  # a page is also bounded in bytes, so any client's default limit takes it

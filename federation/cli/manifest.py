@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +21,13 @@ from google.protobuf.message import Message
 from federation.cli import volcano_fields
 from federation.cli.volcano_fields import Fields
 from federation.cli.yamldoc import Document, quoted
-from federation.kernel import dra
 from federation.kernel.durations import parse_duration
 from federation.kernel.resources import GPU, SHARE, WHOLE, QuantityError, format_amount, parse_amount
 from federation.v1 import admin_pb2, common_pb2
 from federation.validation import DEFAULT_QUEUE, DEFAULT_TENANT
 
 VOLCANO_API = "batch.volcano.sh/v1alpha1"
+HYPERJOB_API = "training.volcano.sh/v1alpha1"  # Volcano Global's HyperJob (`hyperjob.py`)
 FEDERATION_API = "federation.dev/v1"
 CLUSTER_SELECTOR_ANNOTATION = "federation.dev/cluster-selector"
 REQUEST_ID_ANNOTATION = "federation.dev/request-id"
@@ -309,34 +309,40 @@ def job_from_document(doc: Document) -> Converted:
         spec.namespace = r.str(meta["namespace"], "metadata.namespace")
         o["namespace"] = "metadata.namespace"
 
-    r.fields(body, volcano_fields.JOB_SPEC, "spec")
-    scheduler = r.str(body.get("schedulerName", VOLCANO_SCHEDULER), "spec.schedulerName")
-    if scheduler != VOLCANO_SCHEDULER:
-        out.ignored.append(f"spec.schedulerName (line {doc.line('spec.schedulerName')}: {quoted(scheduler)}; the "
-                           "federation schedules it, as Volcano would)")
-    spec.queue = r.str(body.get("queue", DEFAULT_QUEUE), "spec.queue")
-    o["queue"] = "spec.queue"
-    spec.priority_class_name = r.str(body.get("priorityClassName", ""), "spec.priorityClassName")
-    o["priority_class_name"] = "spec.priorityClassName"
-    spec.min_available = r.int(body.get("minAvailable", 0), "spec.minAvailable")
-    o["min_available"] = "spec.minAvailable"
-    if "maxRetry" in body:
-        spec.max_retry = r.int(body["maxRetry"], "spec.maxRetry")
-        o["max_retry"] = "spec.maxRetry"
-    _policies(r, body.get("policies"), "spec.policies", spec.policies, "policies")
-    if "networkTopology" in body:
-        _topology(r, body["networkTopology"], "spec.networkTopology", spec.network_topology, "network_topology")
-    for name, args in r.map(body.get("plugins"), "spec.plugins").items():
-        ppath = f"spec.plugins.{name}"
-        spec.plugins[str(name)].args.extend(r.str(a, f"{ppath}[{j}]") for j, a in enumerate(r.list(args, ppath)))
-        o[f"plugins[{str(name)!r}]"] = ppath
-    o["tasks"] = "spec.tasks"
-    for i, task in enumerate(r.list(body.get("tasks"), "spec.tasks")):
-        _task(r, task, f"spec.tasks[{i}]", spec.tasks.add(), f"tasks[{i}]")
+    job_spec(r, body, "spec", spec)
     if out.ignored:
         out.warnings.append(f"{doc.file}:{doc.start_line}: Volcano fields the federation does not act on, ignored: "
                             + ", ".join(out.ignored))
     return out
+
+
+def job_spec(r: _Reader, body: dict[str, Any], at: str, spec: common_pb2.JobSpec) -> None:
+    """A Volcano Job's spec, at manifest path `at` (a Job's `spec`, a HyperJob's `templateSpec`), into `spec`."""
+    doc, out, o = r.doc, r.out, r.out.origin
+    r.fields(body, volcano_fields.JOB_SPEC, at)
+    scheduler = r.str(body.get("schedulerName", VOLCANO_SCHEDULER), f"{at}.schedulerName")
+    if scheduler != VOLCANO_SCHEDULER:
+        out.ignored.append(f"{at}.schedulerName (line {doc.line(f'{at}.schedulerName')}: {quoted(scheduler)}; the "
+                           "federation schedules it, as Volcano would)")
+    spec.queue = r.str(body.get("queue", DEFAULT_QUEUE), f"{at}.queue")
+    o["queue"] = f"{at}.queue"
+    spec.priority_class_name = r.str(body.get("priorityClassName", ""), f"{at}.priorityClassName")
+    o["priority_class_name"] = f"{at}.priorityClassName"
+    spec.min_available = r.int(body.get("minAvailable", 0), f"{at}.minAvailable")
+    o["min_available"] = f"{at}.minAvailable"
+    if "maxRetry" in body:
+        spec.max_retry = r.int(body["maxRetry"], f"{at}.maxRetry")
+        o["max_retry"] = f"{at}.maxRetry"
+    _policies(r, body.get("policies"), f"{at}.policies", spec.policies, "policies")
+    if "networkTopology" in body:
+        _topology(r, body["networkTopology"], f"{at}.networkTopology", spec.network_topology, "network_topology")
+    for name, args in r.map(body.get("plugins"), f"{at}.plugins").items():
+        ppath = f"{at}.plugins.{name}"
+        spec.plugins[str(name)].args.extend(r.str(a, f"{ppath}[{j}]") for j, a in enumerate(r.list(args, ppath)))
+        o[f"plugins[{str(name)!r}]"] = ppath
+    o["tasks"] = f"{at}.tasks"
+    for i, task in enumerate(r.list(body.get("tasks"), f"{at}.tasks")):
+        _task(r, task, f"{at}.tasks[{i}]", spec.tasks.add(), f"tasks[{i}]")
 
 
 def _admin(doc: Document, kind: str, message: Message, fields: dict[str, tuple[str, Callable[..., Any]]]) -> Converted:
@@ -477,7 +483,7 @@ def volcano_queue(doc: Document) -> list[tuple[str, Converted]]:
 def for_submit(doc: Document) -> bool:
     """A document `fedctl submit` takes: a Volcano Job, or a ResourceClaimTemplate its pods' claims name."""
     data = doc.data if isinstance(doc.data, dict) else {}
-    return (data.get("apiVersion"), data.get("kind")) == (VOLCANO_API, "Job") or \
+    return (data.get("apiVersion"), data.get("kind")) in ((VOLCANO_API, "Job"), (HYPERJOB_API, "HyperJob")) or \
         data.get("kind") == "ResourceClaimTemplate"
 
 
@@ -506,49 +512,3 @@ def admin_from_document(doc: Document) -> tuple[str, Converted]:
                         + ("; jobs go to 'fedctl submit -f'" if data.get("apiVersion") == VOLCANO_API else ""))
     message_type, fields = ADMIN_KINDS[kind]
     return kind, _admin(doc, kind, message_type(), fields)
-
-
-def jobs_from_documents(docs: Iterable[Document]) -> Iterator[Converted]:
-    """Volcano Jobs from a stream of documents, each carrying the ResourceClaimTemplates (resource.k8s.io/v1) its
-    pods' claims name, from earlier documents of the stream in the job's namespace (as `kubectl apply` would need
-    them there first)."""
-    templates: dict[tuple[str, str], str] = {}  # (namespace, name) -> the template, as JSON
-    for doc in docs:
-        data = doc.data if isinstance(doc.data, dict) else {}
-        if data.get("kind") != "ResourceClaimTemplate":
-            yield _with_claim_templates(job_from_document(doc), templates)
-            continue
-        if data.get("apiVersion") != dra.API:
-            raise doc.error("apiVersion", f"expected {dra.API} for a ResourceClaimTemplate")
-        meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
-        if not isinstance(meta.get("name"), str) or not meta["name"]:
-            raise doc.error("metadata.name", "required")
-        try:
-            dra.claim_spec((data.get("spec") or {}).get("spec") if isinstance(data.get("spec"), dict) else None,
-                           "spec.spec")
-        except dra.ClaimError as err:
-            raise doc.error(err.field, err.message) from None
-        templates[(str(meta.get("namespace", "")), meta["name"])] = json.dumps(data, sort_keys=True, default=str)
-
-
-def _with_claim_templates(out: Converted, templates: Mapping[tuple[str, str], str]) -> Converted:
-    spec: common_pb2.JobSpec = out.message  # type: ignore[assignment]
-    wanted: dict[str, str] = {}
-    for i, task in enumerate(spec.tasks):
-        for j, (_, name) in enumerate(_claims_of(out, task, i)):
-            found = templates.get((spec.namespace, name))
-            if found is None:
-                where = f"namespace {spec.namespace}" if spec.namespace else "the agent's default namespace"
-                raise out.doc.error(f"spec.tasks[{i}].template.spec.resourceClaims[{j}].resourceClaimTemplateName",
-                                    f"no ResourceClaimTemplate {name} in {where} earlier in the manifest")
-            wanted[name] = found
-    spec.resource_claim_templates_json.extend(wanted[n] for n in sorted(wanted))
-    return out
-
-
-def _claims_of(out: Converted, task: common_pb2.TaskSpec, i: int) -> list[tuple[str, str]]:
-    try:
-        return dra.pod_claims(task.pod_template_json)
-    except dra.ClaimError as err:
-        field = err.field.replace("pod_template_json.", "template.", 1)
-        raise out.doc.error(f"spec.tasks[{i}].{field}", err.message) from None

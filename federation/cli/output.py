@@ -153,6 +153,7 @@ def _wide_job_row(j: common_pb2.Job) -> list[Any]:
     labels = ",".join(f"{k}={v}" for k, v in sorted(j.spec.labels.items())) or "-"
     return [*_job_row(j)[:-1], gpus(j), sum(t.replicas for t in j.spec.tasks), s.attempt, s.retries, s.requeues,
             ",".join(f"{c.name}={pascal_case(c.state)}" for c in s.admission_checks) or "-",
+            f"{j.spec.hyperjob.name}[{j.spec.hyperjob.index}]" if j.spec.hyperjob.id else "-",
             ",".join(sorted({p.node for p in s.placements})) or "-", labels, s.reason or "-"]
 
 
@@ -167,8 +168,8 @@ def _with_past(kind: type[Message]) -> tuple[Sequence[str], Callable[[Any], list
 
 
 WIDE: dict[type[Message], tuple[Sequence[str], Callable[[Any], list[Any]]]] = {
-    common_pb2.Job: ((*JOB_HEADERS[:-1], "GPUS", "PODS", "ATTEMPT", "RETRIES", "REQUEUES", "CHECKS", "NODES",
-                      "LABELS", "REASON"),
+    common_pb2.Job: ((*JOB_HEADERS[:-1], "GPUS", "PODS", "ATTEMPT", "RETRIES", "REQUEUES", "CHECKS", "HYPERJOB",
+                      "NODES", "LABELS", "REASON"),
                      _wide_job_row),
     admin_pb2.Tenant: _with_past(admin_pb2.Tenant),
     admin_pb2.Queue: _with_past(admin_pb2.Queue),

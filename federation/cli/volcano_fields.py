@@ -35,6 +35,9 @@ METADATA = _f("name generateName namespace labels annotations",
 JOB = _f("apiVersion kind metadata spec", "status")
 JOB_SPEC = _f("queue priorityClassName minAvailable maxRetry policies networkTopology tasks plugins schedulerName",
               "minSuccess runningEstimate ttlSecondsAfterFinished volumes")
+# Volcano Global's HyperJob (training.volcano.sh/v1alpha1): plugins and splitPolicy are reserved there, unused.
+HYPERJOB_SPEC = _f("replicatedJobs minAvailable maxDomains", "plugins")
+REPLICATED_JOB = _f("name replicas templateSpec clusterNames", "splitPolicy")
 TASK = _f("name replicas minAvailable policies partitionPolicy template", "dependsOn maxRetry topologyPolicy")
 POLICY = _f("event events action timeout", "exitCode")
 NETWORK_TOPOLOGY = _f("mode highestTierAllowed highestTierName")

@@ -68,7 +68,7 @@ class JobStore(Submission, EventLog, Transitions, AdmissionChecks, HyperJobHolds
 
     async def list(self, *, tenant: str = "", queue: str = "", phases: Sequence[str] = (),
                    after_seq: int = 0, limit: int = 100, newest_first: bool = False, history: bool = False,
-                   cluster: str = "") -> list[Any]:
+                   cluster: str = "", hyperjob: str = "") -> list[Any]:
         """A page of jobs in submission order after `after_seq` (`newest_first`: before it, newest first); with
         `history`, the ended ones moved to the history too: each table gives its first page, merged by
         submission."""
@@ -88,6 +88,8 @@ class JobStore(Submission, EventLog, Transitions, AdmissionChecks, HyperJobHolds
                 query = query.where(columns.queue == queue)
             if cluster:
                 query = query.where(columns.cluster == cluster)
+            if hyperjob:
+                query = query.where(columns.hyperjob == hyperjob)
             if phases:
                 query = query.where(columns.phase.in_(phases))
             pages.append(query)

@@ -362,7 +362,10 @@ class Dashboard:
         job_id = request.match_info["id"]
         job = await api(api.jobs.GetJob, jobs_pb2.GetJobRequest(id=job_id))
         explained = await api(api.jobs.ExplainJob, jobs_pb2.ExplainJobRequest(id=job_id))
-        return await self._page(request, "job.html", title=job.id, job=job, explained=explained,
+        siblings = sorted((await api(api.jobs.ListJobs, jobs_pb2.ListJobsRequest(
+            hyperjob=job.spec.hyperjob.id, include_history=True, page_size=1000))).jobs,
+            key=lambda j: j.spec.hyperjob.index) if job.spec.hyperjob.id else []
+        return await self._page(request, "job.html", title=job.id, job=job, explained=explained, siblings=siblings,
                                 events=await self._timeline(api, job_id),
                                 manifest=yaml.safe_dump(output.as_dict(job.spec), sort_keys=False),
                                 ended=job.status.phase in ENDED)

@@ -26,7 +26,7 @@ from federation.v1 import common_pb2 as federation_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x66\x65\x64\x65ration/v1/jobs.proto\x12\rfederation.v1\x1a\x1a\x66\x65\x64\x65ration/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x01\n\x10SubmitJobRequest\x12$\n\x04spec\x18\x01 \x01(\x0b\x32\x16.federation.v1.JobSpec\x12\x1b\n\x13reject_inadmissible\x18\x02 \x01(\x08\x12\x1f\n\x17\x61llow_unknown_resources\x18\x03 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"]\n\x11SubmitJobResponse\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x12.federation.v1.Job\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x14\n\x0cinadmissible\x18\x03 \x01(\t\"\x89\x01\n\x11SubmitJobsRequest\x12%\n\x05specs\x18\x01 \x03(\x0b\x32\x16.federation.v1.JobSpec\x12\x1b\n\x13reject_inadmissible\x18\x02 \x01(\x08\x12\x1f\n\x17\x61llow_unknown_resources\x18\x03 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"J\n\x0fSubmitJobResult\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x14\n\x0cinadmissible\x18\x03 \x01(\t\"E\n\x12SubmitJobsResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.federation.v1.SubmitJobResult\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\xd6\x01\n\x0fListJobsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\'\n\x06phases\x18\x03 \x03(\x0e\x32\x17.federation.v1.JobPhase\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\x12\x14\n\x0cnewest_first\x18\x06 \x01(\x08\x12\x14\n\x0c\x63ount_phases\x18\x07 \x01(\x08\x12\x17\n\x0finclude_history\x18\x08 \x01(\x08\x12\x0f\n\x07\x63luster\x18\t \x01(\t\"\xc9\x01\n\x10ListJobsResponse\x12 \n\x04jobs\x18\x01 \x03(\x0b\x32\x12.federation.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x46\n\x0cphase_counts\x18\x03 \x03(\x0b\x32\x30.federation.v1.ListJobsResponse.PhaseCountsEntry\x1a\x32\n\x10PhaseCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\".\n\x10\x43\x61ncelJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"q\n\x10WatchJobsRequest\x12\x1b\n\x0e\x61\x66ter_sequence\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0e\n\x06job_id\x18\x04 \x01(\tB\x11\n\x0f_after_sequence\"\x1f\n\x11\x45xplainJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\";\n\nClusterFit\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x0c\n\x04\x66its\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x88\x02\n\x12\x45xplainJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12&\n\x05phase\x18\x02 \x01(\x0e\x32\x17.federation.v1.JobPhase\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0equeue_position\x18\x04 \x01(\x05\x12+\n\x08\x63lusters\x18\x05 \x03(\x0b\x32\x19.federation.v1.ClusterFit\x12\x37\n\x13\x65xpected_start_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x65xpected_cluster\x18\x07 \x01(\t\x12\x12\n\npast_usage\x18\x08 \x01(\t\"r\n\x11GetJobLogsRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x10\n\x08previous\x18\x05 \x01(\x08\x12\x12\n\ntail_lines\x18\x06 \x01(\x03\"\x17\n\x07LogData\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x13\n\x11GetVersionRequest\"@\n\x07Version\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0b\n\x03\x61pi\x18\x02 \x01(\t\x12\x17\n\x0fschema_revision\x18\x03 \x01(\t2\xa8\x05\n\nJobService\x12N\n\tSubmitJob\x12\x1f.federation.v1.SubmitJobRequest\x1a .federation.v1.SubmitJobResponse\x12Q\n\nSubmitJobs\x12 .federation.v1.SubmitJobsRequest\x1a!.federation.v1.SubmitJobsResponse\x12:\n\x06GetJob\x12\x1c.federation.v1.GetJobRequest\x1a\x12.federation.v1.Job\x12K\n\x08ListJobs\x12\x1e.federation.v1.ListJobsRequest\x1a\x1f.federation.v1.ListJobsResponse\x12@\n\tCancelJob\x12\x1f.federation.v1.CancelJobRequest\x1a\x12.federation.v1.Job\x12G\n\tWatchJobs\x12\x1f.federation.v1.WatchJobsRequest\x1a\x17.federation.v1.JobEvent0\x01\x12Q\n\nExplainJob\x12 .federation.v1.ExplainJobRequest\x1a!.federation.v1.ExplainJobResponse\x12H\n\nGetJobLogs\x12 .federation.v1.GetJobLogsRequest\x1a\x16.federation.v1.LogData0\x01\x12\x46\n\nGetVersion\x12 .federation.v1.GetVersionRequest\x1a\x16.federation.v1.Versionb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x66\x65\x64\x65ration/v1/jobs.proto\x12\rfederation.v1\x1a\x1a\x66\x65\x64\x65ration/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x01\n\x10SubmitJobRequest\x12$\n\x04spec\x18\x01 \x01(\x0b\x32\x16.federation.v1.JobSpec\x12\x1b\n\x13reject_inadmissible\x18\x02 \x01(\x08\x12\x1f\n\x17\x61llow_unknown_resources\x18\x03 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"]\n\x11SubmitJobResponse\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x12.federation.v1.Job\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x14\n\x0cinadmissible\x18\x03 \x01(\t\"\x89\x01\n\x11SubmitJobsRequest\x12%\n\x05specs\x18\x01 \x03(\x0b\x32\x16.federation.v1.JobSpec\x12\x1b\n\x13reject_inadmissible\x18\x02 \x01(\x08\x12\x1f\n\x17\x61llow_unknown_resources\x18\x03 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"J\n\x0fSubmitJobResult\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x14\n\x0cinadmissible\x18\x03 \x01(\t\"E\n\x12SubmitJobsResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.federation.v1.SubmitJobResult\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\xe8\x01\n\x0fListJobsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\'\n\x06phases\x18\x03 \x03(\x0e\x32\x17.federation.v1.JobPhase\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\x12\x14\n\x0cnewest_first\x18\x06 \x01(\x08\x12\x14\n\x0c\x63ount_phases\x18\x07 \x01(\x08\x12\x17\n\x0finclude_history\x18\x08 \x01(\x08\x12\x0f\n\x07\x63luster\x18\t \x01(\t\x12\x10\n\x08hyperjob\x18\n \x01(\t\"\xc9\x01\n\x10ListJobsResponse\x12 \n\x04jobs\x18\x01 \x03(\x0b\x32\x12.federation.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x46\n\x0cphase_counts\x18\x03 \x03(\x0b\x32\x30.federation.v1.ListJobsResponse.PhaseCountsEntry\x1a\x32\n\x10PhaseCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\".\n\x10\x43\x61ncelJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"q\n\x10WatchJobsRequest\x12\x1b\n\x0e\x61\x66ter_sequence\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0e\n\x06job_id\x18\x04 \x01(\tB\x11\n\x0f_after_sequence\"\x1f\n\x11\x45xplainJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\";\n\nClusterFit\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x0c\n\x04\x66its\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x88\x02\n\x12\x45xplainJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12&\n\x05phase\x18\x02 \x01(\x0e\x32\x17.federation.v1.JobPhase\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0equeue_position\x18\x04 \x01(\x05\x12+\n\x08\x63lusters\x18\x05 \x03(\x0b\x32\x19.federation.v1.ClusterFit\x12\x37\n\x13\x65xpected_start_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x65xpected_cluster\x18\x07 \x01(\t\x12\x12\n\npast_usage\x18\x08 \x01(\t\"r\n\x11GetJobLogsRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x10\n\x08previous\x18\x05 \x01(\x08\x12\x12\n\ntail_lines\x18\x06 \x01(\x03\"\x17\n\x07LogData\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x13\n\x11GetVersionRequest\"@\n\x07Version\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0b\n\x03\x61pi\x18\x02 \x01(\t\x12\x17\n\x0fschema_revision\x18\x03 \x01(\t2\xa8\x05\n\nJobService\x12N\n\tSubmitJob\x12\x1f.federation.v1.SubmitJobRequest\x1a .federation.v1.SubmitJobResponse\x12Q\n\nSubmitJobs\x12 .federation.v1.SubmitJobsRequest\x1a!.federation.v1.SubmitJobsResponse\x12:\n\x06GetJob\x12\x1c.federation.v1.GetJobRequest\x1a\x12.federation.v1.Job\x12K\n\x08ListJobs\x12\x1e.federation.v1.ListJobsRequest\x1a\x1f.federation.v1.ListJobsResponse\x12@\n\tCancelJob\x12\x1f.federation.v1.CancelJobRequest\x1a\x12.federation.v1.Job\x12G\n\tWatchJobs\x12\x1f.federation.v1.WatchJobsRequest\x1a\x17.federation.v1.JobEvent0\x01\x12Q\n\nExplainJob\x12 .federation.v1.ExplainJobRequest\x1a!.federation.v1.ExplainJobResponse\x12H\n\nGetJobLogs\x12 .federation.v1.GetJobLogsRequest\x1a\x16.federation.v1.LogData0\x01\x12\x46\n\nGetVersion\x12 .federation.v1.GetVersionRequest\x1a\x16.federation.v1.Versionb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,29 +48,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETJOBREQUEST']._serialized_start=624
   _globals['_GETJOBREQUEST']._serialized_end=651
   _globals['_LISTJOBSREQUEST']._serialized_start=654
-  _globals['_LISTJOBSREQUEST']._serialized_end=868
-  _globals['_LISTJOBSRESPONSE']._serialized_start=871
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1072
-  _globals['_LISTJOBSRESPONSE_PHASECOUNTSENTRY']._serialized_start=1022
-  _globals['_LISTJOBSRESPONSE_PHASECOUNTSENTRY']._serialized_end=1072
-  _globals['_CANCELJOBREQUEST']._serialized_start=1074
-  _globals['_CANCELJOBREQUEST']._serialized_end=1120
-  _globals['_WATCHJOBSREQUEST']._serialized_start=1122
-  _globals['_WATCHJOBSREQUEST']._serialized_end=1235
-  _globals['_EXPLAINJOBREQUEST']._serialized_start=1237
-  _globals['_EXPLAINJOBREQUEST']._serialized_end=1268
-  _globals['_CLUSTERFIT']._serialized_start=1270
-  _globals['_CLUSTERFIT']._serialized_end=1329
-  _globals['_EXPLAINJOBRESPONSE']._serialized_start=1332
-  _globals['_EXPLAINJOBRESPONSE']._serialized_end=1596
-  _globals['_GETJOBLOGSREQUEST']._serialized_start=1598
-  _globals['_GETJOBLOGSREQUEST']._serialized_end=1712
-  _globals['_LOGDATA']._serialized_start=1714
-  _globals['_LOGDATA']._serialized_end=1737
-  _globals['_GETVERSIONREQUEST']._serialized_start=1739
-  _globals['_GETVERSIONREQUEST']._serialized_end=1758
-  _globals['_VERSION']._serialized_start=1760
-  _globals['_VERSION']._serialized_end=1824
-  _globals['_JOBSERVICE']._serialized_start=1827
-  _globals['_JOBSERVICE']._serialized_end=2507
+  _globals['_LISTJOBSREQUEST']._serialized_end=886
+  _globals['_LISTJOBSRESPONSE']._serialized_start=889
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1090
+  _globals['_LISTJOBSRESPONSE_PHASECOUNTSENTRY']._serialized_start=1040
+  _globals['_LISTJOBSRESPONSE_PHASECOUNTSENTRY']._serialized_end=1090
+  _globals['_CANCELJOBREQUEST']._serialized_start=1092
+  _globals['_CANCELJOBREQUEST']._serialized_end=1138
+  _globals['_WATCHJOBSREQUEST']._serialized_start=1140
+  _globals['_WATCHJOBSREQUEST']._serialized_end=1253
+  _globals['_EXPLAINJOBREQUEST']._serialized_start=1255
+  _globals['_EXPLAINJOBREQUEST']._serialized_end=1286
+  _globals['_CLUSTERFIT']._serialized_start=1288
+  _globals['_CLUSTERFIT']._serialized_end=1347
+  _globals['_EXPLAINJOBRESPONSE']._serialized_start=1350
+  _globals['_EXPLAINJOBRESPONSE']._serialized_end=1614
+  _globals['_GETJOBLOGSREQUEST']._serialized_start=1616
+  _globals['_GETJOBLOGSREQUEST']._serialized_end=1730
+  _globals['_LOGDATA']._serialized_start=1732
+  _globals['_LOGDATA']._serialized_end=1755
+  _globals['_GETVERSIONREQUEST']._serialized_start=1757
+  _globals['_GETVERSIONREQUEST']._serialized_end=1776
+  _globals['_VERSION']._serialized_start=1778
+  _globals['_VERSION']._serialized_end=1842
+  _globals['_JOBSERVICE']._serialized_start=1845
+  _globals['_JOBSERVICE']._serialized_end=2525
 # @@protoc_insertion_point(module_scope)

@@ -67,7 +67,7 @@ class GetJobRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("tenant", "queue", "phases", "page_size", "page_token", "newest_first", "count_phases", "include_history", "cluster")
+    __slots__ = ("tenant", "queue", "phases", "page_size", "page_token", "newest_first", "count_phases", "include_history", "cluster", "hyperjob")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PHASES_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,7 @@ class ListJobsRequest(_message.Message):
     COUNT_PHASES_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_HISTORY_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    HYPERJOB_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     queue: str
     phases: _containers.RepeatedScalarFieldContainer[_common_pb2.JobPhase]
@@ -86,7 +87,8 @@ class ListJobsRequest(_message.Message):
     count_phases: bool
     include_history: bool
     cluster: str
-    def __init__(self, tenant: _Optional[str] = ..., queue: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[_common_pb2.JobPhase, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., newest_first: _Optional[bool] = ..., count_phases: _Optional[bool] = ..., include_history: _Optional[bool] = ..., cluster: _Optional[str] = ...) -> None: ...
+    hyperjob: str
+    def __init__(self, tenant: _Optional[str] = ..., queue: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[_common_pb2.JobPhase, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., newest_first: _Optional[bool] = ..., count_phases: _Optional[bool] = ..., include_history: _Optional[bool] = ..., cluster: _Optional[str] = ..., hyperjob: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token", "phase_counts")

@@ -25,12 +25,13 @@ from federation.cli.app import (
 )
 from federation.cli.client import Client, fail, field_violations
 from federation.cli.commands.jobs import Left, _check_here
+from federation.cli.jobdocs import jobs_from_documents
 from federation.cli.manifest import (
+    HYPERJOB_API,
     Converted,
     admin_from_document,
     apply_documents,
     for_submit,
-    jobs_from_documents,
 )
 from federation.cli.output import pascal_case
 from federation.cli.yamldoc import Document
@@ -298,7 +299,7 @@ def validate(files: tuple[Path, ...]) -> None:
             list(jobs_from_documents([doc]))  # checked here; carried by the jobs after it that name it
             claim_templates.append(doc)
             click.echo(f"resourceclaimtemplate/{(data.get('metadata') or {}).get('name', '')} valid")
-        elif kind == "Job" and api.startswith("batch.volcano.sh/"):
+        elif (kind == "Job" and api.startswith("batch.volcano.sh/")) or (kind, api) == ("HyperJob", HYPERJOB_API):
             jobs.extend(jobs_from_documents([*claim_templates, doc]))
         elif kind in ("Node", "HyperNode"):
             topology.setdefault(doc.file, []).append(data)

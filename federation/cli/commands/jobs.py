@@ -12,16 +12,16 @@ import grpc
 
 import federation
 from federation.cli import output
-from federation.cli.app import _batches, _dry_run, _filename, _format_option, _read_manifests, cli, pass_client
+from federation.cli.app import _dry_run, _filename, _format_option, _read_manifests, cli, pass_client
 from federation.cli.client import Client, fail, field_violations, rpc_error_lines
+from federation.cli.jobdocs import jobs_from_documents
 from federation.cli.manifest import (
     Converted,
     for_apply,
-    jobs_from_documents,
 )
 from federation.cli.yamldoc import Document
 from federation.v1 import common_pb2, jobs_pb2
-from federation.validation import Violations, check_job_spec, normalise_job_spec
+from federation.validation import Violations, check_hyperjobs, check_job_spec, normalise_job_spec
 
 SUBMIT_BATCH = 1000  # jobs per SubmitJobs, the server's most
 
@@ -53,7 +53,7 @@ def submit(client: Client, files: tuple[Path, ...], named: tuple[Path, ...], rej
     last: Document | None = None
     responses = jobs_pb2.SubmitJobsResponse()
     admin = Left("admin object", "fedctl apply -f")
-    for converted in _batches(jobs_from_documents(admin.skip(_read_manifests(files), for_apply)), SUBMIT_BATCH):
+    for converted in _job_batches(jobs_from_documents(admin.skip(_read_manifests(files), for_apply))):
         for c in converted:
             for warning in c.warnings:
                 click.echo(f"fedctl: warning: {warning}", err=True)
@@ -78,6 +78,20 @@ def submit(client: Client, files: tuple[Path, ...], named: tuple[Path, ...], rej
         fail([f"{', '.join(map(str, files))}: no job manifests found"])
     if fmt != "table" and dry_run != "client":
         output.emit(fmt, [responses], responses)
+
+
+def _job_batches(jobs: Iterable[Converted]) -> Iterator[list[Converted]]:
+    """The jobs in batches of SUBMIT_BATCH at most, a HyperJob's sub-jobs (which come one after another) never split
+    over two: the server takes them only together."""
+    batch: list[Converted] = []
+    for c in jobs:
+        part = c.message.hyperjob  # type: ignore[attr-defined]
+        if batch and not (part.id and part.index) and len(batch) + (part.parts if part.id else 1) > SUBMIT_BATCH:
+            yield batch
+            batch = []
+        batch.append(c)
+    if batch:
+        yield batch
 
 
 class Left:
@@ -136,12 +150,15 @@ def _report_batch(converted: list[Converted], response: jobs_pb2.SubmitJobsRespo
 def _check_here(converted: list[Converted]) -> None:
     """What the server would refuse of the specs themselves, found without it (--dry-run=client)."""
     v = Violations()
+    specs = []
     for i, c in enumerate(converted):
         spec = common_pb2.JobSpec.FromString(c.message.SerializeToString())
         normalise_job_spec(spec)
         check_job_spec(v, f"specs[{i}]", spec)
-    if v:
-        fail([_at_line(converted, item.field, item.description) for item in v.items])
+        specs.append(spec)
+    check_hyperjobs(v, specs, [f"specs[{i}]" for i in range(len(specs))])
+    if v:  # a HyperJob's field is every sub-job's: said once
+        fail(list(dict.fromkeys(_at_line(converted, item.field, item.description) for item in v.items)))
 
 
 def _at_line(converted: list[Converted], field: str, description: str) -> str:
@@ -164,7 +181,7 @@ def _located(err: grpc.RpcError, converted: list[Converted], client: Client) -> 
             c = converted[int(index)] if index.isdigit() and int(index) < len(converted) else None
             lines.append(f"{c.doc.file}:{c.doc.start_line}: {why}" if c else part)
         return lines
-    return [_at_line(converted, v.field, v.description) for v in field_violations(err)] or \
+    return list(dict.fromkeys(_at_line(converted, v.field, v.description) for v in field_violations(err))) or \
         rpc_error_lines(err, client)
 
 

@@ -307,6 +307,8 @@ def describe(client: Client, kind: str, name: str) -> None:
     if kind == "job":
         job: common_pb2.Job = obj  # type: ignore[assignment]
         click.echo("Pods:" + ("\n" + _indent(output.pods_table([job])) if job.status.pods else "  <none>"))
+        if job.spec.hyperjob.id:
+            click.echo(_hyperjob(client, job))
         explained = client.jobs.ExplainJob(jobs_pb2.ExplainJobRequest(id=name))
         click.echo("Clusters:" + ("\n" + _indent(output.render_table(("CLUSTER", "FITS", "WHY"), [
             [c.cluster, "yes" if c.fits else "no", c.reason] for c in explained.clusters]))
@@ -321,6 +323,24 @@ def describe(client: Client, kind: str, name: str) -> None:
         click.echo("Nodes by free GPUs:" + ("\n" + _indent(output.render_table(("FREE GPUS", "NODES"), [
             [str(free), str(nodes)] for free, nodes in reversed(list(enumerate(counts))) if nodes]))
             if counts else "  <none>"))
+
+
+def _hyperjob(client: Client, job: common_pb2.Job) -> str:
+    """A sub-job's HyperJob: what it asks of its sub-jobs, and a row for each as it stands."""
+    h = job.spec.hyperjob
+    siblings = client.jobs.ListJobs(jobs_pb2.ListJobsRequest(hyperjob=h.id, include_history=True,
+                                                             page_size=1000)).jobs
+    siblings = sorted(siblings, key=lambda j: j.spec.hyperjob.index)
+    running = sum(j.status.phase == common_pb2.RUNNING for j in siblings)
+    bounds = [f"{h.min_available or h.parts} together"] + ([f"at most {h.max_domains} clusters"] if h.max_domains
+                                                           else [])
+    if h.cluster_topology:
+        bounds.append(f"one {h.cluster_topology}")
+    return (f"HyperJob:  {h.name} ({h.id}): {running} of {h.parts} sub-jobs running; {', '.join(bounds)}\n" +
+            _indent(output.render_table(("SUB-JOB", "JOB", "REPLICATED-JOB", "PHASE", "CLUSTER", "REASON"), [
+                [str(j.spec.hyperjob.index), j.id, j.spec.hyperjob.replicated_job,
+                 common_pb2.JobPhase.Name(j.status.phase).capitalize(), j.status.cluster or "-", j.status.reason or "-"]
+                for j in siblings])))
 
 
 def _indent(text: str) -> str:
