@@ -89,3 +89,10 @@ def test_quotas_count_the_hyperjob_as_one_job() -> None:
     d = both(snap(T, queues, parts("llm", [128, 128]), [cluster("a", 128), cluster("b", 128)]))
     assert not d.assign
     assert "queue at limit nvidia.com/gpu=192" in d.waiting["llm-0"]
+
+
+def test_the_sub_job_with_fewest_clusters_left_is_placed_first() -> None:
+    s = snap(T, Q, parts("hj", [64, 64]), [cluster("a", 64), cluster("b", 64)])
+    d = both(Snapshot(**{**s.__dict__, "refused": {"hj-1": {"a": "a: it refused the gang for now"}}}))
+    # b is the one cluster left to sub-job 1: it is placed first, though sub-job 0 comes first and a first by name
+    assert d.assign == {"hj-0": "a", "hj-1": "b"}

@@ -3,8 +3,8 @@ needs at once (its minAvailable, less those already running), or none of them; c
 tenant as one job. Each placed sub-job goes out with the `hyperjob` admission check: its cluster's agent holds its
 room, and the federation commits the sub-jobs together once every one has room (`store.hyperjobs`).
 
-The choice is greedy and deterministic: sub-jobs in index order, each to the cluster it fits best among those it may
-use (its clusterNames; its HyperJob's clusters once maxDomains of them are taken; one value of the cluster
+The choice is greedy and deterministic: sub-jobs with the fewest clusters they may use first (then by index), each
+to the cluster it fits best among those it may use (its clusterNames; its HyperJob's clusters once maxDomains of them are taken; one value of the cluster
 topology label, tried in name order), each reservation seen by the next. A trial that falls short is undone
 whole. A HyperJob neither reserves room nor preempts while it waits.
 
@@ -105,7 +105,7 @@ class HyperJobs:
         short: list[tuple[PendingJob, str]] = []
         domains = set(active)
         total: dict[str, int] = {}
-        for sub in waiting:
+        for sub in sorted(waiting, key=lambda s: (len(self._may_use(s, scope)), _index(s))):  # most bound first
             part = sub.view.group
             assert part is not None
             allowed = scope & set(part.clusters) if part.clusters else set(scope)
@@ -131,6 +131,12 @@ class HyperJobs:
             domains.add(cluster)
             total = with_it
         return chosen, short
+
+    def _may_use(self, sub: PendingJob, scope: set[str]) -> set[str]:
+        """The clusters of `scope` the sub-job may go to, as it stands: its clusterNames, less those that refused it."""
+        part = sub.view.group
+        allowed = scope & set(part.clusters) if part is not None and part.clusters else scope
+        return allowed - self.snap.refused.get(sub.id, {}).keys()
 
     def _commit(self, part: Part, waiting: Sequence[PendingJob], chosen: Mapping[str, str],
                 short: Sequence[tuple[PendingJob, str]], queue: str) -> dict[str, str]:
