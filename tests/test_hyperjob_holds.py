@@ -138,7 +138,8 @@ async def test_a_hyperjob_is_submitted_whole_and_once(api: Api) -> None:
     odd[1].queue = "other"
     with pytest.raises(grpc.aio.AioRpcError) as queues:
         await submit(api, odd)
-    assert queues.value.details() == "specs[1].queue: differs from specs[0].queue: a HyperJob's sub-jobs share its queue"
+    assert queues.value.details() == ("specs[1].queue: differs from specs[0].queue: a HyperJob's sub-jobs share "
+                                      "its queue")
     async with api.server.engine.connect() as conn:
         assert (await conn.execute(select(func.count()).select_from(Job))).scalar() == 0  # nothing stored
     assert len(await submit(api, specs)) == 3
