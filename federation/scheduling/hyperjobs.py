@@ -6,7 +6,8 @@ room, and the federation commits the sub-jobs together once every one has room (
 The choice is greedy and deterministic: sub-jobs with the fewest clusters they may use first (then by index), each
 to the cluster it fits best among those it may use (its clusterNames, less those that refused it; its HyperJob's
 clusters once maxDomains of them are taken; one value of the cluster topology label, tried in name order), each
-reservation seen by the next. A trial that falls short is undone whole. A HyperJob neither reserves room nor preempts while it waits.
+reservation seen by the next. A trial that falls short is undone whole. A HyperJob neither reserves room nor
+preempts while it waits.
 
 A part of the cycle (`cycle._Cycle` is built of it), sharing its cluster table and decisions.
 """
