@@ -45,8 +45,9 @@ def test_one_cluster_short_sends_none_and_says_where() -> None:
     d = both(snap(T, Q, [*parts("llm", [128, 128]), job("small", "q", 8, 500)], [cluster("a", 128), cluster("b", 120)]))
     assert "llm-0" not in d.assign and "llm-1" not in d.assign
     said = d.waiting["llm-0"]
-    assert said.startswith("HyperJob llm waits, holding nothing: 1 of the 2 sub-job(s) it needs together have room; "
-                           "sub-job 1: no cluster it may use fits: ")
+    assert said == ("HyperJob llm waits, holding nothing: 1 of the 2 sub-job(s) it needs together have room; "
+                    "sub-job 1: no cluster it may use fits beside sub-job(s) 0, placed first: a: not enough free: "
+                    "nvidia.com/gpu 0/128 free; b: not enough free: nvidia.com/gpu 120/128 free")
     assert d.waiting["llm-1"] == said
     assert d.assign["small"] in ("a", "b")  # nothing was kept for it: the room it tried is given back whole
 

@@ -123,7 +123,9 @@ class HyperJobs:
             refused: Mapping[str, str] = {**self.snap.refused.get(sub.id, {}), **excluded}
             cluster = self.clusters.best(sub.view, refused) if allowed else None
             if cluster is None:
-                short.append((sub, "no cluster it may use fits: " + summary(
+                placed = ", ".join(str(_index(s)) for s in waiting if s.id in chosen)
+                beside = f" beside sub-job(s) {placed}, placed first" if placed else ""
+                short.append((sub, f"no cluster it may use fits{beside}: " + summary(
                     [r for r in self.clusters.reasons(sub.view, refused) if r.partition(":")[0] in allowed] +
                     [f"{c}: {excluded[c]}" for c in sorted(excluded)])))
                 continue

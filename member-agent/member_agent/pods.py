@@ -104,6 +104,8 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
         limits = {r: q for r, q in requests.items() if r not in OVERCOMMITTED}  # limits must equal requests
         pod_spec["containers"] = [{"name": "main", "image": DEFAULT_IMAGE,
                                    "resources": {"requests": requests, **({"limits": limits} if limits else {})}}]
+    else:
+        _with_limits(pod_spec)
     if spec.node_selector and "nodeSelector" not in pod_spec:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     pod_spec["schedulerName"] = scheduler
@@ -134,6 +136,22 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
         pod["metadata"]["ownerReferences"] = [owner]
     plugins.decorate(pod, job.job.id, namespace, job.job.spec, spec, index)
     return pod
+
+
+def _with_limits(pod_spec: Obj) -> None:
+    """Each container's extended resources (GPUs, devices) requested with no limit given the limit equal to the
+    request: the API server refuses such a pod ("Limit must be set for non overcommitable resources"), and equal is
+    the one value it takes. Volcano's own examples ask for `nvidia.com/gpu` under requests only."""
+    for kind in ("containers", "initContainers"):
+        if not pod_spec.get(kind):
+            continue
+        pod_spec[kind] = containers = [dict(c) for c in pod_spec[kind]]
+        for container in containers:
+            resources = container.get("resources") or {}
+            requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+            missing = {r: q for r, q in requests.items() if r not in OVERCOMMITTED and r not in limits}
+            if missing:
+                container["resources"] = {**resources, "limits": {**limits, **missing}}
 
 
 def ssh_keys() -> tuple[str, str]:
