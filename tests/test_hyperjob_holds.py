@@ -146,3 +146,66 @@ async def test_a_hyperjob_is_submitted_whole_and_once(api: Api) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as twice:
         await submit(api, specs)
     assert twice.value.code() == grpc.StatusCode.ALREADY_EXISTS
+
+
+async def running_together(api: Api, restart: str) -> tuple[JobStore, Scheduler, Callable[[str], Awaitable[list[str]]],
+                                                            list[str], dict[str, str]]:
+    """A HyperJob of two sub-jobs with this restart policy, held, committed and running."""
+    store, scheduler, kinds = await federation(api)
+    specs = hyperjob("hj", 2)
+    for spec in specs:
+        spec.hyperjob.restart = restart
+    ids = await submit(api, specs)
+    sent = (await scheduler.cycle()).assign
+    for job_id in ids:
+        await store.apply_update(sent[job_id], held(job_id))
+    assert await store.settle_hyperjobs() == 2
+    for job_id in ids:
+        await store.apply_update(sent[job_id], agent_pb2.JobUpdate(job_id=job_id, attempt=1, type=agent_pb2.BOUND,
+                                                                   hypernode="root"))
+    return store, scheduler, kinds, ids, sent
+
+
+async def test_a_whole_hyperjob_starts_again_together_and_fails_together(api: Api) -> None:
+    store, scheduler, kinds, ids, sent = await running_together(api, "whole")
+    # Sub-job 1's pods were not ready in time: sub-job 0 stops too, and both start again together.
+    await store.apply_update(sent[ids[1]], agent_pb2.JobUpdate(job_id=ids[1], attempt=1, type=agent_pb2.EVACUATED,
+                                                               reason="drained"))
+    decisions = await scheduler.cycle()  # before the leader's pass: the lone sub-job is not sent on its own
+    assert ids[1] not in decisions.assign
+    assert decisions.waiting[ids[1]] == ("HyperJob hj starts again together (its restart policy is whole): waiting "
+                                         "for its 1 other sub-job(s) to stop")
+    assert await store.settle_hyperjobs() == 1
+    first = await store.get(ids[0])
+    assert first["phase"] == "PENDING" and first["cluster"] == ""
+    assert first["reason"] == (f"HyperJob hj: sub-job 1 stopped (evacuated from cluster {sent[ids[1]]}: drained); its "
+                               "restart policy is whole: every sub-job starts again together")
+    assert (await kinds(ids[0]))[-1] == "Requeued"  # the order to its cluster: stop it
+    assert await store.settle_hyperjobs() == 0
+    again = (await scheduler.cycle()).assign
+    assert sorted(again) == sorted(ids)  # a new round, together
+    # A sub-job that fails ends the HyperJob: the other is cancelled.
+    for job_id in ids:
+        await store.apply_update(again[job_id], agent_pb2.JobUpdate(job_id=job_id, attempt=2, type=agent_pb2.HELD,
+                                                                    hypernode="root"))
+    assert await store.settle_hyperjobs() == 2
+    for job_id in ids:
+        await store.apply_update(again[job_id], agent_pb2.JobUpdate(job_id=job_id, attempt=2, type=agent_pb2.BOUND,
+                                                                    hypernode="root"))
+    await store.apply_update(again[ids[0]], agent_pb2.JobUpdate(job_id=ids[0], attempt=2, type=agent_pb2.JOB_FAILED,
+                                                                reason="PodFailed on worker[0]; maxRetry 3 exhausted"))
+    assert await store.settle_hyperjobs() == 1
+    other = await store.get(ids[1])
+    assert other["phase"] == "CANCELLED" and other["reason"] == (
+        "HyperJob hj failed: sub-job 0 failed (PodFailed on worker[0]; maxRetry 3 exhausted); its restart policy is "
+        "whole")
+    assert (await kinds(ids[1]))[-1] == "Cancelled"
+
+
+async def test_a_sub_job_restarts_alone_by_default(api: Api) -> None:
+    store, scheduler, kinds, ids, sent = await running_together(api, "")
+    await store.apply_update(sent[ids[1]], agent_pb2.JobUpdate(job_id=ids[1], attempt=1, type=agent_pb2.EVACUATED,
+                                                               reason="drained"))
+    assert await store.settle_hyperjobs() == 0
+    assert (await store.get(ids[0]))["phase"] == "RUNNING"
+    assert ids[1] in (await scheduler.cycle()).assign  # alone, in a round of its own

@@ -27,6 +27,7 @@ from federation.cli.yamldoc import Document
 from federation.v1 import common_pb2
 
 CLUSTER_TOPOLOGY_ANNOTATION = "federation.dev/cluster-topology"
+RESTART_ANNOTATION = "federation.dev/hyperjob-restart"  # sub-job (default) or whole
 OWNER = "Volcano Global's HyperJob"
 
 
@@ -54,6 +55,7 @@ def hyperjob_from_document(doc: Document) -> list[Converted]:
     annotations = r.str_map(meta.get("annotations"), "metadata.annotations")
     _volcano_annotations(r, annotations, "metadata.annotations")
     topology = annotations.pop(CLUSTER_TOPOLOGY_ANNOTATION, "")
+    restart = annotations.pop(RESTART_ANNOTATION, "")
     selector = annotations.pop(CLUSTER_SELECTOR_ANNOTATION, None)
     request_id = annotations.pop(REQUEST_ID_ANNOTATION, "")
     annotations.pop(JOB_ID_ANNOTATION, None)
@@ -96,12 +98,13 @@ def hyperjob_from_document(doc: Document) -> list[Converted]:
             spec.hyperjob.CopyFrom(common_pb2.HyperJobPart(
                 id=group, name=name, replicated_job=rj_name, index=len(out), parts=parts,
                 min_available=min_available, max_domains=max_domains, cluster_names=clusters,
-                cluster_topology=topology))
+                cluster_topology=topology, restart=restart))
             c.origin.update({"name": "metadata.name", "labels": "metadata.labels",
                              "annotations": "metadata.annotations", "hyperjob": at,
                              "hyperjob.min_available": "spec.minAvailable", "hyperjob.max_domains": "spec.maxDomains",
                              "hyperjob.cluster_names": f"{at}.clusterNames",
-                             "hyperjob.cluster_topology": f"metadata.annotations.{CLUSTER_TOPOLOGY_ANNOTATION}"})
+                             "hyperjob.cluster_topology": f"metadata.annotations.{CLUSTER_TOPOLOGY_ANNOTATION}",
+                             "hyperjob.restart": f"metadata.annotations.{RESTART_ANNOTATION}"})
             if c is not first:
                 first.ignored.extend(x for x in c.ignored if x not in first.ignored)
             out.append(c)

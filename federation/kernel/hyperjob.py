@@ -12,6 +12,7 @@ from typing import Any
 HOLD_CHECK = "hyperjob"  # the admission check of a HyperJob's sub-job: its room held, then committed
 HELD = "HELD"  # the hold check's state once its agent booked the sub-job's room (READY: committed)
 HOLD_SECONDS = 120.0  # how long an agent holds a sub-job's room for the federation's commit, by default
+WHOLE = "whole"  # a HyperJob's restart policy: its sub-jobs stop and start again together
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,7 @@ class Part:
     max_domains: int  # 0: no bound
     clusters: tuple[str, ...]  # empty: any
     cluster_topology: str  # a cluster label key every sub-job's cluster shares a value of ("": none)
+    restart: str = ""  # "whole": its sub-jobs stop and start again together; else each alone
 
     @property
     def needed(self) -> int:
@@ -40,7 +42,7 @@ def part_of(spec: Mapping[str, Any]) -> Part | None:
         return None
     return Part(h["id"], h.get("name", ""), int(h.get("index", 0)), int(h.get("parts", 1)),
                 int(h.get("min_available", 0)), int(h.get("max_domains", 0)), tuple(h.get("cluster_names", ())),
-                h.get("cluster_topology", ""))
+                h.get("cluster_topology", ""), h.get("restart", ""))
 
 
 def hold_state(checks: Iterable[Any]) -> str | None:

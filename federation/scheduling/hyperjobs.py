@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from federation.kernel.hyperjob import HOLD_CHECK, Part
+from federation.kernel.hyperjob import HOLD_CHECK, WHOLE, Part
 from federation.scheduling.choice import summary
 from federation.scheduling.fit import JobView
 from federation.scheduling.model import PendingJob, add_into
@@ -61,6 +61,10 @@ class HyperJobs:
     def _place_group(self, job: PendingJob, part: Part, queue: str) -> dict[str, str]:
         waiting = sorted(self.backlog.group(part.id), key=lambda j: j.view.group.index if j.view.group else 0)
         active = self.group_clusters.get(part.id, [])
+        if active and part.restart == WHOLE:  # the rest are being stopped, to start again with it
+            said = f"HyperJob {part.name} starts again together (its restart policy is whole): waiting for its " \
+                   f"{len(active)} other sub-job(s) to stop"
+            return {s.id: said for s in waiting}
         need = min(len(waiting), max(1, part.needed - len(active)))
         for sub in waiting:
             if why := self.cannot_run(sub, queue):

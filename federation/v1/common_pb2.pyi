@@ -183,7 +183,7 @@ class JobSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., priority_class_name: _Optional[str] = ..., min_available: _Optional[int] = ..., max_retry: _Optional[int] = ..., policies: _Optional[_Iterable[_Union[LifecyclePolicy, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., cluster_selector: _Optional[_Mapping[str, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., plugins: _Optional[_Mapping[str, PluginArgs]] = ..., namespace: _Optional[str] = ..., resource_claim_templates_json: _Optional[_Iterable[str]] = ..., hyperjob: _Optional[_Union[HyperJobPart, _Mapping]] = ...) -> None: ...
 
 class HyperJobPart(_message.Message):
-    __slots__ = ("id", "name", "replicated_job", "index", "parts", "min_available", "max_domains", "cluster_names", "cluster_topology")
+    __slots__ = ("id", "name", "replicated_job", "index", "parts", "min_available", "max_domains", "cluster_names", "cluster_topology", "restart")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     REPLICATED_JOB_FIELD_NUMBER: _ClassVar[int]
@@ -193,6 +193,7 @@ class HyperJobPart(_message.Message):
     MAX_DOMAINS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_NAMES_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    RESTART_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     replicated_job: str
@@ -202,7 +203,8 @@ class HyperJobPart(_message.Message):
     max_domains: int
     cluster_names: _containers.RepeatedScalarFieldContainer[str]
     cluster_topology: str
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., replicated_job: _Optional[str] = ..., index: _Optional[int] = ..., parts: _Optional[int] = ..., min_available: _Optional[int] = ..., max_domains: _Optional[int] = ..., cluster_names: _Optional[_Iterable[str]] = ..., cluster_topology: _Optional[str] = ...) -> None: ...
+    restart: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., replicated_job: _Optional[str] = ..., index: _Optional[int] = ..., parts: _Optional[int] = ..., min_available: _Optional[int] = ..., max_domains: _Optional[int] = ..., cluster_names: _Optional[_Iterable[str]] = ..., cluster_topology: _Optional[str] = ..., restart: _Optional[str] = ...) -> None: ...
 
 class PodPlacement(_message.Message):
     __slots__ = ("task", "index", "node")

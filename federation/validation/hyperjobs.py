@@ -8,7 +8,8 @@ from federation.v1 import common_pb2
 from federation.validation.core import Violations, check_name, check_qualified_key
 
 MAX_SUB_JOBS = 64  # sub-jobs of one HyperJob (each goes to a cluster of its own or shares one)
-_SHARED = ("name", "parts", "min_available", "max_domains", "cluster_topology")  # the HyperJob's, not a sub-job's
+_SHARED = ("name", "parts", "min_available", "max_domains", "cluster_topology", "restart")
+RESTARTS = ("", "sub-job", "whole")  # the HyperJob's, not a sub-job's
 
 
 def check_hyperjobs(v: Violations, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str]) -> None:
@@ -31,6 +32,8 @@ def check_hyperjobs(v: Violations, specs: Sequence[common_pb2.JobSpec], paths: S
             v.add(f"{at}.max_domains", f"must not be negative, got {h.max_domains}")
         for i, cluster in enumerate(h.cluster_names):
             check_name(v, f"{at}.cluster_names[{i}]", cluster)
+        if h.restart not in RESTARTS:
+            v.add(f"{at}.restart", f"must be sub-job or whole, got {h.restart!r}")
         if h.cluster_topology:
             check_qualified_key(v, f"{at}.cluster_topology", h.cluster_topology)
         if h.id:
