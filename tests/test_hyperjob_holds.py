@@ -207,5 +207,5 @@ async def test_a_sub_job_restarts_alone_by_default(api: Api) -> None:
     await store.apply_update(sent[ids[1]], agent_pb2.JobUpdate(job_id=ids[1], attempt=1, type=agent_pb2.EVACUATED,
                                                                reason="drained"))
     assert await store.settle_hyperjobs() == 0
-    assert (await store.get(ids[0]))["phase"] == "RUNNING"
+    assert (await store.get(ids[0]))["phase"] == "RUNNING" and (await kinds(ids[0]))[-1] == "Running"  # untouched
     assert ids[1] in (await scheduler.cycle()).assign  # alone, in a round of its own
