@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from federation.kernel.hyperjob import HOLD_CHECK, WHOLE, Part
 from federation.scheduling.choice import summary
 from federation.scheduling.fit import JobView
-from federation.scheduling.model import PendingJob, add_into
+from federation.scheduling.model import NO_READY_CLUSTER, PendingJob, add_into
 
 if TYPE_CHECKING:
     from federation.kernel.resources import Resources
@@ -59,7 +59,7 @@ class HyperJobs:
             self.out.waiting[job.id] = decided[job.id]
 
     def _place_group(self, job: PendingJob, part: Part, queue: str) -> dict[str, str]:
-        waiting = sorted(self.backlog.group(part.id), key=lambda j: j.view.group.index if j.view.group else 0)
+        waiting = sorted(self.backlog.group(part.id), key=_index)
         active = self.group_clusters.get(part.id, [])
         if active and part.restart == WHOLE:  # the rest are being stopped, to start again with it
             said = f"HyperJob {part.name} starts again together (its restart policy is whole): waiting for its " \
@@ -79,7 +79,7 @@ class HyperJobs:
             self.clusters.restore(saved)
             if best is None or len(chosen) > len(best[0]):
                 best = (chosen, short)
-        short = best[1] if best is not None else [(s, "no member cluster is ready") for s in waiting]
+        short = best[1] if best is not None else [(s, NO_READY_CLUSTER) for s in waiting]
         placed = len(best[0]) if best is not None else 0
         named = "; ".join(f"sub-job {_index(s)}: {why}" for s, why in short[:SHORT_SAID])
         more = f"; and {len(short) - SHORT_SAID} more" if len(short) > SHORT_SAID else ""
@@ -113,7 +113,7 @@ class HyperJobs:
         for sub in sorted(waiting, key=lambda s: (len(self._may_use(s, scope)), _index(s))):  # most bound first
             part = sub.view.group
             assert part is not None
-            allowed = scope & set(part.clusters) if part.clusters else set(scope)
+            allowed = _named(part, scope)
             if part.max_domains and len(domains) >= part.max_domains:
                 allowed &= domains
             with_it = dict(total)
@@ -141,9 +141,8 @@ class HyperJobs:
 
     def _may_use(self, sub: PendingJob, scope: set[str]) -> set[str]:
         """The clusters of `scope` the sub-job may go to, as it stands: its clusterNames, less those that refused it."""
-        part = sub.view.group
-        allowed = scope & set(part.clusters) if part is not None and part.clusters else scope
-        return allowed - self.snap.refused.get(sub.id, {}).keys()
+        assert sub.view.group is not None
+        return _named(sub.view.group, scope) - self.snap.refused.get(sub.id, {}).keys()
 
     def _commit(self, part: Part, waiting: Sequence[PendingJob], chosen: Mapping[str, str],
                 short: Sequence[tuple[PendingJob, str]], queue: str) -> dict[str, str]:
@@ -163,6 +162,11 @@ class HyperJobs:
 
 def _index(job: PendingJob) -> int:
     return job.view.group.index if job.view.group else 0
+
+
+def _named(part: Part, scope: set[str]) -> set[str]:
+    """The clusters of `scope` its clusterNames let the sub-job go to."""
+    return scope & set(part.clusters) if part.clusters else set(scope)
 
 
 def _why_not(part: Part, cluster: str, domains: set[str]) -> str:

@@ -15,7 +15,7 @@ cancelled; one that ran with the others is back in its queue, the others go back
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +23,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation.control.leader import Fence
-from federation.kernel.hyperjob import HELD, HOLD_CHECK, HOLD_SECONDS, WHOLE, hold_state, with_hold
+from federation.kernel.hyperjob import HELD, HOLD_CHECK, HOLD_SECONDS, WHOLE, Part, hold_state, part_of, with_hold
 from federation.store.events import EventRecord, append_events
 from federation.store.models import Job, JobEvent
 from federation.store.phases import ACTIVE_PHASES, TERMINAL_PHASES, WAITING_PHASES
@@ -61,39 +61,35 @@ class HyperJobHolds:
                                    .with_for_update())).mappings().all()
         open_ = [r for r in rows if _sent(r)]
         if not open_:
-            return await _restart_whole(conn, rows) if _restart(rows) == WHOLE else 0
+            return await _restart_whole(conn, rows) if _part(rows[0]).restart == WHOLE else 0
         round_ = max(r["dispatched_at"] for r in open_)
-        name = open_[0]["spec"].get("hyperjob", {}).get("name", group)
+        name = _part(open_[0]).name
         back = [r for r in rows if r["phase"] in WAITING_PHASES and r["dispatched_at"] == round_]
         now = (await conn.execute(select(func.now()))).scalar_one()
         if back:
-            said = f"sub-job {_index(back[0])} came back ({await _why_back(conn, back[0])})"
+            said = f"sub-job {_part(back[0]).index} came back ({await _why_back(conn, back[0])})"
             return await _release(conn, open_, f"HyperJob {name}: {said}")
         if all(hold_state(r["admission_checks"]) == HELD for r in open_):
             return await _commit(conn, open_, name)
         if now - round_ > timedelta(seconds=hold_seconds):
-            waiting = [f"{_index(r)} in {r['cluster']}" for r in open_ if hold_state(r["admission_checks"]) != HELD]
+            waiting = [f"{_part(r).index} in {r['cluster']}" for r in open_
+                       if hold_state(r["admission_checks"]) != HELD]
             return await _release(conn, open_, f"HyperJob {name}: sub-job(s) {', '.join(waiting)} had no room held "
                                                f"within {hold_seconds:g} s")
         return 0
-
-
-def _restart(rows: Sequence[Mapping[str, Any]]) -> str:
-    return str(rows[0]["spec"].get("hyperjob", {}).get("restart", "")) if rows else ""
 
 
 async def _restart_whole(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> int:
     """A HyperJob that starts and stops as one: a sub-job failed, the others are cancelled; a sub-job that ran with
     the others is back in its queue (lost with its cluster, preempted, not ready), the others go back too, to
     start again together. Those that ran together are those committed in one round (one `dispatched_at`)."""
-    name = rows[0]["spec"].get("hyperjob", {}).get("name", rows[0]["hyperjob"])
+    name = _part(rows[0]).name
     live = [r for r in rows if r["phase"] not in TERMINAL_PHASES]
     failed = [r for r in rows if r["phase"] == "FAILED"]
     if failed and live:
-        why = (f"HyperJob {name} failed: sub-job {_index(failed[0])} failed ({failed[0]['reason']}); its restart "
-               "policy is whole")
-        await _stop(conn, live, "CANCELLED", "Cancelled", why)
-        return len(live)
+        why = (f"HyperJob {name} failed: sub-job {_part(failed[0]).index} failed ({failed[0]['reason']}); its "
+               "restart policy is whole")
+        return await _change(conn, live, "Cancelled", "CANCELLED", lambda r: why, lambda r: {"finished_at": func.now()})
     running = [r for r in rows if r["phase"] in ACTIVE_PHASES]
     if not running:
         return 0
@@ -101,21 +97,40 @@ async def _restart_whole(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]
     back = [r for r in rows if r["phase"] in WAITING_PHASES and r["attempt"] > 0 and r["dispatched_at"] == round_]
     if not back:
         return 0
-    why = (f"HyperJob {name}: sub-job {_index(back[0])} stopped ({await _why_back(conn, back[0])}); its restart "
-           "policy is whole: every sub-job starts again together")
-    await _stop(conn, running, "PENDING", "Requeued", why)
-    return len(running)
+    why = (f"HyperJob {name}: sub-job {_part(back[0]).index} stopped ({await _why_back(conn, back[0])}); its "
+           "restart policy is whole: every sub-job starts again together")
+    return await _change(conn, running, "Requeued", "PENDING", lambda r: why, lambda r: unplaced(r["spec"]))
 
 
-async def _stop(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]], phase: str, kind: str, why: str) -> None:
-    """These sub-jobs stop where they run (the event is the order to their clusters): back to their queue, or ended."""
+async def _commit(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]], name: str) -> int:
+    clusters = ", ".join(sorted({r["cluster"] for r in rows}))
+    return await _change(
+        conn, rows, "Admitted", "DISPATCHED",
+        lambda r: (f"dispatched to cluster {r['cluster']}; HyperJob {name} committed: every sub-job has room "
+                   f"({clusters}); its agent is binding the gang"),
+        lambda r: {"admission_checks": with_hold(r["admission_checks"], "READY",
+                                                 f"committed with its HyperJob ({clusters})")})
+
+
+async def _release(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]], why: str) -> int:
+    reason = f"{why}; every hold released, back in its queue"
+    return await _change(conn, rows, "HoldReleased", "PENDING", lambda r: reason, lambda r: unplaced(r["spec"]) | {
+        "admission_checks": with_hold(r["admission_checks"], "RETRY", why)})
+
+
+async def _change(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]], kind: str, phase: str,
+                  reason: Callable[[Mapping[str, Any]], str],
+                  values: Callable[[Mapping[str, Any]], dict[str, Any]]) -> int:
+    """Move these sub-jobs to `phase`, each with its reason, its other values and an event of `kind` (Admitted,
+    HoldReleased, Requeued and Cancelled are orders to the sub-job's cluster); how many."""
     events = []
     for r in rows:
-        values = {"phase": phase, "reason": why, "updated_at": func.now()}
-        values |= {"finished_at": func.now()} if phase in TERMINAL_PHASES else unplaced(r["spec"])
-        await conn.execute(update(Job).where(Job.id == r["id"]).values(values))
-        events.append(EventRecord(r["id"], r["tenant"], r["queue"], kind, phase, why, r["attempt"], r["cluster"]))
+        said = reason(r)
+        await conn.execute(update(Job).where(Job.id == r["id"]).values(
+            {"phase": phase, "reason": said, "updated_at": func.now(), **values(r)}))
+        events.append(EventRecord(r["id"], r["tenant"], r["queue"], kind, phase, said, r["attempt"], r["cluster"]))
     await append_events(conn, events)
+    return len(rows)
 
 
 async def _why_back(conn: AsyncConnection, row: Mapping[str, Any]) -> str:
@@ -125,33 +140,7 @@ async def _why_back(conn: AsyncConnection, row: Mapping[str, Any]) -> str:
     return said or row["reason"]
 
 
-def _index(row: Mapping[str, Any]) -> int:
-    return int(row["spec"].get("hyperjob", {}).get("index", 0))
-
-
-async def _commit(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]], name: str) -> int:
-    clusters = ", ".join(sorted({r["cluster"] for r in rows}))
-    events = []
-    for r in rows:
-        reason = (f"dispatched to cluster {r['cluster']}; HyperJob {name} committed: every sub-job has room "
-                  f"({clusters}); its agent is binding the gang")
-        await conn.execute(update(Job).where(Job.id == r["id"]).values(
-            admission_checks=with_hold(r["admission_checks"], "READY", f"committed with its HyperJob ({clusters})"),
-            reason=reason, updated_at=func.now()))
-        events.append(EventRecord(r["id"], r["tenant"], r["queue"], "Admitted", "DISPATCHED", reason, r["attempt"],
-                                  r["cluster"]))
-    await append_events(conn, events)
-    return len(rows)
-
-
-async def _release(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]], why: str) -> int:
-    events = []
-    for r in rows:
-        reason = f"{why}; every hold released, back in its queue"
-        await conn.execute(update(Job).where(Job.id == r["id"]).values(
-            unplaced(r["spec"]) | {"phase": "PENDING", "reason": reason, "updated_at": func.now(),
-                                    "admission_checks": with_hold(r["admission_checks"], "RETRY", why)}))
-        events.append(EventRecord(r["id"], r["tenant"], r["queue"], "HoldReleased", "PENDING", reason, r["attempt"],
-                                  r["cluster"]))
-    await append_events(conn, events)
-    return len(rows)
+def _part(row: Mapping[str, Any]) -> Part:
+    part = part_of(row["spec"])
+    assert part is not None  # every row read here is a sub-job
+    return part

@@ -60,17 +60,15 @@ class Rooms:
             reason=f"{len(placement.pods)} pods placed under {placement.hypernode}, held {self.hold_seconds:g} s"))
 
     def take_room(self, job_id: str, attempt: int) -> Room | None:
-        """The room held for this attempt, no longer held (the caller binds it, or finds it expired); a room of
-        another attempt is undone."""
-        room = self._rooms.pop(job_id, None)
-        if room is None:
+        """The room held for this attempt, no longer held (the caller binds it); a room of another attempt, or one
+        whose time ran out, is undone."""
+        room = self._rooms.get(job_id)
+        if room is None or room.attempt != attempt or room.expired:
+            self.drop_room(job_id)
             return None
+        del self._rooms[job_id]
         if room.timer is not None:
             room.timer.cancel()
-        if room.attempt != attempt or room.expired:
-            room.booking.discard()
-            self._send_inventory()
-            return None
         return room
 
     def drop_room(self, job_id: str) -> None:
