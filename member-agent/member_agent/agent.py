@@ -36,6 +36,7 @@ from member_agent.moves import Moves
 from member_agent.nodeasks import NodeAsks
 from member_agent.nodeorders import NodeOrders
 from member_agent.outbox import Outbox
+from member_agent.podset import PodSet
 from member_agent.policies import Policies
 from member_agent.provisioning import Ask, NodeGroup
 from member_agent.rooms import Room, Rooms
@@ -43,7 +44,7 @@ from member_agent.state import ClusterState
 
 
 @dataclass
-class Agent(Outbox, Fencing, JobLoop, MigPreparation, Policies, Moves, NodeOrders, NodeAsks, Rooms):
+class Agent(Outbox, Fencing, JobLoop, PodSet, MigPreparation, Policies, Moves, NodeOrders, NodeAsks, Rooms):
     cluster: str
     labels: dict[str, str]
     backend: Backend

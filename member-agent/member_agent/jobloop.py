@@ -21,14 +21,12 @@ from member_agent.holds import kept
 from member_agent.lifecycle import Event, respond
 from member_agent.metrics import BIND_SECONDS, PLACEMENTS, PODS_BOUND, TRANSIENT_RETRIES
 from member_agent.model import (
-    ENDED_PODS,
     AgentJob,
     Desired,
     Narrowed,
     Preparing,
     gang_size,
     placements_of,
-    runs_short,
     task_requests,
 )
 from member_agent.placement import GangRequest, Placement, PodPlacement, Rejection, place
@@ -118,7 +116,9 @@ class JobLoop:
         pods the cluster holds): an attempt held and not wanted is released; pods of an older attempt, or of
         one the server said is not live (`stale`), are deleted; the wanted attempt, when not held, is adopted
         from the pods it already has, or placed and bound. Idempotent, as controller-runtime's Reconcile: every
-        order, reconciliation answer and restart comes here. Returns how many pods of `stale` were deleted."""
+        order, reconciliation answer and restart comes here; the held attempt's own pods are made what its desired
+        state says (`podset`). The one caller, through them, of bind and delete. Returns how many pods of `stale`
+        were deleted."""
         want, held = self.desired.get(job_id), self.jobs.get(job_id)
         deleted, released = 0, None
         prep = self._preparing.get(job_id)
@@ -157,6 +157,8 @@ class JobLoop:
                         reason=f"all {succeeded} pods had completed when the agent found them after a restart"))
                     return deleted
             await self._place(want.job, want.attempt)  # a remnant lost unwatched is not the job's fault: whole again
+        elif want is not None and self.jobs[job_id].attempt == want.attempt:
+            await self._converge(self.jobs[job_id], want)
         return deleted
 
     async def _narrowed(self, spec: common_pb2.JobSpec) -> Narrowed:
@@ -366,59 +368,6 @@ class JobLoop:
         self._move_wanted.pop(job.job.id, None)
         self._count_held(job, -1)
         del self.jobs[job.job.id]
-
-    def _finish(self, job: AgentJob, succeeded: bool, reason: str) -> None:
-        if self.jobs.get(job.job.id) is not job:
-            return
-        # Its pods as they ended (a user reads them after the job too, and the cluster keeps them for a while),
-        # then the end itself. Pods it stopped are going, and not listed.
-        self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
-            job_id=job.job.id, attempt=job.attempt, type=agent_pb2.POD_STATUS,
-            pod_statuses=[p for p in self.backend.pod_statuses(job) if p.phase in ENDED_PODS])))
-        self._forget(job)
-        want = self.desired.get(job.job.id)
-        if want is not None and want.attempt == job.attempt:  # ended here: nothing more to run
-            del self.desired[job.job.id]
-        # The update before the inventory, so the server never sees the freed resources while it still
-        # counts them as the job's: that would hand them to whoever is next, not to the queue they are owed to.
-        self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, reason=reason,
-                                         type=agent_pb2.JOB_SUCCEEDED if succeeded else agent_pb2.JOB_FAILED))
-        self._send_inventory()
-
-    async def _grow(self) -> None:
-        """Place the replicas a running gang was started without (it started at its minimum), where they
-        fit under the HyperNode holding the rest, as Volcano binds them when room comes."""
-        async with self._action_lock:
-            for job in list(self.jobs.values()):
-                if not runs_short(job) or job.waiting or job.done or self.jobs.get(job.job.id) is not job:
-                    continue
-                narrowed = await self._narrowed(job.job.spec)
-                if self.jobs.get(job.job.id) is not job:
-                    continue
-                placement = self._fit(gang_request(job.job.spec, self.state.topology, running=job.pods), narrowed,
-                                      job.job.id)
-                if isinstance(placement, Rejection) or not placement.pods:
-                    continue
-                booking = Booking(self.state, job.requests, job.gang).book(placement.pods)
-                err = await self._bind(job, placement.pods)
-                if err is not None:
-                    booking.discard()
-                    log.info("job %s: %d more replicas could not be bound: %s", job.job.id, len(placement.pods), err)
-                    continue
-                booking.commit()
-                if self.jobs.get(job.job.id) is not job:  # removed while binding: its new pods go too
-                    await self._delete(job, placement.pods)
-                    continue
-                PODS_BOUND.inc(len(placement.pods))
-                self._count_held(job, -1)
-                job.pods += placement.pods
-                self._count_held(job, 1)
-                job.hypernode, job.tier = placement.hypernode, placement.tier
-                self._queue_inventory()
-                self._report(agent_pb2.JobUpdate(
-                    job_id=job.job.id, attempt=job.attempt, type=agent_pb2.PODS_ADDED,
-                    reason=f"{len(placement.pods)} more replicas joined ({len(job.pods)} running)",
-                    hypernode=job.hypernode, tier=job.tier, retries=job.retries, placements=placements_of(job.pods)))
 
 
 def _transient(err: BaseException) -> bool:

@@ -12,7 +12,7 @@ from typing import Protocol
 from federation.kernel.dra import DeviceRequest
 from federation.kernel.gangs import claim_templates
 from federation.kernel.resources import Resources
-from federation.v1 import common_pb2
+from federation.v1 import agent_pb2, common_pb2
 from member_agent.gang import task_request
 from member_agent.lifecycle import Event
 from member_agent.placement import PodPlacement
@@ -37,11 +37,40 @@ ENDED_POD_RETENTION = 86_400.0  # seconds an ended job's ended pods are kept, by
 
 
 @dataclass(frozen=True)
+class Renewal:
+    """Pods of the running attempt to be made anew, and why: a lifecycle policy's restart (a retry; wherever they fit
+    under the gang's HyperNode) or a move off unsound hardware (not a retry; on sound nodes only)."""
+
+    pods: frozenset[tuple[str, int]]  # (task, index)
+    reason: str
+    move: bool = False
+
+
+@dataclass(frozen=True)
+class Ending:
+    """The attempt is to end here, and how (`kind`, the update that says so): JOB_SUCCEEDED or JOB_FAILED stop its
+    pods and keep those that ended; RUN_TIME_EXCEEDED, PODS_NOT_READY or EVACUATED delete them and give the job back
+    to the federation to run again."""
+
+    kind: int
+    reason: str
+
+    @property
+    def ends_the_job(self) -> bool:
+        return self.kind in (agent_pb2.JOB_SUCCEEDED, agent_pb2.JOB_FAILED)
+
+
+@dataclass(frozen=True)
 class Desired:
-    """An attempt the federation runs in this cluster, as its last Assign said."""
+    """What should run of a job in this cluster: the attempt the federation runs here, as its last Assign said, with
+    every pod of the gang up to its replicas (those it started without are added as room comes); and what the agent
+    itself decided of that attempt since: pods to make anew (`renewal`), or its end (`ending`). Policies, drains,
+    timers and growth change only this; `JobLoop.reconcile_job` makes the pods so."""
 
     job: common_pb2.Job
     attempt: int
+    renewal: Renewal | None = None
+    ending: Ending | None = None
 
 
 @dataclass

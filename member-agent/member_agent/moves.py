@@ -13,7 +13,7 @@ from federation.v1 import agent_pb2
 from member_agent.booking import Booking
 from member_agent.drain import drain_timing
 from member_agent.gang import gang_request
-from member_agent.model import AgentJob, Narrowed, placements_of
+from member_agent.model import AgentJob, Ending, Narrowed, Renewal
 from member_agent.nodehealth import DEFAULT_FAILURE_RATE
 from member_agent.placement import Placement
 
@@ -99,7 +99,8 @@ class Moves:
 
     async def _drain(self, job: AgentJob) -> None:
         """Move the gang off unsound hardware now: its pods there alone when healthy room under its HyperNode
-        takes them, else the whole gang elsewhere in this cluster, else back to the federation (EVACUATED)."""
+        takes them, else the whole gang elsewhere in this cluster, else back to the federation (EVACUATED). Decided
+        here, carried out by reconciling the job's changed desired state."""
         async with self._action_lock:
             planned = self._drains.pop(job.job.id, None)
             if self.jobs.get(job.job.id) is not job or planned is None:
@@ -126,18 +127,11 @@ class Moves:
                         job_id=job.job.id, attempt=job.attempt, type=agent_pb2.MOVE_WANTED, reason=want)))
                 return
             self._call_off_move(job)
-            failure = "no healthy room in this cluster" if keys is None else \
-                await self._restart(job, keys, retry=False, avoid_degraded=True)
-            if not failure:
-                job.started = time.monotonic()  # restarted from its checkpoint
-                job.accepted = frozenset()
-                self._queue_inventory()
-                self._report(agent_pb2.JobUpdate(
-                    job_id=job.job.id, attempt=job.attempt, type=agent_pb2.DRAINED, hypernode=job.hypernode,
-                    tier=job.tier, retries=job.retries, placements=placements_of(job.pods),
-                    reason=f"moved {len(keys or ())} pod(s) off: {why}"))
-                return
-            await self._give_back(job, agent_pb2.EVACUATED, f"{why}; {failure}: run it elsewhere")
+            if keys is None:
+                await self._change(job, ending=Ending(agent_pb2.EVACUATED, f"{why}; no healthy room in this cluster: "
+                                                      "run it elsewhere"))
+            else:
+                await self._change(job, renewal=Renewal(frozenset(keys), why, move=True))
 
     def _call_off_move(self, job: AgentJob) -> None:
         """The gang no longer needs another cluster (its hardware recovered, or room here took it): said once."""

@@ -116,9 +116,8 @@ class Outbox:
         if (id(self.state), self.state.health_version) != self._health_seen:
             self.health_changed()
         self._queue_inventory()
-        if any(runs_short(job) for job in self.jobs.values()):
-            self._spawn(self._grow())
-        for job_id in [*self._preparing, *self._asks]:  # repartitioned or new nodes may be there
+        # Room may have come for replicas a gang started without, or repartitioned or new nodes for a gang waiting.
+        for job_id in [*(j for j, job in self.jobs.items() if runs_short(job)), *self._preparing, *self._asks]:
             self._serially(job_id, self.reconcile_job(job_id))
 
     def _count_held(self, job: AgentJob, sign: int) -> None:

@@ -6,21 +6,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Collection, Coroutine, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from federation.kernel.durations import seconds_or_none
 from federation.kernel.gangs import minimum_pods
 from federation.kernel.jobspec import MAX_RUN_TIME, ON_MAX_RUN_TIME, READY_TIMEOUT
 from federation.v1 import agent_pb2, common_pb2
-from member_agent.booking import Booking
-from member_agent.gang import gang_request
-from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, Response, answers, respond
-from member_agent.metrics import PODS_BOUND
-from member_agent.model import AgentJob, placements_of
-from member_agent.placement import PodPlacement, Rejection
+from member_agent.lifecycle import ENDINGS, POD_EVENTS, Event, answers, respond
+from member_agent.model import AgentJob, Ending, Renewal, placements_of
+from member_agent.placement import PodPlacement
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,7 +77,7 @@ class Policies:
         self._stand_down(job, (task, index))
         job.done.add((task, index))
         if len(job.done) == len(job.pods):  # the job is done: what it left in the cluster goes
-            self._spawn(self._end(job, True, "all pods completed"))
+            self._serially(job.job.id, self._change(job, ending=Ending(agent_pb2.JOB_SUCCEEDED, "all pods completed")))
         elif all((p.task, p.index) in job.done for p in job.pods if p.task == task):
             self._raise(job, Event("TaskCompleted", task, tuple(sorted(k for k in job.done if k[0] == task)),
                                    "all its pods succeeded"))
@@ -116,7 +111,7 @@ class Policies:
         return waiting is not None
 
     def _start_acting(self, job: AgentJob, key: tuple[str, int]) -> None:
-        self._spawn(self._act(job, key))
+        self._serially(job.job.id, self._act(job, key))
 
     def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         task = asyncio.get_running_loop().create_task(work)
@@ -125,28 +120,20 @@ class Policies:
         return task
 
     async def _act(self, job: AgentJob, key: tuple[str, int]) -> None:
-        """One action at a time, decided when it is taken: a node's loss fails several pods at once,
-        and each restart must see the retries and the placement the one before left. An event that
-        stood down meanwhile (the pod recovered, or a restart replaced it) is no longer there."""
+        """One action at a time, in the job's turn, decided when it is taken: a node's loss fails several pods
+        at once, and each restart must see the retries and the placement the one before left. An event that
+        stood down meanwhile (the pod recovered, or a restart replaced it) is no longer there. The policy's
+        answer changes the job's desired state; reconciling it carries the answer out."""
         async with self._action_lock:
             waiting = job.waiting.pop(key, None) if self.jobs.get(job.job.id) is job else None
             response = respond(job.job.spec, waiting[0], job.retries) if waiting else None
-            if response is not None:
-                await self._carry_out(job, response)
-
-    async def _carry_out(self, job: AgentJob, response: Response) -> None:
-        if response.action in ENDINGS or response.action == "FailJob":
-            await self._end(job, ENDINGS.get(response.action, False), response.reason)
-            return
-        failure = await self._restart(job, set(response.pods))
-        if failure:
-            await self._end(job, False, f"{response.reason}; the restart failed: {failure}")
-            return
-        self._queue_inventory()
-        self._report(agent_pb2.JobUpdate(
-            job_id=job.job.id, attempt=job.attempt, type=agent_pb2.POD_RESTARTED, reason=response.reason,
-            hypernode=job.hypernode, tier=job.tier, retries=job.retries,
-            placements=placements_of(job.pods)))
+            if response is None:
+                return
+            if response.action in ENDINGS or response.action == "FailJob":
+                kind = agent_pb2.JOB_SUCCEEDED if ENDINGS.get(response.action, False) else agent_pb2.JOB_FAILED
+                await self._change(job, ending=Ending(kind, response.reason))
+            else:
+                await self._change(job, renewal=Renewal(frozenset(response.pods), response.reason))
 
     def _limit_run(self, job: AgentJob) -> None:
         """Stop the job when its maximum run time runs out, counted from when this attempt started: the server's
@@ -167,10 +154,9 @@ class Policies:
                 return
             log.info("job %s attempt %d ran past its maximum run time of %s", job.job.id, job.attempt, text)
             why = f"stopped: it ran past its maximum run time of {text} ({MAX_RUN_TIME})"
-            if job.job.spec.annotations.get(ON_MAX_RUN_TIME) == "requeue":
-                self._serially(job.job.id, self._give_back(job, agent_pb2.RUN_TIME_EXCEEDED, why))
-            else:
-                self._spawn(self._end(job, False, why))
+            requeue = job.job.spec.annotations.get(ON_MAX_RUN_TIME) == "requeue"
+            self._serially(job.job.id, self._change(job, ending=Ending(
+                agent_pb2.RUN_TIME_EXCEEDED if requeue else agent_pb2.JOB_FAILED, why)))
 
         job.overrun = asyncio.get_running_loop().call_later(left, overran)
 
@@ -205,68 +191,7 @@ class Policies:
         text = job.job.spec.annotations[READY_TIMEOUT]
         why = f"its pods were not all running {text} after it was sent here ({short} running; {READY_TIMEOUT})"
         log.info("job %s attempt %d: %s", job.job.id, job.attempt, why)
-        await self._give_back(job, agent_pb2.PODS_NOT_READY, why)
-
-    async def _give_back(self, job: AgentJob, kind: int, why: str) -> None:
-        """Delete the gang's pods and hand the job back to the federation (`kind` says why it is to run again)."""
-        if self.jobs.get(job.job.id) is not job:
-            return
-        await self._delete(job)
-        if self.jobs.get(job.job.id) is not job:
-            return
-        self._forget(job)
-        want = self.desired.get(job.job.id)
-        if want is not None and want.attempt == job.attempt:
-            del self.desired[job.job.id]
-        self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, type=kind, reason=why))
-        self._send_inventory()
-
-    async def _end(self, job: AgentJob, succeeded: bool, reason: str) -> None:
-        """Stop every pod of the job still running and report its end, as its policy decided."""
-        await self.backend.end(job)
-        self._finish(job, succeeded, reason)
-
-    async def _restart(self, job: AgentJob, keys: set[tuple[str, int]], retry: bool = True,
-                       avoid_degraded: bool = False) -> str:
-        """Recreate these pods of the job, back under the HyperNode holding the rest; why not, if it fails.
-        A restart by policy counts as a retry; a move off degraded hardware does not, and avoids it."""
-        job.retries += retry
-        if not retry:
-            job.moved = uuid.uuid4().hex[:5]
-        old = [p for p in job.pods if (p.task, p.index) in keys]
-        await self._delete(job, old)
-        narrowed = await self._narrowed(job.job.spec)
-        if self.jobs.get(job.job.id) is not job:
-            return "the job was removed meanwhile"
-        Booking(self.state, job.requests).free(old).commit()
-        for pod in old:
-            self._stand_down(job, (pod.task, pod.index))
-        job.done -= keys
-        for key in keys:
-            job.failed.pop(key, None)
-        self._count_held(job, -1)
-        job.pods = [p for p in job.pods if p not in old]
-        self._count_held(job, 1)
-        gang = gang_request(job.job.spec, self.state.topology, running=job.pods)
-        placement = self._fit(replace(gang, avoid_degraded=True) if avoid_degraded else gang, narrowed)
-        if isinstance(placement, Rejection):
-            return placement.reason
-        # Kept whether or not the binding succeeds: what failed is the job's policy's to answer, with its pods.
-        Booking(self.state, job.requests, job.gang).book(placement.pods).commit()
-        job.accepted |= self._knowingly(placement)
-        self._count_held(job, -1)
-        job.pods += placement.pods
-        self._count_held(job, 1)
-        job.hypernode, job.tier = placement.hypernode, placement.tier
-        self._watch_pending(job, placement.pods)  # before binding: they may start before it returns
-        err = await self._bind(job, placement.pods)
-        if err is not None:
-            return f"binding failed: {err}"
-        PODS_BOUND.inc(len(placement.pods))
-        if self.jobs.get(job.job.id) is not job:  # removed while binding: its new pods must go too
-            await self._delete(job, placement.pods)
-            return "the job was removed meanwhile"
-        return ""
+        await self._change(job, ending=Ending(agent_pb2.PODS_NOT_READY, why))
 
 
 def _ready(job: AgentJob) -> bool:
