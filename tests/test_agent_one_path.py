@@ -15,6 +15,7 @@ from member_agent.faults import Fault
 from member_agent.model import AgentJob
 from member_agent.placement import PodPlacement
 from member_agent.simulated import SimulatedBackend, load_cluster
+from tests.kubehelp import drain as updates
 from tests.test_agent_drain import until
 from tests.test_agent_recovery import settle
 
@@ -90,3 +91,33 @@ async def test_restarts_moves_growth_ends_and_cancels_all_go_through_reconcile_j
     assert kinds.count(("delete", "train-1")) == 3 and ("delete", "blocker-1") in kinds
     assert ("end", "elastic-1") in kinds
     assert [w for w in backend.writes if not w[2]] == []
+
+
+async def test_the_cluster_s_word_on_a_pod_is_taken_once_and_only_for_the_gang_s_live_pod() -> None:
+    """The agent, not the backend, knows which pods are its gangs' (`AgentJob.live`): a pod it replaced or deleted
+    may still be heard of (its deletion looks like an eviction), and a phase is often said again."""
+    agent = Agent("h", {}, Watched())
+    seen: list[agent_pb2.JobUpdate] = []
+    await agent.assign(gang("train", 2, restart=True), attempt=1)
+    held = agent.jobs["train-1"]
+    old = held.live[("worker", 0)][0]
+    assert old == "train-1-a1-worker-0" and held.live[("worker", 1)] == ("train-1-a1-worker-1", "Pending")
+    agent.pod_phase("train-1", 1, "worker", 0, "Running", "", name=old)
+    agent.pod_phase("train-1", 1, "worker", 0, "Running", "", name=old)  # said again: nothing new
+    assert held.live[("worker", 0)] == (old, "Running")
+    agent.pod_phase("train-1", 1, "worker", 0, "Failed", "OOMKilled", name=old)
+    agent.pod_phase("train-1", 1, "worker", 0, "Evicted", "the pod was deleted", name=old)  # its deletion after
+    await until(agent, agent_pb2.POD_RESTARTED, seen)
+    assert [u.type for u in seen].count(agent_pb2.POD_FAILED) == 1
+    new = held.live[("worker", 0)][0]
+    assert new == "train-1-a1-worker-0-r1" and held.retries == 1
+    # The replaced pod's late word is not the new pod's: no failure, no second restart.
+    agent.pod_phase("train-1", 1, "worker", 0, "Evicted", "the pod was deleted", name=old)
+    agent.pod_phase("train-1", 1, "worker", 0, "Failed", "Error", name=new)
+    await until(agent, agent_pb2.POD_FAILED, seen)
+    await settle(agent)
+    seen += updates(agent)
+    assert [u.type for u in seen].count(agent_pb2.POD_FAILED) == 2 and held.retries == 2
+    # Pods the agent deletes itself are no longer followed: their deletion is not an eviction.
+    await agent.remove("train-1", 1, "cancelled")
+    assert held.live == {}

@@ -56,8 +56,8 @@ class Agent(Outbox, Fencing, JobLoop, PodSet, MigPreparation, Policies, Moves, N
     overflowed: bool = False  # the outbox dropped a message: the next connection must resync
     _acting: set[asyncio.Task[Any]] = field(default_factory=set)  # lifecycle actions under way
     _action_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # Gangs being bound: the phases their pods reported meanwhile, (task, index, phase, reason).
-    _binding: dict[str, list[tuple[str, int, str, str]]] = field(default_factory=dict)
+    # Gangs being bound: the phases their pods reported meanwhile, (task, index, phase, reason, pod name).
+    _binding: dict[str, list[tuple[str, int, str, str, str]]] = field(default_factory=dict)
     _orders: dict[str, tuple[asyncio.Lock, int]] = field(default_factory=dict)  # job -> its lock, orders pending
     _in_flight: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_IN_FLIGHT))
     _pods_said: dict[str, tuple[int, list[bytes]]] = field(default_factory=dict)  # job -> its pods as last reported

@@ -21,6 +21,7 @@ from member_agent.holds import kept
 from member_agent.lifecycle import Event, respond
 from member_agent.metrics import BIND_SECONDS, PLACEMENTS, PODS_BOUND, TRANSIENT_RETRIES
 from member_agent.model import (
+    ENDED_PODS,
     AgentJob,
     Desired,
     Narrowed,
@@ -30,6 +31,7 @@ from member_agent.model import (
     task_requests,
 )
 from member_agent.placement import GangRequest, Placement, PodPlacement, Rejection, place
+from member_agent.pods import pod_name
 from member_agent.provisioning import Ask
 
 log = logging.getLogger(__name__)
@@ -289,6 +291,9 @@ class JobLoop:
         adopted = AgentJob(job, attempt, found, requests, hypernode, self.state.topology.domains[hypernode].tier,
                            retries=job.status.retries)
         have = {(p.task, p.index) for p in found}
+        statuses = self.backend.pod_statuses(adopted)  # the cluster's word on them is taken from here on
+        adopted.live = {(s.task, s.index): (s.name, s.phase) for s in statuses if (s.task, s.index) in have
+                        and s.phase not in (*ENDED_PODS, "Terminating")}
         missing = tuple((t.name, i) for t in job.spec.tasks for i in range(t.replicas) if (t.name, i) not in have)
         unknown = Event("JobUnknown", "", missing,
                         f"the agent restarted and found {len(found)} of the gang's {len(found) + len(missing)} pods")
@@ -300,8 +305,7 @@ class JobLoop:
         self.jobs[job.id] = adopted
         self._count_held(adopted, 1)
         self._limit_run(adopted)
-        self._await_ready(adopted, {(p.task, p.index) for p in self.backend.pod_statuses(adopted)
-                                    if p.phase in ("Running", "Succeeded")})
+        self._await_ready(adopted, {(p.task, p.index) for p in statuses if p.phase in ("Running", "Succeeded")})
         self._queue_inventory()
         self._report(agent_pb2.JobUpdate(
             job_id=job.id, attempt=attempt, type=agent_pb2.BOUND, hypernode=hypernode, tier=adopted.tier,
@@ -338,7 +342,10 @@ class JobLoop:
 
     async def _bind(self, job: AgentJob, pods: Sequence[PodPlacement], tries: int = 1) -> BindError | None:
         """Create and bind these pods of the job, trying a transient refusal again up to `tries` times in all;
-        what refused them, if anything did. The one place the agent binds pods."""
+        what refused them, if anything did. The one place the agent binds pods. Their phases are followed from
+        before they are made: a pod may start before its gang's last binding returns."""
+        made = {(p.task, p.index): (pod_name(job, p.task, p.index), "Pending") for p in pods}
+        job.live.update(made)
         try:
             async for trying in AsyncRetrying(retry=retry_if_exception(_transient), wait=BIND_BACKOFF,
                                               stop=stop_after_attempt(tries), reraise=True,
@@ -346,11 +353,14 @@ class JobLoop:
                 with trying:
                     await self.backend.bind(job, pods)
         except BindError as err:
+            job.unfollow(made)  # the backend deleted what it made of them
             return err
         return None
 
     async def _delete(self, job: AgentJob, pods: Sequence[PodPlacement] | None = None) -> None:
-        """Delete these pods of the job (None: all of them). The one place the agent deletes a job's pods."""
+        """Delete these pods of the job (None: all of them). The one place the agent deletes a job's pods; gone
+        by its hand, their deletion is not an eviction."""
+        job.unfollow(None if pods is None else [(p.task, p.index) for p in pods])
         await self.backend.delete(job, pods)
 
     def _forget(self, job: AgentJob) -> None:

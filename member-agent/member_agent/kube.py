@@ -44,6 +44,7 @@ from member_agent.kube_nodes import HYPERNODES, NodeView
 from member_agent.kube_pods import PodView
 from member_agent.kube_provisioning import Provisioning
 from member_agent.kubeapi import Kube, KubeError
+from member_agent.model import PodListener
 from member_agent.nodehealth import HealthRules, NodeHealth
 from member_agent.pods import (
     slim_node,
@@ -118,15 +119,15 @@ class KubernetesBackend(NodeView, PodView, Binding, Provisioning):
         # pod -> ((node, request, its devices as annotated, share), the devices booked): other workloads' pods
         self._counted: dict[str, tuple[tuple[str, Resources, tuple[int, ...], int], tuple[int, ...]]] = {}
         self._ready: dict[str, bool] = {}  # node -> its Ready condition, as last seen
-        self._phases: dict[str, dict[str, str]] = {}  # job id -> pod key -> phase, for our live pods
+        self._binding: set[str] = set()  # jobs whose pods are being made (a kept attempt's sweep leaves them be)
         self._anchors: dict[str, str] = {}  # job id -> uid of its anchor ConfigMap
         self._rebuild_pending: asyncio.TimerHandle | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._on_pod: Callable[[str, int, str, int, str, str], object] = lambda *_: None
+        self._on_pod: PodListener = lambda *_: None
         self._on_node: Callable[..., object] = lambda *_: None
         self._on_change: Callable[[], object] = lambda: None
 
-    def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
+    def set_listener(self, on_pod: PodListener,
                      on_node: Callable[..., object], on_change: Callable[[], object]) -> None:
         self._on_pod, self._on_node, self._on_change = on_pod, on_node, on_change
 

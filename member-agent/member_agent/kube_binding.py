@@ -123,6 +123,7 @@ class Binding:
     async def bind(self, job: AgentJob, pods: Sequence[PodPlacement]) -> None:
         namespace = self._namespace(job)
         first = job.job.id not in self._anchors
+        self._binding.add(job.job.id)
         try:
             try:
                 owner = await self._anchor(job, namespace) if job.job.spec.plugins else None
@@ -134,6 +135,8 @@ class Binding:
             if first and job.job.spec.plugins:  # nothing of the job stays: its anchor takes the objects with it
                 await self._delete_anchor(job.job.id, namespace)
             raise
+        finally:
+            self._binding.discard(job.job.id)
 
     async def _bind(self, job: AgentJob, pods: Sequence[PodPlacement], namespace: str, owner: Obj | None) -> None:
         manifests = [pod_manifest(job, p.task, p.index, namespace, self.scheduler, self.cluster, owner, p.devices,
@@ -141,10 +144,6 @@ class Binding:
         if job.consumes:  # on nodes the autoscaler added for it: it consumes that booking (cluster-autoscaler reads it)
             for m in manifests:
                 m["metadata"].setdefault("annotations", {}).update({CONSUME: job.consumes, CLASS_ANNOTATION: CLASS})
-        # Phases are followed from creation: a pod may start before its gang's last binding returns.
-        phases = self._phases.setdefault(job.job.id, {})
-        for m in manifests:
-            phases.setdefault(f"{namespace}/{m['metadata']['name']}", "Pending")
         path = f"/api/v1/namespaces/{namespace}/pods"
         made: dict[str, Obj] = {}  # name -> the pod as created
 
@@ -169,8 +168,6 @@ class Binding:
             await self._delete_pods(namespace, made)
             if job.job.spec.resource_claim_templates_json:
                 await self.dra.release(namespace, manifests)
-            for m in manifests:
-                phases.pop(f"{namespace}/{m['metadata']['name']}", None)
             # A permanent refusal first: one forbidden pod makes the whole gang impossible here.
             step, err = min(failed, key=lambda f: not _permanent(f[1]))
             raise BindError(f"{step}: {_explain(err)}", _permanent(err)) from None
@@ -209,14 +206,9 @@ class Binding:
             which = {(p.task, str(p.index)) for p in pods}
             found = [p for p in found if (p["metadata"]["labels"].get(TASK), p["metadata"]["labels"].get(INDEX))
                      in which]
-        phases = self._phases.get(job.job.id, {})
-        for pod in found:  # gone by our hand: their deletion is not an eviction
-            phases.pop(key(pod), None)
         await self._delete_pods(namespace, [p["metadata"]["name"] for p in found])
-        if pods is None:
-            self._phases.pop(job.job.id, None)
-            if job.job.spec.plugins:
-                await self._delete_anchor(job.job.id, namespace)
+        if pods is None and job.job.spec.plugins:
+            await self._delete_anchor(job.job.id, namespace)
 
     async def end(self, job: AgentJob) -> None:
         """The job ended: stop its pods that have not; keep those that ended (Succeeded or Failed, with their
@@ -231,9 +223,6 @@ class Binding:
             return
         names = {p["metadata"]["name"] for p in kept}
         going = [p for p in self._job_pods(job.job.id) if p["metadata"]["name"] not in names]
-        phases = self._phases.pop(job.job.id, {})
-        for pod in going:  # gone by our hand: their deletion is not an eviction
-            phases.pop(key(pod), None)
         await self._delete_pods(self._namespace(job), [p["metadata"]["name"] for p in going])
         self._keep(job.job.id, job.attempt)
 
@@ -262,8 +251,9 @@ class Binding:
                 if until > now:
                     continue
                 del self._kept[(job_id, attempt)]
-                if job_id in self._phases:
-                    continue
+                if job_id in self._binding or any(not ended(p) and not p["metadata"].get("deletionTimestamp")
+                                                  for p in self._job_pods(job_id)):
+                    continue  # it runs here again
                 try:
                     await self._delete_kept(job_id, attempt)
                 except Exception as err:  # the API server refused or is away: tried again later
@@ -304,9 +294,6 @@ class Binding:
         if keep_ended and self.retention and any(ended(p) for p in found):
             found, anchor = [p for p in found if not ended(p)], False
             self._keep(job_id, attempt)
-        phases = self._phases.get(job_id, {})
-        for pod in found:  # gone by our hand: their deletion is not an eviction
-            phases.pop(key(pod), None)
         calls = [self.kube.delete(f"/api/v1/namespaces/{p['metadata']['namespace']}/pods/{p['metadata']['name']}")
                  for p in found]
         deleted = 0

@@ -69,15 +69,13 @@ class PodView:
         k = key(pod)
         self._account(k, new)
         if self._ours(pod):
-            self._our_pod(k, pod, deleted=kind == "DELETED")
+            self._our_pod(pod, deleted=kind == "DELETED")
 
-    def _our_pod(self, k: str, pod: Obj, deleted: bool) -> None:
-        """One of our pods changed: tell the agent its phase (deleted by someone else: evicted)."""
+    def _our_pod(self, pod: Obj, deleted: bool) -> None:
+        """One of our pods changed: tell the agent its phase (deleted: evicted), and the pod's name. Which pods are
+        its gangs' now, which it deleted itself and what it was told already, the agent knows (`AgentJob.live`)."""
         meta = pod.get("metadata") or {}
         job_id = (meta.get("annotations") or {}).get(JOB_ID, "")
-        phases = self._phases.get(job_id)
-        if phases is None or k not in phases:
-            return  # not a live pod of ours: gone already, or deleted by us
         status = pod.get("status") or {}
         phase, reason = status.get("phase", "Pending"), status.get("reason") or ""
         if deleted or meta.get("deletionTimestamp"):
@@ -86,16 +84,9 @@ class PodView:
             phase, reason = ("Evicted", reason) if reason == "Evicted" else ("Failed", why_failed(status))
         elif phase == "Unknown":
             reason = reason or "the pod's node stopped reporting"
-        if phases[k] == phase:
-            return
-        phases[k] = phase
         labels = meta.get("labels") or {}
         self._on_pod(job_id, int(labels.get(ATTEMPT, "0")), labels.get(TASK, ""), int(labels.get(INDEX, "0")),
-                     phase, reason)
-        if phase in ("Evicted", "Failed"):
-            del phases[k]  # whatever happens to it next, the policy has been told
-        if phases and all(p == "Succeeded" for p in phases.values()):
-            del self._phases[job_id]
+                     phase, reason, meta.get("name", ""))
 
     def pod_statuses(self, job: AgentJob) -> list[common_pb2.PodStatus]:
         """The attempt's pods from the informer's cache, as kubectl shows them."""
@@ -185,7 +176,7 @@ class PodView:
 
     async def adopt(self, job_id: str, attempt: int) -> list[PodPlacement]:
         """Live pods of this attempt that an earlier run of the agent made, from the cache."""
-        found, phases = [], {}
+        found = []
         for pod in self._job_pods(job_id, attempt):
             status, spec = pod.get("status") or {}, pod.get("spec") or {}
             if status.get("phase") in ENDED or not spec.get("nodeName") or pod["metadata"].get("deletionTimestamp"):
@@ -193,13 +184,10 @@ class PodView:
             labels = pod["metadata"]["labels"]
             found.append(PodPlacement(labels[TASK], int(labels[INDEX]), spec["nodeName"], *devices_of(pod)))
             k = key(pod)
-            phases[k] = status.get("phase", "Pending")
             if k in self._counted:  # the adopting job counts it from now on
                 self._uncount(k)
             uid = next((o.get("uid") for o in pod["metadata"].get("ownerReferences") or []
                         if o.get("kind") == "ConfigMap" and o.get("name") == job_id), None)
             if uid:
                 self._anchors[job_id] = uid
-        if found:
-            self._phases[job_id] = phases
         return sorted(found, key=lambda p: (p.task, p.index))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -97,6 +97,9 @@ class AgentJob:
     tier: int
     retries: int = 0  # restarts by lifecycle policy, counted against max_retry
     done: set[tuple[str, int]] = field(default_factory=set)  # pods that completed
+    # Its pods the cluster runs, each (task, index) -> (the pod's name, its phase as last heard): a pod the agent
+    # deletes, or one that failed, leaves it, so what the cluster says of that pod next is not taken for the gang's.
+    live: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
     failed: dict[tuple[str, int], str] = field(default_factory=dict)  # pods that failed (until restarted), and why
     # Events a policy will answer, by pod ((task, -1) for a task's or the gang's), with the timer of
     # the policy's timeout (None: acting now). A pod that recovers takes its event off.
@@ -115,6 +118,13 @@ class AgentJob:
     @property
     def gang(self) -> int:
         return gang_size(self.job.spec)
+
+    def unfollow(self, pods: Iterable[tuple[str, int]] | None = None) -> None:
+        """Stop taking the cluster's word on these pods (None: all the gang's): the agent deletes them."""
+        if pods is None:
+            self.live.clear()
+        for key in pods or ():
+            self.live.pop(key, None)
 
     def held(self) -> Resources:
         """What its pods hold. Every inventory sums it over every job held (thousands, in a burst of bindings),
@@ -143,6 +153,14 @@ def task_requests(spec: common_pb2.JobSpec) -> dict[str, Resources]:
     """Per task, what one replica requests (as the placement core counts it)."""
     claims = claim_templates(spec.resource_claim_templates_json)
     return {t.name: task_request(t, claims)[0] for t in spec.tasks}
+
+
+class PodListener(Protocol):
+    """Told each change of a pod the agent manages: its job, attempt, task, index, phase and why; and the pod's
+    name where the cluster names pods ("" where the backend reports only the gang's live pods)."""
+
+    def __call__(self, job_id: str, attempt: int, task: str, index: int, phase: str, reason: str,
+                 name: str = "") -> object: ...
 
 
 class Backend(Protocol):
@@ -181,10 +199,10 @@ class Backend(Protocol):
     def unadopted(self) -> Resources:
         """What the pods this agent manages that no job of it holds (yet) hold."""
 
-    def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
-                     on_node: Callable[..., object], on_change: Callable[[], object]) -> None:
-        """Where to report a pod's phase (job id, attempt, task, index, phase, reason), a node's readiness,
-        and any other change of what is free or where (other workloads' pods, cordons, new nodes)."""
+    def set_listener(self, on_pod: PodListener, on_node: Callable[..., object], on_change: Callable[[], object]
+                     ) -> None:
+        """Where to report a pod's phase, a node's readiness, and any other change of what is free or where
+        (other workloads' pods, cordons, new nodes)."""
 
     def pod_statuses(self, job: AgentJob) -> list[common_pb2.PodStatus]:
         """The job's pods as the cluster has them now: names, phases, restarts, last messages."""

@@ -125,9 +125,7 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
         pod_devices(annotations, env, devices, share)
         if not env:
             del containers[0]["env"]
-    # A restarted pod gets a new name: the one it replaces may still be terminating.
-    name = f"{job.job.id}-a{job.attempt}-{task}-{index}" + (f"-r{job.retries}" if job.retries else "") + (
-        f"-m{job.moved}" if job.moved else "")
+    name = pod_name(job, task, index)
     with_claims(pod_spec, name)
     pod: Obj = {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
@@ -136,6 +134,13 @@ def pod_manifest(job: AgentJob, task: str, index: int, namespace: str, scheduler
         pod["metadata"]["ownerReferences"] = [owner]
     plugins.decorate(pod, job.job.id, namespace, job.job.spec, spec, index)
     return pod
+
+
+def pod_name(job: AgentJob, task: str, index: int) -> str:
+    """The name of the pod a gang's (task, index) gets when it is bound now. A restarted or moved pod gets a new
+    name: the one it replaces may still be terminating, and its events are not the new pod's."""
+    return f"{job.job.id}-a{job.attempt}-{task}-{index}" + (f"-r{job.retries}" if job.retries else "") + (
+        f"-m{job.moved}" if job.moved else "")
 
 
 def _with_limits(pod_spec: Obj) -> None:

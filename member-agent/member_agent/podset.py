@@ -131,6 +131,7 @@ class PodSet:
         """End the attempt here: the job's end (its pods stopped, those that ended kept, as Kubernetes keeps a
         Job's), or the job given back to the federation to run again (its pods deleted)."""
         if ending.ends_the_job:
+            job.unfollow()  # its pods still running are stopped: not evicted
             await self.backend.end(job)
             self._finish(job, ending.kind == agent_pb2.JOB_SUCCEEDED, ending.reason)
             return

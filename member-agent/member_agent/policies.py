@@ -27,13 +27,23 @@ PHASE_EVENTS = {"Failed": "PodFailed", "Evicted": "PodEvicted", "Unknown": "Unkn
 class Policies:
     """Pod events and policies (a part of `agent.Agent`)."""
 
-    def pod_phase(self, job_id: str, attempt: int, task: str, index: int, phase: str, reason: str) -> None:
-        """The backend saw a pod of ours change phase (a Kubernetes phase, or Evicted)."""
+    def pod_phase(self, job_id: str, attempt: int, task: str, index: int, phase: str, reason: str,
+                  name: str = "") -> None:
+        """The backend saw a pod of ours change, now in this phase (a Kubernetes phase, or Evicted). `name`: the
+        pod's, where the cluster names pods (its events may be of a pod the agent already replaced or deleted);
+        "": the backend reports only the pods live in the gang. Each pod's phase is taken once."""
         job = self.jobs.get(job_id)
         if job is None and job_id in self._binding:
-            self._binding[job_id].append((task, index, phase, reason))
+            self._binding[job_id].append((task, index, phase, reason, name))
         if job is None or job.attempt != attempt:
             return
+        live = job.live.get((task, index))
+        if live is None or (name and live[0] != name) or live[1] == phase:
+            return
+        if phase in ("Evicted", "Failed"):
+            del job.live[(task, index)]  # whatever happens to it next, its policy has been told
+        else:
+            job.live[(task, index)] = (live[0], phase)
         if phase in ("Running", "Succeeded") and job.unready is not None:
             job.ran.add((task, index))
             if _ready(job):

@@ -27,7 +27,7 @@ from federation.kernel.resources import QuantityError, Resources
 from federation.v1 import common_pb2
 from member_agent.clusters import kubelet_labels
 from member_agent.errors import BindError
-from member_agent.model import AgentJob
+from member_agent.model import AgentJob, PodListener
 from member_agent.placement import PodPlacement
 from member_agent.pods import DURATION_ANNOTATION, START_DELAY_ANNOTATION, annotation, pod_requests
 from member_agent.provisioning import Ask
@@ -102,9 +102,9 @@ class SimulatedBackend:
         # Pods deleted before they ended (a job's end stops the rest, as Volcano's does): gone, as from a cluster.
         # Of the last STOPPED_JOBS jobs: their final pod list is reported as they end.
         self.stopped: OrderedDict[str, set[tuple[str, int]]] = OrderedDict()
-        self._on_pod: Callable[[str, int, str, int, str, str], object] = lambda *_: None
+        self._on_pod: PodListener = lambda *_: None
 
-    def set_listener(self, on_pod: Callable[[str, int, str, int, str, str], object],
+    def set_listener(self, on_pod: PodListener,
                      on_node: Callable[..., object], on_change: Callable[[], object]) -> None:
         """Faults in a simulation are injected through the agent itself, so only pod phases come from here."""
         self._on_pod = on_pod
