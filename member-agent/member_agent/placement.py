@@ -423,7 +423,19 @@ class _Placer:
                         scores[kind] = score
                 return (*score, o[0])
 
-            return min(whole, key=key)
+            # Nodes alike score alike, and then the first by name wins: only each kind's first node is scored (a
+            # lone pod in a HyperNode of a thousand nodes of a few kinds scores a few, not a thousand).
+            first: dict[tuple[object, ...], tuple[str, bool, int]] = {}
+            domains = []
+            for o in whole:
+                if not o[1]:
+                    domains.append(o)
+                    continue
+                kind = trial.alike(o[0])
+                seen = first.get(kind)
+                if seen is None or o[0] < seen[0]:
+                    first[kind] = o
+            return min([*first.values(), *domains], key=key)
         return min(options, key=lambda o: (-o[2], self.spares(o[0], o[1], per_unit),
                                            trial.leftover(o[0], o[1], {}, resource), o[0]))
 
