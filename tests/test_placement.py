@@ -415,6 +415,52 @@ def test_nodes_alike_scored_once_choose_exactly_as_each_scored(used: list[int], 
     assert run(oracle=False) == run(oracle=True)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.sampled_from([1, 2, 4, 8]), st.booleans(), st.booleans()),
+                min_size=1, max_size=30))
+def test_domains_owed_their_changed_nodes_count_exactly_as_counted_afresh(steps: list[tuple[int, int, bool, bool]]
+                                                                         ) -> None:
+    """A node that changes leaves each domain above it owing the node's new count (`PodCounts.changed`) instead of
+    having every node under it counted again: the same placements, pod for pod, and the same counts under every
+    domain, as counting afresh (the oracle: every domain above a changed node forgotten)."""
+    from member_agent.placement import _Trial
+    from member_agent.state import PodCounts
+
+    def forget(self: PodCounts, node: str, domains: list[str]) -> None:
+        for where in (node, *domains):
+            for shape in self.shapes:
+                self.fit.pop((where, shape), None)
+                self.cap.pop((where, shape), None)
+
+    def run(oracle: bool) -> list[object]:
+        state = cluster([2, 3, 4], {GPU: "8", "cpu": "64"})
+        original = PodCounts.changed
+        if oracle:
+            PodCounts.changed = forget  # type: ignore[method-assign]
+        try:
+            out: list[object] = []
+            placed_pods: list[tuple[str, int]] = []
+            for replicas, gpus, hard, free in steps:
+                if free and placed_pods:  # a gang ends: its node's room comes back
+                    node, amount = placed_pods.pop(0)
+                    state.allocate(node, {GPU: amount}, sign=-1)
+                result = place(state, gang(replicas, gpus, mode="hard" if hard else "", highest_tier=1 if hard
+                                           else None))
+                out.append(tuple(p.node for p in result.pods) if isinstance(result, Placement) else ())
+                if isinstance(result, Placement):
+                    for pod in result.pods:
+                        state.allocate(pod.node, {GPU: gpus})
+                        placed_pods.append((pod.node, gpus))
+                counts = _Trial(state)
+                out.append({(d, g): counts.capacity(d, TaskRequest("w", 1, {GPU: g}))
+                            for d in sorted(state.topology.domains) for g in (1, 8)})
+            return out
+        finally:
+            PodCounts.changed = original  # type: ignore[method-assign]
+
+    assert run(oracle=False) == run(oracle=True)
+
+
 def test_narrowed_devices_steer_pods_to_nodes_with_matching_ones_and_leave_the_state_as_it_was() -> None:
     """Issue 42 (6): a pod's DRA claim narrower than its class takes only the devices counted for it per node
     (`ClusterState.narrowed`); the state is the same afterwards, every domain total included."""

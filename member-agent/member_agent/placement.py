@@ -175,6 +175,9 @@ class _Trial:
             self.state.count_everywhere(task.shape, task.request, task.node_selector, task.tolerations,
                                         task.health, task.gpu)
             count = memo.get(key)
+        if count is None and memo is self.state.counts.cap and (owed := self.state.counts.owed.pop(key, None)):
+            count = owed[0] + sum(self.fit(n, task) for n in owed[1])
+            memo[key] = count
         if count is None:
             d = self.topology.domains[domain]
             count = sum(self.fit(n, task) for n in d.nodes) + sum(self.capacity(c, task) for c in d.children)

@@ -34,8 +34,9 @@ ANY_SOUND, SOUND_LINKS, HEALTHY_ONLY = 0, 1, 2
 class PodCounts:
     """Memo of how many pods of each shape fit on each node and under each domain.
 
-    Shared by every placement on this state; whatever changes a node forgets the entries of that
-    node and of the domains above it, so a placement recounts only what changed since the last.
+    Shared by every placement on this state; whatever changes a node forgets the node's entries, and each domain
+    above it is owed the node's new count, so a placement recounts only what changed since the last (a lone pod in a
+    HyperNode of a thousand nodes recounts one node, not a thousand).
     """
 
     MAX_SHAPES = 256
@@ -44,6 +45,9 @@ class PodCounts:
         self.fit: dict[tuple[str, Shape], int] = {}
         self.cap: dict[tuple[str, Shape], int] = {}
         self.shapes: set[Shape] = set()
+        # A domain's count less what its changed nodes counted before they changed, and those nodes: its count is
+        # that plus what they count now (`placement._Trial.capacity`).
+        self.owed: dict[tuple[str, Shape], tuple[int, frozenset[str]]] = {}
 
     def remember(self, shape: Shape) -> None:
         if shape not in self.shapes:
@@ -55,12 +59,24 @@ class PodCounts:
         self.fit.clear()
         self.cap.clear()
         self.shapes.clear()
+        self.owed.clear()
 
-    def forget(self, places: list[str]) -> None:
-        for place in places:
-            for shape in self.shapes:
-                self.fit.pop((place, shape), None)
-                self.cap.pop((place, shape), None)
+    def changed(self, node: str, domains: Sequence[str]) -> None:
+        """`node` changed: its counts go, and each domain above it owes the node's part, where that part is known
+        (else the domain is counted afresh)."""
+        for shape in self.shapes:
+            old = self.fit.pop((node, shape), None)
+            for domain in domains:
+                key = (domain, shape)
+                cap, owed = self.cap.pop(key, None), self.owed.get(key)
+                if cap is not None and old is not None:
+                    self.owed[key] = (cap - old, frozenset((node,)))
+                elif owed is not None and node in owed[1]:
+                    continue  # its part is owed already
+                elif owed is not None and old is not None:
+                    self.owed[key] = (owed[0] - old, owed[1] | {node})
+                else:
+                    self.owed.pop(key, None)
 
 
 class ClusterState:
@@ -177,7 +193,7 @@ class ClusterState:
         return sorted(self._under(hypernode))
 
     def _changed(self, node: str) -> None:
-        self.counts.forget([node, *self.topology.ancestors(node)])
+        self.counts.changed(node, self.topology.ancestors(node))
         self.fragmentation.forget(node)
         self.alike.pop(node, None)
         self._gpu_stale.add(node)
