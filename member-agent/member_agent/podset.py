@@ -136,13 +136,7 @@ class PodSet:
             self._finish(job, ending.kind == agent_pb2.JOB_SUCCEEDED, ending.reason)
             return
         await self._delete(job)
-        if self.jobs.get(job.job.id) is not job:
-            return
-        self._forget(job)
-        self._unwant(job)
-        self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, type=ending.kind,
-                                         reason=ending.reason))
-        self._send_inventory()
+        self._ended(job, ending)
 
     def _finish(self, job: AgentJob, succeeded: bool, reason: str) -> None:
         if self.jobs.get(job.job.id) is not job:
@@ -152,18 +146,21 @@ class PodSet:
         self._send(agent_pb2.AgentMessage(job_update=agent_pb2.JobUpdate(
             job_id=job.job.id, attempt=job.attempt, type=agent_pb2.POD_STATUS,
             pod_statuses=[p for p in self.backend.pod_statuses(job) if p.phase in ENDED_PODS])))
-        self._forget(job)
-        self._unwant(job)  # ended here: nothing more to run
-        # The update before the inventory, so the server never sees the freed resources while it still
-        # counts them as the job's: that would hand them to whoever is next, not to the queue they are owed to.
-        self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, reason=reason,
-                                         type=agent_pb2.JOB_SUCCEEDED if succeeded else agent_pb2.JOB_FAILED))
-        self._send_inventory()
+        self._ended(job, Ending(agent_pb2.JOB_SUCCEEDED if succeeded else agent_pb2.JOB_FAILED, reason))
 
-    def _unwant(self, job: AgentJob) -> None:
+    def _ended(self, job: AgentJob, ending: Ending) -> None:
+        """The attempt's pods are stopped or gone: it holds nothing here and is no longer wanted here; say so."""
+        if self.jobs.get(job.job.id) is not job:
+            return
+        self._forget(job)
         want = self.desired.get(job.job.id)
         if want is not None and want.attempt == job.attempt:
             del self.desired[job.job.id]
+        # The update before the inventory, so the server never sees the freed resources while it still
+        # counts them as the job's: that would hand them to whoever is next, not to the queue they are owed to.
+        self._report(agent_pb2.JobUpdate(job_id=job.job.id, attempt=job.attempt, type=ending.kind,
+                                         reason=ending.reason))
+        self._send_inventory()
 
 
 GONE = "the job was removed meanwhile"
