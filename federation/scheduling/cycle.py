@@ -52,7 +52,7 @@ from federation.scheduling.reservations import Reservations
 # The cycle's names, for those who import them from here (its model, constants and entry points).
 __all__ = ["MOVE_BUDGET_SECONDS", "NO_READY_CLUSTER", "REPREEMPT_GRACE", "RESOURCE_FOR_FEWEST", "Decisions",
            "PendingJob", "QueueInfo", "RunningJob", "Snapshot", "TenantInfo", "over_own_limit",
-           "queue_chains", "schedule", "schedule_backlog", "shares"]
+           "queue_chains", "schedule", "schedule_backlog", "shares", "walk_backlog"]
 
 def _over(usage: Mapping[str, int], extra: Mapping[str, int], limit: Mapping[str, int]) -> dict[str, int]:
     """Resources of `limit` that usage + extra would exceed (a flavor's limit is judged with the cluster)."""
@@ -685,8 +685,15 @@ def schedule_backlog(snapshot: Snapshot, manager: QueueManager) -> Decisions:
     """One cycle over the queue manager's waiting jobs (`snapshot.pending` is not read): the same decisions as
     `schedule` with those jobs as `pending`, at a cost that follows the queue heads and shapes, not the backlog.
     The decisions' reasons are read from the manager, which must not change while they are in use."""
+    return walk_backlog(snapshot, manager).out
+
+
+def walk_backlog(snapshot: Snapshot, manager: QueueManager) -> _Cycle:
+    """`schedule_backlog`, returning the cycle itself: what it left (its cluster table, usage and shares) is what
+    jobs admitted on arrival take from until the next cycle (`arrival.Arrivals`)."""
     cycle = _Cycle(snapshot)
-    return cycle.run(Walked(manager, cycle.out))
+    cycle.run(Walked(manager, cycle.out))
+    return cycle
 
 
 def shares(snapshot: Snapshot, backlog: QueueManager | None = None) -> tuple[Tree, dict[str, Resources],

@@ -1,0 +1,92 @@
+"""Admission on arrival: a job that fits at once is dispatched when it is submitted, not a cycle later.
+
+A full cycle over a large backlog takes a good part of a second, and the loop rests as long again after it, so a
+job that fits an idle cluster used to wait for the cycle under way, the rest, and then its own cycle. Kueue pops
+queue heads continuously; here, between two cycles, each newly submitted job is judged against what the last
+cycle left (`Arrivals`): its cluster table after every dispatch and reservation it made, its usage, its deserved
+shares. A job goes at once only when the next cycle would have no better use for the room it takes:
+
+- it is its queue's head, is no HyperJob's sub-job, and its queue is open;
+- no limit holds it, and with it started its queue, each parent and its tenant stay within their deserved
+  shares, worked out again with what waits now (its demand included, as the next cycle will), so its turn
+  comes before every head that is past a share, and reclaim never takes it back;
+- it fits the room that cycle left: every waiting head had its turn at that room and did not take it (or a
+  limit held it), and room held for a gang (reservations, room being made by preemption) stays held. Room freed
+  since (gangs that ended) is not offered here: waiting heads get their turn at it in the next cycle first;
+- the last cycle was not cut short by the burst (heads it did not reach had no turn), and no gang of the job's
+  tenant was preempted by it (their usage is counted gone before they are).
+
+Everything else, and every job this path passes over, waits for the next full cycle, which keeps reclaim,
+reservations, provisioning, HyperJobs and moves. Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from federation.scheduling.fairshare import EPSILON
+
+if TYPE_CHECKING:
+    from federation.scheduling.backlog import Demand
+    from federation.scheduling.cycle import _Cycle
+    from federation.scheduling.model import PendingJob
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """Where a job goes on arrival, what to say of the choice, and the admission checks it passes there."""
+    cluster: str
+    note: str
+    checks: tuple[str, ...]
+
+
+class Arrivals:
+    """What one cycle left, taken by the jobs admitted on arrival until the next cycle starts."""
+
+    def __init__(self, cycle: _Cycle) -> None:
+        self.cycle = cycle
+        running = {job.id: job for job in cycle.snap.running}
+        # Tenants whose preempted gangs the cycle counted gone while they still hold their room.
+        self.preempted_tenants = {cycle.queues[running[v].queue].tenant for v in cycle.out.preempt
+                                  if v in running and running[v].queue in cycle.queues}
+
+    def reshare(self, backlog: Demand) -> None:
+        """Deserved shares as the next cycle will have them: what waits now (`backlog`, the arrivals among it)
+        beside what runs, the last cycle's dispatches and the jobs admitted on arrival since."""
+        self.cycle.compute_shares(backlog)
+
+    def admit(self, job: PendingJob, head: bool) -> Admitted | str:
+        """Where the job goes now, or why it waits for the next cycle. `head`: it is its queue's first waiting
+        job."""
+        cycle, queue = self.cycle, job.queue
+        if cycle.out.cut_short:
+            return "the last cycle was cut short: heads it did not reach come first"
+        if job.view.group is not None:
+            return "a HyperJob's sub-jobs are decided together by a cycle"
+        if not head:
+            return "not its queue's head"
+        if queue not in cycle.queues:
+            return f"queue {queue!r} was not known to the last cycle"
+        closed = cycle._closed(queue)
+        if closed:
+            return closed
+        if cycle.queues[queue].tenant in self.preempted_tenants:
+            return "gangs of its tenant preempted by the last cycle are still leaving"
+        why = cycle.cannot_run(job, queue)
+        if why:
+            return why
+        held = cycle.limit(job, queue)
+        if held is not None:
+            return held[2]
+        tenant_share, queue_share = cycle.share_after(queue, cycle.wanted(job))
+        if tenant_share > 1 + EPSILON or queue_share > 1 + EPSILON:
+            return "past a deserved share once started: its turn is the cycle's"
+        cluster, reasons = cycle.choose(job, queue)
+        if cluster is None:
+            return "no cluster has room the last cycle left: " + "; ".join(reasons[:3])
+        note = cycle.clusters.passed_over(job.view, cluster)
+        checks = cycle.checks(queue, cluster)
+        cycle.use(queue, cycle.flavors.held(cluster, job.view.request) if cycle.flavors else job.view.request)
+        cycle.clusters.reserve(job.view, cluster)
+        return Admitted(cluster, note, checks)
