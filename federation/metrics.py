@@ -39,6 +39,9 @@ CYCLE_STEP_SECONDS = Histogram("federation_scheduler_cycle_step_seconds",
                                "Duration of each step of a scheduling cycle: snapshot, decide, write, explain.",
                                ["step"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 JOBS_SCHEDULED = Counter("federation_jobs_scheduled_total", "Jobs dispatched to a member cluster.")
+JOBS_ON_ARRIVAL = Counter("federation_jobs_dispatched_on_arrival_total",
+                          "Jobs dispatched when submitted, in the room the last cycle left, without waiting for a "
+                          "cycle (counted in federation_jobs_scheduled_total too).")
 JOBS_PREEMPTED = Counter("federation_jobs_preempted_total", "Running jobs preempted or reclaimed.")
 PENDING = Gauge("federation_pending_jobs", "Jobs waiting, in every queue.")
 LOST_GPU_HOURS = Counter("federation_lost_gpu_hours_total",
@@ -88,7 +91,7 @@ class _Merged(Collector):
 def _scheduler_families() -> set[str]:
     """The metric families the scheduler sets (a cycle's, and what it reads of queues and clusters each cycle)."""
     return {m.describe()[0].name for m in (
-        CYCLE_SECONDS, CYCLE_STEP_SECONDS, JOBS_SCHEDULED, JOBS_PREEMPTED, PENDING, LOST_GPU_HOURS,
+        CYCLE_SECONDS, CYCLE_STEP_SECONDS, JOBS_SCHEDULED, JOBS_ON_ARRIVAL, JOBS_PREEMPTED, PENDING, LOST_GPU_HOURS,
         PREEMPTION_LOST_GPU_HOURS, QUEUE_PENDING, QUEUE_DOMINANT_SHARE, QUEUE_USAGE, QUEUE_DESERVED,
         CLUSTER_UTILISATION, CLUSTER_READY, CLUSTER_HEARTBEAT_AGE, CLUSTER_DRIFT)}
 

@@ -467,3 +467,23 @@ def test_the_node_a_held_gang_needs_is_kept_from_smaller_jobs(federation: Federa
              lambda: federation.job(gang).status.phase == common_pb2.RUNNING, 120)
     assert federation.job(gang).status.placements[0].node == kept_node
     assert all(federation.job(j).status.phase == common_pb2.RUNNING for j in long)  # not waited for
+
+
+def test_a_job_that_fits_at_once_is_dispatched_on_arrival_and_once(federation: Federation) -> None:
+    """Jobs submitted one at a time into an idle federation: each fits the room the last cycle left, so the
+    scheduler process sends it when the submission is announced, before any cycle (its reason says "on arrival";
+    a periodic cycle may still take one now and then), each is dispatched once and runs."""
+    federation.tenant("quick", weight=1)
+    federation.queue("quick-q", "quick")
+    ids = []
+    for i in range(4):
+        [job_id] = federation.submit_specs([spec("quick-q", 1, 2, "1s", name=f"quick-{i}")])
+        ids.append(job_id)
+        wait_for(f"{job_id} to be dispatched", lambda job_id=job_id: federation.job(job_id).status.phase
+                 not in (common_pb2.PENDING,))
+    for job_id in ids:
+        wait_for(f"{job_id} to succeed", lambda job_id=job_id: federation.job(job_id).status.phase
+                 == common_pb2.SUCCEEDED)
+    dispatched = [(job, message) for job, _, _, _, message in federation.events("Dispatched")]
+    assert Counter(job for job, _ in dispatched) == Counter(ids)  # once each
+    assert any("(on arrival)" in message for _, message in dispatched), dispatched

@@ -138,6 +138,7 @@ class JobCache:
         # `take_sent_back`
         self.sent_back: list[tuple[str, str, str, str]] = []
         self.room_made: list[tuple[str, str]] = []  # (job, cluster) room is being made in, since `take_room_made`
+        self.submitted: list[str] = []  # jobs submitted since `take_submitted`, in the order their events came
         # Waiting jobs out of every queue until their backoff after a requeue ends (the row's requeue_at): each
         # refresh puts those whose time has come in `backlog`.
         self.backing_off: dict[str, datetime] = {}
@@ -170,6 +171,7 @@ class JobCache:
         self.version += 1
         self.generation += 1
         self.touched.clear()
+        self.submitted.clear()
         await self._add_waiting(await self.jobs.pending(SCAN_LIMIT))
         self._add_holding(await self.jobs.holding())
         self._cursor = cursor
@@ -220,6 +222,8 @@ class JobCache:
                 held[job_id] = event
         for start in range(0, len(arrived), BATCH):  # one no longer waiting has a later event, read next time
             await self._add_waiting(await self.jobs.pending(SCAN_LIMIT, ids=arrived[start:start + BATCH]))
+        self.submitted += [job_id for job_id, event in latest.items()
+                           if event["type"] == "Submitted" and job_id in self.waiting]
         ids = list(held)
         for start in range(0, len(ids), BATCH):
             # Phase and cluster as of the event, to match inventories read at that moment: the row
@@ -282,6 +286,11 @@ class JobCache:
         """The (job, cluster) some leader evicted gangs in to make room for the job, since the last call."""
         made, self.room_made = self.room_made, []
         return made
+
+    def take_submitted(self) -> list[str]:
+        """The jobs submitted since the last call and waiting when they were read, oldest event first."""
+        submitted, self.submitted = self.submitted, []
+        return submitted
 
     def take_touched(self) -> set[str]:
         """The jobs with an event since the last call: their reasons in PostgreSQL may be anything."""

@@ -32,6 +32,7 @@ from federation.kernel.admission import PROVISIONING
 from federation.kernel.hyperjob import HOLD_CHECK
 from federation.kernel.resources import GPU, add, format_resources, with_share
 from federation.scheduling import outlook
+from federation.scheduling.arrival import Admitted, Arrivals
 from federation.scheduling.cycle import (
     Decisions,
     PendingJob,
@@ -42,8 +43,8 @@ from federation.scheduling.cycle import (
     over_own_limit,
     queue_chains,
     schedule,
-    schedule_backlog,
     shares,
+    walk_backlog,
 )
 from federation.scheduling.fairshare import dominant_share
 from federation.scheduling.fit import (
@@ -59,7 +60,7 @@ from federation.scheduling.fit import (
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import Holding, after_cycle, remaining
 from federation.scheduling.moves import healthier
-from federation.scheduling.queues import Reasons, Settled
+from federation.scheduling.queues import QueueManager, Reasons, Settled
 from federation.scheduling.usage import Decay
 from federation.store.admin import AdminStore
 from federation.store.inventories import Inventories
@@ -85,6 +86,7 @@ FORECAST_SPACING = 10.0  # the forecast runs again only once this many times its
 FORECAST_JOBS = 2_000  # waiting jobs, in the order they would be served, that get an expected start time
 RUN_TIMES_PERIOD = 300.0  # seconds between two reads of what each queue's past jobs took
 DEFAULT_RUN_TIME = 3600.0  # seconds a job is assumed to run when neither it nor any past job says otherwise
+ARRIVALS_AT_ONCE = 2_000  # submitted jobs judged on arrival in one pass at most; the rest are the cycle's
 CYCLE_REST = 1.0  # after a cycle, wait this many times as long before the next: the API keeps half the loop
 
 
@@ -126,6 +128,17 @@ def _checks(decisions: Decisions) -> dict[str, list[dict[str, str]]]:
             {"name": n, "state": "PENDING", "message": "its cluster is to hold its room until every sub-job has room"}
             if n == HOLD_CHECK else
             {"name": n, "state": "PENDING", "message": ""} for n in names]
+    return out
+
+
+def _admit_on_arrival(arrivals: Arrivals, backlog: QueueManager, jobs: Sequence[PendingJob]) -> dict[str, Admitted]:
+    """Each job in turn, as its queue's head or not; shares worked out again first with what waits now."""
+    arrivals.reshare(backlog)
+    out = {}
+    for job in jobs:
+        found = arrivals.admit(job, backlog.order[job.queue][0] is job)
+        if isinstance(found, Admitted):
+            out[job.id] = found
     return out
 
 
@@ -232,6 +245,7 @@ class _Decided:
     forecast: Decisions  # the decisions as the forecast reads them
     holds: dict[str, str]
     held: dict[str, tuple[dict[str, int], list[tuple[str, str]]]]
+    arrivals: Arrivals | None  # what the cycle left, for jobs admitted on arrival (None: decided from scratch)
 
 
 class Scheduler:
@@ -248,7 +262,15 @@ class Scheduler:
         self.burst = burst  # dispatches per cycle at most (0: no limit): see Snapshot.burst
         self.lost_grace = lost_grace
         self._loop = WakeLoop("scheduler", period, self.tick, rest=CYCLE_REST)
-        self.wake, self.start = self._loop.wake, self._loop.start
+        self.period = period
+        # What the last cycle left, for jobs admitted on arrival until the next cycle starts (None: a cycle is
+        # under way, or none finished since this replica leads), and when its snapshot was taken.
+        self._arrivals: Arrivals | None = None
+        self._arrivals_at = 0.0
+        self._arriving = asyncio.Event()  # set by every change: admit what arrived, then wake the cycle
+        self._missed = False  # a change came while a cycle was under way: look at arrivals once it is written
+        self._stopping = False
+        self._arrival_task: asyncio.Task[None] | None = None
         self._forecasting: asyncio.Task[None] | None = None  # the forecast under way beside the loop, if one is
         self._refused = Rejections()  # (job, cluster) -> why, until the cluster reports a change
         self._making_room: _Expiring[str, str] = _Expiring(ROOM_MEMORY)  # job -> cluster preempted for it
@@ -279,7 +301,64 @@ class Scheduler:
         self.past = PastUsage(usage, decay or Decay())  # each tenant's and queue's usage history, on the leader
         self._holds: dict[str, list[list[Any]]] | None = None  # per cluster, the holds last written (None: unknown)
 
+    def wake(self) -> None:
+        """Something changed: jobs submitted are judged on arrival first, then the cycle is woken."""
+        self._arriving.set()
+
+    def start(self) -> None:
+        self._loop.start()
+        self._arrival_task = asyncio.create_task(self._arrive(), name="arrivals")
+
+    async def _arrive(self) -> None:
+        while True:
+            await self._arriving.wait()
+            self._arriving.clear()
+            if self._stopping:
+                return
+            try:
+                if self.is_leader() and self._leading:
+                    await self.admit_arrivals()
+            except NotLeader as err:
+                log.warning("%s; jobs admitted on arrival were not written", err)
+                self._arrivals = None
+            except Exception:  # a database hiccup: the cycle decides them
+                log.exception("admitting jobs on arrival failed; the next cycle decides them")
+            self._loop.wake()
+
+    async def admit_arrivals(self) -> dict[str, str]:
+        """Dispatch at once each job submitted since the last look that fits what the last cycle left
+        (`scheduling.arrival`); returns them, job -> cluster. The rest wait for the next cycle."""
+        async with self._deciding:
+            arrivals = self._arrivals
+            if arrivals is None:
+                self._missed = True  # a cycle is under way: look again once it is written
+                return {}
+            if time.monotonic() - self._arrivals_at > 2 * (self.period + sum(self.steps.values())):
+                return {}  # the clusters as that cycle saw them are too old to send anything on: the cycle's turn
+            await self.cache.refresh()
+            submitted = [job for job_id in self.cache.take_submitted()
+                         if (job := self.cache.waiting.get(job_id)) is not None]
+            if not submitted:
+                return {}
+            # Pure Python, as long as the burst of submissions: off the loop, like the cycle.
+            admitted = await asyncio.to_thread(_admit_on_arrival, arrivals, self.cache.backlog,
+                                               submitted[:ARRIVALS_AT_ONCE])
+            if not admitted:
+                return {}
+            decisions = Decisions(assign={j: a.cluster for j, a in admitted.items()},
+                                  notes={j: a.note for j, a in admitted.items()},
+                                  checks={j: a.checks for j, a in admitted.items() if a.checks})
+            await self.jobs.dispatch(decisions.assign, self.fence(), decisions.notes, _checks(decisions))
+            metrics.JOBS_ON_ARRIVAL.inc(len(admitted))
+            metrics.JOBS_SCHEDULED.inc(len(admitted))
+        self.on_change()
+        return decisions.assign
+
     async def stop(self) -> None:
+        self._stopping = True
+        self._arriving.set()
+        if self._arrival_task is not None:
+            await self._arrival_task
         await self._loop.stop()
         if self._forecasting is not None:
             await self._forecasting
@@ -325,6 +404,7 @@ class Scheduler:
             if await self.cache.refresh():
                 _settle_heap()
             self.cache.take_touched()  # a standby writes no reasons: nothing to keep for it
+            self.cache.take_submitted()  # nor admits on arrival
             self._sent_back()  # but remembers what clusters sent back, for when it leads
             return
         if not self._leading:
@@ -424,7 +504,10 @@ class Scheduler:
         # The snapshot and the decisions over it are one step no other reader of the cache may cut into: the
         # decisions (and their reasons) are read from the backlog, which a refresh changes.
         async with self._deciding:
+            self._arrivals = None  # what the last cycle left is this one's to decide now
             snapshot = await self.snapshot()
+            self.cache.take_submitted()  # in this cycle's backlog: its to decide
+            started = time.monotonic()
             clock.step("snapshot")
             # Pure Python for as long as the backlog makes it: off the event loop, which keeps serving RPCs,
             # heartbeats and the lease's renewal meanwhile.
@@ -470,6 +553,11 @@ class Scheduler:
         self._record(decisions, waiting, snapshot.running, sum(clock.seconds.values()))
         self.past.age(decisions.usage, decisions.tenant_usage)
         await self.past.save_if_due(fence)
+        # Written: what it left is offered to jobs arriving until the next cycle starts.
+        self._arrivals, self._arrivals_at = d.arrivals, started
+        if self._missed and d.arrivals is not None:
+            self._missed = False
+            self._arriving.set()
         return decisions
 
     async def _move_off_degraded(self, snapshot: Snapshot, decisions: Decisions, fence: Fence | None) -> bool:
@@ -497,8 +585,10 @@ class Scheduler:
         Run in a worker thread while the cycle holds `_deciding`, so nothing refreshes the cache meanwhile."""
         backlog = self.cache.backlog
         walked = self.cache.version == self._snapshot_version
+        arrivals = None
         if walked:
-            decisions = schedule_backlog(snapshot, backlog)
+            cycle = walk_backlog(snapshot, backlog)
+            decisions, arrivals = cycle.out, Arrivals(cycle)
             pending: Mapping[str, PendingJob] = self.cache.waiting
             waiting = Counter({q.name: 0 for q in snapshot.queues} | {q: backlog.count(q) for q in backlog.order})
         else:  # another reader caught the cache up since the snapshot: decide on the snapshot's own list
@@ -530,7 +620,7 @@ class Scheduler:
                 for cluster, (room, holders) in outlook.reserved_room(decisions, jobs).items()}
         clock.step("explain")
         return _Decided(decisions, waiting, reasons, None if walk is None else (walk.settled, set(walk.owed)),
-                        order, jobs, forecast, outlook.holds(decisions), held)
+                        order, jobs, forecast, outlook.holds(decisions), held, arrivals)
 
     def _running(self, job: HoldingJob, priority_class: Mapping[str, Any], now: datetime) -> RunningJob:
         """A gang holding resources, with what evicting it would cost as of `now`."""

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from federation.scheduling.model import PendingJob
 
 
+ON_ARRIVAL = "on arrival"  # what a job's dispatch reason says of a job sent this way
+
+
 @dataclass(frozen=True)
 class Admitted:
     """Where a job goes on arrival, what to say of the choice, and the admission checks it passes there."""
@@ -85,7 +88,8 @@ class Arrivals:
         cluster, reasons = cycle.choose(job, queue)
         if cluster is None:
             return "no cluster has room the last cycle left: " + "; ".join(reasons[:3])
-        note = cycle.clusters.passed_over(job.view, cluster)
+        passed_over = cycle.clusters.passed_over(job.view, cluster)
+        note = ON_ARRIVAL + (f"; {passed_over}" if passed_over else "")
         checks = cycle.checks(queue, cluster)
         cycle.use(queue, cycle.flavors.held(cluster, job.view.request) if cycle.flavors else job.view.request)
         cycle.clusters.reserve(job.view, cluster)
