@@ -5,8 +5,10 @@ runs one gang of 16 GPUs and has a backlog of N more waiting for it (16 GPUs eac
 them); `idle` (one 8-GPU node) is empty. Probes of one GPU, one at a time, each submitted after the last was
 dispatched: the time from SubmitJob's answer to the job's Dispatched event on a WatchJobs stream, with no
 backlog and with N jobs waiting, in the same run. Meanwhile a client calls GetJob every 50 ms: how long the
-API takes to answer while the scheduler works through the backlog. Both for `serve`'s default (the scheduler
-in a process of its own) and, as the baseline, for one process doing everything (`--role all`).
+API takes to answer while the scheduler works through the backlog. For `serve`'s default (the scheduler in a
+process of its own, jobs that fit dispatched on arrival), and as baselines in the same run: the same without
+admission on arrival (`--no-admit-on-arrival`: every job waits for a cycle), and one process doing everything
+(`--role all`).
 
 Writes latency.json and latency.md.
 Usage: python -m bench.bench_latency [--quick] [--backlog N] [--probes N]
@@ -115,9 +117,10 @@ def _summary(seconds: list[float]) -> dict[str, float]:
             "max": ordered[-1], "probes": len(ordered)}
 
 
-def run(backlog: int, probes: int, role: str) -> dict[str, Any]:
+def run(backlog: int, probes: int, role: str, arrivals: bool = True) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
         server = ServerProcess("--data-dir", str(Path(tmp) / "pg"), "--auto-migrate", "--role", role,
+                               "--admit-on-arrival" if arrivals else "--no-admit-on-arrival",
                                env={"FEDERATION_LOG_LEVEL": "warning"}, timeout=180)
         agents = []
         try:
@@ -152,7 +155,8 @@ def run(backlog: int, probes: int, role: str) -> dict[str, Any]:
             for agent in agents:
                 agent.stop()
             server.stop()
-    return {"role": role, "backlog": backlog, "empty": _summary(empty), "with_backlog": _summary(waited),
+    return {"role": role, "arrivals": arrivals, "backlog": backlog, "empty": _summary(empty),
+            "with_backlog": _summary(waited),
             "get_job_empty": _summary(polled_empty), "get_job_with_backlog": _summary(polled),
             "seconds_empty": empty, "seconds_with_backlog": waited}
 
@@ -163,27 +167,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--probes", type=int, default=None, help="probe jobs per setting (default 100; quick 10)")
     args = p.parse_args(argv)
     backlog, probes = args.backlog or (2_000 if args.quick else 100_000), args.probes or (10 if args.quick else 100)
-    runs = [run(backlog, probes, role) for role in ("both", "all")]
+    runs = [run(backlog, probes, "both"), run(backlog, probes, "both", arrivals=False), run(backlog, probes, "all")]
     results = {"benchmark": "latency", "date": measured(), "machine": machine(), "quick": args.quick,
                **runs[0], "runs": runs}
-    split, one = runs
+    split, cycle_only, one = runs
     lines = [f"# Submit-to-dispatch latency ({results['date']})", "",
              f"Machine: {results['machine']}; server, embedded PostgreSQL, two simulated agents and the client on the "
              f"same cores. A one-GPU job that fits at once on an idle cluster, one at a time, SubmitJob's answer to "
              f"its Dispatched event; {split['with_backlog']['probes']} probes per setting. Meanwhile GetJob every "
              f"{POLL_EVERY * 1000:.0f} ms, each answer timed. `both`: `serve`'s default, the scheduler in a process "
-             f"of its own; `all`, the baseline in the same run: one process doing everything.", "",
+             f"of its own; the baselines in the same run: `both, cycle only`, without admission on arrival, and "
+             f"`all`, one process doing everything.", "",
              "| server | jobs waiting | dispatch p50 (s) | p99 (s) | max (s) | GetJob p50 (s) | p99 (s) | max (s) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         for label, d, g in (("0", r["empty"], r["get_job_empty"]),
                             (f"{r['backlog']:,}", r["with_backlog"], r["get_job_with_backlog"])):
-            lines.append(f"| {r['role']} | {label} | {d['p50']:.3f} | {d['p99']:.3f} | {d['max']:.3f} | "
+            server = r["role"] + ("" if r["arrivals"] else ", cycle only")
+            lines.append(f"| {server} | {label} | {d['p50']:.3f} | {d['p99']:.3f} | {d['max']:.3f} | "
                          f"{g['p50']:.3f} | {g['p99']:.3f} | {g['max']:.3f} |")
     w, e, g, base = split["with_backlog"], split["empty"], split["get_job_with_backlog"], one["get_job_with_backlog"]
+    c = cycle_only["with_backlog"]
     write(out_dir(args), "latency", results, "\n".join(lines) + "\n",
           [(f"submit-to-dispatch, {backlog:,} waiting", f"p50 {w['p50']:.3f} s, p99 {w['p99']:.3f} s "
-            f"(no backlog: p50 {e['p50']:.3f} s, p99 {e['p99']:.3f} s)"),
+            f"(cycle only: p50 {c['p50']:.3f} s, p99 {c['p99']:.3f} s; no backlog: p50 {e['p50']:.3f} s, "
+            f"p99 {e['p99']:.3f} s)"),
            (f"GetJob while {backlog:,} wait", f"p99 {g['p99']:.3f} s, max {g['max']:.3f} s (one process: p99 "
             f"{base['p99']:.3f} s, max {base['max']:.3f} s)")])
 

@@ -253,7 +253,8 @@ class Scheduler:
                  on_change: Callable[[], None], period: float = 1.0,
                  heartbeat_timeout: float = HEARTBEAT_TIMEOUT, lost_grace: float = LOST_GRACE,
                  fence: Callable[[], Fence | None] = lambda: None, drift_after: float = DRIFT_AFTER,
-                 burst: int = 0, usage: UsageStore | None = None, decay: Decay | None = None) -> None:
+                 burst: int = 0, usage: UsageStore | None = None, decay: Decay | None = None,
+                 admit_on_arrival: bool = True) -> None:
         self.jobs, self.admin = jobs, admin
         self.is_leader = is_leader
         self.fence = fence  # the lease every write of a cycle is made under
@@ -266,6 +267,7 @@ class Scheduler:
         # What the last cycle left, for jobs admitted on arrival until the next cycle starts (None: a cycle is
         # under way, or none finished since this replica leads), and when its snapshot was taken.
         self._arrivals: Arrivals | None = None
+        self.admit_on_arrival = admit_on_arrival  # off: every job waits for a cycle (the benchmarks' baseline)
         self._arrivals_at = 0.0
         self._arriving = asyncio.Event()  # set by every change: admit what arrived, then wake the cycle
         self._missed = False  # a change came while a cycle was under way: look at arrivals once it is written
@@ -316,7 +318,7 @@ class Scheduler:
             if self._stopping:
                 return
             try:
-                if self.is_leader() and self._leading:
+                if self.admit_on_arrival and self.is_leader() and self._leading:
                     await self.admit_arrivals()
             except NotLeader as err:
                 log.warning("%s; jobs admitted on arrival were not written", err)

@@ -122,7 +122,8 @@ class FederationServer:
                  submit_burst: int = SUBMIT_BURST, agent_listen: str = "", agent_tls: AgentTls | None = None,
                  oidc: OidcConfig | None = None, api_tls: ApiTls | None = None, leader_lease: float = LEASE,
                  drift_after: float = DRIFT_AFTER, archive_after: float = ARCHIVE_AFTER,
-                 retention: float = RETENTION, cycle_burst: int = 0, role: str = "all", advertise: str = "",
+                 retention: float = RETENTION, cycle_burst: int = 0, admit_on_arrival: bool = True,
+                 role: str = "all", advertise: str = "",
                  ready_timeout: float = 0.0, requeueing: Requeueing | None = None, decay: Decay | None = None
                  ) -> None:
         if bool(agent_listen) != (agent_tls is not None):
@@ -134,6 +135,7 @@ class FederationServer:
         self.drift_after = drift_after
         self.archive_after = archive_after
         self.cycle_burst = cycle_burst
+        self.admit_on_arrival = admit_on_arrival
         self.retention = retention
         self.ready_timeout = ready_timeout
         self.requeueing = requeueing or Requeueing()
@@ -182,7 +184,8 @@ class FederationServer:
             self.scheduler = Scheduler(jobs, admin, lambda: self.leadership.is_leader, self._changed,
                                        heartbeat_timeout=self.heartbeat_timeout, lost_grace=self.lost_grace,
                                        fence=lambda: self.leadership.fence, drift_after=self.drift_after,
-                                       burst=self.cycle_burst, usage=UsageStore(self.engine), decay=self.decay)
+                                       burst=self.cycle_burst, usage=UsageStore(self.engine), decay=self.decay,
+                                       admit_on_arrival=self.admit_on_arrival)
             self.history = History(jobs, lambda: self.leadership.is_leader, self.archive_after, self.retention)
         if self.role == SCHEDULER:
             await self._serve_leader(jobs, admin)

@@ -144,6 +144,10 @@ def cli(log_level: str) -> None:
               show_default=True, help="Jobs dispatched per scheduling cycle at most (Armada's scheduling burst; 0: no "
                                       "limit): a cycle that reaches it stops, and the next goes on at once in the "
                                       "same order, so one large change never holds the loop for long.")
+@click.option("--admit-on-arrival/--no-admit-on-arrival", envvar="FEDERATION_ADMIT_ON_ARRIVAL", default=True,
+              show_default=True, help="Dispatch a submitted job that fits the room the last cycle left at once, as its "
+                                      "queue's head within its deserved shares, instead of waiting for the next "
+                                      "cycle.")
 @click.option("--ready-timeout", envvar="FEDERATION_READY_TIMEOUT", type=click.FloatRange(min=0), default=0.0,
               show_default=True,
               help="Seconds after a job is sent to a cluster by which every task's gang minimum of pods must be "
@@ -210,7 +214,8 @@ def serve(role: str, listen: str, advertise: str, database_url: str | None, data
           metrics_listen: str,
           ui_listen: str, ui_tls_cert: Path | None, ui_tls_key: Path | None, heartbeat_timeout: float,
           lost_grace: float, drift_after: float, archive_after: float, retention: float, cycle_burst: int,
-          ready_timeout: float, requeue_backoff: float, requeue_backoff_max: float, requeue_limit: int | None,
+          admit_on_arrival: bool, ready_timeout: float, requeue_backoff: float, requeue_backoff_max: float,
+          requeue_limit: int | None,
           usage_half_life: float, usage_history_weight: float, leader_lease: float, insecure_dev: bool,
           submit_rate: float, submit_burst: int, agent_listen: str, tls_cert: Path | None, tls_key: Path | None,
           agent_ca: Path | None, client_ca: Path | None, oidc_issuer: str, oidc_audience: str, oidc_jwks: Path | None,
@@ -260,7 +265,8 @@ def serve(role: str, listen: str, advertise: str, database_url: str | None, data
                                       submit_rate=submit_rate, submit_burst=submit_burst, agent_listen=agent_listen,
                                       agent_tls=tls, oidc=oidc, api_tls=api_tls, leader_lease=leader_lease,
                                       drift_after=drift_after, archive_after=archive_after, retention=retention,
-                                      cycle_burst=cycle_burst, role=API if role == BOTH else role,
+                                      cycle_burst=cycle_burst, admit_on_arrival=admit_on_arrival,
+                                      role=API if role == BOTH else role,
                                       advertise=advertise, ready_timeout=ready_timeout,
                                       requeueing=Requeueing(requeue_backoff, requeue_backoff_max, requeue_limit),
                                       decay=Decay(usage_half_life, usage_history_weight))
@@ -271,6 +277,7 @@ def serve(role: str, listen: str, advertise: str, database_url: str | None, data
             settings = ["--heartbeat-timeout", str(heartbeat_timeout), "--lost-grace", str(lost_grace),
                         "--drift-after", str(drift_after), "--archive-after", str(archive_after),
                         "--retention", str(retention), "--cycle-burst", str(cycle_burst),
+                        "--admit-on-arrival" if admit_on_arrival else "--no-admit-on-arrival",
                         "--leader-lease", str(leader_lease), "--usage-half-life", str(usage_half_life),
                         "--usage-history-weight", str(usage_history_weight),
                         *(["--insecure-dev"] if insecure_dev else [])]
