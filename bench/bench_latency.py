@@ -3,7 +3,7 @@
 A federation-server process on an embedded PostgreSQL and two simulated member agents: `busy` (two 8-GPU nodes)
 runs one gang of 16 GPUs and has a backlog of N more waiting for it (16 GPUs each: no other cluster can hold
 them); `idle` (one 8-GPU node) is empty. Probes of one GPU, one at a time, each submitted after the last was
-dispatched: the time from SubmitJob's answer to the job's Dispatched event on a WatchJobs stream, with no
+dispatched: the time from the SubmitJob call to the job's Dispatched event on a WatchJobs stream, with no
 backlog and with N jobs waiting, in the same run. Meanwhile a client calls GetJob every 50 ms: how long the
 API takes to answer while the scheduler works through the backlog. For `serve`'s default (the scheduler in a
 process of its own, jobs that fit dispatched on arrival), and as baselines in the same run: the same without
@@ -78,8 +78,9 @@ class Dispatches:
 def _probe(jobs: Any, dispatches: Dispatches, n: int, label: str) -> list[float]:
     out = []
     for i in range(n):
-        job_id = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=_job(f"probe-{label}-{i}", "probe", 1))).job.id
+        # From the call, not its answer: a job dispatched on arrival may be dispatched before the answer is read.
         submitted = time.perf_counter()
+        job_id = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=_job(f"probe-{label}-{i}", "probe", 1))).job.id
         out.append(dispatches.wait(job_id) - submitted)
         jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job_id))  # its GPU back for the next probe
         time.sleep(0.2)
@@ -173,8 +174,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     split, cycle_only, one = runs
     lines = [f"# Submit-to-dispatch latency ({results['date']})", "",
              f"Machine: {results['machine']}; server, embedded PostgreSQL, two simulated agents and the client on the "
-             f"same cores. A one-GPU job that fits at once on an idle cluster, one at a time, SubmitJob's answer to "
-             f"its Dispatched event; {split['with_backlog']['probes']} probes per setting. Meanwhile GetJob every "
+             f"same cores. A one-GPU job that fits at once on an idle cluster, one at a time, from the SubmitJob call "
+             f"to its Dispatched event; {split['with_backlog']['probes']} probes per setting. Meanwhile GetJob every "
              f"{POLL_EVERY * 1000:.0f} ms, each answer timed. `both`: `serve`'s default, the scheduler in a process "
              f"of its own; the baselines in the same run: `both, cycle only`, without admission on arrival, and "
              f"`all`, one process doing everything.", "",

@@ -27,11 +27,6 @@ def _arrive(world: World, n: int) -> list[PendingJob]:
     return sorted((world.pending[j] for j in set(world.pending) - before), key=lambda job: job.seq)
 
 
-def _judge(world: World, arrivals: Arrivals, jobs: list[PendingJob]) -> dict[str, Admitted | str]:
-    """Each arrival in turn, as the server's pass does: its queue's head or not, as the manager has it now."""
-    return {job.id: arrivals.admit(job, world.manager.order[job.queue][0] is job) for job in jobs}
-
-
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_arrivals_take_only_room_the_last_cycle_left_and_stay_within_their_shares(seed: int) -> None:
@@ -52,8 +47,7 @@ def test_arrivals_take_only_room_the_last_cycle_left_and_stay_within_their_share
         world.apply(decisions, step)
         new = _arrive(world, rng.randrange(1, 8))
         now_waiting = list(world.pending.values())
-        arrivals.reshare(world.manager)
-        judged = _judge(world, arrivals, new)
+        judged = arrivals.admit_all(world.manager, new)
         admitted = {job_id: found.cluster for job_id, found in judged.items() if isinstance(found, Admitted)}
         jobs = {job.id: job for job in new}
 
@@ -66,13 +60,15 @@ def test_arrivals_take_only_room_the_last_cycle_left_and_stay_within_their_share
             taken = sum(jobs[j].view.request[GPU] for j, c in admitted.items() if c == view.name)
             assert taken <= max(view.free[GPU] - given_out - held, 0), (view.name, taken)
 
-        # Only heads, never after a cut-short cycle, never a tenant whose preempted gangs are still leaving.
+        # Only heads (every job before it in its queue admitted before it), never after a cut-short cycle, never a
+        # tenant whose preempted gangs are still leaving.
         victims = {world.queues[[q.name for q in world.queues].index(v.queue)].tenant
                    for v in snap.running if v.id in decisions.preempt}
         tenant_of = {q.name: q.tenant for q in world.queues}
         for job in new:
             if job.id in admitted:
-                assert not any(other.rank < job.rank for other in now_waiting if other.queue == job.queue)
+                assert all(other.id in admitted for other in now_waiting
+                           if other.queue == job.queue and other.rank < job.rank)
                 assert tenant_of[job.queue] not in victims
                 assert not decisions.cut_short
 
@@ -173,3 +169,21 @@ def test_nothing_goes_on_arrival_after_a_cycle_cut_short_by_its_burst() -> None:
     cycle = walk_backlog(replace(world.snapshot([]), burst=1), world.manager)
     assert cycle.out.cut_short
     assert "cut short" in str(Arrivals(cycle).admit(_job("late", 1, "t1-b", 9), True))
+
+
+def test_jobs_submitted_together_into_an_idle_queue_go_one_after_the_other_while_within_its_share() -> None:
+    """Each admitted job no longer waits, so the next of its queue is the head: three small jobs go, a fourth
+    that would take the queue past its share waits for the cycle."""
+    world = _idle_world()
+    world.free = {"c0": 8, "c1": 0, "c2": 0}
+    world.running["r1"] = RunningJob("r1", "t0-a", "c1", 0, 0, {GPU: 64}, preemptible=False)
+    world.running["r2"] = RunningJob("r2", "t0-a", "c2", 0, 0, {GPU: 64}, preemptible=False)
+    wants_b = PendingJob(JobView("wants-b", {GPU: 16}, {GPU: 8}, {"region": "b"}), "t1-a", 0, 1)
+    world.manager.add(wants_b)
+    arrivals = Arrivals(walk_backlog(world.snapshot([]), world.manager))
+    burst = [_job(f"b{i}", 16, "t1-b", 2 + i) for i in range(4)]  # t1-b deserves 48 of them (see above)
+    for job in burst:
+        world.manager.add(job)
+    judged = arrivals.admit_all(world.manager, burst)
+    assert [isinstance(judged[job.id], Admitted) for job in burst] == [True, True, True, False]
+    assert "deserved share" in str(judged["b3"])

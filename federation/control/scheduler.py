@@ -60,7 +60,7 @@ from federation.scheduling.fit import (
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import Holding, after_cycle, remaining
 from federation.scheduling.moves import healthier
-from federation.scheduling.queues import QueueManager, Reasons, Settled
+from federation.scheduling.queues import Reasons, Settled
 from federation.scheduling.usage import Decay
 from federation.store.admin import AdminStore
 from federation.store.inventories import Inventories
@@ -128,17 +128,6 @@ def _checks(decisions: Decisions) -> dict[str, list[dict[str, str]]]:
             {"name": n, "state": "PENDING", "message": "its cluster is to hold its room until every sub-job has room"}
             if n == HOLD_CHECK else
             {"name": n, "state": "PENDING", "message": ""} for n in names]
-    return out
-
-
-def _admit_on_arrival(arrivals: Arrivals, backlog: QueueManager, jobs: Sequence[PendingJob]) -> dict[str, Admitted]:
-    """Each job in turn, as its queue's head or not; shares worked out again first with what waits now."""
-    arrivals.reshare(backlog)
-    out = {}
-    for job in jobs:
-        found = arrivals.admit(job, backlog.order[job.queue][0] is job)
-        if isinstance(found, Admitted):
-            out[job.id] = found
     return out
 
 
@@ -343,8 +332,8 @@ class Scheduler:
             if not submitted:
                 return {}
             # Pure Python, as long as the burst of submissions: off the loop, like the cycle.
-            admitted = await asyncio.to_thread(_admit_on_arrival, arrivals, self.cache.backlog,
-                                               submitted[:ARRIVALS_AT_ONCE])
+            judged = await asyncio.to_thread(arrivals.admit_all, self.cache.backlog, submitted[:ARRIVALS_AT_ONCE])
+            admitted = {job_id: found for job_id, found in judged.items() if isinstance(found, Admitted)}
             if not admitted:
                 return {}
             decisions = Decisions(assign={j: a.cluster for j, a in admitted.items()},

@@ -22,6 +22,7 @@ reservations, provisioning, HyperJobs and moves. Pure: no clock, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from federation.scheduling.backlog import Demand
     from federation.scheduling.cycle import _Cycle
     from federation.scheduling.model import PendingJob
+    from federation.scheduling.queues import QueueManager
 
 
 ON_ARRIVAL = "on arrival"  # what a job's dispatch reason says of a job sent this way
@@ -58,6 +60,20 @@ class Arrivals:
         """Deserved shares as the next cycle will have them: what waits now (`backlog`, the arrivals among it)
         beside what runs, the last cycle's dispatches and the jobs admitted on arrival since."""
         self.cycle.compute_shares(backlog)
+
+    def admit_all(self, backlog: QueueManager, jobs: Sequence[PendingJob]) -> dict[str, Admitted | str]:
+        """Each job in turn, shares worked out again first with what waits now (`backlog`, which holds them): where
+        it goes, or why it waits. A job admitted here no longer waits, so the one after it in its queue is the
+        queue's head for the next."""
+        self.reshare(backlog)
+        out: dict[str, Admitted | str] = {}
+        gone: set[str] = set()
+        for job in jobs:
+            head = next((j for j in backlog.order[job.queue] if j.id not in gone), None) is job
+            found = out[job.id] = self.admit(job, head)
+            if isinstance(found, Admitted):
+                gone.add(job.id)
+        return out
 
     def admit(self, job: PendingJob, head: bool) -> Admitted | str:
         """Where the job goes now, or why it waits for the next cycle. `head`: it is its queue's first waiting
@@ -88,9 +104,12 @@ class Arrivals:
         cluster, reasons = cycle.choose(job, queue)
         if cluster is None:
             return "no cluster has room the last cycle left: " + "; ".join(reasons[:3])
+        held = cycle.flavors.held(cluster, job.view.request) if cycle.flavors else job.view.request
+        if held is not job.view.request and max(cycle.share_after(queue, held)) > 1 + EPSILON:
+            return "past a deserved share of the flavor it would hold there: its turn is the cycle's"
         passed_over = cycle.clusters.passed_over(job.view, cluster)
         note = ON_ARRIVAL + (f"; {passed_over}" if passed_over else "")
         checks = cycle.checks(queue, cluster)
-        cycle.use(queue, cycle.flavors.held(cluster, job.view.request) if cycle.flavors else job.view.request)
+        cycle.use(queue, held)
         cycle.clusters.reserve(job.view, cluster)
         return Admitted(cluster, note, checks)
