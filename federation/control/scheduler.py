@@ -252,7 +252,6 @@ class Scheduler:
         self.burst = burst  # dispatches per cycle at most (0: no limit): see Snapshot.burst
         self.lost_grace = lost_grace
         self._loop = WakeLoop("scheduler", period, self.tick, rest=CYCLE_REST)
-        self.period = period
         # What the last cycle left, for jobs admitted on arrival until the next cycle starts (None: a cycle is
         # under way, or none finished since this replica leads), and when its snapshot was taken.
         self._arrivals: Arrivals | None = None
@@ -324,7 +323,7 @@ class Scheduler:
             if arrivals is None:
                 self._missed = True  # a cycle is under way: look again once it is written
                 return {}
-            if time.monotonic() - self._arrivals_at > 2 * (self.period + sum(self.steps.values())):
+            if time.monotonic() - self._arrivals_at > 2 * (self._loop.period + sum(self.steps.values())):
                 return {}  # the clusters as that cycle saw them are too old to send anything on: the cycle's turn
             await self.cache.refresh()
             submitted = [job for job_id in self.cache.take_submitted()

@@ -104,9 +104,11 @@ class Arrivals:
         cluster, reasons = cycle.choose(job, queue)
         if cluster is None:
             return "no cluster has room the last cycle left: " + "; ".join(reasons[:3])
-        held = cycle.flavors.held(cluster, job.view.request) if cycle.flavors else job.view.request
-        if held is not job.view.request and max(cycle.share_after(queue, held)) > 1 + EPSILON:
-            return "past a deserved share of the flavor it would hold there: its turn is the cycle's"
+        held = job.view.request
+        if cycle.flavors:  # judged above as demand; what it holds is the flavor of the cluster chosen
+            held = cycle.flavors.held(cluster, held)
+            if max(cycle.share_after(queue, held)) > 1 + EPSILON:
+                return "past a deserved share of the flavor it would hold there: its turn is the cycle's"
         passed_over = cycle.clusters.passed_over(job.view, cluster)
         note = ON_ARRIVAL + (f"; {passed_over}" if passed_over else "")
         checks = cycle.checks(queue, cluster)
