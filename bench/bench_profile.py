@@ -6,7 +6,7 @@ with the decision core's phases wrapped: each phase's time excludes the phases i
 rest add up to the cycle. The wrappers cost a little per call; the cycle's own time is measured once more
 unwrapped, beside them.
 
-Phases (methods of `federation.scheduling.cycle._Cycle` and of the backlogs it walks):
+Phases (methods of `federation.scheduling.cycle._Cycle`, of its parts and of the backlogs it walks):
 - setup: the cycle's tables from the snapshot (usage, pools of preemptible gangs, victims in order);
 - shares: hierarchical deserved shares over the queues' demand;
 - queue order: each queue head's fair-share key, read when the queue is pushed on the heap;
@@ -32,15 +32,19 @@ from bench.bench_backlog import Churn
 from bench.common import bar, machine, measured, out_dir, parser, write
 from federation.scheduling.backlog import Lists, Walked
 from federation.scheduling.cycle import Decisions, Snapshot, _Cycle, schedule, schedule_backlog
+from federation.scheduling.ordering import HeadOrder
+from federation.scheduling.preemption import Preemptor
+from federation.scheduling.reservations import Reservations
 
 PHASES: dict[str, tuple[tuple[type, str], ...]] = {
     "setup": ((_Cycle, "__init__"),),
     "shares": ((_Cycle, "compute_shares"),),
-    "queue order": ((_Cycle, "key"),),
+    "queue order": ((HeadOrder, "key"),),
     "cluster choice": ((_Cycle, "choose"),),
-    "reclaim and preemption": ((_Cycle, "victims"), (_Cycle, "victims_in_hypernode")),
-    "moves": ((_Cycle, "moves_in_hypernode"),),
-    "reservations": ((_Cycle, "hold"), (_Cycle, "_reservation_cluster")),
+    "reclaim and preemption": ((Preemptor, "victims"), (Preemptor, "victims_in_hypernode"),
+                               (Preemptor, "victims_for_kept")),
+    "moves": ((Preemptor, "moves_in_hypernode"),),
+    "reservations": ((_Cycle, "hold"), (Reservations, "cluster_for")),
     "settling the rest": ((Walked, "settle"), (Lists, "settle"), (_Cycle, "verdict")),
 }
 WARM_ROUNDS = 2  # rounds of churn before the cycle measured: running gangs to reclaim, heads that wait

@@ -93,3 +93,37 @@ def test_the_agents_modules_import_in_no_circle(tmp_path: Path) -> None:
     (planted / "a.py").write_text("from member_agent.b import x\n")
     (planted / "b.py").write_text("from member_agent import a\n")
     assert _circles(_agent_graph(planted)) == [["a", "b", "a"], ["b", "a", "b"]]
+
+
+def _package_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports anywhere in it, under TYPE_CHECKING too: a circle there is a
+    circle in what a reader must hold in mind, even when Python never meets it."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(root.glob("*.py")):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == package:
+                deps.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package + "."):
+                deps.add(node.module[len(package) + 1:].split(".")[0])
+            elif isinstance(node, ast.Import):
+                deps.update(a.name[len(package) + 1:].split(".")[0] for a in node.names
+                            if a.name.startswith(package + "."))
+        graph[path.stem] = deps - {path.stem}
+    return graph
+
+
+def test_the_schedulers_parts_import_in_no_circle(tmp_path: Path) -> None:
+    """Issue 40 (7): the cycle's parts (ledger, head order, quotas, preemptor, reservations, HyperJobs, backlogs,
+    queue manager) import downward only, type-only imports included."""
+    graph = _package_graph(REPO / "federation" / "scheduling", "federation.scheduling")
+    assert {"cycle", "ledger", "ordering", "quotas", "preemption", "reservations", "hyperjobs", "backlog", "queues",
+            "model"} <= graph.keys()
+    assert "ledger" in graph["preemption"] and "ordering" in graph["cycle"]
+    assert _circles(graph) == []
+    planted = tmp_path / "scheduling"
+    planted.mkdir()
+    (planted / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                  "    from federation.scheduling.b import x\n")
+    (planted / "b.py").write_text("from federation.scheduling import a\n")
+    assert _circles(_package_graph(planted, "federation.scheduling")) == [["a", "b", "a"], ["b", "a", "b"]]

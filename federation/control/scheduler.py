@@ -40,7 +40,6 @@ from federation.scheduling.cycle import (
     RunningJob,
     Snapshot,
     TenantInfo,
-    over_own_limit,
     queue_chains,
     schedule,
     shares,
@@ -61,6 +60,7 @@ from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import Holding, after_cycle, remaining
 from federation.scheduling.moves import healthier
 from federation.scheduling.queues import Reasons, Settled
+from federation.scheduling.quotas import over_own_limit
 from federation.scheduling.usage import Decay
 from federation.store.admin import AdminStore
 from federation.store.inventories import Inventories

@@ -87,18 +87,18 @@ class Arrivals:
             return "not its queue's head"
         if queue not in cycle.queues:
             return f"queue {queue!r} was not known to the last cycle"
-        closed = cycle._closed(queue)
+        closed = cycle.closed(queue)
         if closed:
             return closed
         if cycle.queues[queue].tenant in self.preempted_tenants:
             return "gangs of its tenant preempted by the last cycle are still leaving"
-        why = cycle.cannot_run(job, queue)
+        why = cycle.quotas.cannot_run(job, queue)
         if why:
             return why
-        held = cycle.limit(job, queue)
+        held = cycle.quotas.limit(job, queue)
         if held is not None:
             return held[2]
-        tenant_share, queue_share = cycle.share_after(queue, cycle.wanted(job))
+        tenant_share, queue_share = cycle.ledger.share_after(queue, cycle.wanted(job))
         if tenant_share > 1 + EPSILON or queue_share > 1 + EPSILON:
             return "past a deserved share once started: its turn is the cycle's"
         cluster, reasons = cycle.choose(job, queue)
@@ -107,11 +107,11 @@ class Arrivals:
         held = job.view.request
         if cycle.flavors:  # judged above as demand; what it holds is the flavor of the cluster chosen
             held = cycle.flavors.held(cluster, held)
-            if max(cycle.share_after(queue, held)) > 1 + EPSILON:
+            if max(cycle.ledger.share_after(queue, held)) > 1 + EPSILON:
                 return "past a deserved share of the flavor it would hold there: its turn is the cycle's"
         passed_over = cycle.clusters.passed_over(job.view, cluster)
         note = ON_ARRIVAL + (f"; {passed_over}" if passed_over else "")
         checks = cycle.checks(queue, cluster)
-        cycle.use(queue, held)
+        cycle.ledger.use(queue, held)
         cycle.clusters.reserve(job.view, cluster)
         return Admitted(cluster, note, checks)

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from federation.scheduling.model import Decisions, PendingJob, add_into
-from federation.scheduling.queues import Impossible, Limits, QueueManager, Reasons, Walk
+from federation.scheduling.queues import Impossible, Limits, QueueManager, Reasons, Verdict, Walk
 
-if TYPE_CHECKING:
-    from federation.scheduling.cycle import _Cycle
+
+class Judge(Protocol):
+    """What a backlog asks the cycle when settling the jobs that certainly wait (`cycle._Cycle`)."""
+
+    def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int: ...
+    def verdict(self, job: PendingJob, queue: str) -> Verdict: ...
 
 
 class Demand(Protocol):
@@ -37,7 +41,7 @@ class Backlog(Demand, Protocol):
     def head(self, queue: str) -> PendingJob | None: ...
     def take(self, queue: str) -> None: ...
     def close(self, queue: str, reason: str, out: Decisions) -> None: ...
-    def settle(self, queue: str, cycle: _Cycle) -> None: ...
+    def settle(self, queue: str, cycle: Judge) -> None: ...
     def finish(self, out: Decisions) -> None: ...
     def group(self, hyperjob: str) -> list[PendingJob]: ...
 
@@ -90,7 +94,7 @@ class Lists:
             out.waiting[job.id] = reason
         self.heads[queue] = len(self.by_queue[queue])
 
-    def settle(self, queue: str, cycle: _Cycle) -> None:
+    def settle(self, queue: str, cycle: Judge) -> None:
         self.heads[queue] = cycle.settle(self.by_queue[queue], self.heads[queue], queue)
 
     def group(self, hyperjob: str) -> list[PendingJob]:
@@ -139,7 +143,7 @@ class Walked:
     def close(self, queue: str, reason: str, out: Decisions) -> None:
         self.walk.close(queue, reason)
 
-    def settle(self, queue: str, cycle: _Cycle) -> None:
+    def settle(self, queue: str, cycle: Judge) -> None:
         self.walk.settle(queue, cycle.verdict)
 
     def group(self, hyperjob: str) -> list[PendingJob]:

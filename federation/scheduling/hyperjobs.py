@@ -9,57 +9,77 @@ clusters once maxDomains of them are taken; one value of the cluster topology la
 reservation seen by the next. A trial that falls short is undone whole. A HyperJob neither reserves room nor
 preempts while it waits.
 
-A part of the cycle (`cycle._Cycle` is built of it), sharing its cluster table and decisions.
+Its own state (the clusters each HyperJob's running sub-jobs hold, the HyperJobs decided this cycle) over the
+cycle's cluster table, where it reserves room as it tries; the cycle applies what it sends (`decide`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-from federation.kernel.hyperjob import HOLD_CHECK, WHOLE, Part
-from federation.scheduling.choice import summary
+from federation.kernel.hyperjob import WHOLE, Part
+from federation.scheduling.choice import ClusterTable, summary
 from federation.scheduling.fit import JobView
-from federation.scheduling.model import NO_READY_CLUSTER, PendingJob, add_into
+from federation.scheduling.flavors import Flavors
+from federation.scheduling.model import NO_READY_CLUSTER, PendingJob, QueueInfo, Snapshot, add_into
 
 if TYPE_CHECKING:
     from federation.kernel.resources import Resources
     from federation.scheduling.backlog import Backlog
-    from federation.scheduling.choice import ClusterTable
-    from federation.scheduling.flavors import Flavors
-    from federation.scheduling.model import Decisions, QueueInfo, Snapshot
 
 SHORT_SAID = 3  # sub-jobs a waiting HyperJob's reason names
 
 
+class Rules(Protocol):
+    """What holds a job back whatever the room (the cycle's quotas and limits)."""
+
+    def cannot_run(self, job: PendingJob, queue: str) -> str | None: ...
+    def limit(self, job: PendingJob, queue: str) -> tuple[str, Resources, str] | None: ...
+    def limited(self, queue: str) -> bool: ...
+
+
+@dataclass
+class Sent:
+    """A placed sub-job: where it goes, and what to say of it."""
+    job: PendingJob
+    cluster: str
+    note: str
+
+
 class HyperJobs:
-    """The cycle's HyperJobs (a mixin of `cycle._Cycle`, whose state it shares)."""
+    """The cycle's HyperJobs: each decided once, when its first waiting sub-job comes up."""
 
-    snap: Snapshot
-    queues: dict[str, QueueInfo]
-    clusters: ClusterTable
-    flavors: Flavors
-    out: Decisions
-    backlog: Backlog
-    group_clusters: dict[str, list[str]]  # HyperJob -> the clusters of its sub-jobs that hold room (one per sub-job)
-    groups_decided: dict[str, dict[str, str]]  # HyperJob decided this cycle -> its sub-jobs left waiting, and why
-    cannot_run: Callable[[PendingJob, str], str | None]
-    limit: Callable[[PendingJob, str], tuple[str, Resources, str] | None]
-    limited: Callable[[str], bool]
-    _admit: Callable[[PendingJob, str, str], None]
+    def __init__(self, snap: Snapshot, queues: Mapping[str, QueueInfo], clusters: ClusterTable, flavors: Flavors,
+                 rules: Rules) -> None:
+        self.snap = snap
+        self.queues = queues
+        self.clusters = clusters
+        self.flavors = flavors
+        self.rules = rules
+        # HyperJob -> the clusters of its sub-jobs that hold room (one per sub-job)
+        self.group_clusters: dict[str, list[str]] = {}
+        for running in snap.running:
+            if running.group:
+                self.group_clusters.setdefault(running.group, []).append(running.cluster)
+        self.decided: dict[str, dict[str, str]] = {}  # HyperJob decided this cycle -> its sub-jobs left waiting, why
 
-    def consider_group(self, job: PendingJob, queue: str) -> None:
-        """Decide the job's HyperJob, when its first waiting sub-job comes up; its other sub-jobs follow that."""
+    def decide(self, job: PendingJob, queue: str, backlog: Backlog) -> tuple[list[Sent], Mapping[str, str]]:
+        """For a sub-job coming up: the sub-jobs of its HyperJob to send now (only when first decided), and those
+        left waiting with why."""
         part = job.view.group
         assert part is not None
-        decided = self.groups_decided.get(part.id)
-        if decided is None:
-            decided = self.groups_decided[part.id] = self._place_group(job, part, queue)
-        if job.id in decided:
-            self.out.waiting[job.id] = decided[job.id]
+        decided = self.decided.get(part.id)
+        if decided is not None:
+            return [], decided
+        sent: list[Sent] = []
+        decided = self.decided[part.id] = self._place_group(job, part, queue, backlog, sent)
+        return sent, decided
 
-    def _place_group(self, job: PendingJob, part: Part, queue: str) -> dict[str, str]:
-        waiting = sorted(self.backlog.group(part.id), key=_index)
+    def _place_group(self, job: PendingJob, part: Part, queue: str, backlog: Backlog, sent: list[Sent]
+                     ) -> dict[str, str]:
+        waiting = sorted(backlog.group(part.id), key=_index)
         active = self.group_clusters.get(part.id, [])
         if active and part.restart == WHOLE:  # the rest are being stopped, to start again with it
             said = f"HyperJob {part.name} starts again together (its restart policy is whole): waiting for its " \
@@ -67,7 +87,7 @@ class HyperJobs:
             return {s.id: said for s in waiting}
         need = min(len(waiting), max(1, part.needed - len(active)))
         for sub in waiting:
-            if why := self.cannot_run(sub, queue):
+            if why := self.rules.cannot_run(sub, queue):
                 said = f"HyperJob {part.name} cannot run: sub-job {_index(sub)}: {why}"
                 return {s.id: said for s in waiting}
         best: tuple[dict[str, str], list[tuple[PendingJob, str]]] | None = None
@@ -75,7 +95,7 @@ class HyperJobs:
             saved = self.clusters.save()
             chosen, short = self._try(job, waiting, active, scope, queue)
             if len(chosen) >= need:
-                return self._commit(part, waiting, chosen, short, queue)
+                return self._commit(part, waiting, chosen, short, sent)
             self.clusters.restore(saved)
             if best is None or len(chosen) > len(best[0]):
                 best = (chosen, short)
@@ -118,8 +138,8 @@ class HyperJobs:
                 allowed &= domains
             with_it = dict(total)
             add_into(with_it, sub.view.request)
-            if self.limited(queue):
-                held = self.limit(PendingJob(JobView(part.id, with_it), queue, job.priority, job.seq), queue)
+            if self.rules.limited(queue):
+                held = self.rules.limit(PendingJob(JobView(part.id, with_it), queue, job.priority, job.seq), queue)
                 if held is not None:
                     short.append((sub, held[2]))
                     continue
@@ -145,18 +165,12 @@ class HyperJobs:
         return _named(sub.view.group, scope) - self.snap.refused.get(sub.id, {}).keys()
 
     def _commit(self, part: Part, waiting: Sequence[PendingJob], chosen: Mapping[str, str],
-                short: Sequence[tuple[PendingJob, str]], queue: str) -> dict[str, str]:
+                short: Sequence[tuple[PendingJob, str]], sent: list[Sent]) -> dict[str, str]:
         """Send the placed sub-jobs, each to be held in its cluster until all are; the rest wait, saying why."""
         spread = ", ".join(f"{_index(s)} to {chosen[s.id]}" for s in waiting if s.id in chosen)
-        for sub in waiting:
-            cluster = chosen.get(sub.id)
-            if cluster is None:
-                continue
-            self.out.assign[sub.id] = cluster
-            self._admit(sub, queue, cluster)
-            self.out.checks[sub.id] = (HOLD_CHECK, *self.out.checks.get(sub.id, ()))
-            self.out.notes[sub.id] = (f"sub-job {_index(sub)} of HyperJob {part.name}: sub-jobs {spread}, each "
-                                      "cluster holding its room until all have it")
+        sent += [Sent(sub, chosen[sub.id], f"sub-job {_index(sub)} of HyperJob {part.name}: sub-jobs {spread}, each "
+                                           "cluster holding its room until all have it")
+                 for sub in waiting if sub.id in chosen]
         return {s.id: f"HyperJob {part.name} started {len(chosen)} sub-job(s) without it: {why}" for s, why in short}
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from federation.kernel.resources import Resources
 from federation.scheduling.fairshare import Tree
@@ -11,7 +12,6 @@ from federation.scheduling.fit import ClusterView, JobView
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import remaining
 from federation.scheduling.provisioning import Provision
-from federation.scheduling.queues import Impossible
 
 RESOURCE_FOR_FEWEST = "nvidia.com/gpu"  # a victim's work lost is counted in these
 # A move for a gang may lose at most this long of the gang's own GPUs in others' work.
@@ -134,6 +134,15 @@ class Snapshot:
     past_queues: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
+class JobIds(Protocol):
+    """A set of job ids as `Decisions` holds one: a set, or a walk's lazy one (`queues.Impossible`)."""
+
+    def add(self, job_id: str) -> None: ...
+    def __contains__(self, job_id: object) -> bool: ...
+    def __iter__(self) -> Iterator[str]: ...
+    def __len__(self) -> int: ...
+
+
 @dataclass
 class Decisions:
     assign: dict[str, str] = field(default_factory=dict)  # job -> cluster
@@ -147,7 +156,7 @@ class Decisions:
     waiting: MutableMapping[str, str] = field(default_factory=dict)
     reserved: dict[str, str] = field(default_factory=dict)  # waiting job -> cluster whose room is held for it
     # waiting jobs no cluster or quota could run as things stand
-    cannot_run: set[str] | Impossible = field(default_factory=set)
+    cannot_run: JobIds = field(default_factory=set)
     # waiting job -> the limit holding it: (its owner, "queue NAME", "tenant NAME" or "federation" when others'
     # lending limits keep the room back; how much of each resource that owner must free before the job fits under
     # it; the reason): the forecast and ExplainJob read it

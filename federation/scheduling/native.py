@@ -2,7 +2,7 @@
 
 Reclaim's search for the cluster and gangs to evict was 88 % of a steady cycle at 1,000 clusters, nearly all of it
 interpreter overhead per gang looked at (`make bench`, profile.md). `native/` is that walk in Rust (PyO3, built by
-`make`); `preemption.Preemption` keeps the Python walk, which answers when the extension is not installed and which
+`make`); `preemption.Preemptor` keeps the Python walk, which answers when the extension is not installed and which
 the differential tests (tests/test_native_reclaim.py) hold the compiled one equal to.
 """
 

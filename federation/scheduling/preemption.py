@@ -1,65 +1,98 @@
 """Reclaim, preemption and moves: which running gangs a waiting job may evict, and what evicting them costs.
 
-A part of the cycle (`cycle._Cycle` is built of it): it reads and changes the cycle's usage, pool of preemptible
-gangs and decisions, and nothing else. Victims: of the lowest-priority queue first (as Volcano reclaims since
-v1.10), then lowest priority, least work lost, youngest; reclaim leaves every queue and tenant it takes from at or
-above its deserved share, spares protected gangs and gangs whose lost work costs more than waiting for them.
+`Preemptor` answers from the cycle's snapshot, cluster table and ledger and writes no decision (Kueue's
+`GetTargets`): the cycle applies what it returns and then tells it which gangs are gone (`take`). Victims: of the
+lowest-priority queue first (as Volcano reclaims since v1.10), then lowest priority, least work lost, youngest;
+reclaim leaves every queue and tenant it takes from at or above its deserved share, spares protected gangs and
+gangs whose lost work costs more than waiting for them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from federation.scheduling import native
+from federation.scheduling.choice import ClusterTable, PreemptiblePool
 from federation.scheduling.fairshare import keeps_share
 from federation.scheduling.fit import ClusterView, DomainFree, JobView, covers, selects
+from federation.scheduling.ledger import Ledger
 from federation.scheduling.model import (
     MOVE_BUDGET_SECONDS,
     REPREEMPT_GRACE,
     RESOURCE_FOR_FEWEST,
     PendingJob,
+    QueueInfo,
     RunningJob,
+    Snapshot,
     add_into,
 )
 
-if TYPE_CHECKING:
-    from federation.scheduling.choice import ClusterTable, PreemptiblePool
-    from federation.scheduling.model import Decisions, QueueInfo, Snapshot
+Targets = tuple[str, list[RunningJob]]  # the cluster, and the gangs to evict there in order
 
 
-class Preemption:
-    """The cycle's reclaim and preemption (a mixin of `cycle._Cycle`, whose state it shares)."""
+class Preemptor:
+    """The preemptible gangs of each cluster in victim order, and the searches over them."""
 
-    snap: Snapshot
-    queues: dict[str, QueueInfo]
-    queues_of: dict[str, list[str]]
-    clusters: ClusterTable
-    pool: PreemptiblePool
-    out: Decisions
-    chain: dict[str, list[str]]
-    queue_usage: dict[str, dict[str, int]]
-    tenant_usage: dict[str, dict[str, int]]
-    holds: dict[str, dict[str, int]]
-    over_share: set[str]
-    lowered: set[str]
-    preemptible: dict[str, list[RunningJob]]
-    preemptible_in: dict[tuple[str, str], list[RunningJob]]
-    _worth: dict[str, bool]  # running gang -> whether reclaim may take it on cost (`_worth_reclaiming`)
-    # (queue or ("tenant", name), id of what a gang holds) -> (that usage's version, whether taking it keeps the share)
-    _kept: dict[tuple[str | tuple[str, str], int], tuple[int, bool]]
-    queue_version: dict[str, int]
-    usage_version: dict[str, int]
-    _compiled: Any  # the compiled search's gangs (native.compiled.ReclaimPool), built at the cycle's first search
-    # and the cycle's use (usage up or down), hold (a reservation), queue_priority and _highest_queue (of victims)
+    def __init__(self, snap: Snapshot, queues: Mapping[str, QueueInfo], clusters: ClusterTable, ledger: Ledger,
+                 holds: Mapping[str, Mapping[str, int]]) -> None:
+        self.snap = snap
+        self.queues = queues
+        self.clusters = clusters
+        self.ledger = ledger
+        self.holds = holds  # running gang -> what it counts against (flavors included)
+        self.priority = {q: info.priority for q, info in queues.items()}
+        self.taken: set[str] = set()  # gangs evicted this cycle
+        self.failure = ""  # what the compiled search raised, when it did (the Python search decided instead)
+        self._worth: dict[str, bool] = {}  # running gang -> whether reclaim may take it on cost (`_worth_reclaiming`)
+        # (queue or ("tenant", name), id of what a gang holds) -> (that usage's version, whether taking it keeps
+        # the share)
+        self._kept: dict[tuple[str | tuple[str, str], int], tuple[int, bool]] = {}
+        self._compiled: Any = None  # the compiled search's gangs (native.compiled.ReclaimPool), built at its first
+        # Victims in order: of the lowest-priority queue (as Volcano reclaims since v1.10), then lowest priority,
+        # then least work lost, then youngest.
+        by_cluster: dict[str, list[RunningJob]] = {}
+        pooled: dict[tuple[str, str], dict[str, int]] = {}  # (cluster, queue) -> what its preemptible gangs ask
+        for job in snap.running:
+            if job.preemptible:
+                by_cluster.setdefault(job.cluster, []).append(job)
+                if job.queue in queues:
+                    add_into(pooled.setdefault((job.cluster, job.queue), {}), job.request)
+        priority = self.priority
+        self.preemptible = {c: sorted(jobs, key=lambda v: (priority.get(v.queue, 0), v.priority, v.at_risk, -v.seq,
+                                                           v.id))
+                            for c, jobs in by_cluster.items()}
+        self.preemptible_in: dict[tuple[str, str], list[RunningJob]] = {}  # (cluster, queue) -> same order
+        for c, gangs in self.preemptible.items():
+            for victim in gangs:
+                self.preemptible_in.setdefault((c, victim.queue), []).append(victim)
+        self.pool = PreemptiblePool(clusters, sorted(queues))
+        for (cluster, queue), amounts in pooled.items():
+            self.pool.add(cluster, queue, amounts)
+
+    def queue_priority(self, queue: str) -> int:
+        return self.priority.get(queue, 0)
+
+    def _highest_queue(self, gangs: Sequence[RunningJob]) -> int:
+        """The priority of the highest-priority queue these victims come from: room is taken from lower-priority
+        queues wherever they can give it."""
+        return max(self.queue_priority(v.queue) for v in gangs)
+
+    def take(self, gangs: Sequence[RunningJob]) -> None:
+        """The cycle evicted these gangs: they are no victims any more, and their room no longer preemptible."""
+        if self._compiled is not None:
+            self._compiled.preempted([victim.id for victim in gangs])
+        for victim in gangs:
+            self.taken.add(victim.id)
+            self.pool.add(victim.cluster, victim.queue, victim.request, -1)
 
     def _reclaimable(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> set[str]:
         """Queues other than the job's own that it may take back from: reclaimable ones over their share, of its
         tenant, or of others when its tenant is within its share too; none unless its queue is within its own."""
         tenant = self.queues[job.queue].tenant
-        return {q for q in self.over_share if q != job.queue and queue_within
+        return {q for q in self.ledger.over_share if q != job.queue and queue_within
                 and (self.queues[q].tenant == tenant or tenant_within)}
 
     def _worth_reclaiming(self, victim: RunningJob) -> bool:
@@ -79,7 +112,8 @@ class Preemption:
         With a `bound` (the best choice's key so far), none once the choice's key passes it: each of the key's
         parts (highest queue priority, work lost, GPUs evicted, gangs) only grows as gangs are added, so such a
         choice cannot win, and the gangs after it need not be looked at."""
-        assert self.out.shares is not None
+        shares = self.ledger.shares
+        assert shares is not None
         tenant = self.queues[job.queue].tenant
         chosen: list[RunningJob] = []
         highest, lost, evicted = 0, 0.0, 0
@@ -87,14 +121,14 @@ class Preemption:
         for victim in gangs:
             if not over and victim.priority >= job.priority:
                 break  # without reclaim only the job's own queue yields, below its priority: sorted, so done
-            if victim.id in self.out.preempt or not (
+            if victim.id in self.taken or not (
                     victim.queue in over or (victim.queue == job.queue and victim.priority < job.priority)):
                 continue
             if victim.queue != job.queue and not self._worth_reclaiming(victim):
                 kept.add("work")
                 continue
             if victim.queue != job.queue and not self._may_reclaim(victim, job.queue, tenant, borrowed,
-                                                                   self.out.shares.queues):
+                                                                   shares.queues):
                 kept.add("share")
                 continue
             chosen.append(victim)
@@ -110,7 +144,7 @@ class Preemption:
                 break
         return chosen
 
-    def victims(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> tuple[str, list[RunningJob]] | str:
+    def victims(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> Targets | str:
         """Whole gangs to evict in one cluster so that `job` then fits, losing the least work; else why none.
 
         Inside its own queue, a job may preempt lower-priority preemptible jobs. A queue within its deserved
@@ -126,14 +160,14 @@ class Preemption:
         could = self.pool.could_make_room(job.view.request, [job.queue, *over])
         refused = self.snap.refused.get(job.id, {})  # a cluster that refused the job gets no evictions for it
         searched = None
-        if native.compiled is not None and not self.out.compiled_failure:
+        if native.compiled is not None and not self.failure:
             try:
                 searched = self._search_compiled(job, over, could, refused)
             except BaseException as err:  # a Rust panic is a BaseException; an interrupt is not ours to keep
                 if not isinstance(err, Exception) and type(err).__name__ != "PanicException":
                     raise
                 # The Python search decides the same (the differential tests hold them equal): the cycle goes on.
-                self.out.compiled_failure = f"{type(err).__name__}: {err}"[:500]
+                self.failure = f"{type(err).__name__}: {err}"[:500]
         best, kept = searched if searched is not None else self._search(job, over, could, refused)
         if best is not None:
             return best
@@ -143,7 +177,7 @@ class Preemption:
         return min(self.queue_priority(q) for q in (*over, job.queue))
 
     def _search(self, job: PendingJob, over: set[str], could: np.ndarray,
-                refused: Mapping[str, str]) -> tuple[tuple[str, list[RunningJob]] | None, set[str]]:
+                refused: Mapping[str, str]) -> tuple[Targets | None, set[str]]:
         """The search of `victims` over the clusters that `could` make room: the best (cluster, gangs), and why
         eligible-looking gangs were passed over. The oracle `_search_compiled` must equal."""
         best: tuple[int, float, int, int, str, list[RunningJob]] | None = None
@@ -178,20 +212,22 @@ class Preemption:
         return (best[4], best[5]) if best is not None else None, kept
 
     def _search_compiled(self, job: PendingJob, over: set[str], could: np.ndarray,
-                         refused: Mapping[str, str]) -> tuple[tuple[str, list[RunningJob]] | None, set[str]] | None:
+                         refused: Mapping[str, str]) -> tuple[Targets | None, set[str]] | None:
         """`_search` by the compiled walk (native/); None where it leaves the job to the Python one."""
-        assert self.out.shares is not None and native.compiled is not None
+        ledger = self.ledger
+        assert ledger.shares is not None and native.compiled is not None
         if self._compiled is None:
             self._compiled = native.compiled.ReclaimPool(
                 list(self.clusters.resource), RESOURCE_FOR_FEWEST,
                 [self.preemptible.get(name, []) for name in self.clusters.names], self.holds,
-                [(q, info.priority, info.tenant, self.chain[q]) for q, info in self.queues.items()], REPREEMPT_GRACE)
-            self._compiled.preempted(list(self.out.preempt))
+                [(q, info.priority, info.tenant, ledger.chain[q]) for q, info in self.queues.items()], REPREEMPT_GRACE)
+            self._compiled.preempted(list(self.taken))
         found = self._compiled.victims(
             job.queue, job.priority, job.view.request, sorted(over), self._lowest(job, over),
             self.clusters.free.tobytes(), could.tobytes(), self.clusters.selects(job.view).tobytes(),
-            [self.clusters.index[c] for c in refused if c in self.clusters.index], self.queue_usage,
-            self.tenant_usage, self.queue_version, self.usage_version, self.out.shares.queues, self.out.shares.tenants)
+            [self.clusters.index[c] for c in refused if c in self.clusters.index], ledger.queue_usage,
+            ledger.tenant_usage, ledger.queue_version, ledger.tenant_version, ledger.shares.queues,
+            ledger.shares.tenants)
         if found is None:
             return None
         at, positions, bits = found
@@ -202,8 +238,29 @@ class Preemption:
         gangs = self.preemptible[cluster]
         return (cluster, [gangs[p] for p in positions]), kept
 
+    def victims_for_kept(self, job: PendingJob, needed: Mapping[str, int]) -> Targets | None:
+        """For a head within its shares that room others keep back holds (`cycle._Cycle.reclaim_kept`): gangs that
+        borrowed (reclaim) or of its own queue below its priority to evict in one cluster until `needed` is freed,
+        losing the least work, then the fewest GPUs, then the fewest gangs; None if no cluster can."""
+        over = self._reclaimable(job, True, True)
+        best: tuple[tuple[float, int, int], str, list[RunningJob]] | None = None
+        refused = self.snap.refused.get(job.id, {})
+        for cluster in sorted(self.clusters.names):
+            if cluster in refused:
+                continue
+            # `_take` evicts until what is freed covers the job's request: starting from all of it but `needed`,
+            # that is until `needed` is freed.
+            freed = {r: a - needed.get(r, 0) for r, a in job.view.request.items()}
+            gangs = self._take(job, self.preemptible.get(cluster, ()), over, freed, set())
+            if gangs and covers(freed, job.view.request):
+                key = (sum(v.at_risk for v in gangs), sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in gangs),
+                       len(gangs))
+                if best is None or key < best[0]:
+                    best = (key, cluster, gangs)
+        return (best[1], best[2]) if best is not None else None
+
     def victims_in_hypernode(self, job: PendingJob, queue_within: bool,
-                             tenant_within: bool) -> tuple[str, list[RunningJob]] | str:
+                             tenant_within: bool) -> Targets | str:
         """For a gang with a hard tier limit: whole gangs to evict inside one HyperNode at or under the limit so
         that the gang fits in it (topology-aware preemption), by the same rules as `victims`; else why none.
 
@@ -246,7 +303,7 @@ class Preemption:
                    f"clusters that could hold it {' and '.join(said) or 'none is Ready'}"
         return self._not_reclaimed(job, queue_within, over, kept, True, " inside a HyperNode within its tier limit")
 
-    def moves_in_hypernode(self, job: PendingJob) -> tuple[str, list[RunningJob]] | None:
+    def moves_in_hypernode(self, job: PendingJob) -> Targets | None:
         """For a gang with a hard tier limit, within its shares, that its cluster's free resources would hold but
         no HyperNode within its limit does (the free room is scattered): gangs no larger than one of its pods to
         evict inside one such HyperNode, to restart at once on the room the cluster has outside it; None if none.
@@ -267,7 +324,7 @@ class Preemption:
             if not covers(cluster_free, request):
                 continue  # short of room, not of room in one place: reclaim's business, not moving's
             inside = _under_each_hypernode(view, [
-                v for v in self.preemptible.get(view.name, ()) if v.id not in self.out.preempt and v.priority <=
+                v for v in self.preemptible.get(view.name, ()) if v.id not in self.taken and v.priority <=
                 job.priority and self._worth_reclaiming(v) and covers(pod, v.request)])
             for domain, freed in _hypernodes_short_of(job.view, view, cluster_free, inside):
                 chosen = []
@@ -290,7 +347,7 @@ class Preemption:
         tenant = self.queues[job.queue].tenant
         if not queue_within:
             return f"not reclaimed: queue {job.queue} would be over its deserved share"
-        if not over and not any(self.queue_usage[q] for q in self.over_share if q != job.queue):
+        if not over and not any(self.ledger.queue_usage[q] for q in self.ledger.over_share if q != job.queue):
             return "not reclaimed: no reclaimable queue holds more than its deserved share"
         if not over:
             return f"not reclaimed: tenant {tenant} would be over its deserved share"
@@ -312,9 +369,9 @@ class Preemption:
         take the same GPUs from each other back and forth, each eviction making the next. Counts it taken
         when it may be."""
         theirs = self.queues[victim.queue].tenant
-        mine = self.chain[job_queue]
+        mine = self.ledger.chain[job_queue]
         # Keyed by queue name, or ("tenant", name): what each holds once the victims chosen so far are gone.
-        keys: list[str | tuple[str, str]] = [q for q in self.chain[victim.queue] if q not in mine]
+        keys: list[str | tuple[str, str]] = [q for q in self.ledger.chain[victim.queue] if q not in mine]
         if theirs != tenant:
             keys.append(("tenant", theirs))
         held = self.holds[victim.id]
@@ -326,17 +383,13 @@ class Preemption:
                 return False
         for key in keys:
             if key not in borrowed:
-                borrowed[key] = dict(self._usage_of(key))
+                borrowed[key] = dict(self.ledger.usage_of(key))
             add_into(borrowed[key], held, -1)
         return True
 
-    def _usage_of(self, key: str | tuple[str, str]) -> dict[str, int]:
-        return self.queue_usage[key] if isinstance(key, str) else self.tenant_usage[key[1]]
-
     def _keeps_share(self, key: str | tuple[str, str], usage: Mapping[str, int], held: Mapping[str, int],
                      deserved: Mapping[str, Mapping[str, float]]) -> bool:
-        assert self.out.shares is not None
-        share = deserved.get(key, {}) if isinstance(key, str) else self.out.shares.tenants.get(key[1], {})
+        share = deserved.get(key, {}) if isinstance(key, str) else self.ledger.deserved(key)
         return keeps_share(usage, share, held)
 
     def _keeps_share_now(self, key: str | tuple[str, str], held: Mapping[str, int],
@@ -344,35 +397,13 @@ class Preemption:
         """`_keeps_share` at the queue's or tenant's usage as it stands: the heads of many queues ask it about
         the same gangs, and gangs of one shape hold one amounts object, while that usage does not change; so the
         answer is kept per amounts object (alive in `holds` all cycle) until it does."""
-        version = self.queue_version.get(key, 0) if isinstance(key, str) else self.usage_version.get(key[1], 0)
+        version = self.ledger.version_of(key)
         found = self._kept.get((key, id(held)))
         if found is not None and found[0] == version:
             return found[1]
-        keeps = self._keeps_share(key, self._usage_of(key), held, deserved)
+        keeps = self._keeps_share(key, self.ledger.usage_of(key), held, deserved)
         self._kept[(key, id(held))] = (version, keeps)
         return keeps
-
-    def evict(self, job: PendingJob, queue: str, cluster: str, gangs: Sequence[RunningJob],
-              moving: bool = False) -> None:
-        tenant = self.queues[queue].tenant
-        if self._compiled is not None:
-            self._compiled.preempted([victim.id for victim in gangs])
-        for victim in gangs:
-            why = "moved" if moving else "reclaimed" if victim.queue != queue else "preempted"
-            self.out.lost[victim.id] = victim.at_risk
-            if self.queues[victim.queue].tenant == tenant:
-                self.out.preempt[victim.id] = f"{why} for {job.id} (priority {job.priority}) in queue {queue}"
-            elif moving:
-                self.out.preempt[victim.id] = "moved to restart elsewhere in its cluster, making one HyperNode whole " \
-                                              "for a job of another tenant"
-            else:  # a tenant reads only its own tenant's names
-                self.out.preempt[victim.id] = f"{why} for a job of another tenant, below its deserved share"
-            self.use(victim.queue, self.holds[victim.id], -1)
-            self.pool.add(victim.cluster, victim.queue, victim.request, -1)
-            self.lowered.update(self.queues_of[self.queues[victim.queue].tenant])
-        # Worded as in later cycles (above), so that the reason is not rewritten next cycle.
-        self.out.making_room[job.id] = cluster
-        self.hold(job, cluster, f"waiting for preempted job(s) to exit in cluster {cluster}")
 
 
 def _under_each_hypernode(view: ClusterView, gangs: Sequence[RunningJob]) -> dict[str, list[RunningJob]]:

@@ -1,0 +1,86 @@
+"""The fair-share order of queue heads: which queue the cycle serves next.
+
+Heads within every share come before heads past one; among them, the queue of highest priority; then, level by
+level (tenants, then a tenant's queues, then a parent queue's children), first those that stay within what they
+deserve with the whole head job started, the one least far into it with half the job started first (Sainte-Laguë's
+divisor: counting the whole job starves queues deserving less than one, counting none lets them take two); then
+those it would take past their share, the smallest overshoot first. So no member is left a whole job short while
+another is served past its share, nor served a whole job past it while another is short of it. Past usage counts
+beside what is held when history is on (`usage.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from federation.kernel.resources import Resources
+from federation.scheduling.fairshare import EPSILON, dominant_share, excess
+from federation.scheduling.ledger import Ledger
+from federation.scheduling.model import PendingJob, QueueInfo
+
+
+def _level(usage: Mapping[str, float], share: Mapping[str, float], level: Mapping[str, float],
+           wanted: Mapping[str, int], half: Mapping[str, int]) -> tuple[bool, float, float]:
+    """One level of a queue's key: over its share with the whole job, how far (its overshoot of what the level
+    shares out if over, else its share with half the job), and its share with the whole job."""
+    after = dominant_share(usage, share, wanted)
+    over = after > 1 + EPSILON
+    return over, excess(usage, share, level, wanted) if over else dominant_share(usage, share, half), after
+
+
+def _with_past(usage: Mapping[str, int], past: Mapping[str, float] | None) -> Mapping[str, float]:
+    """Usage as ordering counts it: with what the member's history adds (none: usage itself, no copy)."""
+    if not past:
+        return usage
+    out: dict[str, float] = dict(usage)
+    for r, a in past.items():
+        out[r] = out.get(r, 0) + a
+    return out
+
+
+class HeadOrder:
+    """Each queue's key for its head (the least is served first), read from the ledger as it stands."""
+
+    def __init__(self, ledger: Ledger, queues: Mapping[str, QueueInfo], past_tenants: Mapping[str, Mapping[str, float]],
+                 past_queues: Mapping[str, Mapping[str, float]], wanted: Callable[[PendingJob], Resources]) -> None:
+        self.ledger = ledger
+        self.queues = queues
+        self.past_tenants = past_tenants
+        self.past_queues = past_queues
+        self.wanted = wanted
+        self.depth = 1 + max((len(c) for c in ledger.chain.values()), default=0)
+        # queue -> (its chain's versions, its head, the key's queue levels, their shares after): the queue levels
+        # change only when a queue of the chain is used, so they are kept for its head and those versions.
+        self._levels: dict[str, tuple[tuple[int, ...], PendingJob, tuple[float, ...], tuple[float, ...]]] = {}
+
+    def key(self, queue: str, job: PendingJob) -> tuple[float, ...]:
+        ledger = self.ledger
+        assert ledger.shares is not None
+        wanted = self.wanted(job)
+        half = {r: a // 2 for r, a in wanted.items()}
+        tenant = self.queues[queue].tenant
+        share = ledger.shares.tenants.get(tenant, {})
+        over, measure, after = _level(_with_past(ledger.tenant_usage[tenant], self.past_tenants.get(tenant)),
+                                      share, ledger.capacity, wanted, half)
+        # A sibling served since the queue was pushed changes the tenant level alone.
+        chain = ledger.chain[queue]
+        versions = tuple(ledger.queue_version.get(q, 0) for q in chain)
+        kept = self._levels.get(queue)
+        if kept is None or kept[0] != versions or kept[1] is not job:
+            levels: list[float] = []
+            afters = []
+            level = share
+            for q in reversed(chain):
+                q_share = ledger.shares.queues.get(q, {})
+                q_over, q_measure, q_after = _level(_with_past(ledger.queue_usage[q], self.past_queues.get(q)),
+                                                    q_share, level, wanted, half)
+                levels += (q_over, q_measure)
+                afters.append(q_after)
+                level = q_share
+            levels += (False, 0.0) * (self.depth - 1 - len(afters))  # leaves of different depths: level by level
+            kept = self._levels[queue] = (versions, job, tuple(levels), tuple(afters))
+        # Queue priority orders heads that stay within every share they are under; past a share a head comes
+        # after all of those: room past its share is only borrowed (a sibling within its share reclaims it), so
+        # priority giving it first would hand out what is taken back a cycle later.
+        past = over or any(kept[2][0::2])
+        return (past, -self.queues[queue].priority, over, measure, *kept[2], after, *kept[3])
