@@ -96,6 +96,31 @@ def test_where_a_gang_would_fit_but_for_reservations_follows_every_reservation(
             table.reserve(gang, chosen)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=8, unique=True).flatmap(
+    lambda ids: st.tuples(*[cluster(f"c{i}") for i in ids])), st.lists(job(), min_size=1, max_size=3),
+    st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["reserve", "hold", "save", "restore"])), min_size=1,
+             max_size=30))
+def test_a_clusters_view_kept_between_reservations_is_the_view_built_now(
+        clusters: tuple[ClusterView, ...], shapes: list[JobView], steps: list[tuple[int, str]]) -> None:
+    """Views are kept per cluster until it takes work (or a trial is undone); each one read is the one its
+    free room, tiers and nodes give now, and so are the reasons read from them."""
+    capacity = {GPU: 64 * len(clusters), CPU: 512 * len(clusters)}
+    table = ClusterTable(list(clusters), capacity)
+    saved = None
+    for n, step in steps:
+        gang = shapes[n % len(shapes)]
+        if step == "save":
+            saved = table.save()
+        elif step == "restore" and saved is not None:
+            table.restore(saved)
+        elif (chosen := table.best(gang, {})) is not None:
+            (table.hold if step == "hold" else table.reserve)(gang, chosen)
+        kept = {name: table.view(name) for name in table.names}
+        table._built.clear()
+        assert kept == {name: table.view(name) for name in table.names}
+
+
 def test_a_shape_that_fits_nowhere_is_remembered_with_its_reasons() -> None:
     table = ClusterTable([ClusterView("c1", {}, {GPU: 8}, [TierFree(0, "node", {GPU: 8})])], {GPU: 8})
     big = JobView("big", {GPU: 16}, {GPU: 8})
