@@ -32,6 +32,7 @@ class Ledger:
         self.shares: Tree | None = None
         self.capacity: dict[str, float] = {}  # what tenants share (flavors included), once shares are known
         self.over_share: set[str] = set()  # reclaimable leaf queues holding more than they deserve
+        self.over_version = 0  # how often `over_share` changed
 
     def deserve(self, shares: Tree, capacity: Mapping[str, int], leaves: Iterable[str]) -> None:
         """Take the deserved shares worked out for `capacity`; `leaves`: the queues jobs run in (not parents)."""
@@ -39,6 +40,7 @@ class Ledger:
         self.capacity = {r: float(a) for r, a in capacity.items()}
         self.over_share = {q for q in leaves if self.queues[q].reclaimable
                            and dominant_share(self.queue_usage[q], shares.queues.get(q, {})) > 1}
+        self.over_version += 1
 
     def use(self, queue: str, amounts: Mapping[str, int], sign: int = 1) -> None:
         """Count a gang starting (+1) or leaving (-1) against its queue, the queue's parents and its tenant."""
@@ -50,10 +52,10 @@ class Ledger:
         add_into(self.total_usage, amounts, sign)
         self.tenant_version[tenant] = self.tenant_version.get(tenant, 0) + 1
         if self.shares is not None and self.queues[queue].reclaimable:
-            if dominant_share(self.queue_usage[queue], self.shares.queues.get(queue, {})) > 1:
-                self.over_share.add(queue)
-            else:
-                self.over_share.discard(queue)
+            over = dominant_share(self.queue_usage[queue], self.shares.queues.get(queue, {})) > 1
+            if over != (queue in self.over_share):
+                (self.over_share.add if over else self.over_share.discard)(queue)
+                self.over_version += 1
 
     def usage_of(self, key: str | tuple[str, str]) -> dict[str, int]:
         """A queue's usage (keyed by its name) or a tenant's (keyed ("tenant", name))."""

@@ -51,6 +51,7 @@ class Preemptor:
         # (queue or ("tenant", name), id of what a gang holds) -> (that usage's version, whether taking it keeps
         # the share)
         self._kept: dict[tuple[str | tuple[str, str], int], tuple[int, bool]] = {}
+        self._over: dict[str | None, tuple[int, frozenset[str]]] = {}  # see `_reclaimable`
         self._compiled: Any = None  # the compiled search's gangs (native.compiled.ReclaimPool), built at its first
         # Victims in order: of the lowest-priority queue (as Volcano reclaims since v1.10), then lowest priority,
         # then least work lost, then youngest.
@@ -97,9 +98,18 @@ class Preemptor:
     def _reclaimable(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> set[str]:
         """Queues other than the job's own that it may take back from: reclaimable ones over their share, of its
         tenant, or of others when its tenant is within its share too; none unless its queue is within its own."""
+        if not queue_within:
+            return set()
         tenant = self.queues[job.queue].tenant
-        return {q for q in self.ledger.over_share if q != job.queue and queue_within
-                and (self.queues[q].tenant == tenant or tenant_within)}
+        key = None if tenant_within else tenant
+        # Hundreds of heads ask while the queues over their share stay the same: kept per tenant (None: of every
+        # tenant) until they change.
+        kept = self._over.get(key)
+        if kept is None or kept[0] != self.ledger.over_version:
+            over = self.ledger.over_share
+            kept = self._over[key] = (self.ledger.over_version, frozenset(
+                over if key is None else (q for q in over if self.queues[q].tenant == tenant)))
+        return set(kept[1] - {job.queue}) if job.queue in kept[1] else set(kept[1])
 
     def _worth_reclaiming(self, victim: RunningJob) -> bool:
         """Out of its protected run time and losing less work than waiting for it costs: the same all cycle long,
