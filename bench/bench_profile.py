@@ -7,11 +7,12 @@ rest add up to the cycle. The wrappers cost a little per call; the cycle's own t
 unwrapped, beside them.
 
 Phases (methods of `federation.scheduling.cycle._Cycle`, of its parts and of the backlogs it walks):
-- setup: the cycle's tables from the snapshot (usage, pools of preemptible gangs, victims in order);
+- setup: the cycle's parts from the snapshot (the ledger's usage, the preemptor's pools and victims in order);
 - shares: hierarchical deserved shares over the queues' demand;
 - queue order: each queue head's fair-share key, read when the queue is pushed on the heap;
 - cluster choice: whether and where the head fits now;
-- reclaim and preemption: the victim search for a head that does not fit (whole clusters, or inside a HyperNode);
+- reclaim and preemption: the `Preemptor`'s victim search for a head that does not fit (whole clusters, inside a
+  HyperNode, or for room others keep back by lending limits);
 - moves: room made by moving gangs inside a cluster, for a gang with a hard tier limit;
 - reservations: holding room for a head that must wait;
 - settling the rest: the reasons of the jobs behind each head that certainly wait (a walk per gang shape);

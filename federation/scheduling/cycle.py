@@ -22,7 +22,6 @@ module is the loop that serves queue heads in order and applies what the parts f
 from __future__ import annotations
 
 import heapq
-from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from federation.kernel.hyperjob import HOLD_CHECK
@@ -85,19 +84,13 @@ class _Cycle:
         self.flavor_checks = {f.name: f.admission_checks for f in snap.flavors if f.admission_checks}
         self.promised = Promised()
         self._wanted: dict[str, Resources] = {}  # waiting job -> what it counts as demand for
-        # What runs, added up per queue first: tens of thousands of gangs, a few hundred sums. Gangs of one shape
-        # share one amounts object, so they are counted per (queue, amounts) and each added once.
+        # What runs, added up per queue first: tens of thousands of gangs, a few hundred sums.
         holds: dict[str, Resources] = {}  # running job -> what it counts against (flavors included)
-        counted: Counter[tuple[str, int]] = Counter()
-        amounts_of: dict[int, Resources] = {}
+        used: dict[str, dict[str, int]] = {}
         for job in snap.running:
             held = holds[job.id] = self.flavors.held(job.cluster, job.request) if self.flavors else job.request
             if job.queue in self.queues:
-                amounts_of[id(held)] = held
-                counted[job.queue, id(held)] += 1
-        used: dict[str, dict[str, int]] = {}
-        for (queue, key), count in counted.items():
-            add_into(used.setdefault(queue, {}), amounts_of[key], count)
+                add_into(used.setdefault(job.queue, {}), held)
         for queue, amounts in used.items():
             self.ledger.use(queue, amounts)
         self.holds = holds

@@ -9,7 +9,6 @@ gangs whose lost work costs more than waiting for them.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -56,17 +55,12 @@ class Preemptor:
         # Victims in order: of the lowest-priority queue (as Volcano reclaims since v1.10), then lowest priority,
         # then least work lost, then youngest.
         by_cluster: dict[str, list[RunningJob]] = {}
-        counted: Counter[tuple[str, str, int]] = Counter()  # (cluster, queue, amounts) -> gangs asking them
-        amounts_of: dict[int, Mapping[str, int]] = {}
+        pooled: dict[tuple[str, str], dict[str, int]] = {}  # (cluster, queue) -> what its preemptible gangs ask
         for job in snap.running:
             if job.preemptible:
                 by_cluster.setdefault(job.cluster, []).append(job)
                 if job.queue in queues:
-                    amounts_of[id(job.request)] = job.request
-                    counted[job.cluster, job.queue, id(job.request)] += 1
-        pooled: dict[tuple[str, str], dict[str, int]] = {}  # (cluster, queue) -> what its preemptible gangs ask
-        for (cluster, queue, key), count in counted.items():
-            add_into(pooled.setdefault((cluster, queue), {}), amounts_of[key], count)
+                    add_into(pooled.setdefault((job.cluster, job.queue), {}), job.request)
         priority = self.priority
         self.preemptible = {c: sorted(jobs, key=lambda v: (priority.get(v.queue, 0), v.priority, v.at_risk, -v.seq,
                                                            v.id))
