@@ -168,6 +168,8 @@ class Preemptor:
         """
         over = self._reclaimable(job, queue_within, tenant_within)
         could = self.pool.could_make_room(job.view.request, [job.queue, *over])
+        if not could.any():  # most heads that do not fit, in a full federation: no search to hand the walk
+            return self._not_reclaimed(job, queue_within, over, set(), False)
         refused = self.snap.refused.get(job.id, {})  # a cluster that refused the job gets no evictions for it
         searched = None
         if native.compiled is not None and not self.failure:
