@@ -96,8 +96,9 @@ class ClusterTable:
         self.held = np.zeros((n, k), dtype=np.int64)  # room reserved for waiting gangs, per cluster
         self._by_shape: dict[Shape, _Scores] = {}
         self._changed: list[int] = []  # clusters in the order they took work this cycle (free only shrinks)
-        self._unreserved: dict[Shape, tuple[int, str | None]] = {}  # see fits_without_reservations
-        self._unreserving: dict[Shape, tuple[int, np.ndarray]] = {}  # its clusters per shape, and when worked out
+        # shape -> (the changes it includes, where it would fit but for reservations, the first of them): see
+        # fits_without_reservations
+        self._unreserved: dict[Shape, tuple[int, np.ndarray, str | None]] = {}
         self._holding = False  # whether room is held for a waiting gang anywhere
         # Each cluster's view as `view` last built it, with how often the cluster had taken work then: a shape that
         # fits nowhere has every cluster's reason worked out from its view, and between two such shapes most
@@ -348,26 +349,23 @@ class ClusterTable:
         # the clusters it would fit so are kept and only those rows worked out again.
         if not self._holding:
             return None
-        known = self._unreserved.get(job.shape)
         seen = len(self._changed)
+        known = self._unreserved.get(job.shape)
         if known is not None and known[0] == seen:
-            return known[1]
+            return known[2]
         request = self.vector(job.request)
         if request is None:
-            self._unreserved[job.shape] = (seen, None)
             return None
-        kept = self._unreserving.get(job.shape)
-        if kept is None:
+        if known is None:
             mask = self.selects(job) & self.held.any(1) & ((self.free + self.held) >= request).all(1)
         else:
-            mask = kept[1]
-            rows = list(set(self._changed[kept[0]:]))
+            mask = known[1]
+            rows = list(set(self._changed[known[0]:]))
             mask[rows] = self.selects(job)[rows] & self.held[rows].any(1) & (
                 (self.free[rows] + self.held[rows]) >= request).all(1)
-        self._unreserving[job.shape] = (seen, mask)
         hits = np.flatnonzero(mask)
         found = self.names[int(hits[0])] if len(hits) else None
-        self._unreserved[job.shape] = (seen, found)
+        self._unreserved[job.shape] = (seen, mask, found)
         return found
 
     def _request_in(self, job: JobView, name: str) -> np.ndarray:
@@ -389,7 +387,6 @@ class ClusterTable:
          self.nowhere) = saved  # type: ignore[assignment]
         self._by_shape.clear()
         self._unreserved.clear()
-        self._unreserving.clear()
         self._built.clear()
 
     def reserve(self, job: JobView, name: str) -> None:

@@ -122,8 +122,6 @@ class Preemptor:
         With a `bound` (the best choice's key so far), none once the choice's key passes it: each of the key's
         parts (highest queue priority, work lost, GPUs evicted, gangs) only grows as gangs are added, so such a
         choice cannot win, and the gangs after it need not be looked at."""
-        shares = self.ledger.shares
-        assert shares is not None
         tenant = self.queues[job.queue].tenant
         chosen: list[RunningJob] = []
         highest, lost, evicted = 0, 0.0, 0
@@ -137,8 +135,7 @@ class Preemptor:
             if victim.queue != job.queue and not self._worth_reclaiming(victim):
                 kept.add("work")
                 continue
-            if victim.queue != job.queue and not self._may_reclaim(victim, job.queue, tenant, borrowed,
-                                                                   shares.queues):
+            if victim.queue != job.queue and not self._may_reclaim(victim, job.queue, tenant, borrowed):
                 kept.add("share")
                 continue
             chosen.append(victim)
@@ -373,8 +370,7 @@ class Preemptor:
         return f"not reclaimed: evicting what the queues over their share borrowed would still not make room{where}"
 
     def _may_reclaim(self, victim: RunningJob, job_queue: str, tenant: str,
-                     borrowed: dict[str | tuple[str, str], dict[str, int]],
-                     deserved: Mapping[str, Mapping[str, float]]) -> bool:
+                     borrowed: dict[str | tuple[str, str], dict[str, int]]) -> bool:
         """Whether taking `victim` back leaves its queue, its parents (those not the job's queue's too) and,
         from another tenant, that tenant at or above
         its deserved share (Volcano's proportion plugin; Kueue's LessThanOrEqualToFinalShare), else queues
@@ -389,9 +385,9 @@ class Preemptor:
         held = self.holds[victim.id]
         for key in keys:
             if key in borrowed:
-                if not self._keeps_share(key, borrowed[key], held, deserved):
+                if not keeps_share(borrowed[key], self.ledger.deserved(key), held):
                     return False
-            elif not self._keeps_share_now(key, held, deserved):
+            elif not self._keeps_share_now(key, held):
                 return False
         for key in keys:
             if key not in borrowed:
@@ -399,21 +395,15 @@ class Preemptor:
             add_into(borrowed[key], held, -1)
         return True
 
-    def _keeps_share(self, key: str | tuple[str, str], usage: Mapping[str, int], held: Mapping[str, int],
-                     deserved: Mapping[str, Mapping[str, float]]) -> bool:
-        share = deserved.get(key, {}) if isinstance(key, str) else self.ledger.deserved(key)
-        return keeps_share(usage, share, held)
-
-    def _keeps_share_now(self, key: str | tuple[str, str], held: Mapping[str, int],
-                         deserved: Mapping[str, Mapping[str, float]]) -> bool:
-        """`_keeps_share` at the queue's or tenant's usage as it stands: the heads of many queues ask it about
-        the same gangs, and gangs of one shape hold one amounts object, while that usage does not change; so the
-        answer is kept per amounts object (alive in `holds` all cycle) until it does."""
+    def _keeps_share_now(self, key: str | tuple[str, str], held: Mapping[str, int]) -> bool:
+        """Whether taking `held` leaves the queue or tenant at or above its share, at its usage as it stands: the
+        heads of many queues ask it about the same gangs while that usage does not change, so the answer is kept per
+        amounts object (alive in `holds` all cycle) until it does."""
         version = self.ledger.version_of(key)
         found = self._kept.get((key, id(held)))
         if found is not None and found[0] == version:
             return found[1]
-        keeps = self._keeps_share(key, self.ledger.usage_of(key), held, deserved)
+        keeps = keeps_share(self.ledger.usage_of(key), self.ledger.deserved(key), held)
         self._kept[(key, id(held))] = (version, keeps)
         return keeps
 
