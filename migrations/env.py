@@ -23,6 +23,11 @@ def run_migrations() -> None:
             # Replicas that start together (init containers) migrate one at a time: the lock is held to
             # the commit, and whoever waited then finds the schema current and has nothing to do.
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+            # Then each table's lock is waited for a bounded time (the caller tries the whole again): a long wait
+            # would queue the running replicas' writes to that table behind it.
+            lock_timeout = config.attributes.get("lock_timeout")
+            if lock_timeout:
+                connection.execute(text("SELECT set_config('lock_timeout', :t, true)"), {"t": lock_timeout})
             context.run_migrations()
     engine.dispose()
 

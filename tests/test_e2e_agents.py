@@ -30,6 +30,17 @@ def wait_for(what: str, probe: Callable[[], object], timeout: float = 60) -> obj
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def by_either_path(reason: str) -> tuple[str, str]:
+    """A dispatch's reason as a cycle words it, and as admission on arrival does ("dispatched to cluster a (on
+    arrival)..."): a job submitted to an idle federation goes by the one or the other, as it happens, depending on
+    whether a cycle has looked at its queue since the queue was made."""
+    head = re.match(r"dispatched to cluster [^ ;(]+", reason)
+    assert head is not None, reason
+    rest = reason[head.end():]
+    said = f" (on arrival; {rest[2:]}" if rest.startswith(" (") else f" (on arrival){rest}"
+    return reason, head.group() + said
+
+
 class Federation:
     def __init__(self, db_url: URL) -> None:
         self.server = ServerProcess("--database-url", db_url.render_as_string(hide_password=False))

@@ -38,8 +38,10 @@ def _lag_buckets(metrics_address: str) -> dict[str, float]:
 
 @pytest.mark.parametrize("role", ["both", "all"])  # the scheduler in a process of its own; in a thread beside the API
 def test_a_long_cycle_holds_up_no_rpc_heartbeat_or_lease(db_url: URL, role: str) -> None:
+    # Not admitted on arrival: the job must wait for a cycle (and so for the long one), which on an idle federation
+    # it does only when no cycle has looked at its queue yet.
     server = ServerProcess("--database-url", db_url.render_as_string(hide_password=False), "--role", role,
-                           env={"FEDERATION_FAILPOINTS": f"cycle:dispatching=busy({BUSY})"})
+                           "--no-admit-on-arrival", env={"FEDERATION_FAILPOINTS": f"cycle:dispatching=busy({BUSY})"})
     agent = AgentProcess("h100", server.address, "--simulate", str(CLUSTERS / "h100-spine-leaf.yaml"),
                          "--heartbeat", "0.5")
     channel = grpc.insecure_channel(server.address)

@@ -1,11 +1,15 @@
 """Health, reflection, schema migrations and generated stubs."""
 
 import filecmp
+import logging
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import grpc
+import psycopg
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -16,6 +20,7 @@ from sqlalchemy.engine import URL
 from federation.store import database
 from federation.store.models import Base
 from tests.conftest import REPO, Api
+from tests.test_e2e_agents import wait_for
 
 
 async def test_reflection_lists_the_three_services(api: Api) -> None:
@@ -61,6 +66,39 @@ def test_migrations_up_and_down_on_an_empty_database(empty_db_url: URL) -> None:
     assert _tables(empty_db_url) == {"alembic_version"}
     database.upgrade(empty_db_url)
     assert database.schema_revisions(empty_db_url)[0] == head
+
+
+def test_a_migration_that_meets_a_replicas_locks_gives_way_and_is_tried_again(
+        empty_db_url: URL, caplog: pytest.LogCaptureFixture) -> None:
+    """A replica's transaction writes to queues, then reads tenants, while the migration to 0016 has locked tenants
+    and waits for queues: a deadlock (or, if PostgreSQL looks before the replica waits, the migration's lock
+    timeout). The migration gives way, the replica's transaction goes on, and the upgrade is tried again."""
+    database.upgrade(empty_db_url, "0015")
+    failed: list[BaseException] = []
+
+    def upgrade() -> None:
+        try:
+            database.upgrade(empty_db_url)
+        except BaseException as err:
+            failed.append(err)
+
+    with psycopg.connect(database.conninfo(empty_db_url)) as replica:
+        replica.execute("SET deadlock_timeout = '10min'")  # the migration is the side PostgreSQL fails
+        replica.execute("LOCK TABLE queues IN ROW EXCLUSIVE MODE")  # as its INSERT INTO queues did
+        caplog.set_level(logging.WARNING, logger="federation.store.database")
+        migrating = threading.Thread(target=upgrade)
+        migrating.start()
+        with psycopg.connect(database.conninfo(empty_db_url), autocommit=True) as watcher:
+            wait_for("the migration waiting for queues", lambda: watcher.execute(
+                "SELECT 1 FROM pg_locks WHERE NOT granted AND relation = 'queues'::regclass").fetchall())
+        # It waits for the migration's lock on tenants; PostgreSQL fails the migration, not this.
+        assert replica.execute("SELECT count(*) FROM tenants").fetchone() is not None
+        replica.commit()
+    migrating.join(120)
+    assert not migrating.is_alive() and failed == []
+    current, head = database.schema_revisions(empty_db_url)
+    assert current == head
+    assert "trying again" in caplog.text
 
 
 def test_migrations_match_the_models(db_url: URL) -> None:

@@ -21,8 +21,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,13 @@ log = logging.getLogger(__name__)
 # every other replica's writes until the kernel notices, which for a stopped process is never.
 STALLED_TRANSACTION_SECONDS = 15.0
 MIN_STALLED = 2.0  # shorter, a loaded event loop between two statements of one transaction could trip it
+
+# A migration run under live replicas (a rolling upgrade) waits this long for a table lock, then gives up and is
+# tried again: waiting longer would queue every replica's writes to that table behind it.
+MIGRATION_LOCK_TIMEOUT = "3s"
+MIGRATION_ATTEMPTS = 10
+# What PostgreSQL says to a migration that met the replicas' locks: it lost a deadlock, or waited past its timeout.
+LOCK_CONFLICTS = frozenset({"40P01", "55P03"})
 
 MIGRATIONS_DIR = Path(os.environ.get("FEDERATION_MIGRATIONS_DIR", Path(__file__).resolve().parents[2] / "migrations"))
 
@@ -113,11 +122,30 @@ def alembic_config(url: URL) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.attributes["url"] = url
+    cfg.attributes["lock_timeout"] = MIGRATION_LOCK_TIMEOUT
     return cfg
 
 
+def _lock_conflict(err: BaseException) -> bool:
+    return isinstance(err, OperationalError) and getattr(err.orig, "sqlstate", None) in LOCK_CONFLICTS
+
+
+def _said_again(state: RetryCallState) -> None:
+    err = state.outcome.exception() if state.outcome else None
+    log.warning("the schema upgrade met the running replicas' locks (%s); trying again",
+                str(getattr(err, "orig", err)).partition("\n")[0])
+
+
 def upgrade(url: URL, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    """Under live replicas, the migration's ALTER TABLEs lock one table after another while the replicas'
+    transactions lock theirs in their own order: PostgreSQL breaks the deadlock by failing one side, and a
+    migration kept waiting would hold every write to its table behind it. The migrations run in one transaction,
+    so a failed try leaves nothing behind: each lock is waited for a bounded time and the whole is tried again
+    (as GitLab's `with_lock_retries` does)."""
+    for attempt in Retrying(retry=retry_if_exception(_lock_conflict), stop=stop_after_attempt(MIGRATION_ATTEMPTS),
+                            wait=wait_exponential(multiplier=0.5, max=10), reraise=True, before_sleep=_said_again):
+        with attempt:
+            command.upgrade(alembic_config(url), revision)
 
 
 def downgrade(url: URL, revision: str) -> None:
