@@ -218,3 +218,11 @@ def test_node_labels_and_free_gpus_per_node_are_reported_and_bounded() -> None:
     odd = health()
     odd.node_labels.pairs.extend(["no-equals-sign"])
     assert inventory_problem(odd) == "node_labels.pairs[0] is not a label pair (key=value)"
+    held = health()
+    held.held.extend(f"job-{i}" for i in range(1_000))
+    assert inventory_problem(held) == ""
+    held.held.append("one-more")
+    assert inventory_problem(held) == "1001 held gangs reported, at most 1000"
+    long_id = health()
+    long_id.held.append("j" * 81)
+    assert inventory_problem(long_id) == "held names a job id longer than 80 characters"

@@ -78,3 +78,39 @@ async def test_a_newer_attempt_replaces_the_old_one_and_a_cancel_of_the_old_one_
     assert agent.jobs["train-1"].attempt == 2
     await agent.remove("train-1", 2, "cancelled")
     assert not agent.jobs and not agent.desired and free_gpus(agent) == 64
+
+
+def _inventories(agent: Agent) -> list[agent_pb2.Inventory]:
+    out = []
+    while not agent.outbox.empty():
+        message = agent.outbox.get_nowait()
+        if message.HasField("inventory"):
+            out.append(message.inventory)
+    return out
+
+
+async def test_the_gangs_kept_for_are_in_the_inventory_and_a_change_of_them_is_reported() -> None:
+    """A job sent back because it fits only on nodes kept for a held gang is offered again when the cluster's
+    inventory changes: so the holds the agent keeps nodes for are part of it, and when the federation's holds
+    change the agent says so at once, though nothing else in the cluster changed."""
+    agent = make_agent()
+    await agent.assign(job("big", pods=7), attempt=1)  # 56 of 64 GPUs: one node of 8 left
+    _inventories(agent)
+    held = [agent_pb2.Hold(job_id="gang-1", pods=1, gpus_per_pod=8)]
+    agent.heartbeat_sent()
+    agent.heartbeat_acknowledged(held)
+    (said,) = _inventories(agent)
+    assert list(said.held) == ["gang-1"]
+    await agent.assign(job("small", pods=1), attempt=1)
+    (rejected,) = [u for u in drain(agent) if u.job_id == "small-1"]
+    assert rejected.type == agent_pb2.REJECTED and "kept for a gang the federation holds room for" in \
+        rejected.reason
+    agent.heartbeat_sent()
+    agent.heartbeat_acknowledged(held)  # the same holds: nothing to say
+    assert _inventories(agent) == []
+    agent.heartbeat_sent()
+    agent.heartbeat_acknowledged([])  # gang-1 no longer held (dispatched elsewhere)
+    (said,) = _inventories(agent)
+    assert list(said.held) == []
+    await agent.assign(job("small", pods=1), attempt=2)  # offered again: it runs
+    assert [u.type for u in drain(agent) if u.job_id == "small-1"] == [agent_pb2.BOUND]

@@ -49,3 +49,17 @@ def test_another_clusters_change_lifts_nothing_and_an_unreported_cluster_keeps_i
     memory.live(0.0, {"east": BEFORE, "west": BEFORE})
     assert set(memory.live(100.0, {"east": BEFORE, "west": AFTER})) == {("j", "east")}
     assert set(memory.live(200.0, {})) == {("j", "east")}  # east not Ready now: nothing to compare
+
+
+def test_a_change_between_the_rejection_and_the_first_look_lifts_it() -> None:
+    """The cluster's inventory moved after the agent rejected the job and before the scheduler read the rejection:
+    compared with the version read before the rejection, the job is offered again; had the version first read
+    after it been the baseline, it would wait for another change, in a cluster that is done changing forever."""
+    memory = Rejections()
+    memory.put("j", "east", "rejected", now=0.0, seen=BEFORE)
+    assert ("j", "east") in memory.live(0.0, {"east": AFTER})  # the floor first
+    assert memory.live(FLOOR, {"east": AFTER}) == {}
+    unknown = Rejections()  # nothing read before it: the first version given is its baseline
+    unknown.put("j", "east", "rejected", now=0.0)
+    unknown.live(0.0, {"east": AFTER})
+    assert ("j", "east") in unknown.live(10 * CEILING, {"east": AFTER})

@@ -70,6 +70,7 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
         **({"gpu_device_memory": inv.gpu_device_memory} if inv.gpu_device_memory else {}),
         **({"node_groups": [{"name": g.name, "per_node": dict(g.per_node.amounts), "can_add": g.can_add}
                             for g in inv.node_groups]} if inv.node_groups else {}),
+        **({"held": list(inv.held)} if inv.held else {}),
     }
 
 

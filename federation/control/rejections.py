@@ -3,7 +3,8 @@
 A rejection is the agent's verdict on the cluster as it was when it tried. It stays true while the cluster's
 inventory stays as it was, and no longer: a fixed memory either sends the job back to a cluster that will refuse
 it again, or keeps it from room freed for it (the room a reclaim made, a link healed) until the time is up. So a
-rejection holds until the cluster reports a different inventory. Under that, a floor: each rejection of the same
+rejection holds until the cluster reports an inventory other than the one last read before the rejection (what
+the agent's inventory says includes the gangs it keeps nodes for). Under that, a floor: each rejection of the same
 waiting job by the same cluster doubles the time it holds whatever changes (from `FLOOR` to at most `CEILING`
 seconds), as Kueue's requeue backoff does, so a busy cluster whose inventory changes every second is not asked
 every second about a job it keeps refusing. A cluster that gave a job back because its pods did not start in time
@@ -25,7 +26,7 @@ CEILING = 60.0  # the most the floor doubles to
 class _Held:
     why: str
     until: float  # the floor's end
-    inventory: int | None  # the cluster's inventory version when it was first seen after the rejection
+    inventory: int | None  # the cluster's inventory version last read before the rejection (or first after it)
     timed: bool = False  # holds until `until` only, whatever the cluster reports
 
 
@@ -36,13 +37,16 @@ class Rejections:
         self._held: dict[tuple[str, str], _Held] = {}
         self._count: dict[tuple[str, str], int] = {}  # rejections of a waiting job by a cluster so far
 
-    def put(self, job_id: str, cluster: str, why: str, now: float, hold: float | None = None) -> None:
+    def put(self, job_id: str, cluster: str, why: str, now: float, hold: float | None = None,
+            seen: int | None = None) -> None:
+        """`seen`: the cluster's inventory version read last before the rejection was made, when known (else the
+        first given after it is the rejection's baseline, and a change in between goes unnoticed)."""
         key = (job_id, cluster)
         if hold is not None:
             self._held[key] = _Held(why, now + hold, None, timed=True)
             return
         count = self._count[key] = self._count.get(key, 0) + 1
-        self._held[key] = _Held(why, now + min(FLOOR * 2 ** (count - 1), CEILING), None)
+        self._held[key] = _Held(why, now + min(FLOOR * 2 ** (count - 1), CEILING), seen)
 
     def clusters(self) -> set[str]:
         """The clusters some rejection is held for (whose inventories `live` needs)."""

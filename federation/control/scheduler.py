@@ -263,6 +263,7 @@ class Scheduler:
         self._arrival_task: asyncio.Task[None] | None = None
         self._forecasting: asyncio.Task[None] | None = None  # the forecast under way beside the loop, if one is
         self._refused = Rejections()  # (job, cluster) -> why, until the cluster reports a change
+        self._inventories: dict[str, int] = {}  # cluster -> its inventory version, as the last snapshot read it
         self._making_room: _Expiring[str, str] = _Expiring(ROOM_MEMORY)  # job -> cluster preempted for it
         self.cache = JobCache(jobs)
         self.steps: dict[str, float] = {}  # of the last cycle: seconds per step
@@ -364,7 +365,10 @@ class Scheduler:
                 hold = max(2 * (back - now).total_seconds(), FLOOR) if back is not None else FLOOR
                 self._refused.put(job_id, cluster, f"gave it back not ready recently: {reason}", now.timestamp(), hold)
             else:
-                self._refused.put(job_id, cluster, f"rejected it recently: {reason}", now.timestamp())
+                # Against the cluster as the last snapshot before the rejection saw it: a change since then,
+                # even one before this snapshot, lifts it (read now, it would be taken for the rejection's own).
+                self._refused.put(job_id, cluster, f"rejected it recently: {reason}", now.timestamp(),
+                                  seen=self._inventories.get(cluster))
         for job_id, cluster in self.cache.take_room_made():  # whichever replica led: the room is owed to the job
             self._making_room.put(job_id, cluster)
 
@@ -376,6 +380,7 @@ class Scheduler:
         if rows is not None:
             rejecting = self._refused.clusters()
             inventories = {c["name"]: c["inventory_version"] for c in rows if c["name"] in rejecting}
+            self._inventories = {c["name"]: c["inventory_version"] for c in rows}
         # (jobs waiting out a backoff keep theirs: the cluster that gave one back is not offered it first thing)
         live = self._refused.live(self.cache.clock().timestamp(), inventories,
                                   ChainMap(self.cache.waiting, self.cache.backing_off) if rows is not None else None)

@@ -163,7 +163,7 @@ class HyperNodeFree(_message.Message):
     def __init__(self, name: _Optional[str] = ..., tier: _Optional[int] = ..., parent: _Optional[str] = ..., free: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ...) -> None: ...
 
 class Inventory(_message.Message):
-    __slots__ = ("capacity", "allocatable", "used", "healthy", "nodes", "ready_nodes", "topology", "hypernodes", "managed", "health", "partitionable", "node_labels", "gpu_free_nodes", "gpu_device_memory", "node_groups")
+    __slots__ = ("capacity", "allocatable", "used", "healthy", "nodes", "ready_nodes", "topology", "hypernodes", "managed", "health", "partitionable", "node_labels", "gpu_free_nodes", "gpu_device_memory", "node_groups", "held")
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +179,7 @@ class Inventory(_message.Message):
     GPU_FREE_NODES_FIELD_NUMBER: _ClassVar[int]
     GPU_DEVICE_MEMORY_FIELD_NUMBER: _ClassVar[int]
     NODE_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     capacity: ResourceAmounts
     allocatable: ResourceAmounts
     used: ResourceAmounts
@@ -194,7 +195,8 @@ class Inventory(_message.Message):
     gpu_free_nodes: _containers.RepeatedScalarFieldContainer[int]
     gpu_device_memory: int
     node_groups: _containers.RepeatedCompositeFieldContainer[NodeGroup]
-    def __init__(self, capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., used: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[int] = ..., ready_nodes: _Optional[int] = ..., topology: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeFree, _Mapping]]] = ..., managed: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., health: _Optional[_Union[ClusterHealth, _Mapping]] = ..., partitionable: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ..., node_labels: _Optional[_Union[NodeLabels, _Mapping]] = ..., gpu_free_nodes: _Optional[_Iterable[int]] = ..., gpu_device_memory: _Optional[int] = ..., node_groups: _Optional[_Iterable[_Union[NodeGroup, _Mapping]]] = ...) -> None: ...
+    held: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, capacity: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., used: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., healthy: _Optional[bool] = ..., nodes: _Optional[int] = ..., ready_nodes: _Optional[int] = ..., topology: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ..., hypernodes: _Optional[_Iterable[_Union[HyperNodeFree, _Mapping]]] = ..., managed: _Optional[_Union[ResourceAmounts, _Mapping]] = ..., health: _Optional[_Union[ClusterHealth, _Mapping]] = ..., partitionable: _Optional[_Iterable[_Union[TierFree, _Mapping]]] = ..., node_labels: _Optional[_Union[NodeLabels, _Mapping]] = ..., gpu_free_nodes: _Optional[_Iterable[int]] = ..., gpu_device_memory: _Optional[int] = ..., node_groups: _Optional[_Iterable[_Union[NodeGroup, _Mapping]]] = ..., held: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class NodeGroup(_message.Message):
     __slots__ = ("name", "per_node", "can_add")

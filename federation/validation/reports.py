@@ -68,6 +68,8 @@ MAX_INVENTORY_RESOURCES = 64
 # What a real member cluster can have: the largest run some 100,000 GPUs on tens of thousands of nodes.
 MAX_CLUSTER_GPUS = 1_000_000  # devices (MIG slices included) of one resource
 MAX_CLUSTER_NODES = 100_000
+MAX_HELD = 1_000  # gangs an agent keeps nodes for (the federation holds at most one per queue there)
+MAX_JOB_ID = 80  # as the jobs table keeps them
 MAX_NODE_GROUPS = 100  # cluster-autoscaler setups with more node groups than this are not known to us
 MAX_HEALTH_SUMMARY = 8  # lines of a cluster's health summary ("3 nodes degraded (XID 79)"), each a reason long
 
@@ -100,6 +102,10 @@ def inventory_problem(inv: Any) -> str:
         if why := name_problem(f"hypernodes[{i}].name", h.name) or name_problem(f"hypernodes[{i}].parent", h.parent):
             return why
         amounts += [(f"hypernodes[{i}].free", h.free.amounts), (f"hypernodes[{i}].allocatable", h.allocatable.amounts)]
+    if len(inv.held) > MAX_HELD:
+        return f"{len(inv.held)} held gangs reported, at most {MAX_HELD}"
+    if any(len(job_id) > MAX_JOB_ID for job_id in inv.held):
+        return f"held names a job id longer than {MAX_JOB_ID} characters"
     if len(inv.node_groups) > MAX_NODE_GROUPS:
         return f"{len(inv.node_groups)} node groups reported, at most {MAX_NODE_GROUPS}"
     for i, g in enumerate(inv.node_groups):

@@ -83,8 +83,12 @@ class Fencing:
 
     def heartbeat_acknowledged(self, holds: Iterable[Any] = ()) -> None:
         """The server recorded our oldest unacknowledged heartbeat: the federation heard us when it was sent. With
-        it come the gangs the federation holds room for here, the whole set (`holds`)."""
-        self.holds = holds_from(holds)
+        it come the gangs the federation holds room for here, the whole set (`holds`): when they changed, the
+        inventory says so (a job sent back for nodes kept for them is offered again)."""
+        holds = holds_from(holds)
+        if holds != self.holds:
+            self.holds = holds
+            self._queue_inventory()
         if self._beats:
             self.last_contact = max(self.last_contact, self._beats.popleft())
             self.fenced = False

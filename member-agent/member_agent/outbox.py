@@ -13,6 +13,7 @@ from federation.kernel.jobspec import MAX_REASON, MAX_REPORTED_HYPERNODES
 from federation.kernel.tiers import TierFree
 from federation.v1 import agent_pb2
 from member_agent import mig
+from member_agent.holds import MAX_HOLDS
 from member_agent.model import INVENTORY_DELAY, LOG_CHUNK, OUTBOX_LIMIT, AgentJob, runs_short
 from member_agent.nodehealth import summary
 from member_agent.topology import ROOT
@@ -158,7 +159,8 @@ class Outbox:
             allocatable=agent_pb2.ResourceAmounts(amounts=allocatable),
             used=agent_pb2.ResourceAmounts(amounts=used), healthy=bool(self.state.ready),
             nodes=len(self.state.free), ready_nodes=len(self.state.ready), topology=topology, hypernodes=hypernodes,
-            partitionable=_tier_messages(mig.partitionable(self.state)), node_groups=self.node_group_messages()))
+            partitionable=_tier_messages(mig.partitionable(self.state)), node_groups=self.node_group_messages(),
+            held=[hold.job_id for hold in self.holds[:MAX_HOLDS]]))
 
     def drain_outbox(self) -> None:
         """A new connection starts from full state, so nothing queued for the old one matters."""
