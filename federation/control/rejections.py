@@ -48,10 +48,6 @@ class Rejections:
         count = self._count[key] = self._count.get(key, 0) + 1
         self._held[key] = _Held(why, now + min(FLOOR * 2 ** (count - 1), CEILING), seen)
 
-    def clusters(self) -> set[str]:
-        """The clusters some rejection is held for (whose inventories `live` needs)."""
-        return {cluster for _, cluster in self._held}
-
     def live(self, now: float, inventories: Mapping[str, int] | None = None,
              waiting: Container[str] | None = None) -> dict[tuple[str, str], str]:
         """The rejections that hold. `inventories`: each Ready cluster's inventory version now (one left out

@@ -377,10 +377,8 @@ class Scheduler:
         changes: `rows`, the clusters as now read) or for good, and why."""
         out: dict[str, dict[str, str]] = {}
         inventories = None
-        if rows is not None:
-            rejecting = self._refused.clusters()
-            inventories = {c["name"]: c["inventory_version"] for c in rows if c["name"] in rejecting}
-            self._inventories = {c["name"]: c["inventory_version"] for c in rows}
+        if rows is not None:  # also the baseline of the rejections read by the next snapshot
+            inventories = self._inventories = {c["name"]: c["inventory_version"] for c in rows}
         # (jobs waiting out a backoff keep theirs: the cluster that gave one back is not offered it first thing)
         live = self._refused.live(self.cache.clock().timestamp(), inventories,
                                   ChainMap(self.cache.waiting, self.cache.backing_off) if rows is not None else None)
