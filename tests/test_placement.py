@@ -385,8 +385,8 @@ def test_counting_every_node_at_once_matches_counting_node_by_node(data: st.Data
     [1, 2, 4, 8]), st.booleans()), min_size=1, max_size=25), st.booleans())
 def test_nodes_alike_scored_once_choose_exactly_as_each_scored(used: list[int], pods: list[tuple[int, int, bool]],
                                                                single: bool) -> None:
-    """The placement scores a kind of node once per pod (`_Trial.alike`): the same choices, pod for pod, as
-    scoring every node on its own (the oracle: every node its own kind)."""
+    """The placement scores a kind of node once per pod (`_Trial.alike`, `ClusterState.kind`): the same choices, pod
+    for pod, as scoring every node on its own (the oracle: every node its own kind)."""
     import member_agent.placement as placement
 
     def run(oracle: bool) -> list[tuple[str, ...]]:
@@ -396,9 +396,10 @@ def test_nodes_alike_scored_once_choose_exactly_as_each_scored(used: list[int], 
                 state.allocate(node, {GPU: 2 * gpus})
         for _ in range(3 if single else 0):  # a pod mix of lone pods: spread, and scored by fragmentation
             state.fragmentation.mix.add({GPU: 1, "cpu": 1000})
-        original = placement._Trial.alike
+        original, kind = placement._Trial.alike, ClusterState.kind
         if oracle:
             placement._Trial.alike = lambda self, node: (node,)  # type: ignore[method-assign]
+            ClusterState.kind = lambda self, node: (node,)  # type: ignore[method-assign]
         try:
             out = []
             for replicas, gpus, hard in pods:
@@ -410,7 +411,7 @@ def test_nodes_alike_scored_once_choose_exactly_as_each_scored(used: list[int], 
                         state.allocate(pod.node, {GPU: gpus})
             return out
         finally:
-            placement._Trial.alike = original  # type: ignore[method-assign]
+            placement._Trial.alike, ClusterState.kind = original, kind  # type: ignore[method-assign]
 
     assert run(oracle=False) == run(oracle=True)
 

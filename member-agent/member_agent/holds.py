@@ -12,7 +12,7 @@ Pure: the state as it is, the holds, the GPUs to keep off each node for other jo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from federation.kernel.gpuask import GPU, WHOLE
@@ -34,14 +34,13 @@ def kept(state: ClusterState, holds: Iterable[Hold], placing: str = "") -> dict[
     job being placed (`placing`) is not kept from its own nodes."""
     out: dict[str, Resources] = {}
     taken: set[str] = set()
-    # Most free first, once for every hold (what is free does not change here); GPU nodes only.
-    ordered = sorted((n for n in state.ready if state.topology.nodes[n].allocatable.get(GPU, 0) > 0),
-                     key=lambda n: (-state.free[n].get(GPU, 0), n))
+    ordered = state.most_free_gpus()  # read as far as the holds need, once for them all (nothing changes here)
+    seen: list[str] = []
     for hold in list(holds)[:MAX_HOLDS]:
         if hold.pods <= 0 or hold.gpus_per_pod <= 0:
             continue
         left = hold.pods
-        for node in ordered:
+        for node in _chain(seen, ordered):
             if left <= 0:
                 break
             if node in taken or state.topology.nodes[node].allocatable.get(GPU, 0) < hold.gpus_per_pod:
@@ -57,6 +56,14 @@ def kept(state: ClusterState, holds: Iterable[Hold], placing: str = "") -> dict[
                 if (shares := min(state.free[node].get(SHARE, 0), keep * WHOLE)) > 0:
                     out[node][SHARE] = shares
     return out
+
+
+def _chain(seen: list[str], rest: Iterator[str]) -> Iterator[str]:
+    """The nodes read so far, then on into the rest, keeping what is read for the next hold."""
+    yield from seen
+    for node in rest:
+        seen.append(node)
+        yield node
 
 
 def holds_from(message: Iterable[object]) -> list[Hold]:

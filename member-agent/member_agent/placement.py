@@ -263,27 +263,45 @@ class _Trial:
         """The least one pod of `task` adds to the fragmentation on any node under `domain` that takes it (nodes
         alike scored once)."""
         d = self.topology.domains[domain]
-        alike = {self.alike(n): n for n in d.nodes if self.fit(n, task) > 0}
-        values = [self.fragmenting(n, task.request, task, 1) for n in alike.values()]
+        values = [self.fragmenting(n, task.request, task, 1) for n, _ in self.of_each_kind(domain, task, 1)]
         values += [self.least_fragmenting(c, task) for c in d.children if self.capacity(c, task) > 0]
         return min(values, default=0.0)
 
+    def of_each_kind(self, domain: str, task: TaskRequest, wanted: int) -> list[tuple[str, int]]:
+        """Of the domain's own nodes that take `wanted` pods of `task`, the first by name of each kind, and how many
+        they take. Where this trial has touched nothing under the domain, read off the state's nodes by kind: the
+        nodes of one kind that a pod may be given take as many as each other (a kind fixes everything `fit` reads
+        but the node's labels, taints, health and sharing, which make it 0), so a kind's first such node stands for
+        it and a kind too full for the pods is passed over whole."""
+        if domain in self._touched:
+            first: dict[tuple[object, ...], tuple[str, int]] = {}
+            for n in self.topology.domains[domain].nodes:
+                if (count := self.fit(n, task)) >= wanted and (kind := self.alike(n)) not in first:
+                    first[kind] = (n, count)  # (the domain's nodes are in name order)
+            return list(first.values())
+        out = []
+        asked = [(r, a) for r, a in task.request.items() if a > 0]
+        for nodes in self.state.kinds_under(domain).values():
+            free = self.state.free[nodes[0]]
+            if any(max(free.get(r, 0), 0) // a < wanted for r, a in asked):
+                continue
+            for n in nodes:
+                if (count := self.fit(n, task)) > 0:
+                    if count >= wanted:
+                        out.append((n, count))
+                    break
+        return out
+
     def alike(self, node: str) -> tuple[object, ...]:
-        """Everything a node's scores read of it (free resources as this trial leaves them, its totals, its GPU
-        devices' free shares and memory): nodes alike score alike, so a cluster of a few kinds of node is scored
-        a few times per pod, not once per node."""
-        untouched = node not in self.used and node not in self.taken
-        if untouched and (kept := self.state.alike.get(node)) is not None:
-            return kept  # a lone pod scores every node: most are as the state left them, and read once
+        """What a node's scores read of it (`ClusterState.kind`), as this trial leaves it."""
+        if node not in self.used and node not in self.taken:
+            return self.state.kind(node)  # a lone pod scores every node: most are as the state left them
         table = self.state.devices.get(node)
         taken = self.taken.get(node, {})
-        made = (tuple(sorted((r, self.free(node, r)) for r in self.state.free[node])),
+        return (tuple(sorted((r, self.free(node, r)) for r in self.state.free[node])),
                 tuple(sorted(self.topology.nodes[node].allocatable.items())),
                 None if table is None else tuple(f - taken.get(d, 0) for d, f in enumerate(table)),
                 self.state.device_memory.get(node, 0))
-        if untouched:
-            self.state.alike[node] = made
-        return made
 
     def _amounts(self, name: str, is_node: bool, resource: str) -> tuple[int, int]:
         """Free and total of `resource` in the node or domain `name`, as this trial leaves it."""
@@ -398,34 +416,10 @@ class _Placer:
 
     def _choose(self, trial: _Trial, options: list[tuple[str, bool, int]], wanted: int, per_unit: Mapping[str, int],
                 resource: str | None, task: TaskRequest | None = None) -> tuple[str, bool, int]:
-        """Of the options that take all `wanted` units, the one that fragments the cluster least for its pod mix
-        (a single pod of `task` looks into domains for the node it would take), then the fullest (the emptiest, when
-        spreading a lone pod); else the one that takes the most (then fullest)."""
+        """Of the options that take all `wanted` units, the best (`_best`); else the one that takes the most (then
+        fullest)."""
         whole = [o for o in options if o[2] >= wanted]
-        if len(whole) == 1:
-            return whole[0]
         if whole:
-            request = {r: a * wanted for r, a in per_unit.items()}
-
-            def fragmenting(name: str, is_node: bool) -> float:
-                if is_node:
-                    return trial.fragmenting(name, request, task, wanted)
-                return trial.least_fragmenting(name, task) if task is not None and wanted == 1 else 0.0
-
-            fuller = -1.0 if self.spread else 1.0
-            scores: dict[tuple[object, ...], tuple[object, ...]] = {}  # nodes alike score alike: once per kind
-
-            def key(o: tuple[str, bool, int]) -> tuple[object, ...]:
-                kind = trial.alike(o[0]) if o[1] else None
-                score = scores.get(kind) if kind is not None else None
-                if score is None:
-                    score = (self.spares(o[0], o[1], per_unit), fragmenting(o[0], o[1]),
-                             trial.stranding(o[0], o[1], request, resource),
-                             fuller * trial.leftover(o[0], o[1], request, resource))
-                    if kind is not None:
-                        scores[kind] = score
-                return (*score, o[0])
-
             # Nodes alike score alike, and then the first by name wins: only each kind's first node is scored (a
             # lone pod in a HyperNode of a thousand nodes of a few kinds scores a few, not a thousand).
             first: dict[tuple[object, ...], tuple[str, bool, int]] = {}
@@ -438,17 +432,49 @@ class _Placer:
                 seen = first.get(kind)
                 if seen is None or o[0] < seen[0]:
                     first[kind] = o
-            return min([*first.values(), *domains], key=key)
+            return self._best(trial, [*first.values(), *domains], wanted, per_unit, resource, task)
         return min(options, key=lambda o: (-o[2], self.spares(o[0], o[1], per_unit),
                                            trial.leftover(o[0], o[1], {}, resource), o[0]))
+
+    def _best(self, trial: _Trial, options: list[tuple[str, bool, int]], wanted: int, per_unit: Mapping[str, int],
+              resource: str | None, task: TaskRequest | None) -> tuple[str, bool, int]:
+        """Of options that each take all `wanted` units (a node of each kind at most), the one that fragments the
+        cluster least for its pod mix (a single pod of `task` looks into domains for the node it would take), then
+        the fullest (the emptiest, when spreading a lone pod); ties by name."""
+        if len(options) == 1:
+            return options[0]
+        request = {r: a * wanted for r, a in per_unit.items()}
+
+        def fragmenting(name: str, is_node: bool) -> float:
+            if is_node:
+                return trial.fragmenting(name, request, task, wanted)
+            return trial.least_fragmenting(name, task) if task is not None and wanted == 1 else 0.0
+
+        fuller = -1.0 if self.spread else 1.0
+
+        def key(o: tuple[str, bool, int]) -> tuple[object, ...]:
+            return (self.spares(o[0], o[1], per_unit), fragmenting(o[0], o[1]),
+                    trial.stranding(o[0], o[1], request, resource),
+                    fuller * trial.leftover(o[0], o[1], request, resource), o[0])
+
+        return min(options, key=key)
 
     def _pods(self, trial: _Trial, domain: str, task: TaskRequest, indices: list[int]) -> bool:
         """Place single pods under `domain`, fullest-first, spanning as few children as possible."""
         resource = _deciding(task.request, self.totals)
         d = self.topology.domains[domain]
-        options: list[tuple[str, bool, int]] = [(c, False, trial.capacity(c, task)) for c in d.children]
-        options += [(n, True, trial.fit(n, task)) for n in d.nodes]
-        options = [o for o in options if o[2] > 0]
+        children = [(c, False, trial.capacity(c, task)) for c in d.children]
+        # Where some child or node takes them all (a lone pod: anywhere it fits), a node of each kind is enough.
+        whole = [o for o in children if o[2] >= len(indices)]
+        whole += [(n, True, count) for n, count in trial.of_each_kind(domain, task, len(indices))]
+        if whole:
+            name, is_node, _ = self._best(trial, whole, len(indices), task.request, resource, task)
+            if is_node:
+                trial.put(name, task, indices)
+                return True
+            return self._pods(trial, name, task, indices)
+        options = [o for o in children if o[2] > 0]
+        options += [(n, True, count) for n in d.nodes if (count := trial.fit(n, task)) > 0]
         remaining = list(indices)
         while remaining:
             if not options:

@@ -7,11 +7,12 @@ node and its few ancestors only, so the per-tier summary sent to the server is c
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from sortedcontainers import SortedList
 
 from federation.kernel.gpuask import GPU, WHOLE, GpuAsk
 from federation.kernel.jobspec import MAX_GPUS_PER_NODE, MAX_REPORTED_NODE_LABELS, NODE_OWN_LABEL
@@ -19,6 +20,7 @@ from federation.kernel.resources import SHARE, Resources
 from federation.kernel.tiers import TierFree
 from member_agent.devices import assign, fits, memory_mib, take
 from member_agent.fragmentation import Fragmentation
+from member_agent.nodegroups import NodeGroups
 from member_agent.nodehealth import DEGRADED, NodeHealth
 from member_agent.sharing import Sharing, node_sharing
 from member_agent.topology import ROOT, Node, Toleration, Topology, tolerates
@@ -91,6 +93,8 @@ class ClusterState:
         self.counts = PodCounts()
         self.fragmentation = Fragmentation()  # learns the pod mix from what is allocated
         self.alike: dict[str, tuple[object, ...]] = {}  # per node, what placement scores read of it, until it changes
+        self._kinds: dict[str, NodeGroups] = {}  # per domain, its own ready nodes by `kind`, made when first read
+        self._by_gpus = NodeGroups(self._gpus_key, topology.nodes)
         self._node_max: dict[str, Resources] = {}  # per parent domain: most free on one of its ready nodes
         # `gpu_free_nodes`' counts, and each node's part in them, brought up to date for the nodes changed since
         self._gpu_counts: dict[int, int] = {}
@@ -196,8 +200,42 @@ class ClusterState:
         self.counts.changed(node, self.topology.ancestors(node))
         self.fragmentation.forget(node)
         self.alike.pop(node, None)
+        self._by_gpus.changed(node)
+        if (kinds := self._kinds.get(self.topology.node_parent[node])) is not None:
+            kinds.changed(node)
         self._gpu_stale.add(node)
         self._stale_node_max.add(self.topology.node_parent[node])
+
+    def kind(self, node: str) -> tuple[object, ...]:
+        """Everything placement's scores read of a node (free resources, totals, its GPU devices' free shares and
+        memory): nodes of one kind score alike, so a cluster of a few kinds of node is scored a few times per pod."""
+        made = self.alike.get(node)
+        if made is None:
+            table = self.devices.get(node)
+            made = (tuple(sorted(self.free[node].items())),
+                    tuple(sorted(self.topology.nodes[node].allocatable.items())),
+                    None if table is None else tuple(table), self.device_memory.get(node, 0))
+            self.alike[node] = made
+        return made
+
+    def kinds_under(self, domain: str) -> dict[Hashable, SortedList]:
+        """The domain's own ready nodes (not its children's) by kind, each kind's in name order."""
+        kinds = self._kinds.get(domain)
+        if kinds is None:
+            kinds = self._kinds[domain] = NodeGroups(lambda n: self.kind(n) if n in self.ready else None,
+                                                     self.topology.domains[domain].nodes)
+        return kinds.groups()
+
+    def most_free_gpus(self) -> Iterator[str]:
+        """The ready nodes that have GPUs, the most free first, then by name."""
+        groups = self._by_gpus.groups()
+        for key in sorted(groups):
+            yield from groups[key]
+
+    def _gpus_key(self, node: str) -> int | None:
+        if node not in self.ready or self.topology.nodes[node].allocatable.get(GPU, 0) <= 0:
+            return None
+        return -self.free[node].get(GPU, 0)
 
     def _add_up(self, node: str, amounts: Mapping[str, int], table: dict[str, Resources], sign: int = 1) -> None:
         for domain in self.topology.ancestors(node):
