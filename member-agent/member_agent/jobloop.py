@@ -136,7 +136,7 @@ class JobLoop:
             deleted += len(held.pods) if held.attempt in stale else 0
             released = held.attempt
             await self._release(held)
-            self._send_inventory()
+            self.capacity_changed()  # one inventory for a burst of releases (a fence, a drain): not one each
         found = self.backend.attempts(job_id)
         for attempt in sorted(found):
             if attempt != released and (attempt in stale or (want is not None and attempt < want.attempt)):

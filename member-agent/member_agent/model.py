@@ -4,6 +4,7 @@ holds (`AgentJob`), the backend that runs pods, and the bounds and helpers every
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -118,6 +119,11 @@ class AgentJob:
     @property
     def gang(self) -> int:
         return gang_size(self.job.spec)
+
+    @functools.cached_property
+    def replicas(self) -> int:
+        """All its tasks' replicas (its spec never changes): read for every gang each time room may have come."""
+        return sum(t.replicas for t in self.job.spec.tasks)
 
     def unfollow(self, pods: Iterable[tuple[str, int]] | None = None) -> None:
         """Stop taking the cluster's word on these pods (None: all the gang's): the agent deletes them."""
@@ -239,4 +245,4 @@ class Backend(Protocol):
 
 def runs_short(job: AgentJob) -> bool:
     """Whether the gang runs fewer replicas than it has (it started at its minimum)."""
-    return len(job.pods) < sum(t.replicas for t in job.job.spec.tasks)
+    return len(job.pods) < job.replicas
