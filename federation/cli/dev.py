@@ -69,12 +69,26 @@ class _Child:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
-    def stop(self) -> int:
-        """SIGTERM and wait: the programs shut down cleanly on it (woken first, if frozen with SIGSTOP)."""
+    def stop(self, grace: float = 30) -> int:
+        """SIGTERM and wait: the programs shut down cleanly on it (woken first, if frozen with SIGSTOP). One that
+        outlasts `grace` is killed, and the error says where each of its threads was (py-spy, where installed)
+        and its last words."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(30)
+        try:
+            return self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(BIN))
+            stacks = "(py-spy is not installed: no stacks)"
+            if spy:
+                dump = subprocess.run([spy, "dump", "--pid", str(self.proc.pid)], capture_output=True, text=True,
+                                      timeout=60)
+                stacks = dump.stdout or f"(py-spy could not read it: {dump.stderr.strip()})"
+            self.kill()
+            tail = "\n".join(self.log.decode(errors="replace").splitlines()[-40:])
+            raise RuntimeError(f"{Path(str(self.proc.args[0])).name} did not stop within {grace:g} s of SIGTERM; "
+                               f"its threads then:\n{stacks}\nits last words:\n{tail}") from None
 
 
 class ServerProcess(_Child):
