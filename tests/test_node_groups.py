@@ -1,10 +1,11 @@
-"""The agent's nodes by kind and by free GPUs (`nodegroups.NodeGroups`), kept up to date change by change, against
-looking at every node each time: the same placements, pod for pod and device for device, and the same nodes kept
-for held gangs, over random runs of bindings, releases, nodes going not ready and back, taints and holds."""
+"""The agent's nodes by kind and by free GPUs (`nodegroups.NodeGroups`), kept up to date change by change, and each
+domain's least fragmentation remembered until a node under it changes, against looking at every node and scoring
+every domain each time: the same placements, pod for pod and device for device, and the same nodes kept for held
+gangs, over random runs of bindings, releases, nodes going not ready and back, taints and holds."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import member_agent.placement as placement
@@ -63,12 +64,17 @@ STEP = st.one_of(
 )
 
 
-@settings(max_examples=80, deadline=None)
-@given(st.sampled_from([[1, 24], [4, 6], [2, 3, 4]]), st.lists(STEP, min_size=1, max_size=40))
-def test_nodes_by_kind_and_by_free_gpus_decide_as_looking_at_every_node(fanout: list[int], steps: list[tuple]
-                                                                        ) -> None:
+@settings(max_examples=120, deadline=None)
+@given(st.sampled_from([[1, 24], [4, 6], [2, 3, 4]]), st.lists(STEP, min_size=1, max_size=40),
+       st.sampled_from([0, 1, 8]))
+@example([4, 6], [("place", 1, 0, False)] * 6, 1)  # lone pods scoring HyperNodes by what they would fragment
+@example([2, 3, 4], [("place", 1, 0, False), ("place", 1, 1, False), ("release", 0), ("place", 1, 0, False)], 8)
+def test_nodes_by_kind_and_by_free_gpus_decide_as_looking_at_every_node(fanout: list[int], steps: list[tuple],
+                                                                        learnt: int) -> None:
     nodes, hypernodes, _ = load_objects(clusters.tree("n", fanout, {GPU: "8", "cpu": "64"}))
     state = ClusterState(build(nodes, hypernodes))
+    for i in range(18 if learnt else 0):  # a pod mix learnt (lone pods, which spread, or gangs): what a node has
+        state.fragmentation.mix.add({GPU: (1, 4, 8)[i % 3], "cpu": 1000}, gang=learnt)  # left free scores
     names = sorted(state.free)
     holds: list[Hold] = []
     bound: list[tuple[str, Resources, tuple[int, ...], int]] = []
@@ -81,14 +87,18 @@ def test_nodes_by_kind_and_by_free_gpus_decide_as_looking_at_every_node(fanout: 
             assert kept(state, holds, "j") == kept_oracle(state, holds, "j")
             decided = []
             for oracle in (True, False):
-                original = placement._Trial.of_each_kind
-                if oracle:
+                original = (placement._Trial.of_each_kind, ClusterState.least_fragmenting,
+                            ClusterState.remember_least_fragmenting)
+                if oracle:  # every node looked at, every domain scored afresh (and nothing left remembered)
                     placement._Trial.of_each_kind = every_node  # type: ignore[method-assign]
+                    ClusterState.least_fragmenting = lambda self, domain, shape: None  # type: ignore[method-assign]
+                    ClusterState.remember_least_fragmenting = lambda self, d, s, v: None  # type: ignore[method-assign]
                 try:
                     with state.lowered(kept(state, holds, "j")):
                         decided.append(place(state, gang))
                 finally:
-                    placement._Trial.of_each_kind = original  # type: ignore[method-assign]
+                    (placement._Trial.of_each_kind, ClusterState.least_fragmenting,  # type: ignore[method-assign]
+                     ClusterState.remember_least_fragmenting) = original
             by_oracle, by_kinds = decided
             assert type(by_kinds) is type(by_oracle)
             if isinstance(by_kinds, Placement):

@@ -35,7 +35,7 @@ from member_agent.model import (
 from member_agent.moves import Moves
 from member_agent.nodeasks import NodeAsks
 from member_agent.nodeorders import NodeOrders
-from member_agent.outbox import Outbox
+from member_agent.outbox import Outbox, Outgoing
 from member_agent.podset import PodSet
 from member_agent.policies import Policies
 from member_agent.provisioning import Ask, NodeGroup
@@ -52,7 +52,7 @@ class Agent(Outbox, Fencing, JobLoop, PodSet, MigPreparation, Policies, Moves, N
     jobs: dict[str, AgentJob] = field(default_factory=dict)  # actual: the gangs this agent holds
     desired: dict[str, Desired] = field(default_factory=dict)  # the attempt the federation runs here, per job
     reports: dict[str, agent_pb2.JobUpdate] = field(default_factory=dict)
-    outbox: asyncio.Queue[agent_pb2.AgentMessage] = field(default_factory=lambda: asyncio.Queue(OUTBOX_LIMIT))
+    outbox: Outgoing = field(default_factory=lambda: Outgoing(OUTBOX_LIMIT))
     overflowed: bool = False  # the outbox dropped a message: the next connection must resync
     _acting: set[asyncio.Task[Any]] = field(default_factory=set)  # lifecycle actions under way
     _action_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -94,9 +94,11 @@ class Agent(Outbox, Fencing, JobLoop, PodSet, MigPreparation, Policies, Moves, N
     # taken it (fewer taken than its number), a binding brings it up to date instead of queueing one more.
     _puts: int = 0
     _queued_inventory: tuple[int, agent_pb2.AgentMessage] | None = None
+    _inventory_behind: bool = False  # bindings since that inventory was made: it is made again when taken
 
     def __post_init__(self) -> None:
         self.backend.set_listener(self.pod_phase, self.node_ready, self.capacity_changed)
+        self.outbox.taking = self._taking
         INVENTORY_AGE.set_function(lambda: time.monotonic() - self._inventory_sent)
 
     @property

@@ -124,6 +124,16 @@ class Fragmentation:
     def forget(self, node: str) -> None:
         self._memo.pop(node, None)
 
+    def remembered(self, node: str, shape: Shape) -> float | None:
+        """What `increase` gave for the node's own free resources and this shape since the node last changed, if
+        it was asked (so that what it needs computed, the node's devices after the pods, need not be)."""
+        if not self.mix.weights:
+            return 0.0
+        if self._epoch != self.mix.epoch:
+            self._memo.clear()
+            self._epoch = self.mix.epoch
+        return self._memo.get(node, {}).get(shape)
+
     def increase(self, node: str, free: Resources, request: Mapping[str, int], shape: Shape | None = None,
                  gpus: tuple[Sequence[int], Sequence[int]] | None = None) -> float:
         """How much taking `request` from `free` (the node's free resources) adds; remembered under `shape` when

@@ -367,7 +367,8 @@ class JobLoop:
         """Release the job's resources, once: a cancel and a policy's ending may both be under way."""
         if self.jobs.get(job.job.id) is not job:
             return
-        self._queued_inventory = None  # what it frees must not show in an inventory ahead of its end's update
+        self._catch_up_inventory()  # what it frees must not show in an inventory ahead of its end's update
+        self._queued_inventory = None
         if job.overrun is not None:
             job.overrun.cancel()
         if job.unready is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from federation.kernel.gpuask import MAX_MEMORY_MIB
@@ -17,6 +17,19 @@ from member_agent.holds import MAX_HOLDS
 from member_agent.model import INVENTORY_DELAY, LOG_CHUNK, OUTBOX_LIMIT, AgentJob, runs_short
 from member_agent.nodehealth import summary
 from member_agent.topology import ROOT
+
+
+class Outgoing(asyncio.Queue[agent_pb2.AgentMessage]):
+    """The agent's messages out, each shown to `taking` as it is taken, whoever takes it (the stream, a test): an
+    inventory is made as late as that."""
+
+    taking: Callable[[agent_pb2.AgentMessage], None] | None = None
+
+    def _get(self) -> agent_pb2.AgentMessage:
+        message = super()._get()
+        if self.taking is not None:
+            self.taking(message)
+        return message
 
 
 class Outbox:
@@ -38,11 +51,25 @@ class Outbox:
         not show what the job held as free."""
         queued = self._queued_inventory
         if coalesce and queued is not None and self._puts - self.outbox.qsize() < queued[0]:
-            queued[1].CopyFrom(self.inventory())
+            self._inventory_behind = True  # made again when taken (`_taking`), or before a job's end frees anything
             return
+        self._catch_up_inventory()
         message = self.inventory()
         self._send(message)
         self._queued_inventory = (self._puts, message)
+
+    def _taking(self, message: agent_pb2.AgentMessage) -> None:
+        queued = self._queued_inventory
+        if queued is not None and message is queued[1]:
+            self._catch_up_inventory()
+
+    def _catch_up_inventory(self) -> None:
+        """Bring the inventory waiting in the outbox up to the bindings since it was made: at the latest when it is
+        taken, and before a job's end frees what it held (then it must show the bindings, not the freeing). An
+        inventory per stream write, however many gangs bind meanwhile, not one each."""
+        if self._inventory_behind and self._queued_inventory is not None:
+            self._queued_inventory[1].CopyFrom(self.inventory())
+        self._inventory_behind = False
 
     def report_pod_statuses(self) -> int:
         """Send the pods of each gang whose statuses changed since last said (level-triggered, every few
@@ -167,6 +194,7 @@ class Outbox:
         while not self.outbox.empty():
             self.outbox.get_nowait()
         self._queued_inventory = None
+        self._inventory_behind = False
         self.overflowed = False
         self._beats.clear()  # acknowledgements of the old stream's heartbeats never come
         self._pods_said.clear()  # said again on the new stream (the server may have missed the last)

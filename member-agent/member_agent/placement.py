@@ -239,12 +239,15 @@ class _Trial:
         """How much taking `request` on `node` adds to the cluster's fragmentation for its pod mix; where the node's
         GPUs are devices, device by device as `count` pods of `task` would be given them."""
         fragmentation = self.state.fragmentation
-        gpus = self._gpus_after(node, task, count) if task is not None else None
         if node in self._touched:
             free = {r: self.free(node, r) for r in self.state.free[node]}
+            gpus = self._gpus_after(node, task, count) if task is not None else None
             return fragmentation.increase(node, free, request, gpus=gpus)
-        return fragmentation.increase(node, self.state.free[node], request,
-                                      (*sorted(request.items()), ("pods", count)), gpus)
+        shape = (*sorted(request.items()), ("pods", count))
+        if (known := fragmentation.remembered(node, shape)) is not None:
+            return known
+        gpus = self._gpus_after(node, task, count) if task is not None else None
+        return fragmentation.increase(node, self.state.free[node], request, shape, gpus)
 
     def _gpus_after(self, node: str, task: TaskRequest, count: int) -> tuple[list[int], list[int]] | None:
         """The node's GPU devices' shares free, as this trial left them and after `count` more pods of `task`."""
@@ -262,10 +265,16 @@ class _Trial:
     def least_fragmenting(self, domain: str, task: TaskRequest) -> float:
         """The least one pod of `task` adds to the fragmentation on any node under `domain` that takes it (nodes
         alike scored once)."""
+        untouched = domain not in self._touched  # then it is the state's, remembered until a node under it changes
+        if untouched and (known := self.state.least_fragmenting(domain, task.shape)) is not None:
+            return known
         d = self.topology.domains[domain]
         values = [self.fragmenting(n, task.request, task, 1) for n, _ in self.of_each_kind(domain, task, 1)]
         values += [self.least_fragmenting(c, task) for c in d.children if self.capacity(c, task) > 0]
-        return min(values, default=0.0)
+        least = min(values, default=0.0)
+        if untouched:
+            self.state.remember_least_fragmenting(domain, task.shape, least)
+        return least
 
     def of_each_kind(self, domain: str, task: TaskRequest, wanted: int) -> list[tuple[str, int]]:
         """Of the domain's own nodes that take `wanted` pods of `task`, the first by name of each kind, and how many

@@ -95,6 +95,9 @@ class ClusterState:
         self.alike: dict[str, tuple[object, ...]] = {}  # per node, what placement scores read of it, until it changes
         self._kinds: dict[str, NodeGroups] = {}  # per domain, its own ready nodes by `kind`, made when first read
         self._by_gpus = NodeGroups(self._gpus_key, topology.nodes)
+        # Per domain and pod shape, the least one pod adds to the fragmentation under it, and the pod mix's epoch
+        # it was scored in (`placement._Trial.least_fragmenting`): until a node under it changes.
+        self._least: dict[str, dict[Shape, tuple[int, float]]] = {}
         self._node_max: dict[str, Resources] = {}  # per parent domain: most free on one of its ready nodes
         # `gpu_free_nodes`' counts, and each node's part in them, brought up to date for the nodes changed since
         self._gpu_counts: dict[int, int] = {}
@@ -174,6 +177,7 @@ class ClusterState:
         for node in degraded:
             self._avoid[HEALTHY_ONLY][self._rows[node]] = True
         self.counts.clear()
+        self._least.clear()
         self._stale_node_max.update(self.topology.domains)
         return True
 
@@ -197,10 +201,13 @@ class ClusterState:
         return sorted(self._under(hypernode))
 
     def _changed(self, node: str) -> None:
-        self.counts.changed(node, self.topology.ancestors(node))
+        ancestors = self.topology.ancestors(node)
+        self.counts.changed(node, ancestors)
         self.fragmentation.forget(node)
         self.alike.pop(node, None)
         self._by_gpus.changed(node)
+        for domain in ancestors:
+            self._least.pop(domain, None)
         if (kinds := self._kinds.get(self.topology.node_parent[node])) is not None:
             kinds.changed(node)
         self._gpu_stale.add(node)
@@ -217,6 +224,13 @@ class ClusterState:
                     None if table is None else tuple(table), self.device_memory.get(node, 0))
             self.alike[node] = made
         return made
+
+    def least_fragmenting(self, domain: str, shape: Shape) -> float | None:
+        known = self._least.get(domain, {}).get(shape)
+        return known[1] if known is not None and known[0] == self.fragmentation.mix.epoch else None
+
+    def remember_least_fragmenting(self, domain: str, shape: Shape, value: float) -> None:
+        self._least.setdefault(domain, {})[shape] = (self.fragmentation.mix.epoch, value)
 
     def kinds_under(self, domain: str) -> dict[Hashable, SortedList]:
         """The domain's own ready nodes (not its children's) by kind, each kind's in name order."""
