@@ -95,6 +95,10 @@ class Agent(Outbox, Fencing, JobLoop, PodSet, MigPreparation, Policies, Moves, N
     _puts: int = 0
     _queued_inventory: tuple[int, agent_pb2.AgentMessage] | None = None
     _inventory_behind: bool = False  # bindings since that inventory was made: it is made again when taken
+    # The inventory's HyperNodes, each message kept until what is free under it may have changed, for this state.
+    _hypernodes_of: ClusterState | None = None
+    _hypernodes: dict[str, agent_pb2.HyperNodeFree | None] = field(default_factory=dict)
+    _hypernodes_changed: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.backend.set_listener(self.pod_phase, self.node_ready, self.capacity_changed)

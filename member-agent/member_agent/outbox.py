@@ -157,14 +157,7 @@ class Outbox:
         self._inventory_sent = time.monotonic()
         capacity, allocatable, used = self.state.totals()
         topology = _tier_messages(self.state.summary())
-        domains = [d for d in self.state.topology.domains.values() if d.name != ROOT]
-        if len(domains) > MAX_REPORTED_HYPERNODES:  # too many to send every time: only the tiers' summary
-            domains = []
-        hypernodes = [agent_pb2.HyperNodeFree(
-            name=d.name, tier=d.tier, parent=d.parent if d.parent and d.parent != ROOT else "",
-            free=agent_pb2.ResourceAmounts(amounts=self.state.domain_free[d.name]),
-            allocatable=agent_pb2.ResourceAmounts(amounts=self.state.domain_allocatable[d.name]))
-            for d in sorted(domains, key=lambda d: (-d.tier, d.name))]
+        hypernodes = self._hypernode_messages()
         managed = dict(self.backend.unadopted())
         for resource, amount in self._held_total.items():
             if amount:
@@ -188,6 +181,31 @@ class Outbox:
             nodes=len(self.state.free), ready_nodes=len(self.state.ready), topology=topology, hypernodes=hypernodes,
             partitionable=_tier_messages(mig.partitionable(self.state)), node_groups=self.node_group_messages(),
             held=[hold.job_id for hold in self.holds[:MAX_HOLDS]]))
+
+    def _hypernode_messages(self) -> list[agent_pb2.HyperNodeFree]:
+        """Each HyperNode's free and allocatable, highest tier first; a HyperNode's message made again only when
+        what is free under it may have changed (a binding changes one node's few HyperNodes, not hundreds)."""
+        state = self.state
+        if self._hypernodes_of is not state:  # a state built afresh: every HyperNode afresh
+            domains = [d for d in state.topology.domains.values() if d.name != ROOT]
+            if len(domains) > MAX_REPORTED_HYPERNODES:  # too many to send every time: only the tiers' summary
+                domains = []
+            self._hypernodes_of, self._hypernodes_changed = state, state.watch_domains()
+            self._hypernodes = {d.name: None for d in sorted(domains, key=lambda d: (-d.tier, d.name))}
+        for name in self._hypernodes_changed:
+            if name in self._hypernodes:
+                self._hypernodes[name] = None
+        self._hypernodes_changed.clear()
+        out = []
+        for name, message in self._hypernodes.items():
+            if message is None:
+                d = state.topology.domains[name]
+                message = self._hypernodes[name] = agent_pb2.HyperNodeFree(
+                    name=name, tier=d.tier, parent=d.parent if d.parent and d.parent != ROOT else "",
+                    free=agent_pb2.ResourceAmounts(amounts=state.domain_free[name]),
+                    allocatable=agent_pb2.ResourceAmounts(amounts=state.domain_allocatable[name]))
+            out.append(message)
+        return out
 
     def drain_outbox(self) -> None:
         """A new connection starts from full state, so nothing queued for the old one matters."""

@@ -106,6 +106,9 @@ class ClusterState:
         self._stale_node_max: set[str] = set(topology.domains)
         self._domain_rows: dict[str, np.ndarray] = {}  # per domain, its own nodes' rows in the free array
         self._node_capacity: Resources | None = None  # the most one node has of each resource
+        self._domain_free: np.ndarray | None = None  # `domain_free` as one array, a row per domain (`summary`)
+        self._tier_largest: dict[int, Resources] = {}  # per tier, the most one of its domains has at all
+        self._domain_watchers: list[set[str]] = []  # `watch_domains`
         for name, node in topology.nodes.items():
             self._add_up(name, node.allocatable, self.domain_allocatable)
             self._add_up(name, node.allocatable, self.domain_free)
@@ -124,6 +127,14 @@ class ClusterState:
         self._tainted = {i: n for n, i in self._rows.items() if topology.nodes[n].taints}  # row -> node
         self._domain_list = list(topology.domains)
         domain_row = {d: i for i, d in enumerate(self._domain_list)}
+        self._domain_row = domain_row
+        self._domain_free = np.zeros((len(self._domain_list), len(self._columns)), dtype=np.int64)
+        for domain, free in self.domain_free.items():
+            for resource, amount in free.items():
+                self._domain_free[domain_row[domain], self._columns[resource]] = amount
+        self._tiers = {t: topology.of_tier(t) for t in topology.tiers()}  # lowest first, each tier's by name
+        self._tier_rows = {t: np.array([domain_row[d.name] for d in domains], dtype=np.int64)
+                           for t, domains in self._tiers.items()}
         self._parent_row = np.array([domain_row[topology.node_parent[n]] for n in sorted(topology.nodes)],
                                     dtype=np.int64)
         # children before parents: a HyperNode's members are of lower tiers, the virtual root is above all
@@ -208,6 +219,8 @@ class ClusterState:
         self._by_gpus.changed(node)
         for domain in ancestors:
             self._least.pop(domain, None)
+        for watcher in self._domain_watchers:
+            watcher.update(ancestors)
         if (kinds := self._kinds.get(self.topology.node_parent[node])) is not None:
             kinds.changed(node)
         self._gpu_stale.add(node)
@@ -224,6 +237,13 @@ class ClusterState:
                     None if table is None else tuple(table), self.device_memory.get(node, 0))
             self.alike[node] = made
         return made
+
+    def watch_domains(self) -> set[str]:
+        """A set of domains the state adds each domain to whose free resources may have changed, starting with
+        all of them; its reader takes them out as it reads (the inventory's HyperNodes, made again only for those)."""
+        watcher = set(self.topology.domains)
+        self._domain_watchers.append(watcher)
+        return watcher
 
     def least_fragmenting(self, domain: str, shape: Shape) -> float | None:
         known = self._least.get(domain, {}).get(shape)
@@ -252,10 +272,13 @@ class ClusterState:
         return -self.free[node].get(GPU, 0)
 
     def _add_up(self, node: str, amounts: Mapping[str, int], table: dict[str, Resources], sign: int = 1) -> None:
+        mirror = self._domain_free if table is self.domain_free else None
         for domain in self.topology.ancestors(node):
             totals = table[domain]
             for resource, amount in amounts.items():
                 totals[resource] = totals.get(resource, 0) + sign * amount
+                if mirror is not None and (column := self._columns.get(resource)) is not None:
+                    mirror[self._domain_row[domain], column] += sign * amount
 
     def allocate(self, node: str, request: Mapping[str, int], sign: int = 1, devices: Sequence[int] | None = None,
                  share: int = WHOLE, gang: int = 1) -> tuple[int, ...]:
@@ -500,26 +523,35 @@ class ClusterState:
                 for domain in self.topology.ancestors(node):
                     _add(less.setdefault(domain, {}), self.free[node])
         most_on_node: Resources = {}
-        for most in node_max.values():
-            for resource, amount in most.items():
-                most_on_node[resource] = max(most_on_node.get(resource, 0), amount)
+        if not unhealthy:  # the most free on any ready node, over the free array
+            if self._ready.any():
+                most_on_node = dict(zip(self._columns, self._free[self._ready].max(0).tolist(), strict=True))
+        else:
+            for most in node_max.values():
+                for resource, amount in most.items():
+                    most_on_node[resource] = max(most_on_node.get(resource, 0), amount)
         if self._node_capacity is None:
             self._node_capacity = {}
             for node in self.topology.nodes.values():
                 for resource, amount in node.allocatable.items():
                     self._node_capacity[resource] = max(self._node_capacity.get(resource, 0), amount)
         out = [TierFree(0, "node", {r: a for r, a in most_on_node.items() if a > 0}, dict(self._node_capacity))]
-        for tier in self.topology.tiers():
-            domains = self.topology.of_tier(tier)
-            most, largest = {}, {}
-            for d in domains:
+        for tier, domains in self._tiers.items():
+            most: Resources = {}
+            if not less and len(rows := self._tier_rows[tier]):  # over the domains' free array: a few hundred at once
+                most = dict(zip(self._columns, self._domain_free[rows].max(0).tolist(), strict=True))
+            for d in domains if less else ():
                 taken = less.get(d.name, {})
                 for resource, amount in self.domain_free[d.name].items():
                     most[resource] = max(most.get(resource, 0), amount - taken.get(resource, 0))
-                for resource, amount in self.domain_allocatable[d.name].items():
-                    largest[resource] = max(largest.get(resource, 0), amount)
+            largest = self._tier_largest.get(tier)
+            if largest is None:  # what domains have at all never changes
+                largest = self._tier_largest[tier] = {}
+                for d in domains:
+                    for resource, amount in self.domain_allocatable[d.name].items():
+                        largest[resource] = max(largest.get(resource, 0), amount)
             name = domains[0].tier_name if domains else ""
-            out.append(TierFree(tier, name, {r: a for r, a in most.items() if a > 0}, largest))
+            out.append(TierFree(tier, name, {r: a for r, a in most.items() if a > 0}, dict(largest)))
         return out
 
     def _most_on_a_node(self, domain: str, skip: set[str]) -> Resources:
