@@ -507,14 +507,17 @@ class ClusterState:
 
         Tier 0 is the single node: whether the largest pod fits anywhere at all.
         """
-        for domain in self._stale_node_max:
-            self._node_max[domain] = self._most_on_a_node(domain, set())
-        self._stale_node_max.clear()
-        node_max = self._node_max
         unhealthy = self.unhealthy() if healthy else set()
         less: dict[str, Resources] = {}  # per domain: what its unhealthy ready nodes have free
-        if unhealthy:
-            node_max = dict(node_max)
+        most_on_node: Resources = {}
+        if not unhealthy:  # the most free on any ready node, over the free array
+            if self._ready.any():
+                most_on_node = dict(zip(self._columns, self._free[self._ready].max(0).tolist(), strict=True))
+        else:  # per parent domain, the most on one of its healthy ready nodes
+            for domain in self._stale_node_max:
+                self._node_max[domain] = self._most_on_a_node(domain, set())
+            self._stale_node_max.clear()
+            node_max = dict(self._node_max)
             for node in unhealthy:
                 node_max[self.topology.node_parent[node]] = {}
             for parent in {self.topology.node_parent[n] for n in unhealthy}:
@@ -522,11 +525,6 @@ class ClusterState:
             for node in unhealthy & self.ready:
                 for domain in self.topology.ancestors(node):
                     _add(less.setdefault(domain, {}), self.free[node])
-        most_on_node: Resources = {}
-        if not unhealthy:  # the most free on any ready node, over the free array
-            if self._ready.any():
-                most_on_node = dict(zip(self._columns, self._free[self._ready].max(0).tolist(), strict=True))
-        else:
             for most in node_max.values():
                 for resource, amount in most.items():
                     most_on_node[resource] = max(most_on_node.get(resource, 0), amount)
