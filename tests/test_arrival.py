@@ -47,8 +47,11 @@ def test_arrivals_take_only_room_the_last_cycle_left_and_stay_within_their_share
         world.apply(decisions, step)
         new = _arrive(world, rng.randrange(1, 8))
         now_waiting = list(world.pending.values())
-        judged = arrivals.admit_all(world.manager, new)
+        # Clusters cordoned (or gone silent) since the cycle: nothing arriving is sent there.
+        usable = {view.name for view in snap.clusters if rng.random() < 0.8}
+        judged = arrivals.admit_all(world.manager, new, usable)
         admitted = {job_id: found.cluster for job_id, found in judged.items() if isinstance(found, Admitted)}
+        assert set(admitted.values()) <= usable
         jobs = {job.id: job for job in new}
 
         # Room: what the arrivals take in a cluster fits what the cycle left free there after its dispatches and
@@ -184,6 +187,6 @@ def test_jobs_submitted_together_into_an_idle_queue_go_one_after_the_other_while
     burst = [_job(f"b{i}", 16, "t1-b", 2 + i) for i in range(4)]  # t1-b deserves 48 of them (see above)
     for job in burst:
         world.manager.add(job)
-    judged = arrivals.admit_all(world.manager, burst)
+    judged = arrivals.admit_all(world.manager, burst, {"c0", "c1", "c2"})
     assert [isinstance(judged[job.id], Admitted) for job in burst] == [True, True, True, False]
     assert "deserved share" in str(judged["b3"])

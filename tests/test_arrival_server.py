@@ -44,6 +44,16 @@ async def test_a_job_that_fits_what_the_last_cycle_left_is_dispatched_on_arrival
     assert (await store.get(too_big))["phase"] == "PENDING"
     assert await scheduler.admit_arrivals() == {}  # each arrival is judged once; the cycle has the rest
 
+    # A cluster cordoned since the cycle is sent nothing that arrives after the cordon, however much room it had.
+    await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=too_big))  # the new job is its queue's head
+    assert (await scheduler.cycle()).assign == {}
+    await admin.set_cordoned("east", True, "admin")
+    after_cordon = await _submit(api, "after-cordon", "2")
+    assert await scheduler.admit_arrivals() == {}
+    assert (await store.get(after_cordon))["phase"] == "PENDING"
+    await admin.set_cordoned("east", False, "admin")
+    assert (await scheduler.cycle()).assign == {after_cordon: "east"}
+
     # While a cycle is under way nothing goes on arrival; once it is written, the jobs that came are looked at.
     async with scheduler._deciding:
         scheduler._arrivals = None  # as a cycle does when it starts

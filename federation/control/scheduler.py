@@ -331,8 +331,11 @@ class Scheduler:
                          if (job := self.cache.waiting.get(job_id)) is not None]
             if not submitted:
                 return {}
+            # Read after the jobs: a cordon that came before a job's submission is seen.
+            usable = await self.admin.usable(self.heartbeat_timeout)
             # Pure Python, as long as the burst of submissions: off the loop, like the cycle.
-            judged = await asyncio.to_thread(arrivals.admit_all, self.cache.backlog, submitted[:ARRIVALS_AT_ONCE])
+            judged = await asyncio.to_thread(arrivals.admit_all, self.cache.backlog, submitted[:ARRIVALS_AT_ONCE],
+                                             usable)
             admitted = {job_id: found for job_id, found in judged.items() if isinstance(found, Admitted)}
             if not admitted:
                 return {}

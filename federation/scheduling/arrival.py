@@ -14,7 +14,9 @@ shares. A job goes at once only when the next cycle would have no better use for
   limit held it), and room held for a gang (reservations, room being made by preemption) stays held. Room freed
   since (gangs that ended) is not offered here: waiting heads get their turn at it in the next cycle first;
 - the last cycle was not cut short by the burst (heads it did not reach had no turn), and no gang of the job's
-  tenant was preempted by it (their usage is counted gone before they are).
+  tenant was preempted by it (their usage is counted gone before they are);
+- its cluster may still be sent jobs: one cordoned, gone silent or found with a problem since that cycle is
+  passed over (a job submitted after a cordon must never reach the cluster).
 
 Everything else, and every job this path passes over, waits for the next full cycle, which keeps reclaim,
 reservations, provisioning, HyperJobs and moves. Pure: no clock, no I/O.
@@ -22,7 +24,7 @@ reservations, provisioning, HyperJobs and moves. Pure: no clock, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -61,23 +63,26 @@ class Arrivals:
         beside what runs, the last cycle's dispatches and the jobs admitted on arrival since."""
         self.cycle.compute_shares(backlog)
 
-    def admit_all(self, backlog: QueueManager, jobs: Sequence[PendingJob]) -> dict[str, Admitted | str]:
+    def admit_all(self, backlog: QueueManager, jobs: Sequence[PendingJob], usable: Collection[str]
+                  ) -> dict[str, Admitted | str]:
         """Each job in turn, shares worked out again first with what waits now (`backlog`, which holds them): where
         it goes, or why it waits. A job admitted here no longer waits, so the one after it in its queue is the
-        queue's head for the next."""
+        queue's head for the next. `usable`: the clusters jobs may be sent to now (read after the jobs were)."""
         self.reshare(backlog)
         out: dict[str, Admitted | str] = {}
-        gone: set[str] = set()
+        sent: set[str] = set()
+        gone = {c: "cordoned, not ready or with a problem since the last cycle" for c in self.cycle.clusters.names
+                if c not in usable}
         for job in jobs:
-            head = next((j for j in backlog.order[job.queue] if j.id not in gone), None) is job
-            found = out[job.id] = self.admit(job, head)
+            head = next((j for j in backlog.order[job.queue] if j.id not in sent), None) is job
+            found = out[job.id] = self.admit(job, head, gone)
             if isinstance(found, Admitted):
-                gone.add(job.id)
+                sent.add(job.id)
         return out
 
-    def admit(self, job: PendingJob, head: bool) -> Admitted | str:
+    def admit(self, job: PendingJob, head: bool, gone: Mapping[str, str] | None = None) -> Admitted | str:
         """Where the job goes now, or why it waits for the next cycle. `head`: it is its queue's first waiting
-        job."""
+        job; `gone`: clusters it may not be sent to any more, and why."""
         cycle, queue = self.cycle, job.queue
         if cycle.out.cut_short:
             return "the last cycle was cut short: heads it did not reach come first"
@@ -101,7 +106,7 @@ class Arrivals:
         tenant_share, queue_share = cycle.ledger.share_after(queue, cycle.wanted(job))
         if tenant_share > 1 + EPSILON or queue_share > 1 + EPSILON:
             return "past a deserved share once started: its turn is the cycle's"
-        cluster, reasons = cycle.choose(job, queue)
+        cluster, reasons = cycle.choose(job, queue, gone)
         if cluster is None:
             return "no cluster has room the last cycle left: " + "; ".join(reasons[:3])
         held = job.view.request

@@ -141,10 +141,14 @@ class _Cycle:
 
     # -- cluster choice ----------------------------------------------------------------------
 
-    def choose(self, job: PendingJob, queue: str) -> tuple[str | None, list[str]]:
+    def choose(self, job: PendingJob, queue: str, gone: Mapping[str, str] | None = None
+               ) -> tuple[str | None, list[str]]:
         """The best cluster for the job, or None with each cluster's reason. With flavors, only clusters of
-        the flavors its queue may use and whose quotas it would not exceed, in the queue's order."""
+        the flavors its queue may use and whose quotas it would not exceed, in the queue's order. `gone`: clusters
+        passed over whatever their room, and why (cordoned since the snapshot)."""
         refused = self.snap.refused.get(job.id, {})
+        if gone:
+            refused = {**refused, **gone}
         if not self.flavors:
             best = self.clusters.best(job.view, refused)
             return (best, []) if best is not None else (None, self.clusters.reasons(job.view, refused))

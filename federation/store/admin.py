@@ -270,6 +270,13 @@ class AdminStore:
                 seq = (await conn.execute(LAST_EVENT_SEQ)).scalar_one()
         return rows, seq
 
+    async def usable(self, heartbeat_timeout: float) -> set[str]:
+        """The clusters jobs may be sent to now: live (as `clusters` says), not cordoned, no problem reported."""
+        async with self.engine.connect() as conn:
+            return set((await conn.execute(select(Cluster.name).where(
+                Cluster.status == "READY", Cluster.last_heartbeat > func.now() - timedelta(seconds=heartbeat_timeout),
+                Cluster.cordoned.is_(False), Cluster.problem == ""))).scalars())
+
     async def _get(self, conn: AsyncConnection, model: type[Base], name: str, for_update: bool = False) -> Any:
         query = select(model).where(model.name == name)
         if for_update:
