@@ -26,6 +26,7 @@ from federation.api.status import check_request, servicer
 from federation.control.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.errors import AlreadyExists, FailedPrecondition, FederationError, InvalidArgument, PermissionDenied
 from federation.kernel.admission import admitted
+from federation.kernel.batches import drained, packed
 from federation.kernel.versions import agent_refused
 from federation.relay.connections import Connection, Connections
 from federation.relay.logrelay import LogRelay
@@ -72,6 +73,12 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
                             for g in inv.node_groups]} if inv.node_groups else {}),
         **({"held": list(inv.held)} if inv.held else {}),
     }
+
+
+def _one(messages: Sequence[agent_pb2.ControlMessage]) -> agent_pb2.ControlMessage:
+    """Messages for the stream as one: alone, or a batch of them."""
+    return messages[0] if len(messages) == 1 else agent_pb2.ControlMessage(
+        batch=agent_pb2.ControlMessages(messages=messages))
 
 
 def _observe(cluster: str, applied: Any) -> None:
@@ -171,6 +178,12 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         async def receive() -> None:
             try:
                 async for message in request_iterator:
+                    if isinstance(message, agent_pb2.AgentMessage) and message.WhichOneof("msg") == "batch":
+                        for i, one in enumerate(message.batch.messages):  # each as if it had come alone
+                            if one.WhichOneof("msg") == "batch":
+                                raise InvalidArgument([Violation(f"batch.messages[{i}]", "a batch holds no batch")])
+                            await inbox.put(one)
+                        continue
                     await inbox.put(message)
                 await inbox.put(_END)
             except Exception as err:  # handed to the reader below, which ends the stream with it
@@ -277,22 +290,24 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             # After its reports: a job the agent stopped while cut off is not live any more.
             registered = agent_pb2.ControlMessage(registered=agent_pb2.Registered(
                 cluster=reg.cluster, reconciled=await self._live(reg.cluster, reg.running),
-                fence_seconds=self.lost_grace))
+                fence_seconds=self.lost_grace, batches=True))
             await self.jobs.cluster_back(reg.cluster)
             resent = await self._unreported(reg.cluster, {u.job_id: u.attempt for u in reg.jobs})
             reader = asyncio.create_task(self._read(conn, request_iterator))
             closed = asyncio.create_task(conn.closed.wait())
             tasks += [reader, closed]
             yield registered
-            for message in resent:
+            for group in packed(resent) if reg.batches else ([m] for m in resent):
                 if conn.closed.is_set() or reader.done():
                     break
-                yield message
+                yield _one(group)
             while True:
                 order = asyncio.create_task(conn.queue.get())
                 done, _ = await asyncio.wait({order, reader, closed}, return_when=asyncio.FIRST_COMPLETED)
                 if order in done:
-                    yield order.result()
+                    # With the orders queued behind it, as few stream messages as fit, to an agent that reads them.
+                    for group in packed(drained(order.result(), conn.queue)) if reg.batches else [[order.result()]]:
+                        yield _one(group)
                     self.connections.taken(conn)
                     continue
                 order.cancel()

@@ -10,10 +10,10 @@ last read them, and shares the decoded value: callers read it and never change i
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import orjson
 from sqlalchemy import Text, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -64,4 +64,4 @@ class Inventories:
 
 
 def _decode(texts: Sequence[Any]) -> dict[str, tuple[int, dict[str, Any]]]:
-    return {name: (version, json.loads(text) if text is not None else {}) for name, version, text in texts}
+    return {name: (version, orjson.loads(text) if text is not None else {}) for name, version, text in texts}

@@ -157,7 +157,9 @@ class JobStore(Submission, EventLog, Transitions, AdmissionChecks, HyperJobHolds
 
     async def by_ids(self, ids: Sequence[str]) -> dict[str, Any]:
         async with self.engine.connect() as conn:
-            return {r["id"]: r for r in (await conn.execute(select(Job).where(Job.id.in_(ids)))).mappings().all()}
+            # One array parameter, not one per id: a burst of thousands of orders compiled no statement per id.
+            return {r["id"]: r for r in (await conn.execute(select(Job).where(Job.id == func.any(list(ids)))))
+                    .mappings().all()}
 
     async def pending(self, limit: int, ids: Sequence[str] | None = None) -> list[Any]:
         """Jobs waiting in their queues (Pending or Preempted), higher priority first, then by submission.

@@ -260,7 +260,7 @@ class Transitions:
                 await fence.check(conn)
             rows = (await conn.execute(
                 select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster, Job.spec)
-                .where(Job.id.in_(ids), Job.phase.in_(ACTIVE_PHASES)).order_by(Job.id)
+                .where(Job.id == func.any(ids), Job.phase.in_(ACTIVE_PHASES)).order_by(Job.id)
                 .with_for_update())).mappings().all()
             await conn.execute(text(
                 "UPDATE jobs SET phase = 'PREEMPTED', cluster = '', hypernode = '', tier = 0, "
@@ -360,7 +360,7 @@ class Transitions:
             if cluster_values:
                 await conn.execute(update(Cluster).where(Cluster.name == cluster).values(**cluster_values))
             ids = sorted({u.job_id for u in updates})
-            read = await conn.execute(select(Job).where(Job.id.in_(ids)).order_by(Job.id).with_for_update())
+            read = await conn.execute(select(Job).where(Job.id == func.any(ids)).order_by(Job.id).with_for_update())
             batch = _Batch({r["id"]: dict(r) for r in read.mappings()})
             applied = [self._apply(batch, cluster, u) for u in updates]
             await batch.write(conn)

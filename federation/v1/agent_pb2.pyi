@@ -55,7 +55,7 @@ RUN_TIME_EXCEEDED: JobUpdateType
 HELD: JobUpdateType
 
 class AgentMessage(_message.Message):
-    __slots__ = ("register", "inventory", "heartbeat", "job_update", "reconcile", "log_chunk", "node_order_done")
+    __slots__ = ("register", "inventory", "heartbeat", "job_update", "reconcile", "log_chunk", "node_order_done", "batch")
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     INVENTORY_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,7 @@ class AgentMessage(_message.Message):
     RECONCILE_FIELD_NUMBER: _ClassVar[int]
     LOG_CHUNK_FIELD_NUMBER: _ClassVar[int]
     NODE_ORDER_DONE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     register: Register
     inventory: Inventory
     heartbeat: Heartbeat
@@ -70,7 +71,14 @@ class AgentMessage(_message.Message):
     reconcile: Reconcile
     log_chunk: LogChunk
     node_order_done: NodeOrderDone
-    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_update: _Optional[_Union[JobUpdate, _Mapping]] = ..., reconcile: _Optional[_Union[Reconcile, _Mapping]] = ..., log_chunk: _Optional[_Union[LogChunk, _Mapping]] = ..., node_order_done: _Optional[_Union[NodeOrderDone, _Mapping]] = ...) -> None: ...
+    batch: AgentMessages
+    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., job_update: _Optional[_Union[JobUpdate, _Mapping]] = ..., reconcile: _Optional[_Union[Reconcile, _Mapping]] = ..., log_chunk: _Optional[_Union[LogChunk, _Mapping]] = ..., node_order_done: _Optional[_Union[NodeOrderDone, _Mapping]] = ..., batch: _Optional[_Union[AgentMessages, _Mapping]] = ...) -> None: ...
+
+class AgentMessages(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[AgentMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[AgentMessage, _Mapping]]] = ...) -> None: ...
 
 class NodeOrderDone(_message.Message):
     __slots__ = ("order_id", "done", "message")
@@ -83,7 +91,7 @@ class NodeOrderDone(_message.Message):
     def __init__(self, order_id: _Optional[str] = ..., done: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("cluster", "labels", "agent_version", "jobs", "instance", "running")
+    __slots__ = ("cluster", "labels", "agent_version", "jobs", "instance", "running", "batches")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -97,13 +105,15 @@ class Register(_message.Message):
     JOBS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     labels: _containers.ScalarMap[str, str]
     agent_version: str
     jobs: _containers.RepeatedCompositeFieldContainer[JobUpdate]
     instance: str
     running: _containers.RepeatedCompositeFieldContainer[Attempt]
-    def __init__(self, cluster: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., agent_version: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[JobUpdate, _Mapping]]] = ..., instance: _Optional[str] = ..., running: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
+    batches: bool
+    def __init__(self, cluster: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., agent_version: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[JobUpdate, _Mapping]]] = ..., instance: _Optional[str] = ..., running: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., batches: _Optional[bool] = ...) -> None: ...
 
 class Attempt(_message.Message):
     __slots__ = ("job_id", "attempt", "pods")
@@ -327,14 +337,16 @@ class Preempt(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Registered(_message.Message):
-    __slots__ = ("cluster", "reconciled", "fence_seconds")
+    __slots__ = ("cluster", "reconciled", "fence_seconds", "batches")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     RECONCILED_FIELD_NUMBER: _ClassVar[int]
     FENCE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     reconciled: Reconciled
     fence_seconds: float
-    def __init__(self, cluster: _Optional[str] = ..., reconciled: _Optional[_Union[Reconciled, _Mapping]] = ..., fence_seconds: _Optional[float] = ...) -> None: ...
+    batches: bool
+    def __init__(self, cluster: _Optional[str] = ..., reconciled: _Optional[_Union[Reconciled, _Mapping]] = ..., fence_seconds: _Optional[float] = ..., batches: _Optional[bool] = ...) -> None: ...
 
 class Reconciled(_message.Message):
     __slots__ = ("round", "live")
@@ -375,7 +387,7 @@ class NodeOrder(_message.Message):
     def __init__(self, action: _Optional[str] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., grace_seconds: _Optional[float] = ..., order_id: _Optional[str] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("assign", "cancel", "preempt", "registered", "reconciled", "heartbeat_ack", "logs", "logs_cancel", "node_order")
+    __slots__ = ("assign", "cancel", "preempt", "registered", "reconciled", "heartbeat_ack", "logs", "logs_cancel", "node_order", "batch")
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     PREEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -385,6 +397,7 @@ class ControlMessage(_message.Message):
     LOGS_FIELD_NUMBER: _ClassVar[int]
     LOGS_CANCEL_FIELD_NUMBER: _ClassVar[int]
     NODE_ORDER_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     assign: Assign
     cancel: Cancel
     preempt: Preempt
@@ -394,4 +407,11 @@ class ControlMessage(_message.Message):
     logs: LogsRequest
     logs_cancel: LogsCancel
     node_order: NodeOrder
-    def __init__(self, assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., preempt: _Optional[_Union[Preempt, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., reconciled: _Optional[_Union[Reconciled, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., logs: _Optional[_Union[LogsRequest, _Mapping]] = ..., logs_cancel: _Optional[_Union[LogsCancel, _Mapping]] = ..., node_order: _Optional[_Union[NodeOrder, _Mapping]] = ...) -> None: ...
+    batch: ControlMessages
+    def __init__(self, assign: _Optional[_Union[Assign, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., preempt: _Optional[_Union[Preempt, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., reconciled: _Optional[_Union[Reconciled, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., logs: _Optional[_Union[LogsRequest, _Mapping]] = ..., logs_cancel: _Optional[_Union[LogsCancel, _Mapping]] = ..., node_order: _Optional[_Union[NodeOrder, _Mapping]] = ..., batch: _Optional[_Union[ControlMessages, _Mapping]] = ...) -> None: ...
+
+class ControlMessages(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ControlMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ControlMessage, _Mapping]]] = ...) -> None: ...

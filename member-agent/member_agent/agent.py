@@ -69,6 +69,7 @@ class Agent(Outbox, Fencing, JobLoop, PodSet, MigPreparation, Policies, Moves, N
     instance: str = field(default_factory=lambda: uuid.uuid4().hex)
     fence_after: float | None = None  # seconds cut off before stopping the gangs; None: as the server says
     server_fence: float | None = None  # what the last server said at registration
+    server_batches: bool = False  # whether it reads our messages in batches (`federation.kernel.batches`)
     last_contact: float = field(default_factory=time.monotonic)  # when a heartbeat the server recorded was sent
     fenced: bool = False  # the gangs were stopped for being cut off; contact again ends it
     _beats: deque[float] = field(default_factory=deque)  # heartbeats sent on this stream and not acknowledged

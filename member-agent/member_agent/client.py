@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from federation.kernel.batches import drained, packed
 from federation.v1 import agent_pb2, agent_pb2_grpc
 from member_agent.agent import Agent
 
@@ -61,6 +62,11 @@ async def _writer(call: grpc.aio.StreamStreamCall, agent: Agent, heartbeat: floa
                 message = await asyncio.wait_for(agent.outbox.get(), min(next_beat, next_reconcile, next_pods) - now)
             except TimeoutError:
                 continue
+            if agent.server_batches:  # with whatever is queued behind it, as few stream messages as fit
+                for group in packed(drained(message, agent.outbox)):
+                    await call.write(group[0] if len(group) == 1 else agent_pb2.AgentMessage(
+                        batch=agent_pb2.AgentMessages(messages=group)))
+                continue
         await call.write(message)
 
 
@@ -97,24 +103,34 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
                 message, read = read.result(), None
                 if message is grpc.aio.EOF:
                     return
-                kind = message.WhichOneof("msg")
-                if kind == "heartbeat_ack":
-                    agent.heartbeat_acknowledged(message.heartbeat_ack.holds)
-                elif kind == "registered":  # recorded: once what no longer runs here is gone, we are Ready
-                    agent.server_fence = message.registered.fence_seconds or None
-                    deleted = await agent.reconcile(message.registered.reconciled)
-                    connected.set()
-                    log.info("connected to %s as cluster %s%s", server, agent.cluster,
-                             f"; deleted {deleted} pod(s) the federation no longer runs here" if deleted else "")
-                elif kind == "reconciled":
-                    agent.spawn_reconcile(message.reconciled)
-                else:
-                    agent.dispatch(message)
+                for one in message.batch.messages if message.WhichOneof("msg") == "batch" else (message,):
+                    await _handle(one, agent, server, connected)
         finally:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
             call.cancel()
+
+
+async def _handle(message: agent_pb2.ControlMessage, agent: Agent, server: str, connected: asyncio.Event) -> None:
+    """One message from the server (alone, or one of a batch's in turn)."""
+    kind = message.WhichOneof("msg")
+    if kind == "heartbeat_ack":
+        agent.heartbeat_acknowledged(message.heartbeat_ack.holds)
+    elif kind == "registered":  # recorded: once what no longer runs here is gone, we are Ready
+        agent.server_fence = message.registered.fence_seconds or None
+        agent.server_batches = message.registered.batches
+        deleted = await agent.reconcile(message.registered.reconciled)
+        connected.set()
+        log.info("connected to %s as cluster %s%s", server, agent.cluster,
+                 f"; deleted {deleted} pod(s) the federation no longer runs here" if deleted else "")
+    elif kind == "reconciled":
+        agent.spawn_reconcile(message.reconciled)
+    elif kind == "batch":  # never sent inside a batch
+        log.warning("the server sent a batch inside a batch; its %d message(s) are ignored",
+                    len(message.batch.messages))
+    else:
+        agent.dispatch(message)
 
 
 def rotated(target: str) -> str:

@@ -131,7 +131,7 @@ class Outbox:
         self._rounds = {0: self.running()}
         return agent_pb2.AgentMessage(register=agent_pb2.Register(
             cluster=self.cluster, labels=self.labels, agent_version=self.version, jobs=list(self.reports.values()),
-            instance=self.instance, running=self._rounds[0]))
+            instance=self.instance, running=self._rounds[0], batches=True))
 
     def capacity_changed(self) -> None:
         """The cluster changed under us: send a fresh inventory soon, once for a burst of changes; and see
@@ -214,6 +214,7 @@ class Outbox:
         self._queued_inventory = None
         self._inventory_behind = False
         self.overflowed = False
+        self.server_batches = False  # until this stream's server says it reads batches
         self._beats.clear()  # acknowledgements of the old stream's heartbeats never come
         self._pods_said.clear()  # said again on the new stream (the server may have missed the last)
         for stream_id in list(self._log_streams):  # their readers were on the old stream
