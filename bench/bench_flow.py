@@ -3,8 +3,10 @@
 A federation-server process (`serve`'s default: the scheduler in a process of its own) on an embedded
 PostgreSQL and one simulated member agent whose cluster has room for all of them (N/8 nodes of 8 GPUs). The
 jobs are submitted while the cluster is cordoned, then it is uncordoned: the release. Timed from the release to
-the last job's Running event on a WatchJobs stream, and to the last Dispatched event, as jobs per second; the
-agent's stream must not be dropped (its reconnects are counted from its log).
+the last job's Running event, and to the last Dispatched event, as jobs per second, by the time the federation
+recorded each event (`JobEvent.time`: the server's clock, on this machine); beside it, when a WatchJobs client saw
+the last Running event (a watcher gets the log one event per stream message, and may trail it). The agent's
+stream must not be dropped (its reconnects are counted from its log). No job may be dispatched before the release.
 
 Writes flow.json and flow.md.
 Usage: python -m bench.bench_flow [--quick] [--jobs N]
@@ -33,10 +35,12 @@ SUBMIT_BATCH = 1000
 
 
 class Phases:
-    """When each job's Dispatched and Running events arrived, from one WatchJobs stream."""
+    """When each job's Dispatched and Running events were recorded (`recorded`, seconds since the epoch) and seen
+    (`at`, `time.perf_counter`), from one WatchJobs stream."""
 
     def __init__(self, channel: grpc.Channel) -> None:
         self.at: dict[str, dict[str, float]] = {"Dispatched": {}, "Running": {}}
+        self.recorded: dict[str, dict[str, float]] = {"Dispatched": {}, "Running": {}}
         self.stream = jobs_pb2_grpc.JobServiceStub(channel).WatchJobs(jobs_pb2.WatchJobsRequest())
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -45,6 +49,7 @@ class Phases:
             for event in self.stream:
                 if event.type in self.at:
                     self.at[event.type].setdefault(event.job_id, time.perf_counter())
+                    self.recorded[event.type].setdefault(event.job_id, event.time.ToNanoseconds() / 1e9)
         except grpc.RpcError:
             pass
 
@@ -79,14 +84,15 @@ def run(n: int) -> dict[str, Any]:
             agent_process, api = psutil.Process(agent.proc.pid), psutil.Process(server.proc.pid)
             scheduler = [c for c in api.children(recursive=True) if "postgres" not in c.name()]
             before = (_cpu(agent_process), _cpu(api), sum(_cpu(c) for c in scheduler))
-            released = time.perf_counter()
+            released, released_at = time.perf_counter(), time.time()
             admin.UncordonCluster(admin_pb2.UncordonClusterRequest(name="big"))
             deadline = released + max(600.0, n / 5)
             with bar(n, "jobs running", "jobs") as progress:
                 while len(phases.at["Running"]) < n and time.perf_counter() < deadline:
                     progress.update(len(phases.at["Running"]) - progress.n)
                     time.sleep(0.5)
-            running, dispatched = phases.at["Running"], phases.at["Dispatched"]
+            running, dispatched = phases.recorded["Running"], phases.recorded["Dispatched"]
+            seen = phases.at["Running"]
             phases.stream.cancel()
             agent_cpu = _cpu(agent_process) - before[0]  # from the release on, as the times
             server_cpu = {"api": _cpu(api) - before[1], "scheduler": sum(_cpu(c) for c in scheduler) - before[2]}
@@ -95,9 +101,12 @@ def run(n: int) -> dict[str, Any]:
             server.stop()
         reconnects = agent.log.decode().count(" as cluster big") - 1  # "connected to … as cluster big"
     all_running = len(running) == n
+    early = sum(1 for t in dispatched.values() if t < released_at)
+    assert not early, f"{early} jobs were dispatched to the cordoned cluster before the release"
     return {"jobs": n, "all_running": all_running, "running": len(running), "dispatched": len(dispatched),
-            "seconds_to_dispatched": (max(dispatched.values()) - released) if dispatched else None,
-            "seconds_to_running": (max(running.values()) - released) if all_running else None,
+            "seconds_to_dispatched": (max(dispatched.values()) - released_at) if dispatched else None,
+            "seconds_to_running": (max(running.values()) - released_at) if all_running else None,
+            "seconds_to_running_seen": (max(seen.values()) - released) if all_running else None,
             "reconnects": reconnects, "agent_cpu_seconds": agent_cpu,
             "agent_cpu_ms_per_job": 1000 * agent_cpu / n,
             "api_cpu_ms_per_job": 1000 * server_cpu["api"] / n,
@@ -121,21 +130,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     rate = (f"{n / to_run:,.0f} jobs/s ({to_run:.1f} s)" if to_run
             else f"not all Running: {result['running']:,} of {n:,}")
     dispatch_rate = f"{n / to_dispatch:,.0f} jobs/s ({to_dispatch:.1f} s)" if to_dispatch else "-"
+    to_see = result["seconds_to_running_seen"]
+    seen_rate = f"{n / to_see:,.0f} jobs/s ({to_see:.1f} s)" if to_see else "-"
     lines = [f"# Orders that flow ({results['date']})", "",
              f"Machine: {results['machine']}; server (API and scheduler processes), embedded PostgreSQL and one "
              f"simulated agent on the same cores. {n:,} one-GPU jobs submitted to a cordoned cluster with room for "
              f"all, then released (uncordoned); timed from the release to the last Dispatched and the last Running "
-             f"event (WatchJobs).", "",
-             "| jobs | release to all Dispatched | release to all Running | agent reconnects | CPU per job: agent "
-             "| API process | scheduler process |",
-             "|---:|---|---|---:|---:|---:|---:|",
-             f"| {n:,} | {dispatch_rate} | {rate} | {result['reconnects']} | "
+             f"event as the federation recorded them, and to when a WatchJobs client saw the last Running event.", "",
+             "| jobs | release to all Dispatched | release to all Running | seen by a watcher | agent reconnects "
+             "| CPU per job: agent | API process | scheduler process |",
+             "|---:|---|---|---|---:|---:|---:|---:|",
+             f"| {n:,} | {dispatch_rate} | {rate} | {seen_rate} | {result['reconnects']} | "
              f"{result['agent_cpu_ms_per_job']:.1f} ms | {result['api_cpu_ms_per_job']:.1f} ms | "
              f"{result['scheduler_cpu_ms_per_job']:.1f} ms |", "",
              "CPU from the release to the last Running event, per job released; the scheduler process is the API "
              "process's child (`serve`'s default)."]
     write(out_dir(args), "flow", results, "\n".join(lines) + "\n",
-          [(f"{n:,} jobs released to one cluster", f"all Running at {rate}; dispatched at {dispatch_rate}; "
+          [(f"{n:,} jobs released to one cluster", f"all Running at {rate} (a watcher saw it at {seen_rate}); "
+            f"dispatched at {dispatch_rate}; "
             f"{result['reconnects']} reconnects; agent CPU {result['agent_cpu_ms_per_job']:.1f} ms per job")])
 
 
