@@ -9,7 +9,6 @@ so an order always matches what Postgres says, whichever replica leads.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 from collections import ChainMap, Counter, deque
@@ -28,6 +27,7 @@ from federation.control.leader import Fence, NotLeader
 from federation.control.loop import WakeLoop
 from federation.control.rejections import FLOOR, Rejections
 from federation.control.usage import PastUsage
+from federation.kernel import heap
 from federation.kernel.admission import PROVISIONING
 from federation.kernel.hyperjob import HOLD_CHECK
 from federation.kernel.resources import GPU, add, format_resources, with_share
@@ -191,20 +191,6 @@ class _Expiring(Generic[K, V]):
         now = asyncio.get_running_loop().time()
         self._items = {k: v for k, v in self._items.items() if v[0] > now}
         return {k: value for k, (_, value) in self._items.items()}
-
-
-def _settle_heap() -> None:
-    """Collect garbage once, then exempt every object alive from later cyclic collections.
-
-    The job cache holds a few objects per waiting job, hundreds of thousands of them, and lives as
-    long as the process: left to the collector, each full collection walks them all again (about
-    0.2 s at 100,000 jobs, every other cycle under churn). Frozen, they are still freed by reference
-    counting when they leave the cache; unfreezing first lets this collection reclaim any cycles
-    frozen last time.
-    """
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
 
 
 class _Steps:
@@ -398,7 +384,7 @@ class Scheduler:
         if not self.is_leader():
             self._leading = False
             if await self.cache.refresh():
-                _settle_heap()
+                heap.settle()
             self.cache.take_touched()  # a standby writes no reasons: nothing to keep for it
             self.cache.take_submitted()  # nor admits on arrival
             self._sent_back()  # but remembers what clusters sent back, for when it leads
@@ -536,7 +522,7 @@ class Scheduler:
         clock.step("reasons")
         self._cycles += 1
         if self._cycles % HEAP_SETTLE_CYCLES == 1:
-            _settle_heap()
+            heap.settle()
             clock.step("heap")
         # Every FORECAST_PERIOD, and at once for a job new to it, but never more than a tenth of the time; beside
         # the loop, not in it: the next cycle does not wait for it (one runs at a time).

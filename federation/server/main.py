@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import ipaddress
 import logging
 import os
@@ -27,6 +26,7 @@ from federation.control.history import ARCHIVE_AFTER, RETENTION
 from federation.control.leader import LEASE
 from federation.control.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.errors import FederationError
+from federation.kernel import heap
 from federation.kernel.durations import parse_duration
 from federation.scheduling.usage import Decay
 from federation.security import certs
@@ -51,7 +51,6 @@ from federation.store.transitions import Requeueing
 from federation.ui.server import Dashboard
 
 log = logging.getLogger("federation.server")
-GC_THRESHOLDS = (50_000, 50, 100)  # allocations before a young collection; young, then middle, collections per older
 BOTH = "both"  # `serve`'s default: the API in this process, the scheduler in a child it supervises
 
 _database_url = click.option(
@@ -282,13 +281,7 @@ def serve(role: str, listen: str, advertise: str, database_url: str | None, data
                         "--usage-history-weight", str(usage_history_weight),
                         *(["--insecure-dev"] if insecure_dev else [])]
             child = SchedulerChild(url, settings, logging.getLevelName(logging.getLogger().level).lower())
-        # A full collection walks every object the process holds (a job cache of a million jobs is millions), with
-        # the interpreter held: with CPython's default thresholds a large batch's checking set one off every few
-        # seconds, and the loop stalled 100-140 ms each time (measured: bench/bench_loop.py). What exists at start
-        # (modules, the schema) is never garbage: frozen out of every collection; collections come far less often.
-        # Process-wide, so here, where the server process starts, not where a server object does.
-        gc.freeze()
-        gc.set_threshold(*GC_THRESHOLDS)
+        heap.tune()  # process-wide, so here, where the server process starts
         try:
             asyncio.run(_serve(server, metrics_listen, ui_listen, ui_tls, child))
         except PortInUse as err:

@@ -18,6 +18,7 @@ from typing import Any
 import click
 import grpc
 
+from federation.kernel import heap
 from member_agent import client, health, provisioning
 from member_agent.agent import Agent
 from member_agent.discovery import preset_keys
@@ -209,6 +210,7 @@ def cli(ctx: click.Context, cluster: str | None, server: str, cluster_file: Path
         return Agent(cluster, cluster_labels, backend, fence_after=fence_after, mig_wait=mig_wait,
                      node_groups=node_groups, provision_timeout=provision_timeout)
 
+    heap.tune()
     asyncio.run(_run(agent_of, server, heartbeat, reconcile_period, admin_listen, health_listen, credentials,
                      faults))
 
@@ -248,6 +250,7 @@ async def _run(agent_of: Any, server: str, heartbeat: float, reconcile_period: f
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     agent: Agent = await agent_of()
+    heap.settle()  # the cluster as read (its nodes, pods and HyperNodes) lives as long as the agent
     connected = asyncio.Event()
     if health_listen:
         def readiness() -> str:
