@@ -26,7 +26,7 @@ from federation.api.status import check_request, servicer
 from federation.control.scheduler import HEARTBEAT_TIMEOUT, LOST_GRACE
 from federation.errors import AlreadyExists, FailedPrecondition, FederationError, InvalidArgument, PermissionDenied
 from federation.kernel.admission import admitted
-from federation.kernel.batches import drained, packed
+from federation.kernel.batches import batched, drained
 from federation.kernel.versions import agent_refused
 from federation.relay.connections import Connection, Connections
 from federation.relay.logrelay import LogRelay
@@ -75,10 +75,8 @@ def inventory_json(inv: agent_pb2.Inventory) -> dict[str, Any]:
     }
 
 
-def _one(messages: Sequence[agent_pb2.ControlMessage]) -> agent_pb2.ControlMessage:
-    """Messages for the stream as one: alone, or a batch of them."""
-    return messages[0] if len(messages) == 1 else agent_pb2.ControlMessage(
-        batch=agent_pb2.ControlMessages(messages=messages))
+def _batch(messages: Sequence[agent_pb2.ControlMessage]) -> agent_pb2.ControlMessage:
+    return agent_pb2.ControlMessage(batch=agent_pb2.ControlMessages(messages=messages))
 
 
 def _observe(cluster: str, applied: Any) -> None:
@@ -297,17 +295,18 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             closed = asyncio.create_task(conn.closed.wait())
             tasks += [reader, closed]
             yield registered
-            for group in packed(resent) if reg.batches else ([m] for m in resent):
+            for message in batched(resent, _batch, reg.batches):
                 if conn.closed.is_set() or reader.done():
                     break
-                yield _one(group)
+                yield message
             while True:
                 order = asyncio.create_task(conn.queue.get())
                 done, _ = await asyncio.wait({order, reader, closed}, return_when=asyncio.FIRST_COMPLETED)
                 if order in done:
                     # With the orders queued behind it, as few stream messages as fit, to an agent that reads them.
-                    for group in packed(drained(order.result(), conn.queue)) if reg.batches else [[order.result()]]:
-                        yield _one(group)
+                    taken = drained(order.result(), conn.queue) if reg.batches else [order.result()]
+                    for message in batched(taken, _batch, reg.batches):
+                        yield message
                     self.connections.taken(conn)
                     continue
                 order.cancel()

@@ -11,7 +11,7 @@ one after the other, as if each had come alone. Each side says at the stream's s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
 BATCH_MESSAGES = 256  # messages in one batch at most
@@ -45,3 +45,11 @@ def packed(messages: Sequence[M], most_bytes: int = BATCH_BYTES) -> list[list[M]
         groups[-1].append(message)
         size += n
     return groups
+
+
+def batched(messages: Sequence[M], wrap: Callable[[list[M]], M], batches: bool = True) -> Iterable[M]:
+    """The messages as stream messages: each group of `packed` as one (`wrap`, a group of one as itself), or, to a
+    peer that reads no batches, each alone."""
+    if not batches:
+        return messages
+    return (group[0] if len(group) == 1 else wrap(group) for group in packed(messages))

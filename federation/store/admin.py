@@ -49,6 +49,11 @@ class SubmissionView:
     clusters: list[Any]
 
 
+def _live(heartbeat_timeout: float) -> Any:
+    """Ready and heard from within the timeout, on whichever replica, by Postgres' clock (replicas agree)."""
+    return and_(Cluster.status == "READY", Cluster.last_heartbeat > func.now() - timedelta(seconds=heartbeat_timeout))
+
+
 class AdminStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -239,8 +244,7 @@ class AdminStore:
     async def for_submission(self, heartbeat_timeout: float) -> SubmissionView:
         """Everything a submission is checked against, read on one connection in one snapshot: a batch of jobs
         costs one round of reads however many tables it is checked against."""
-        live = and_(Cluster.status == "READY",
-                    Cluster.last_heartbeat > func.now() - timedelta(seconds=heartbeat_timeout)).label("live")
+        live = _live(heartbeat_timeout).label("live")
         async with self.engine.connect() as conn:
             await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
@@ -274,8 +278,7 @@ class AdminStore:
         """The clusters jobs may be sent to now: live (as `clusters` says), not cordoned, no problem reported."""
         async with self.engine.connect() as conn:
             return set((await conn.execute(select(Cluster.name).where(
-                Cluster.status == "READY", Cluster.last_heartbeat > func.now() - timedelta(seconds=heartbeat_timeout),
-                Cluster.cordoned.is_(False), Cluster.problem == ""))).scalars())
+                _live(heartbeat_timeout), Cluster.cordoned.is_(False), Cluster.problem == ""))).scalars())
 
     async def _get(self, conn: AsyncConnection, model: type[Base], name: str, for_update: bool = False) -> Any:
         query = select(model).where(model.name == name)

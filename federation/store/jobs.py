@@ -157,7 +157,7 @@ class JobStore(Submission, EventLog, Transitions, AdmissionChecks, HyperJobHolds
 
     async def by_ids(self, ids: Sequence[str]) -> dict[str, Any]:
         async with self.engine.connect() as conn:
-            # One array parameter, not one per id: a burst of thousands of orders compiled no statement per id.
+            # One array parameter, not one per id: SQLAlchemy compiled thousands of them for a burst of orders.
             return {r["id"]: r for r in (await conn.execute(select(Job).where(Job.id == func.any(list(ids)))))
                     .mappings().all()}
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from federation.kernel.batches import drained, packed
+from federation.kernel.batches import batched, drained
 from federation.v1 import agent_pb2, agent_pb2_grpc
 from member_agent.agent import Agent
 
@@ -63,11 +63,14 @@ async def _writer(call: grpc.aio.StreamStreamCall, agent: Agent, heartbeat: floa
             except TimeoutError:
                 continue
             if agent.server_batches:  # with whatever is queued behind it, as few stream messages as fit
-                for group in packed(drained(message, agent.outbox)):
-                    await call.write(group[0] if len(group) == 1 else agent_pb2.AgentMessage(
-                        batch=agent_pb2.AgentMessages(messages=group)))
+                for one in batched(drained(message, agent.outbox), _batch):
+                    await call.write(one)
                 continue
         await call.write(message)
+
+
+def _batch(messages: list[agent_pb2.AgentMessage]) -> agent_pb2.AgentMessage:
+    return agent_pb2.AgentMessage(batch=agent_pb2.AgentMessages(messages=messages))
 
 
 def _channel(server: str, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
