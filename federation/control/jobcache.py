@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -107,17 +107,16 @@ class HoldingJob:
     hypernode: str = ""  # the lowest HyperNode holding its pods, once placed
     preemptions: int = 0  # times it was preempted or reclaimed before
     group: str = ""  # the HyperJob it is a sub-job of ("": none)
+    # Worked out once, not each cycle: every cycle turns every holding job into a running gang.
+    expected_seconds: float | None = field(init=False, compare=False)
+    checkpoint_seconds: float | None = field(init=False, compare=False)
+    since_epoch: float | None = field(init=False, compare=False)  # `since` in seconds since the epoch
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "request", with_share(self.request))  # a job stored before GPU shares were counted
-
-    @property
-    def expected_seconds(self) -> float | None:
-        return seconds_or_none(self.expected)
-
-    @property
-    def checkpoint_seconds(self) -> float | None:
-        return seconds_or_none(self.checkpoint)
+        object.__setattr__(self, "expected_seconds", seconds_or_none(self.expected))
+        object.__setattr__(self, "checkpoint_seconds", seconds_or_none(self.checkpoint))
+        object.__setattr__(self, "since_epoch", self.since.timestamp() if self.since else None)
 
 
 class JobCache:

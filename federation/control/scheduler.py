@@ -58,6 +58,7 @@ from federation.scheduling.fit import (
 )
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import Holding, after_cycle, remaining
+from federation.scheduling.model import summed_by
 from federation.scheduling.moves import healthier
 from federation.scheduling.queues import Reasons, Settled
 from federation.scheduling.quotas import over_own_limit
@@ -146,11 +147,8 @@ def _tier_free(t: Mapping[str, Any], partitionable: Mapping[int, Mapping[str, An
 
 def _inflight(active: Sequence[HoldingJob]) -> dict[str, dict[str, int]]:
     """Per cluster, what was dispatched there and is not in its agent's inventory yet."""
-    out: dict[str, dict[str, int]] = {}
-    for job in active:
-        if job.phase == "DISPATCHED":
-            out[job.cluster] = add(out.get(job.cluster, {}), job.request)
-    return out
+    dispatched = [job for job in active if job.phase == "DISPATCHED"]
+    return summed_by([job.cluster for job in dispatched], [job.request for job in dispatched])
 
 
 def node_hold(view: JobView) -> tuple[int, int] | None:
@@ -437,11 +435,12 @@ class Scheduler:
         self._series.keep(metrics.CLUSTER_HEARTBEAT_AGE, {(c["name"],) for c in rows if c["last_heartbeat"]})
         await self._watch_drift(rows, active)
         past_tenants, past_queues = self.past.ordering()
+        epoch = now.timestamp()
         return Snapshot(
             tenants=[_tenant_info(t) for t in await self.admin.list(Tenant)],
             queues=[_queue_info(q) for q in await self.admin.list(Queue)],
             pending=pending,
-            running=[self._running(j, classes.get(j.priority_class, {}), now) for j in active],
+            running=[self._running(j, classes.get(j.priority_class, {}), epoch) for j in active],
             clusters=[cluster_view(c, inflight.get(c["name"], {})) for c in clusters],
             capacity=capacity,
             refused=self._refusals(rows),
@@ -457,10 +456,8 @@ class Scheduler:
     async def _watch_drift(self, rows: Sequence[Mapping[str, Any]], active: Sequence[HoldingJob]) -> None:
         """Compare what each live agent says its gangs hold with what the federation believes runs there (its
         Running jobs, as of the same moment as the inventories); record a difference that lasts."""
-        believed: dict[str, dict[str, int]] = {}
-        for job in active:
-            if job.phase in ("RUNNING", "RESTARTING"):
-                believed[job.cluster] = add(believed.get(job.cluster, {}), job.request)
+        running = [job for job in active if job.phase in ("RUNNING", "RESTARTING")]
+        believed = summed_by([job.cluster for job in running], [job.request for job in running])
         now, changed, series = time.monotonic(), {}, set()
         for c in rows:
             inv = c["inventory"] or {}
@@ -604,9 +601,9 @@ class Scheduler:
         return _Decided(decisions, waiting, reasons, None if walk is None else (walk.settled, set(walk.owed)),
                         order, jobs, forecast, outlook.holds(decisions), held, arrivals)
 
-    def _running(self, job: HoldingJob, priority_class: Mapping[str, Any], now: datetime) -> RunningJob:
-        """A gang holding resources, with what evicting it would cost as of `now`."""
-        ran = max((now - job.since).total_seconds(), 0.0) if job.since else 0.0
+    def _running(self, job: HoldingJob, priority_class: Mapping[str, Any], now: float) -> RunningJob:
+        """A gang holding resources, with what evicting it would cost as of `now` (seconds since the epoch)."""
+        ran = max(now - job.since_epoch, 0.0) if job.since_epoch is not None else 0.0
         expected = job.expected_seconds
         if expected is None:
             expected = self._run_times.get(job.queue)

@@ -46,6 +46,7 @@ from federation.scheduling.model import (
     TenantInfo,
     add_into,
     queue_chains,
+    summed_by,
 )
 from federation.scheduling.ordering import HeadOrder
 from federation.scheduling.preemption import Preemptor
@@ -84,14 +85,13 @@ class _Cycle:
         self.flavor_checks = {f.name: f.admission_checks for f in snap.flavors if f.admission_checks}
         self.promised = Promised()
         self._wanted: dict[str, Resources] = {}  # waiting job -> what it counts as demand for
+        # running job -> what it counts against (flavors included)
+        holds: Mapping[str, Mapping[str, int]] = {job.id: self.flavors.held(job.cluster, job.request)
+                                                  for job in snap.running} if self.flavors else \
+            {job.id: job.request for job in snap.running}
         # What runs, added up per queue first: tens of thousands of gangs, a few hundred sums.
-        holds: dict[str, Resources] = {}  # running job -> what it counts against (flavors included)
-        used: dict[str, dict[str, int]] = {}
-        for job in snap.running:
-            held = holds[job.id] = self.flavors.held(job.cluster, job.request) if self.flavors else job.request
-            if job.queue in self.queues:
-                add_into(used.setdefault(job.queue, {}), held)
-        for queue, amounts in used.items():
+        counted = [job for job in snap.running if job.queue in self.queues]
+        for queue, amounts in summed_by([job.queue for job in counted], [holds[job.id] for job in counted]).items():
             self.ledger.use(queue, amounts)
         self.holds = holds
         self.order = HeadOrder(self.ledger, self.queues, snap.past_tenants, snap.past_queues, self.wanted)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from federation.kernel.resources import Resources
 from federation.scheduling.fairshare import Tree
@@ -185,6 +185,25 @@ def queue_chains(queues: Sequence[QueueInfo]) -> dict[str, list[str]]:
             parent = by_name.get(parent.parent)
         chains[q.name] = chain
     return chains
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+def summed_by(keys: Iterable[K], amounts: Iterable[Mapping[str, int]]) -> dict[K, dict[str, int]]:
+    """Per key, the sum of the amounts beside it, as `add_into` one by one would give it (a resource some amount of
+    the key names is in its sum, even at 0), in one pass without a call per gang: a cycle adds up tens of thousands
+    of running gangs this way, several times. (Arrays were tried: gathering the columns cost more than the sums.)"""
+    out: dict[K, dict[str, int]] = {}
+    found = out.get
+    for key, amount in zip(keys, amounts, strict=True):
+        into = found(key)
+        if into is None:
+            out[key] = dict(amount)
+        else:
+            for r, a in amount.items():
+                into[r] = into.get(r, 0) + a
+    return out
 
 
 def add_into(into: dict[str, int], amounts: Mapping[str, int], sign: int = 1) -> None:

@@ -28,6 +28,7 @@ from federation.scheduling.model import (
     RunningJob,
     Snapshot,
     add_into,
+    summed_by,
 )
 
 Targets = tuple[str, list[RunningJob]]  # the cluster, and the gangs to evict there in order
@@ -55,26 +56,33 @@ class Preemptor:
         # Victims in order: of the lowest-priority queue (as Volcano reclaims since v1.10), then lowest priority,
         # then least work lost, then youngest.
         by_cluster: dict[str, list[RunningJob]] = {}
-        pooled: dict[tuple[str, str], dict[str, int]] = {}  # (cluster, queue) -> what its preemptible gangs ask
         for job in snap.running:
             if job.preemptible:
                 by_cluster.setdefault(job.cluster, []).append(job)
-                if job.queue in queues:
-                    add_into(pooled.setdefault((job.cluster, job.queue), {}), job.request)
         priority = self.priority
         self.preemptible = {c: sorted(jobs, key=lambda v: (priority.get(v.queue, 0), v.priority, v.at_risk, -v.seq,
                                                            v.id))
                             for c, jobs in by_cluster.items()}
-        self.preemptible_in: dict[tuple[str, str], list[RunningJob]] = {}  # (cluster, queue) -> same order
-        for c, gangs in self.preemptible.items():
-            for victim in gangs:
-                self.preemptible_in.setdefault((c, victim.queue), []).append(victim)
+        # cluster -> queue -> its preemptible gangs there, in the same order: only a search without reclaim asks, so
+        # grouped for a cluster when first asked (`_of_queue`).
+        self._by_queue: dict[str, dict[str, list[RunningJob]]] = {}
         self.pool = PreemptiblePool(clusters, sorted(queues))
-        for (cluster, queue), amounts in pooled.items():
+        pooled = [job for gangs in by_cluster.values() for job in gangs if job.queue in queues]
+        for (cluster, queue), amounts in summed_by([(job.cluster, job.queue) for job in pooled],
+                                                   [job.request for job in pooled]).items():
             self.pool.add(cluster, queue, amounts)
 
     def queue_priority(self, queue: str) -> int:
         return self.priority.get(queue, 0)
+
+    def _of_queue(self, cluster: str, queue: str) -> Sequence[RunningJob]:
+        """The preemptible gangs of `queue` in `cluster`, in victim order."""
+        grouped = self._by_queue.get(cluster)
+        if grouped is None:
+            grouped = self._by_queue[cluster] = {}
+            for victim in self.preemptible.get(cluster, ()):
+                grouped.setdefault(victim.queue, []).append(victim)
+        return grouped.get(queue, ())
 
     def _highest_queue(self, gangs: Sequence[RunningJob]) -> int:
         """The priority of the highest-priority queue these victims come from: room is taken from lower-priority
@@ -210,7 +218,7 @@ class Preemptor:
             freed = self.clusters.free_dict(cluster)
             if covers(freed, request):
                 continue  # its totals fit already (the topology does not): evicting is judged on totals
-            gangs = self.preemptible[cluster] if over else self.preemptible_in.get((cluster, job.queue), ())
+            gangs = self.preemptible[cluster] if over else self._of_queue(cluster, job.queue)
             chosen = self._take(job, gangs, over, freed, kept, best[:4] if best is not None else None)
             if chosen and covers(freed, job.view.request):
                 evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
@@ -292,7 +300,7 @@ class Preemptor:
                 continue
             reported = True
             cluster_free = self.clusters.free_dict(view.name)  # a HyperNode has no more than its cluster left
-            gangs = self.preemptible.get(view.name, ()) if over else self.preemptible_in.get((view.name, job.queue), ())
+            gangs = self.preemptible.get(view.name, ()) if over else self._of_queue(view.name, job.queue)
             inside = _under_each_hypernode(view, gangs)
             for domain, freed in _hypernodes_short_of(job.view, view, cluster_free, inside):
                 chosen = self._take(job, inside[domain.name], over, freed, kept)
