@@ -20,14 +20,17 @@ CLUSTERS = REPO / "examples" / "clusters"
 GPU = "nvidia.com/gpu"
 
 
-def wait_for(what: str, probe: Callable[[], object], timeout: float = 60) -> object:
+def wait_for(what: str, probe: Callable[[], object], timeout: float = 60,
+             state: Callable[[], object] | None = None) -> object:
+    """`state`: what to show of the system when the wait times out (a failure seen once under load must say more
+    than that it timed out)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = probe()
         if value:
             return value
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f"; as it stands: {state()}" if state else ""))
 
 
 def by_either_path(reason: str) -> tuple[str, str]:

@@ -60,7 +60,8 @@ def test_a_node_with_an_nvsentinel_taint_and_condition_gets_nothing_new(db_url: 
         wait_for("the failed node in the cluster's health", lambda: cluster(fed).failed_nodes == 1)
         assert cluster(fed).health == ["1 node failed (XID 79)"]
         first = submit(fed, "first", 2)
-        wait_for("first Running", lambda: fed.status(first).phase == common_pb2.RUNNING)
+        wait_for("first Running", lambda: fed.status(first).phase == common_pb2.RUNNING,
+                 state=lambda: (fed.status(first), events(fed.jobs, first), fed.agent.log.decode()[-4000:]))
         assert fed.status(first).hypernode == "n0-1"  # the only leaf with two sound nodes
         second = submit(fed, "second", 2)  # leaf n0-0 has one sound node left: it waits
         tolerant = submit(fed, "tolerant", 1, tolerate=True)
@@ -117,7 +118,8 @@ def test_a_hypernode_marked_degraded_is_not_given_to_a_hard_tier_gang(db_url: UR
         apply(kube.admin(), Fault(0, "hypernode", "n0-0", "degraded", "cable errors"))
         wait_for("the degraded HyperNode reported", lambda: list(cluster(fed).degraded_hypernodes) == ["n0-0"])
         first = submit(fed, "first", 2)
-        wait_for("first Running", lambda: fed.status(first).phase == common_pb2.RUNNING)
+        wait_for("first Running", lambda: fed.status(first).phase == common_pb2.RUNNING,
+                 state=lambda: (fed.status(first), events(fed.jobs, first), fed.agent.log.decode()[-4000:]))
         assert fed.status(first).hypernode == "n0-1"
         second = submit(fed, "second", 2)  # only n0-0 is left, behind its degraded links: never for a hard gang
         wait_for("second turned away", lambda: "degraded links (n0-0)" in fed.status(second).reason)
