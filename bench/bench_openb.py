@@ -33,7 +33,9 @@ Writes openb.json, openb.md and openb.png. Usage: python -m bench.bench_openb [-
 from __future__ import annotations
 
 import csv
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -311,7 +313,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not 0 < args.demand <= 5:
         p.error("--demand must be above 0 and at most 5")
     pod_lists = POD_LISTS[1:] if args.quick else POD_LISTS
-    runs = [run(pod_list, policy, args.demand) for pod_list in pod_lists for policy in POLICIES]
+    pairs = [(pod_list, policy) for pod_list in pod_lists for policy in POLICIES]
+    # Each run is its own simulation and reports no time, only where pods went: one per core.
+    with ProcessPoolExecutor(max_workers=min(len(pairs), os.cpu_count() or 1)) as pool:
+        runs = list(pool.map(run, *zip(*pairs, strict=True), [args.demand] * len(pairs)))
     probe = load_cluster([])
     data = {"benchmark": "openb", "measured": measured(), "machine": machine(), "demand": args.demand,
             "quick": args.quick, "pod_lists": list(pod_lists), "nodes": len(probe.topology.nodes),
