@@ -22,6 +22,18 @@ def test_check_explains_each_reason() -> None:
         "no node can hold its largest pod: nvidia.com/gpu 4/8 free"
 
 
+def test_a_cluster_too_small_for_the_gang_says_so_whatever_runs_there() -> None:
+    """Its reason names what it has in all, not what is free: a gang starting or ending there does not change it."""
+    gang = JobView("j", {GPU: 16}, {GPU: 8})
+    for free in (0, 3, 8):
+        small = ClusterView("small", {}, {GPU: free}, capacity={GPU: 8})
+        assert check(gang, small) == "too small: nvidia.com/gpu 8/16 in all"
+    big_enough = ClusterView("big", {}, {GPU: 3}, capacity={GPU: 32})
+    assert check(gang, big_enough) == "not enough free: nvidia.com/gpu 3/16 free"
+    unknown = ClusterView("unknown", {}, {GPU: 3})  # an agent that reports no capacity: what is free is all it says
+    assert check(gang, unknown) == "not enough free: nvidia.com/gpu 3/16 free"
+
+
 def test_explain_gives_each_cluster_its_verdict() -> None:
     from federation.scheduling.fit import ClusterState, explain
 

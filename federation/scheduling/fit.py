@@ -203,6 +203,11 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
         return f"no node has label {','.join(nodes_lack)} (its pods' nodeSelector)"
     request, largest = sized(job, cluster)
     if not covers(cluster.free, request):
+        # A cluster too small for the gang says so, the same whatever runs there: its free room changes with every
+        # job that starts or ends, and a reason naming it is rewritten for every waiting job each time.
+        capacity = add(cluster.capacity, cluster.partitionable) if cluster.partitionable else cluster.capacity
+        if capacity and not covers(capacity, request):
+            return "too small: " + _short(capacity, request).replace(" free", " in all")
         return "not enough free: " + _short(cluster.free, request)
     nodes = [t for t in cluster.tiers if t.tier == 0]
     if nodes and not covers(nodes[0].max_free, largest):
