@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from federation.scheduling.arrival import Admitted, Arrivals
+from federation.scheduling.arrival import Admitted, Arrivals, Arriving
 from federation.scheduling.cycle import PendingJob, RunningJob, schedule, shares, walk_backlog
 from federation.scheduling.fairshare import EPSILON, dominant_share
 from federation.scheduling.fit import JobView
@@ -93,6 +93,81 @@ def test_arrivals_take_only_room_the_last_cycle_left_and_stay_within_their_share
                     assert dominant_share(queue_usage[q], tree.queues.get(q, {})) <= 1 + EPSILON, (job_id, q)
                 tenant = tenant_of[queue]
                 assert dominant_share(tenant_usage[tenant], tree.tenants.get(tenant, {})) <= 1 + EPSILON
+
+
+def _within_shares(world: World, queues: list[str]) -> None:
+    """Each of these queues, its parent and its tenant within what it deserves, as the next cycle's shares count
+    what runs and waits now."""
+    tree, queue_usage, tenant_usage = shares(world.snapshot(list(world.pending.values())))
+    parents = {q.name: q.parent for q in world.queues}
+    tenant_of = {q.name: q.tenant for q in world.queues}
+    for queue in queues:
+        for q in [queue] + ([parents[queue]] if parents[queue] else []):
+            assert dominant_share(queue_usage[q], tree.queues.get(q, {})) <= 1 + EPSILON, q
+        tenant = tenant_of[queue]
+        assert dominant_share(tenant_usage[tenant], tree.tenants.get(tenant, {})) <= 1 + EPSILON, tenant
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+@example(406)  # worlds where such a job fits but puts its queue (406) or tenant (1403) past a share
+@example(1403)
+def test_jobs_sent_while_a_cycle_decides_never_take_room_its_kept_decisions_give(seed: int) -> None:
+    """Jobs submitted after a cycle's snapshot, judged against what the cycle before left while it decides: where
+    the deciding cycle's decisions are kept (`took`), the cycle's dispatches, its reserved room and those jobs fit
+    each cluster's free room together, and each such job's queue and tenant stay within their shares; where they
+    are not, only those jobs were sent, and the next cycle runs without any."""
+    rng = random.Random(seed)
+    world = World(rng)
+    world.submit(rng.randrange(5, 60))
+    arrivals: Arrivals | None = None
+    for step in range(5):
+        for event in rng.choices(["submit", "cancel", "end", "reconfigure", "refuse"], k=rng.randrange(1, 4)):
+            if event == "submit":
+                world.submit(rng.randrange(1, 15))
+            else:
+                getattr(world, event)()
+        snap = world.snapshot([])
+        waiting = dict(world.pending)
+        backlog_queues = set(world.manager.order)
+        meanwhile = _arrive(world, rng.randrange(1, 8))
+        for job in meanwhile:  # not in the backlog the deciding cycle walks: the server's cache reads them after
+            world.manager.remove(job.id)
+        admitted: dict[str, str] = {}
+        if arrivals is not None:
+            usable = {view.name for view in snap.clusters if rng.random() < 0.8}
+            judged = arrivals.admit_all(Arriving(world.manager, meanwhile), meanwhile, usable)
+            admitted = {job_id: found.cluster for job_id, found in judged.items() if isinstance(found, Admitted)}
+            assert set(admitted.values()) <= usable
+        cycle = walk_backlog(snap, world.manager)
+        decisions = cycle.out
+        after = Arrivals(cycle)
+        jobs = {job.id: job for job in meanwhile}
+        for job_id in admitted:  # only a queue's head: none of its queue waited at the snapshot, none before it since
+            job = jobs[job_id]
+            assert job.queue not in backlog_queues
+            assert all(other.id in admitted for other in meanwhile
+                       if other.queue == job.queue and other.rank < job.rank)
+        kept = after.took([(jobs[j], c) for j, c in admitted.items()], world.manager) if admitted else True
+        for job in meanwhile:
+            if job.id not in admitted:
+                world.manager.add(job)
+        if kept:
+            for view in snap.clusters:
+                given_out = sum(waiting[j].view.request[GPU] for j, c in decisions.assign.items()
+                                if c == view.name and j not in decisions.provisioning)
+                held = sum(waiting[j].view.request[GPU] for j, c in decisions.reserved.items() if c == view.name)
+                taken = sum(jobs[j].view.request[GPU] for j, c in admitted.items() if c == view.name)
+                assert taken <= max(view.free[GPU] - given_out - held, 0), (view.name, given_out, held, taken)
+            world.apply(decisions, step)
+        for job_id, name in admitted.items():
+            job = world.pending.pop(job_id)
+            world.running[job_id] = RunningJob(job_id, job.queue, name, job.priority, job.seq, job.view.request,
+                                             preemptible=True)
+            world.free[name] -= job.view.request[GPU] // 8 or 1
+        if kept and admitted:
+            _within_shares(world, [jobs[j].queue for j in admitted])
+        arrivals = after if kept else None  # a dropped cycle: the next one decides with nothing sent meanwhile
 
 
 def _idle_world() -> World:

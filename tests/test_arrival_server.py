@@ -1,11 +1,18 @@
 """Admission on arrival in the scheduler, on real PostgreSQL (issue 40, 3): after a cycle, a submitted job that
 fits the room it left is dispatched by `admit_arrivals` without a cycle, saying so; one that does not fit waits for
-the next cycle; nothing is admitted while a cycle is under way, and the jobs that came meanwhile are looked at
-once it is written."""
+the next cycle. While a cycle decides, a job submitted meanwhile is judged against what the cycle before left and
+sent; the deciding cycle's decisions are written when that job still fits what they leave, and dropped (nothing
+sent twice) when it does not. Once a cycle's orders are written, jobs go on arrival against what it left while it
+writes its reasons. Nothing is admitted while a cycle reads its snapshot, and the jobs that came meanwhile are
+looked at once it is written."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
 
 from sqlalchemy import update
 
@@ -24,15 +31,48 @@ async def _submit(api: Api, name: str, gpus: str) -> str:
     return (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=spec(name=name, gpus=gpus, replicas=1)))).job.id
 
 
-async def test_a_job_that_fits_what_the_last_cycle_left_is_dispatched_on_arrival(api: Api) -> None:
-    await api.server.leadership.stop()  # this test's scheduler is the only one deciding
+async def _scheduler(api: Api) -> tuple[Scheduler, JobStore, AdminStore]:
+    """This test's scheduler, the only one deciding, over one cluster `east` of 16 GPUs."""
+    await api.server.leadership.stop()
     await make_queue(api)
     store, admin = JobStore(api.server.engine), AdminStore(api.server.engine)
     await admin.register_cluster("east", {}, "0.1.0")
     async with api.server.engine.begin() as conn:
         await conn.execute(update(Cluster).where(Cluster.name == "east").values(inventory={
             "allocatable": {GPU: 16, "cpu": 64_000}, "used": {GPU: 0, "cpu": 0}, "topology": []}))
-    scheduler = Scheduler(store, admin, lambda: True, lambda: None)
+    return Scheduler(store, admin, lambda: True, lambda: None), store, admin
+
+
+@asynccontextmanager
+async def deciding(scheduler: Scheduler) -> AsyncIterator[asyncio.Task[Any]]:
+    """A cycle held in its decide step (its worker thread waits) for as long as the block runs; then let go."""
+    entered, go = threading.Event(), threading.Event()
+    decide: Callable[..., Any] = scheduler._decide
+
+    def held(*args: Any) -> Any:
+        entered.set()
+        go.wait(120)
+        return decide(*args)
+
+    scheduler._decide = held  # type: ignore[method-assign]
+    task = asyncio.create_task(scheduler.cycle())
+    try:
+        while not entered.is_set():
+            assert not task.done(), task.exception()
+            await asyncio.sleep(0.01)
+        yield task
+    finally:
+        go.set()
+        scheduler._decide = decide  # type: ignore[method-assign]
+
+
+async def _total_dispatched(store: JobStore, ids: list[str]) -> int:
+    rows = [await store.get(job_id) for job_id in ids]
+    return sum(int(r["request"][GPU]) for r in rows if r["phase"] == "DISPATCHED")
+
+
+async def test_a_job_that_fits_what_the_last_cycle_left_is_dispatched_on_arrival(api: Api) -> None:
+    scheduler, store, admin = await _scheduler(api)
     first = await _submit(api, "first", "8")
     assert await scheduler.admit_arrivals() == {}  # no cycle has run: nothing is known to be left
     assert (await scheduler.cycle()).assign == {first: "east"}
@@ -64,3 +104,76 @@ async def test_a_job_that_fits_what_the_last_cycle_left_is_dispatched_on_arrival
     decisions = await scheduler.cycle()
     assert late in decisions.assign  # the cycle read it: its to decide
     assert scheduler._arriving.is_set() and not scheduler._missed
+
+
+async def test_a_job_submitted_while_a_cycle_decides_goes_at_once_and_the_cycle_still_writes(api: Api) -> None:
+    scheduler, store, _ = await _scheduler(api)
+    await make_queue(api, "infer")
+    first = await _submit(api, "first", "8")
+    assert (await scheduler.cycle()).assign == {first: "east"}  # 8 left
+    queued = await _submit(api, "queued", "4")  # not looked at on arrival: the next cycle's
+    async with deciding(scheduler) as cycle:
+        late = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(
+            spec=spec(name="late", queue="infer", gpus="2", replicas=1)))).job.id
+        assert await scheduler.admit_arrivals() == {late: "east"}  # while the cycle decides
+        row = await store.get(late)
+        assert row["phase"] == "DISPATCHED" and row["reason"].startswith("dispatched to cluster east (on arrival)")
+        assert not cycle.done()
+    assert (await cycle).assign == {queued: "east"}  # 4 of the 8 it saw left; 2 of those 4 taken meanwhile: fits
+    assert (await store.get(queued))["phase"] == "DISPATCHED"
+    assert await _total_dispatched(store, [first, queued, late]) == 14
+
+
+async def test_a_cycle_whose_room_a_job_took_meanwhile_writes_nothing_and_the_next_decides_again(api: Api) -> None:
+    scheduler, store, _ = await _scheduler(api)
+    await make_queue(api, "infer")
+    first = await _submit(api, "first", "8")
+    assert (await scheduler.cycle()).assign == {first: "east"}  # 8 left
+    queued = await _submit(api, "queued", "8")  # the next cycle gives it the 8 left
+    async with deciding(scheduler) as cycle:
+        late = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(
+            spec=spec(name="late", queue="infer", gpus="2", replicas=1)))).job.id
+        assert await scheduler.admit_arrivals() == {late: "east"}  # the cycle before left 8
+    assert (await cycle).assign == {}  # it gave `queued` all 8: dropped, not written over `late`
+    assert (await store.get(queued))["phase"] == "PENDING"
+    assert await _total_dispatched(store, [first, queued, late]) == 10
+    # The next cycle sees `late` holding 2 of the 8 and decides again. A dropped cycle left nothing to judge
+    # arrivals against, so nothing goes on arrival while the next one decides: it always finishes.
+    async with deciding(scheduler) as cycle:
+        again = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(
+            spec=spec(name="again", queue="infer", gpus="1", replicas=1)))).job.id
+        assert await scheduler.admit_arrivals() == {}
+    assert (await cycle).assign == {}  # 6 left: `queued` asks 8
+    assert (await store.get(queued))["phase"] == "PENDING" and (await store.get(again))["phase"] == "PENDING"
+    assert (await scheduler.cycle()).assign == {again: "east"}  # what came meanwhile: the cycle after's
+
+
+async def test_a_job_submitted_while_a_cycle_writes_its_reasons_goes_against_what_that_cycle_left(api: Api) -> None:
+    """A large backlog's reasons take seconds to write when the free room they name changed: the cycle's orders are
+    written first, and from then on what it left is offered to jobs arriving."""
+    scheduler, store, _ = await _scheduler(api)
+    await make_queue(api, "infer")
+    first, queued = await _submit(api, "first", "8"), await _submit(api, "queued", "4")
+    big = await _submit(api, "big", "32")  # fits nowhere: waits, with a reason the cycle writes
+    entered, go = asyncio.Event(), asyncio.Event()
+    set_waiting = scheduler.jobs.set_waiting
+
+    async def held(*args: Any) -> None:
+        entered.set()
+        await go.wait()
+        await set_waiting(*args)
+
+    scheduler.jobs.set_waiting = held  # type: ignore[method-assign]
+    cycle = asyncio.create_task(scheduler.cycle())
+    await asyncio.wait_for(entered.wait(), 60)
+    late = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(
+        spec=spec(name="late", queue="infer", gpus="4", replicas=1)))).job.id
+    too_many = (await api.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(
+        spec=spec(name="too-many", queue="infer", gpus="1", replicas=1)))).job.id
+    assert await scheduler.admit_arrivals() == {late: "east"}  # 16 - 8 - 4 left 4: `late` takes them, not one more
+    assert not cycle.done()
+    go.set()
+    assert (await cycle).assign == {first: "east", queued: "east"}
+    assert (await store.get(big))["reason"].startswith("cannot run: needs nvidia.com/gpu=32 in one cluster")
+    assert (await store.get(too_many))["phase"] == "PENDING"
+    assert await _total_dispatched(store, [first, queued, late, big, too_many]) == 16

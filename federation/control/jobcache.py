@@ -263,6 +263,35 @@ class JobCache:
         self.backlog.extend(added)  # sorted once on a load, not job by job
         self.version += 1
 
+    @property
+    def cursor(self) -> int | None:
+        """The last event the cache has read (None: it reads everything at its next refresh)."""
+        return self._cursor
+
+    async def peek_submitted(self, after: int, limit: int) -> tuple[int, list[PendingJob]]:
+        """The jobs submitted after event `after` and still waiting, as they would join the backlog, without
+        changing the cache: admission on arrival reads them while a cycle walks the backlog, which must not
+        change under it. Returns the last event read and the jobs (at most `limit`, oldest first)."""
+        upto = await self.jobs.last_event_seq()
+        latest: dict[str, Any] = {}
+        cursor = after
+        while cursor < upto and len(latest) < BATCH:
+            events = await self.jobs.phases_after(cursor, upto, limit=BATCH)
+            if not events:
+                break
+            for event in events:
+                latest[event["job_id"]] = event
+            cursor = events[-1]["seq"]
+        ids = [job_id for job_id, event in latest.items() if event["type"] == "Submitted"][:limit]
+        if not ids:
+            return cursor, []
+        rows = [r for r in await self.jobs.pending(len(ids), ids=ids) if r["requeue_at"] is None]
+        specs = await self.jobs.specs([r["id"] for r in rows])
+        views = await asyncio.to_thread(_views, [specs[r["id"]] for r in rows])
+        order = {job_id: i for i, job_id in enumerate(ids)}
+        jobs = [PendingJob(view, r["queue"], r["priority"], r["seq"]) for r, view in zip(rows, views, strict=True)]
+        return cursor, sorted(jobs, key=lambda job: order[job.id])
+
     def _add_holding(self, rows: list[Any]) -> None:
         for r in rows:
             self.holding[r["id"]] = HoldingJob(**r)
@@ -302,8 +331,11 @@ class JobCache:
                 if job_id in self.reasons and self.reasons[job_id] != why}
 
     def reasons_written(self, reasons: Mapping[str, str]) -> None:
-        """`reasons`, from `changed_reasons`, are what PostgreSQL holds now."""
-        self.reasons.update(reasons)
+        """`reasons`, from `changed_reasons`, are what PostgreSQL holds now; but for the jobs with an event since
+        they were worked out (read by a refresh while they were written): those may hold anything."""
+        for job_id, why in reasons.items():
+            if job_id in self.reasons and job_id not in self.touched:
+                self.reasons[job_id] = why
 
 
 def _views(specs: list[Any]) -> list[JobView]:

@@ -32,7 +32,7 @@ from federation.kernel.admission import PROVISIONING
 from federation.kernel.hyperjob import HOLD_CHECK
 from federation.kernel.resources import GPU, add, format_resources, with_share
 from federation.scheduling import outlook
-from federation.scheduling.arrival import Admitted, Arrivals
+from federation.scheduling.arrival import Admitted, Arrivals, Arriving
 from federation.scheduling.cycle import (
     Decisions,
     PendingJob,
@@ -60,7 +60,7 @@ from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.forecast import Holding, after_cycle, remaining
 from federation.scheduling.model import summed_by
 from federation.scheduling.moves import healthier
-from federation.scheduling.queues import Reasons, Settled
+from federation.scheduling.queues import QueueManager, Reasons, Settled
 from federation.scheduling.quotas import over_own_limit
 from federation.scheduling.usage import Decay
 from federation.store.admin import AdminStore
@@ -241,6 +241,14 @@ class Scheduler:
         self._arrivals: Arrivals | None = None
         self.admit_on_arrival = admit_on_arrival  # off: every job waits for a cycle (the benchmarks' baseline)
         self._arrivals_at = 0.0
+        # While a cycle decides: the last cycle's `Arrivals`, judging the jobs submitted since the deciding cycle's
+        # snapshot (None: not now), the event that snapshot read up to (the jobs after it are not the cycle's),
+        # the jobs seen since and still waiting, and those dispatched, to be counted into the cycle's outcome.
+        self._meanwhile: Arrivals | None = None
+        self._meanwhile_cursor = 0
+        self._meanwhile_waiting: list[PendingJob] = []
+        self._meanwhile_sent: list[tuple[PendingJob, str]] = []
+        self._admitting = asyncio.Lock()  # held while such jobs are judged and written
         self._arriving = asyncio.Event()  # set by every change: admit what arrived, then wake the cycle
         self._missed = False  # a change came while a cycle was under way: look at arrivals once it is written
         self._stopping = False
@@ -303,34 +311,67 @@ class Scheduler:
     async def admit_arrivals(self) -> dict[str, str]:
         """Dispatch at once each job submitted since the last look that fits what the last cycle left
         (`scheduling.arrival`); returns them, job -> cluster. The rest wait for the next cycle."""
+        if self._deciding.locked():
+            return await self._admit_meanwhile()
         async with self._deciding:
             arrivals = self._arrivals
             if arrivals is None:
                 self._missed = True  # a cycle is under way: look again once it is written
                 return {}
-            if time.monotonic() - self._arrivals_at > 2 * (self._loop.period + sum(self.steps.values())):
-                return {}  # the clusters as that cycle saw them are too old to send anything on: the cycle's turn
+            if self._stale():
+                return {}
             await self.cache.refresh()
             submitted = [job for job_id in self.cache.take_submitted()
                          if (job := self.cache.waiting.get(job_id)) is not None]
             if not submitted:
                 return {}
-            # Read after the jobs: a cordon that came before a job's submission is seen.
-            usable = await self.admin.usable(self.heartbeat_timeout)
-            # Pure Python, as long as the burst of submissions: off the loop, like the cycle.
-            judged = await asyncio.to_thread(arrivals.admit_all, self.cache.backlog, submitted[:ARRIVALS_AT_ONCE],
-                                             usable)
-            admitted = {job_id: found for job_id, found in judged.items() if isinstance(found, Admitted)}
-            if not admitted:
+            sent = await self._admit(arrivals, self.cache.backlog, submitted)
+        if sent:
+            self.on_change()
+        return sent
+
+    async def _admit_meanwhile(self) -> dict[str, str]:
+        """The jobs submitted while a cycle decides, judged against what the cycle before it left, with the backlog
+        as the deciding cycle's snapshot found it (`scheduling.arrival.Arriving`); those sent are counted into that
+        cycle's outcome before it is written (`cycle`)."""
+        async with self._admitting:
+            self._missed = True  # those passed over are looked at again once the cycle is written
+            arrivals = self._meanwhile
+            if arrivals is None or self._stale():
+                return {}  # the cycle is reading its snapshot, or writing its decisions
+            self._meanwhile_cursor, submitted = await self.cache.peek_submitted(self._meanwhile_cursor,
+                                                                              ARRIVALS_AT_ONCE)
+            if not submitted:
                 return {}
-            decisions = Decisions(assign={j: a.cluster for j, a in admitted.items()},
-                                  notes={j: a.note for j, a in admitted.items()},
-                                  checks={j: a.checks for j, a in admitted.items() if a.checks})
-            await self.jobs.dispatch(decisions.assign, self.fence(), decisions.notes, _checks(decisions))
-            metrics.JOBS_ON_ARRIVAL.inc(len(admitted))
-            metrics.JOBS_SCHEDULED.inc(len(admitted))
-        self.on_change()
-        return decisions.assign
+            waiting = self._meanwhile_waiting + submitted
+            sent = await self._admit(arrivals, Arriving(self.cache.backlog, waiting), waiting)
+            self._meanwhile_waiting = [job for job in waiting if job.id not in sent]
+            self._meanwhile_sent += [(job, sent[job.id]) for job in waiting if job.id in sent]
+        if sent:
+            self.on_change()
+        return sent
+
+    def _stale(self) -> bool:
+        """Whether the clusters as the last cycle saw them are too old to send anything on: the cycle's turn."""
+        return time.monotonic() - self._arrivals_at > 2 * (self._loop.period + sum(self.steps.values()))
+
+    async def _admit(self, arrivals: Arrivals, backlog: QueueManager | Arriving, submitted: Sequence[PendingJob]
+                     ) -> dict[str, str]:
+        """Judge these jobs on arrival and dispatch those admitted: job -> cluster, of those dispatched."""
+        # Read after the jobs: a cordon that came before a job's submission is seen.
+        usable = await self.admin.usable(self.heartbeat_timeout)
+        # Pure Python, as long as the burst of submissions: off the loop, like the cycle.
+        judged = await asyncio.to_thread(arrivals.admit_all, backlog, submitted[:ARRIVALS_AT_ONCE], usable)
+        admitted = {job_id: found for job_id, found in judged.items() if isinstance(found, Admitted)}
+        if not admitted:
+            return {}
+        decisions = Decisions(assign={j: a.cluster for j, a in admitted.items()},
+                              notes={j: a.note for j, a in admitted.items()},
+                              checks={j: a.checks for j, a in admitted.items() if a.checks})
+        moved = await self.jobs.dispatch(decisions.assign, self.fence(), decisions.notes, _checks(decisions))
+        metrics.JOBS_ON_ARRIVAL.inc(len(moved))
+        metrics.JOBS_SCHEDULED.inc(len(moved))
+        return {r["id"]: r["cluster"] for r in moved}
 
     async def stop(self) -> None:
         self._stopping = True
@@ -483,14 +524,30 @@ class Scheduler:
         # The snapshot and the decisions over it are one step no other reader of the cache may cut into: the
         # decisions (and their reasons) are read from the backlog, which a refresh changes.
         async with self._deciding:
-            self._arrivals = None  # what the last cycle left is this one's to decide now
+            last, self._arrivals = self._arrivals, None  # what the last cycle left is this one's to decide now
             snapshot = await self.snapshot()
             self.cache.take_submitted()  # in this cycle's backlog: its to decide
             started = time.monotonic()
             clock.step("snapshot")
-            # Pure Python for as long as the backlog makes it: off the event loop, which keeps serving RPCs,
-            # heartbeats and the lease's renewal meanwhile.
-            d = await asyncio.to_thread(self._decide, snapshot, clock)
+            if self.admit_on_arrival and self.cache.cursor is not None:
+                # Jobs submitted from here on are not this cycle's: judged on arrival while it decides, against
+                # what the last cycle left (none after a cycle dropped below: the next one always finishes).
+                self._meanwhile, self._meanwhile_cursor = last, self.cache.cursor
+            try:
+                # Pure Python for as long as the backlog makes it: off the event loop, which keeps serving RPCs,
+                # heartbeats and the lease's renewal meanwhile.
+                d = await asyncio.to_thread(self._decide, snapshot, clock)
+            finally:
+                async with self._admitting:
+                    self._meanwhile, self._meanwhile_waiting = None, []
+                    sent, self._meanwhile_sent = self._meanwhile_sent, []
+            # This cycle did not see the jobs sent meanwhile: counted into what it left, or it decides nothing.
+            if sent and (d.arrivals is None or not await asyncio.to_thread(d.arrivals.took, sent, self.cache.backlog)):
+                log.info("jobs sent on arrival while this cycle decided took room it gave or a share it counted on: "
+                         "its decisions are not written; the next cycle decides again, with them")
+                self.wake()
+                return Decisions()
+            generation = self.cache.generation  # the cache it decided on (arrivals may refresh it while it writes)
         decisions, waiting, reasons, order, jobs = d.decisions, d.waiting, d.reasons, d.order, d.jobs
         self.holds, self.held = d.holds, d.held
         for job_id, cluster in decisions.making_room.items():
@@ -510,11 +567,18 @@ class Scheduler:
             log.error("the compiled victim search failed; this cycle's reclaim was decided by the Python search: %s",
                       decisions.compiled_failure)
         clock.step("write")
+        # Its orders written: what it left is offered to jobs arriving from now until the next cycle starts (their
+        # orders come after its own), while it writes the reasons of those that wait (seconds, for a large backlog
+        # whose reasons all name a cluster's free room that changed).
+        self._arrivals, self._arrivals_at = d.arrivals, started
+        if self._missed and d.arrivals is not None:
+            self._missed = False
+            self._arriving.set()
         await self._write_holds(snapshot, d, fence)
         await self.jobs.set_waiting(reasons, fence)
         self.cache.reasons_written(reasons)
         if d.walk is not None:
-            self._written = (self.cache.generation, d.walk[0])
+            self._written = (generation, d.walk[0])
             self._owed = d.walk[1]  # decided on their own: not what the ranges around them say
         clock.step("reasons")
         self._cycles += 1
@@ -532,11 +596,6 @@ class Scheduler:
         self._record(decisions, waiting, snapshot.running, sum(clock.seconds.values()))
         self.past.age(decisions.usage, decisions.tenant_usage)
         await self.past.save_if_due(fence)
-        # Written: what it left is offered to jobs arriving until the next cycle starts.
-        self._arrivals, self._arrivals_at = d.arrivals, started
-        if self._missed and d.arrivals is not None:
-            self._missed = False
-            self._arriving.set()
         return decisions
 
     async def _move_off_degraded(self, snapshot: Snapshot, decisions: Decisions, fence: Fence | None) -> bool:

@@ -19,7 +19,15 @@ shares. A job goes at once only when the next cycle would have no better use for
   passed over (a job submitted after a cordon must never reach the cluster).
 
 Everything else, and every job this path passes over, waits for the next full cycle, which keeps reclaim,
-reservations, provisioning, HyperJobs and moves. Pure: no clock, no I/O.
+reservations, provisioning, HyperJobs and moves.
+
+While the next cycle decides (it walks the backlog, which must not change meanwhile), jobs submitted since its
+snapshot are judged the same way against what the last cycle left, with the backlog as that snapshot found it
+(`Arriving`): a job whose queue had jobs waiting then is not its head, and waits. That cycle did not know them, so
+once it has decided, they are counted into what it left (`Arrivals.took`) before its decisions are written; if one
+no longer fits where it went, or its queue or tenant would then be past a deserved share, that cycle's decisions
+are dropped (none written: nothing is sent twice) and the next cycle, which sees them, decides again.
+Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -29,8 +37,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from federation.scheduling.fairshare import EPSILON
+from federation.scheduling.fit import check
+from federation.scheduling.model import add_into
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from federation.scheduling.backlog import Demand
     from federation.scheduling.cycle import _Cycle
     from federation.scheduling.model import PendingJob
@@ -48,6 +60,31 @@ class Admitted:
     checks: tuple[str, ...]
 
 
+class Arriving:
+    """What waits while a cycle walks the backlog: the backlog as its snapshot found it (unchanged until the cycle has
+    decided) and the jobs submitted since. A queue with jobs waiting in the backlog has its head there, whatever the
+    priority of one submitted since: that one waits for the cycle after."""
+
+    def __init__(self, backlog: QueueManager, jobs: Sequence[PendingJob]) -> None:
+        self.backlog = backlog
+        self.arrived: dict[str, list[PendingJob]] = {}
+        for job in sorted(jobs, key=lambda job: job.rank):  # in its queue's order
+            self.arrived.setdefault(job.queue, []).append(job)
+        self.order: Mapping[str, Sequence[PendingJob]] = {
+            queue: backlog.order.get(queue) or arrived for queue, arrived in self.arrived.items()}
+
+    def requested(self, queue: str) -> Mapping[str, int]:
+        total = dict(self.backlog.requested(queue))
+        for job in self.arrived.get(queue, ()):
+            add_into(total, job.view.request)
+        return total
+
+    def demand(self, queue: str) -> Iterator[tuple[PendingJob, int]]:
+        yield from self.backlog.demand(queue)
+        for job in self.arrived.get(queue, ()):
+            yield job, 1
+
+
 class Arrivals:
     """What one cycle left, taken by the jobs admitted on arrival until the next cycle starts."""
 
@@ -63,7 +100,7 @@ class Arrivals:
         beside what runs, the last cycle's dispatches and the jobs admitted on arrival since."""
         self.cycle.compute_shares(backlog)
 
-    def admit_all(self, backlog: QueueManager, jobs: Sequence[PendingJob], usable: Collection[str]
+    def admit_all(self, backlog: QueueManager | Arriving, jobs: Sequence[PendingJob], usable: Collection[str]
                   ) -> dict[str, Admitted | str]:
         """Each job in turn, shares worked out again first with what waits now (`backlog`, which holds them): where
         it goes, or why it waits. A job admitted here no longer waits, so the one after it in its queue is the
@@ -120,3 +157,18 @@ class Arrivals:
         cycle.ledger.use(queue, held)
         cycle.clusters.reserve(job.view, cluster)
         return Admitted(cluster, note, checks)
+
+    def took(self, admitted: Sequence[tuple[PendingJob, str]], backlog: Demand) -> bool:
+        """Count in jobs admitted on arrival while this cycle decided (judged against the cycle before, which this
+        one did not see), as if admitted after it; `backlog`: what waits now. False when one of them no longer fits
+        the room this cycle left in its cluster, or its queue or tenant is past a deserved share with it: this
+        cycle's decisions then must not be written."""
+        cycle = self.cycle
+        for job, cluster in admitted:
+            if cluster not in cycle.clusters.index or check(job.view, cycle.clusters.view(cluster)) is not None:
+                return False
+            held = cycle.flavors.held(cluster, job.view.request) if cycle.flavors else job.view.request
+            cycle.ledger.use(job.queue, held)
+            cycle.clusters.reserve(job.view, cluster)
+        self.reshare(backlog)
+        return all(max(cycle.ledger.share_after(job.queue, {})) <= 1 + EPSILON for job, _ in admitted)
