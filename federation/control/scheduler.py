@@ -249,6 +249,7 @@ class Scheduler:
         self._meanwhile_waiting: list[PendingJob] = []
         self._meanwhile_sent: list[tuple[PendingJob, str]] = []
         self._admitting = asyncio.Lock()  # held while such jobs are judged and written
+        self._writing = False  # a cycle whose orders are written is writing its reasons (and holds)
         self._arriving = asyncio.Event()  # set by every change: admit what arrived, then wake the cycle
         self._missed = False  # a change came while a cycle was under way: look at arrivals once it is written
         self._stopping = False
@@ -352,8 +353,10 @@ class Scheduler:
         return sent
 
     def _stale(self) -> bool:
-        """Whether the clusters as the last cycle saw them are too old to send anything on: the cycle's turn."""
-        return time.monotonic() - self._arrivals_at > 2 * (self._loop.period + sum(self.steps.values()))
+        """Whether the clusters as the last cycle saw them are too old to send anything on: the cycle's turn. Never
+        while that cycle still writes: its view is the newest there is, however long its reasons take."""
+        return not self._writing and \
+            time.monotonic() - self._arrivals_at > 2 * (self._loop.period + sum(self.steps.values()))
 
     async def _admit(self, arrivals: Arrivals, backlog: QueueManager | Arriving, submitted: Sequence[PendingJob]
                      ) -> dict[str, str]:
@@ -574,8 +577,12 @@ class Scheduler:
         if self._missed and d.arrivals is not None:
             self._missed = False
             self._arriving.set()
-        await self._write_holds(snapshot, d, fence)
-        await self.jobs.set_waiting(reasons, fence)
+        self._writing = True
+        try:
+            await self._write_holds(snapshot, d, fence)
+            await self.jobs.set_waiting(reasons, fence)
+        finally:
+            self._writing = False
         self.cache.reasons_written(reasons)
         if d.walk is not None:
             self._written = (generation, d.walk[0])

@@ -133,7 +133,9 @@ class ClusterTable:
                           {r: int(self.tiers[i, t, k]) for r, k in self.resource.items()})
                  for t in range(self.top + 1) if t in self.tier_names[i]]
         hist = tuple(int(n) for n in self.gpu_hist[i]) if self.gpu_known[i] else None
-        view = ClusterView(name, self.labels[i], free, tiers, node_labels=self.node_labels[i], gpu_free_nodes=hist,
+        reported = self._views[name]
+        view = ClusterView(name, self.labels[i], free, tiers, capacity=reported.capacity,
+                           partitionable=reported.partitionable, node_labels=self.node_labels[i], gpu_free_nodes=hist,
                            gpu_memory=self.gpu_memory[i])
         self._built[i] = (self._touched[i], view)
         return view
