@@ -251,6 +251,20 @@ def test_a_gang_that_can_never_run_says_so_holds_nothing_and_blocks_nobody() -> 
                                 "cluster offers is nvidia.com/gpu=8 (h100)")
 
 
+def test_a_waiting_gangs_reason_names_a_cluster_too_small_for_it_the_same_whatever_runs_there() -> None:
+    """A cluster that could hold the gang once its gangs end is "not enough free" with its free room; one that never
+    could is "too small" with what it has in all, which a gang starting or ending there does not change."""
+    gang = job("big", "q", 16, 1)
+    reasons = set()
+    for free in (8, 7, 0):
+        clusters = [capacity_cluster("large", 0, 64, 32), capacity_cluster("small", free, 8, 8)]
+        d = schedule(snap([TenantInfo("t")], [QueueInfo("q", "t")], [gang], clusters, capacity=72))
+        reasons.add(d.waiting["big"])
+    assert len(reasons) == 1, reasons  # the same text each time: not rewritten
+    assert "large: not enough free: nvidia.com/gpu 0/16 free; small: too small: nvidia.com/gpu 8/16 in all" in \
+        reasons.pop()
+
+
 def test_a_reservation_does_not_hold_up_its_queue_elsewhere_or_in_room_it_does_not_need() -> None:
     tenants = [TenantInfo("t1"), TenantInfo("t2")]
     queues = [QueueInfo("big", "t1"), QueueInfo("other", "t2")]
