@@ -177,3 +177,34 @@ async def test_a_job_submitted_while_a_cycle_writes_its_reasons_goes_against_wha
     assert (await store.get(big))["reason"].startswith("cannot run: needs nvidia.com/gpu=32 in one cluster")
     assert (await store.get(too_many))["phase"] == "PENDING"
     assert await _total_dispatched(store, [first, queued, late, big, too_many]) == 16
+
+
+async def test_a_job_cancelled_while_a_cycle_writes_its_reasons_leaves_no_reason_behind(api: Api) -> None:
+    """Arrivals refresh the job cache while a cycle writes its reasons: a job that stopped waiting meanwhile is not
+    put back among the reasons the cache believes PostgreSQL holds."""
+    scheduler, store, _ = await _scheduler(api)
+    first, waits = await _submit(api, "first", "8"), await _submit(api, "waits", "12")
+    assert (await scheduler.cycle()).assign == {first: "east"}  # `waits`: 12 asked, 8 free
+    scheduler.cache.reasons[waits] = None  # as after an event of its: the next cycle writes its reason again
+    entered, go = asyncio.Event(), asyncio.Event()
+    set_waiting = scheduler.jobs.set_waiting
+    written: list[dict[str, str]] = []
+
+    async def held(reasons: dict[str, str], *args: Any) -> None:
+        written.append(reasons)
+        entered.set()
+        await go.wait()
+        await set_waiting(reasons, *args)
+
+    scheduler.jobs.set_waiting = held  # type: ignore[method-assign]
+    cycle = asyncio.create_task(scheduler.cycle())
+    await asyncio.wait_for(entered.wait(), 60)
+    await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=waits))
+    await _submit(api, "late", "1")
+    assert set((await scheduler.admit_arrivals()).values()) == {"east"}  # it refreshed the cache meanwhile
+    assert waits not in scheduler.cache.reasons
+    go.set()
+    await cycle
+    assert waits in written[0]  # the cycle wrote its reason (PostgreSQL left it alone: no longer waiting)
+    assert waits not in scheduler.cache.reasons
+    assert (await store.get(waits))["phase"] == "CANCELLED"
