@@ -146,16 +146,14 @@ class Arrivals:
         cluster, reasons = cycle.choose(job, queue, gone)
         if cluster is None:
             return "no cluster has room the last cycle left: " + "; ".join(reasons[:3])
-        held = job.view.request
-        if cycle.flavors:  # judged above as demand; what it holds is the flavor of the cluster chosen
-            held = cycle.flavors.held(cluster, held)
-            if max(cycle.ledger.share_after(queue, held)) > 1 + EPSILON:
-                return "past a deserved share of the flavor it would hold there: its turn is the cycle's"
+        held = self._held(job, cluster)
+        if cycle.flavors and max(cycle.ledger.share_after(queue, held)) > 1 + EPSILON:
+            # judged above as demand; what it holds is the flavor of the cluster chosen
+            return "past a deserved share of the flavor it would hold there: its turn is the cycle's"
         passed_over = cycle.clusters.passed_over(job.view, cluster)
         note = ON_ARRIVAL + (f"; {passed_over}" if passed_over else "")
         checks = cycle.checks(queue, cluster)
-        cycle.ledger.use(queue, held)
-        cycle.clusters.reserve(job.view, cluster)
+        self._take(job, cluster, held)
         return Admitted(cluster, note, checks)
 
     def took(self, admitted: Sequence[tuple[PendingJob, str]], backlog: Demand) -> bool:
@@ -167,8 +165,16 @@ class Arrivals:
         for job, cluster in admitted:
             if cluster not in cycle.clusters.index or check(job.view, cycle.clusters.view(cluster)) is not None:
                 return False
-            held = cycle.flavors.held(cluster, job.view.request) if cycle.flavors else job.view.request
-            cycle.ledger.use(job.queue, held)
-            cycle.clusters.reserve(job.view, cluster)
+            self._take(job, cluster, self._held(job, cluster))
         self.reshare(backlog)
         return all(max(cycle.ledger.share_after(job.queue, {})) <= 1 + EPSILON for job, _ in admitted)
+
+    def _held(self, job: PendingJob, cluster: str) -> Mapping[str, int]:
+        """What the job holds in `cluster`: its request, in the flavor of that cluster where flavors are defined."""
+        flavors = self.cycle.flavors
+        return flavors.held(cluster, job.view.request) if flavors else job.view.request
+
+    def _take(self, job: PendingJob, cluster: str, held: Mapping[str, int]) -> None:
+        """Count the job as sent to `cluster`: its queue's usage and the room it takes there."""
+        self.cycle.ledger.use(job.queue, held)
+        self.cycle.clusters.reserve(job.view, cluster)
