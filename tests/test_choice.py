@@ -4,16 +4,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from federation.scheduling.choice import ClusterTable, PreemptiblePool
-from federation.scheduling.fit import ClusterView, JobView, TierFree, selects
+from federation.scheduling.fit import ClusterView, JobView, TierFree, check, selects
 
 GPU, CPU = "nvidia.com/gpu", "cpu"
 
 
 @st.composite
-def cluster(draw: st.DrawFn, name: str) -> ClusterView:
+def cluster(draw: st.DrawFn, name: str, least: int = 0) -> ClusterView:
     """A cluster whose tier maxima grow with the tier and never exceed its free totals; it may
-    report fewer tiers, or none (an inventory without HyperNodes, or with no nodes summarised)."""
-    free = {GPU: draw(st.integers(0, 64)), CPU: draw(st.integers(0, 512))}
+    report fewer tiers, or none (an inventory without HyperNodes, or with no nodes summarised).
+    `least`: GPUs (and eight CPUs each) it has free at least."""
+    free = {GPU: draw(st.integers(least, 64)), CPU: draw(st.integers(least * 8, 512))}
     tiers, below = [], {GPU: 0, CPU: 0}
     for tier, tier_name in enumerate(["node", "leaf", "spine"][:draw(st.integers(0, 3))]):
         most = {r: draw(st.integers(below[r], free[r])) for r in free}
@@ -21,14 +22,14 @@ def cluster(draw: st.DrawFn, name: str) -> ClusterView:
         below = most
     node_labels = draw(st.sampled_from([None, frozenset(), frozenset({"os=linux"}),
                                         frozenset({"os=linux", "disk=ssd"})]))
-    hist = draw(st.none() | st.lists(st.integers(0, 4), min_size=1, max_size=9).map(tuple))
+    hist = draw(st.none() | st.lists(st.integers(0, 4), min_size=1, max_size=9).map(tuple)) if not least else None
     return ClusterView(name, {"zone": draw(st.sampled_from(["a", "b"]))}, free, tiers, node_labels=node_labels,
                        gpu_free_nodes=hist)
 
 
 @st.composite
-def job(draw: st.DrawFn) -> JobView:
-    request = {GPU: draw(st.integers(1, 48)), CPU: draw(st.integers(0, 256))}
+def job(draw: st.DrawFn, most_gpus: int = 48) -> JobView:
+    request = {GPU: draw(st.integers(1, most_gpus)), CPU: draw(st.integers(0, most_gpus * 5))}
     largest = {r: draw(st.integers(0, a)) for r, a in request.items()}
     mode = draw(st.sampled_from(["", "soft", "hard"]))
     selector = draw(st.sampled_from([{}, {"zone": "a"}, {"zone": "b"}]))
@@ -71,29 +72,62 @@ def test_the_per_shape_index_follows_every_reservation(clusters: tuple[ClusterVi
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 9), min_size=1, max_size=8, unique=True).flatmap(
-    lambda ids: st.tuples(*[cluster(f"c{i}") for i in ids])), st.lists(job(), min_size=1, max_size=3),
-    st.lists(st.tuples(st.integers(0, 2), st.booleans()), min_size=1, max_size=30))
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=10, unique=True).flatmap(
+    lambda ids: st.tuples(*[cluster(f"c{i}", least=32) for i in ids])), st.lists(job(12), min_size=1, max_size=3),
+    st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.integers(0, 9)), min_size=20, max_size=60),
+    st.integers(1, 8))
 def test_where_a_gang_would_fit_but_for_reservations_follows_every_reservation(
-        clusters: tuple[ClusterView, ...], shapes: list[JobView], steps: list[tuple[int, bool]]) -> None:
-    """Remembered per shape between reservations, the answer is still what the free and held room say now."""
+        clusters: tuple[ClusterView, ...], shapes: list[JobView], steps: list[tuple[int, bool, int]],
+        every: int) -> None:
+    """Remembered per shape between reservations, the answer is still what the free and held room say now: asked
+    after every change, or after several (worked out again row by row for a few changed clusters, as arrays for
+    more)."""
     capacity = {GPU: 64 * len(clusters), CPU: 512 * len(clusters)}
     table = ClusterTable(list(clusters), capacity)
     views = {c.name: c for c in clusters}
     held: dict[str, dict[str, int]] = {c.name: {} for c in clusters}
-    for n, holds in steps:
-        for other in shapes:
+    for step, (n, holds, at) in enumerate(steps):
+        for other in shapes if step % every == 0 else ():
             expected = next((name for name in table.names if held[name] and selects(other, views[name]) and all(
                 table.free_of(name, r) + held[name].get(r, 0) >= a for r, a in other.request.items())), None)
             assert table.fits_without_reservations(other) == expected
         gang = shapes[n % len(shapes)]
-        chosen = table.best(gang, {})
+        # Any cluster it fits, not only the best: many clusters change between two asks
+        chosen = table.names[at % len(table.names)]
+        if check(gang, table.view(chosen)) is not None:
+            chosen = None
         if chosen is not None and holds:
             table.hold(gang, chosen)
             for r, a in gang.request.items():
                 held[chosen][r] = held[chosen].get(r, 0) + a
         elif chosen is not None:
             table.reserve(gang, chosen)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 16), min_size=6, max_size=12), st.lists(st.integers(1, 6), min_size=1, max_size=3),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 11), st.booleans()), min_size=10, max_size=60),
+       st.integers(1, 8))
+def test_many_clusters_changed_between_two_asks(free: list[int], gpus: list[int], steps: list[tuple[int, int, bool]],
+                                                every: int) -> None:
+    """Gangs held or sent anywhere, several clusters changing between two asks of a shape: the answer kept per shape
+    is the first cluster whose free plus held room covers it, where room is held."""
+    clusters = [ClusterView(f"c{i:02}", {}, {GPU: gpu}, []) for i, gpu in enumerate(free)]
+    table = ClusterTable(clusters, {GPU: sum(free)})
+    shapes = [JobView(f"j{n}", {GPU: n}, {GPU: 1}, {}) for n in gpus]
+    held = [0] * len(free)
+    for step, (n, at, holds) in enumerate(steps):
+        for other in shapes if step % every == 0 else ():
+            wanted = other.request[GPU]
+            expected = next((c.name for i, c in enumerate(clusters) if held[i] and
+                             table.free_of(c.name, GPU) + held[i] >= wanted), None)
+            assert table.fits_without_reservations(other) == expected
+        gang, i = shapes[n % len(shapes)], at % len(clusters)
+        if holds:
+            table.hold(gang, clusters[i].name)
+            held[i] += gang.request[GPU]
+        else:
+            table.reserve(gang, clusters[i].name)
 
 
 @settings(max_examples=200, deadline=None)

@@ -37,6 +37,17 @@ UNHEALTHY = 4.0 * NO_TIER  # a cluster where the gang fits only on degraded hard
 
 
 @dataclass
+class _Unreserved:
+    """Per shape, where it would fit but for room held for others (see `ClusterTable.fits_without_reservations`)."""
+    seen: int  # how many of the cycle's changes `mask` includes
+    mask: np.ndarray  # per cluster: room is held there, and its free plus held room covers the gang
+    first: int  # the first cluster of `mask` (-1: none)
+    request: np.ndarray  # the gang's request as a row
+    amounts: list[tuple[int, int]]  # the same as (column, amount)
+    found: str | None = None  # the name of `first`
+
+
+@dataclass
 class _Scores:
     scores: np.ndarray  # per cluster, as `ClusterTable._scores`
     seen: int  # how many of the cycle's changes they include
@@ -90,6 +101,7 @@ class ClusterTable:
         self.per_capacity = np.divide(1.0, self.capacity, out=np.zeros_like(self.capacity), where=self.capacity > 0)
         self._per_capacity: list[float] = self.per_capacity.tolist()
         self._selectors: dict[tuple[object, ...], np.ndarray] = {}
+        self._selects_of: dict[Shape, np.ndarray] = {}  # the same by shape: no key to build at each of many asks
         # Shapes found to fit nowhere in this cycle: each cluster's reason, and the waiting reason.
         self._nowhere: dict[Shape, list[str]] = {}
         self.nowhere: dict[Shape, str] = {}
@@ -98,7 +110,7 @@ class ClusterTable:
         self._changed: list[int] = []  # clusters in the order they took work this cycle (free only shrinks)
         # shape -> (the changes it includes, where it would fit but for reservations, the first of them): see
         # fits_without_reservations
-        self._unreserved: dict[Shape, tuple[int, np.ndarray, str | None]] = {}
+        self._unreserved: dict[Shape, _Unreserved] = {}
         self._holding = False  # whether room is held for a waiting gang anywhere
         # Each cluster's view as `view` last built it, with how often the cluster had taken work then: a shape that
         # fits nowhere has every cluster's reason worked out from its view, and between two such shapes most
@@ -177,12 +189,16 @@ class ClusterTable:
 
     def selects(self, job: JobView) -> np.ndarray:
         """Per cluster, whether it matches the gang's cluster selector and has nodes with its pods' labels."""
+        mask = self._selects_of.get(job.shape)
+        if mask is not None:
+            return mask
         key = (tuple(sorted(job.cluster_selector.items())), job.node_selector)
         mask = self._selectors.get(key)
         if mask is None:
             mask = np.array([all(labels.get(k) == v for k, v in key[0]) and not unlabelled(job, nodes)
                              for labels, nodes in zip(self.labels, self.node_labels, strict=True)], dtype=bool)
             self._selectors[key] = mask
+        self._selects_of[job.shape] = mask
         return mask
 
     def vector(self, amounts: Mapping[str, int]) -> np.ndarray | None:
@@ -353,22 +369,43 @@ class ClusterTable:
             return None
         seen = len(self._changed)
         known = self._unreserved.get(job.shape)
-        if known is not None and known[0] == seen:
-            return known[2]
-        request = self.vector(job.request)
-        if request is None:
-            return None
+        if known is not None and known.seen == seen:
+            return known.found
         if known is None:
+            request = self.vector(job.request)
+            if request is None:
+                return None
             mask = self.selects(job) & self.held.any(1) & ((self.free + self.held) >= request).all(1)
+            hits = np.flatnonzero(mask)
+            known = self._unreserved[job.shape] = _Unreserved(seen, mask, int(hits[0]) if len(hits) else -1,
+                                                              request, list(enumerate(request.tolist())))
         else:
-            mask = known[1]
-            rows = list(set(self._changed[known[0]:]))
-            mask[rows] = self.selects(job)[rows] & self.held[rows].any(1) & (
-                (self.free[rows] + self.held[rows]) >= request).all(1)
-        hits = np.flatnonzero(mask)
-        found = self.names[int(hits[0])] if len(hits) else None
-        self._unreserved[job.shape] = (seen, mask, found)
-        return found
+            self._unreserved_since(job, known, set(self._changed[known.seen:]))
+            known.seen = seen
+        known.found = None if known.first < 0 else self.names[known.first]
+        return known.found
+
+    def _unreserved_since(self, job: JobView, known: _Unreserved, rows: set[int]) -> None:
+        """Bring the shape's `fits_without_reservations` mask up to date in `rows`, the clusters that took work
+        since: a row or a few in Python (numpy's per-call cost is most of it for so few), more as arrays."""
+        mask = known.mask
+        if len(rows) <= ROWS_ONE_BY_ONE:
+            selected = self.selects(job)
+            for i in rows:
+                free, held = self.free[i].tolist(), self.held[i].tolist()
+                mask[i] = bool(selected[i]) and any(held) and all(free[k] + held[k] >= a for k, a in known.amounts)
+        else:
+            at = list(rows)
+            mask[at] = self.selects(job)[at] & self.held[at].any(1) & (
+                (self.free[at] + self.held[at]) >= known.request).all(1)
+        first = known.first
+        if first >= 0 and first in rows and not mask[first]:
+            hits = np.flatnonzero(mask)
+            known.first = int(hits[0]) if len(hits) else -1
+        else:  # the first is still one, or there was none: only a changed row before it can take its place
+            earlier = [i for i in rows if mask[i] and (first < 0 or i < first)]
+            if earlier:
+                known.first = min(earlier)
 
     def _request_in(self, job: JobView, name: str) -> np.ndarray:
         """The gang's request as a row, as the cluster holds it (`fit.sized`)."""
