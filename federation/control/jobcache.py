@@ -11,7 +11,7 @@ jobs they name (Kueue's cache and queue manager fed by informers, with the event
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -184,10 +184,7 @@ class JobCache:
         # refusal's row says which clusters refused them for good, a requeue's until when it waits out a backoff.
         reread: set[str] = set()
         cursor = self._cursor
-        while cursor < upto:
-            events = await self.jobs.phases_after(cursor, upto, limit=BATCH)
-            if not events:
-                break
+        async for events in self._events(cursor, upto):
             for event in events:
                 latest[event["job_id"]] = event
                 if event["type"] in ("Rejected", "NotReady"):
@@ -232,6 +229,15 @@ class JobCache:
                 self.holding[r["id"]] = HoldingJob(**{**r, "phase": event["phase"], "cluster": event["cluster"]})
         self._cursor = cursor
 
+    async def _events(self, after: int, upto: int) -> AsyncIterator[list[Any]]:
+        """The job events numbered after `after` up to `upto`, a batch at a time, oldest first."""
+        while after < upto:
+            events = await self.jobs.phases_after(after, upto, limit=BATCH)
+            if not events:
+                return
+            yield events
+            after = events[-1]["seq"]
+
     async def _add_waiting(self, rows: list[Any]) -> None:
         """Add these waiting jobs, with the views made from their specs (and, for preempted ones, why); those
         waiting out a backoff are held back until it ends."""
@@ -275,13 +281,12 @@ class JobCache:
         upto = await self.jobs.last_event_seq()
         latest: dict[str, Any] = {}
         cursor = after
-        while cursor < upto and len(latest) < BATCH:
-            events = await self.jobs.phases_after(cursor, upto, limit=BATCH)
-            if not events:
-                break
+        async for events in self._events(cursor, upto):
             for event in events:
                 latest[event["job_id"]] = event
             cursor = events[-1]["seq"]
+            if len(latest) >= BATCH:
+                break
         ids = [job_id for job_id, event in latest.items() if event["type"] == "Submitted"][:limit]
         if not ids:
             return cursor, []
