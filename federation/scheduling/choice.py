@@ -44,7 +44,6 @@ class _Unreserved:
     first: int  # the first cluster of `mask` (-1: none)
     request: np.ndarray  # the gang's request as a row
     amounts: list[tuple[int, int]]  # the same as (column, amount)
-    found: str | None = None  # the name of `first`
 
 
 @dataclass
@@ -108,8 +107,7 @@ class ClusterTable:
         self.held = np.zeros((n, k), dtype=np.int64)  # room reserved for waiting gangs, per cluster
         self._by_shape: dict[Shape, _Scores] = {}
         self._changed: list[int] = []  # clusters in the order they took work this cycle (free only shrinks)
-        # shape -> (the changes it includes, where it would fit but for reservations, the first of them): see
-        # fits_without_reservations
+        # shape -> where it would fit but for reservations, kept between asks: see fits_without_reservations
         self._unreserved: dict[Shape, _Unreserved] = {}
         self._holding = False  # whether room is held for a waiting gang anywhere
         # Each cluster's view as `view` last built it, with how often the cluster had taken work then: a shape that
@@ -369,8 +367,6 @@ class ClusterTable:
             return None
         seen = len(self._changed)
         known = self._unreserved.get(job.shape)
-        if known is not None and known.seen == seen:
-            return known.found
         if known is None:
             request = self.vector(job.request)
             if request is None:
@@ -379,11 +375,10 @@ class ClusterTable:
             hits = np.flatnonzero(mask)
             known = self._unreserved[job.shape] = _Unreserved(seen, mask, int(hits[0]) if len(hits) else -1,
                                                               request, list(enumerate(request.tolist())))
-        else:
+        elif known.seen < seen:
             self._unreserved_since(job, known, set(self._changed[known.seen:]))
             known.seen = seen
-        known.found = None if known.first < 0 else self.names[known.first]
-        return known.found
+        return None if known.first < 0 else self.names[known.first]
 
     def _unreserved_since(self, job: JobView, known: _Unreserved, rows: set[int]) -> None:
         """Bring the shape's `fits_without_reservations` mask up to date in `rows`, the clusters that took work
