@@ -146,7 +146,7 @@ class Arrivals:
         cluster, reasons = cycle.choose(job, queue, gone)
         if cluster is None:
             return "no cluster has room the last cycle left: " + "; ".join(reasons[:3])
-        held = self._held(job, cluster)
+        held = cycle.held(cluster, job.view.request)
         if cycle.flavors and max(cycle.ledger.share_after(queue, held)) > 1 + EPSILON:
             # judged above as demand; what it holds is the flavor of the cluster chosen
             return "past a deserved share of the flavor it would hold there: its turn is the cycle's"
@@ -165,14 +165,9 @@ class Arrivals:
         for job, cluster in admitted:
             if cluster not in cycle.clusters.index or check(job.view, cycle.clusters.view(cluster)) is not None:
                 return False
-            self._take(job, cluster, self._held(job, cluster))
+            self._take(job, cluster, cycle.held(cluster, job.view.request))
         self.reshare(backlog)
         return all(max(cycle.ledger.share_after(job.queue, {})) <= 1 + EPSILON for job, _ in admitted)
-
-    def _held(self, job: PendingJob, cluster: str) -> Mapping[str, int]:
-        """What the job holds in `cluster`: its request, in the flavor of that cluster where flavors are defined."""
-        flavors = self.cycle.flavors
-        return flavors.held(cluster, job.view.request) if flavors else job.view.request
 
     def _take(self, job: PendingJob, cluster: str, held: Mapping[str, int]) -> None:
         """Count the job as sent to `cluster`: its queue's usage and the room it takes there."""

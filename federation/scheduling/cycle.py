@@ -332,7 +332,11 @@ class _Cycle:
         """Count a job sent to `cluster` against its queue and tenant, with the admission checks it passes there."""
         if checks := self.checks(queue, cluster):
             self.out.checks[job.id] = checks
-        self.ledger.use(queue, self.flavors.held(cluster, job.view.request) if self.flavors else job.view.request)
+        self.ledger.use(queue, self.held(cluster, job.view.request))
+
+    def held(self, cluster: str, request: Mapping[str, int]) -> Mapping[str, int]:
+        """What a gang sent to `cluster` counts against: its request, with its flavors there where any are defined."""
+        return self.flavors.held(cluster, request) if self.flavors else request
 
     def _provision(self, job: PendingJob, queue: str) -> bool:
         """Send a gang that fits no cluster as it is to new nodes a cluster's autoscaler can add, when one can."""
