@@ -126,6 +126,18 @@ class Federation:
         finally:
             engine.dispose()
 
+    def story(self, cluster: str, jobs: list[str]) -> str:
+        """What a timed-out wait must show (a failure seen once in a loaded run has to say why): the clusters as the
+        answering replica lists them, these jobs' phases, reasons and clusters, and the last words of the cluster's
+        agent and of every replica."""
+        clusters = [(c.name, admin_pb2.ClusterStatus.Name(c.status), c.problem)
+                    for c in self.admin.ListClusters(admin_pb2.ListClustersRequest()).clusters]
+        jobs_now = [(j, common_pb2.JobPhase.Name(s.phase), s.cluster, s.reason)
+                    for j, s in ((j, self.job(j).status) for j in jobs)]
+        tails = [f"--- agent of {cluster}:\n" + self.agents[cluster].log.decode(errors="replace")[-3000:]]
+        tails += [f"--- replica {i}:\n" + s.log.decode(errors="replace")[-3000:] for i, s in enumerate(self.servers)]
+        return f"clusters {clusters}\njobs {jobs_now}\n" + "\n".join(tails)
+
     def close(self) -> None:
         for agent in self.agents.values():
             agent.stop()
@@ -337,7 +349,8 @@ def test_a_stalled_leader_is_replaced_within_its_lease_and_nothing_is_dispatched
         # no longer acknowledged and move to the standby, else east's work waits for the stalled one to wake.
         spill = fed.submit("q", 12, 1, 8, "60s", name="spill")  # more than west holds
         wait_for("a job running in east, whose agent left the stalled replica", lambda: any(
-            fed.job(j).status.phase == common_pb2.RUNNING and fed.job(j).status.cluster == "east" for j in spill), 120)
+            fed.job(j).status.phase == common_pb2.RUNNING and fed.job(j).status.cluster == "east" for j in spill), 120,
+            state=lambda: fed.story("east", spill))
         for job in spill:
             fed.cancel(job)
         if fault == "frozen":
