@@ -88,26 +88,36 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
         await call.write(agent.inventory())
         writer = asyncio.create_task(_writer(call, agent, heartbeat, reconcile_every))
         limit = unheard_limit(heartbeat)
+        loop = asyncio.get_running_loop()
         read: asyncio.Future[Any] | None = None
+        # Seconds spent waiting on the server since its acknowledgements fell more than `limit` behind. Judged by
+        # the acknowledgements, whether or not anything else arrives (a replica whose writes hang may still send
+        # what it holds in memory), but only by time spent waiting: messages that queued up while a slow one was
+        # handled (a reconciliation deleting pods) are read first, as the acknowledgements may be among them.
+        waited = 0.0
         try:
             while True:
                 read = read or asyncio.ensure_future(call.read())
+                began = loop.time()
                 # Woken at least every heartbeat: a writer stuck on a stream the server stopped reading
                 # must not keep us from seeing that nothing is acknowledged.
                 done, _ = await asyncio.wait({read, writer}, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED)
                 if writer in done:
                     read.cancel()
                     writer.result()  # raises what ended it
-                if read not in done:
-                    if agent.unheard_for() > limit:
+                # A wait that timed out counts whole (the loop may wake a hair before its timer).
+                took = loop.time() - began if read in done or writer in done else heartbeat
+                waited = waited + took if agent.unheard_for() > limit else 0.0
+                if read in done:
+                    message, read = read.result(), None
+                    if message is grpc.aio.EOF:
+                        return
+                    for one in message.batch.messages if message.WhichOneof("msg") == "batch" else (message,):
+                        await _handle(one, agent, server, connected)
+                if waited >= heartbeat and agent.unheard_for() > limit:
+                    if read is not None:
                         read.cancel()
-                        raise StreamStalled
-                    continue
-                message, read = read.result(), None
-                if message is grpc.aio.EOF:
-                    return
-                for one in message.batch.messages if message.WhichOneof("msg") == "batch" else (message,):
-                    await _handle(one, agent, server, connected)
+                    raise StreamStalled
         finally:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
