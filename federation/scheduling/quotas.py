@@ -37,6 +37,9 @@ def fmt(amounts: Mapping[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in format_resources(amounts).items())
 
 
+_UNKNOWN = object()  # not worked out yet (None is an answer: the gang could run)
+
+
 class Quotas:
     """The limits and lending limits of a cycle's tenants and queues, judged against its ledger."""
 
@@ -140,14 +143,16 @@ class Quotas:
         running (its minimum gang against the clusters' capacity, its largest pod against the largest
         node, a hard tier limit against the largest HyperNode of that tier, its queue's and tenant's
         limits); None when something could. Such a job holds no reservation and keeps nothing waiting."""
-        key = (job.view.shape, queue)
+        shape = job.view.shape
+        anywhere = self._cannot_run_anywhere.get(shape, _UNKNOWN)
+        if anywhere is _UNKNOWN:
+            anywhere = self._cannot_run_anywhere[shape] = cannot_run(job.view, self.clusters)
+        if not self.limited(queue) and not self.provisions(queue):
+            return anywhere  # the shape alone decides: most queues, tens of thousands of asks a cycle
+        key = (shape, queue)
         if key not in self._cannot_run:
-            shape = job.view.shape
-            if shape not in self._cannot_run_anywhere:
-                self._cannot_run_anywhere[shape] = cannot_run(job.view, self.clusters)
             own = over_own_limit(job.view, [self.queues[name] for name in self.chain[queue]],
                                  self.tenants[self.queues[queue].tenant]) if self.limited(queue) else None
-            anywhere = self._cannot_run_anywhere[shape]
             if anywhere and self.provisions(queue) and provisionable(job.view, self.clusters, {}, {}):
                 anywhere = None  # not on the clusters as they are, but on nodes one of them can add
             self._cannot_run[key] = anywhere or own
