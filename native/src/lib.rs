@@ -28,6 +28,10 @@ struct Victim {
     queue: usize,
     priority: i64,
     at_risk: f64,
+    seq: i64,
+    id: String,
+    /// Its position in the cluster's list as given (the answer names gangs by it).
+    given: usize,
     gpus: i64,
     request: usize,
     held: usize,
@@ -240,7 +244,8 @@ impl ReclaimPool {
 
 #[pymethods]
 impl ReclaimPool {
-    /// `clusters`: per cluster in the table's order, its preemptible gangs in victim order (RunningJob objects);
+    /// `clusters`: per cluster in the table's order, its preemptible gangs in any order (RunningJob objects: put in
+    /// victim order here);
     /// `holds`: gang id -> what it counts against; `queues`: (name, priority, tenant, chain of names);
     /// `resources`: the table's resource columns, in order; `grace`: REPREEMPT_GRACE.
     #[new]
@@ -278,14 +283,14 @@ impl ReclaimPool {
         let mut converted: HashMap<usize, usize> = HashMap::new();
         let py = clusters.py();
         let (a_id, a_queue, a_priority, a_request, a_ran_for, a_checkpoint, a_expected, a_protected_for,
-             a_preempted_before) = (
+             a_preempted_before, a_seq) = (
             pyo3::intern!(py, "id"), pyo3::intern!(py, "queue"), pyo3::intern!(py, "priority"),
             pyo3::intern!(py, "request"), pyo3::intern!(py, "ran_for"), pyo3::intern!(py, "checkpoint"),
             pyo3::intern!(py, "expected"), pyo3::intern!(py, "protected_for"),
-            pyo3::intern!(py, "preempted_before"));
+            pyo3::intern!(py, "preempted_before"), pyo3::intern!(py, "seq"));
         for gangs in clusters.iter() {
             let mut order = Vec::new();
-            for gang in gangs.cast::<PyList>()?.iter() {
+            for (given, gang) in gangs.cast::<PyList>()?.iter().enumerate() {
                 let id: String = gang.getattr(a_id)?.extract()?;
                 let queue_name = gang.getattr(a_queue)?;
                 let queue_name = queue_name.cast::<pyo3::types::PyString>()?.to_str()?.to_owned();
@@ -333,13 +338,25 @@ impl ReclaimPool {
                     Some(e) => since < if ran_for < e { e - ran_for } else { ran_for / 2.0 },
                 };
                 let priority: i64 = gang.getattr(a_priority)?.extract()?;
-                pool.by_id.insert(id, pool.victims.len());
+                let seq: i64 = gang.getattr(a_seq)?.extract()?;
+                pool.by_id.insert(id.clone(), pool.victims.len());
                 order.push(pool.victims.len());
                 pool.victims.push(Victim {
-                    queue, priority, at_risk: since * gpus as f64, gpus, request: request_at, held: held_at,
-                    worth: !protected && pays,
+                    queue, priority, at_risk: since * gpus as f64, seq, id, given, gpus, request: request_at,
+                    held: held_at, worth: !protected && pays,
                 });
             }
+            // Victim order (`Preemptor.victim_order`): of the lowest-priority queue, then lowest priority, then least
+            // work lost, then youngest, then by id. Sorted here: in Python it was a tenth of a cycle's setup.
+            let (victims, queue_priority) = (&pool.victims, &pool.queue_priority);
+            order.sort_unstable_by(|&a, &b| {
+                let (x, y) = (&victims[a], &victims[b]);
+                queue_priority[x.queue].cmp(&queue_priority[y.queue])
+                    .then(x.priority.cmp(&y.priority))
+                    .then(x.at_risk.partial_cmp(&y.at_risk).unwrap_or(Ordering::Equal)) // as Python's <: -0.0 == 0.0
+                    .then(y.seq.cmp(&x.seq))
+                    .then_with(|| x.id.cmp(&y.id))
+            });
             pool.clusters.push(order);
         }
         pool.preempted = vec![false; pool.victims.len()];
@@ -360,8 +377,8 @@ impl ReclaimPool {
         }
     }
 
-    /// `Preemption.victims`' search: the cluster (its index) and the positions in its gang list of the gangs to
-    /// evict, or -1 and none; and why eligible-looking gangs were passed over (1: work, 2: share). None when the
+    /// `Preemption.victims`' search: the cluster (its index) and the positions in its gang list as given of the gangs
+    /// to evict, in victim order, or -1 and none; and why eligible-looking gangs were passed over (1: work, 2: share). None when the
     /// request names a resource no gang or cluster has (the Python search answers those).
     ///
     /// `free`: the table's free amounts, row-major int64 bytes; `candidates` and `selected`: one byte per cluster;
@@ -459,7 +476,10 @@ impl ReclaimPool {
             }
         }
         Ok(Some(match best {
-            Some((_, c, chosen)) => (c as i64, chosen, kept),
+            Some((_, c, chosen)) => {
+                let given = chosen.iter().map(|&p| self.victims[self.clusters[c][p]].given).collect();
+                (c as i64, given, kept)
+            }
             None => (-1, Vec::new(), kept),
         }))
     }
