@@ -263,3 +263,27 @@ def test_equal_shapes_are_one_object_and_share_their_amounts() -> None:
     assert a.request is b.request and a.largest_pod is b.largest_pod and a.cluster_selector is b.cluster_selector
     back = pickle.loads(pickle.dumps(b))
     assert back == b and back.shape is a.shape
+
+
+def test_a_verdict_kept_for_a_shape_is_worked_out_again_once_a_gang_is_placed() -> None:
+    """Shapes' verdicts are kept between queues while the clusters stand as they were: a gang placed in the cluster
+    that a waiting shape was behind a reservation in must make its later jobs' reason be worked out again (there it
+    no longer fits even once the reservation ends)."""
+    x = ClusterView("x", {}, {GPU: 16}, [TierFree(0, "node", {GPU: 8}), TierFree(1, "leaf", {GPU: 8}),
+                                         TierFree(2, "spine", {GPU: 16})])
+    tenants = [TenantInfo("tb", 10), TenantInfo("ta", 1), TenantInfo("tc", 1)]
+    queues = [QueueInfo("b1", "tb"), QueueInfo("a1", "ta", priority=20), QueueInfo("c1", "tc", priority=10),
+              QueueInfo("a2", "ta", priority=5)]
+
+    def wide(job_id: str, queue: str, seq: int) -> PendingJob:
+        return PendingJob(JobView(job_id, {GPU: 14}, {GPU: 8}), queue, 0, seq)
+
+    pending = [PendingJob(JobView("hold", {GPU: 12}, {GPU: 4}, mode="hard", highest_tier=1), "b1", 0, 0),
+               wide("s1", "a1", 1), wide("s2", "a1", 2), PendingJob(JobView("p", {GPU: 4}, {GPU: 4}), "c1", 0, 3),
+               wide("s4", "a2", 4), wide("s5", "a2", 5)]
+    snapshot = Snapshot(tenants, queues, pending, [], [x], {GPU: 16})
+    oracle = schedule(snapshot)
+    assert oracle.reserved == {"hold": "x"} and oracle.assign == {"p": "x"}
+    assert oracle.waiting["s2"].startswith("behind a job of another tenant")  # 4 free + 12 held would do
+    assert not oracle.waiting["s5"].startswith("behind")  # after p, 0 free + 12 held would not
+    same(oracle, schedule_backlog(replace(snapshot, pending=[]), QueueManager(pending)))

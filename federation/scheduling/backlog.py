@@ -20,7 +20,7 @@ class Judge(Protocol):
     """What a backlog asks the cycle when settling the jobs that certainly wait (`cycle._Cycle`)."""
 
     def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int: ...
-    def verdict(self, job: PendingJob, queue: str) -> Verdict: ...
+    def judged(self, job: PendingJob, queue: str) -> Verdict: ...
 
 
 class Demand(Protocol):
@@ -144,7 +144,7 @@ class Walked:
         self.walk.close(queue, reason)
 
     def settle(self, queue: str, cycle: Judge) -> None:
-        self.walk.settle(queue, cycle.verdict)
+        self.walk.settle(queue, cycle.judged)
 
     def group(self, hyperjob: str) -> list[PendingJob]:
         return list(self.manager.groups.get(hyperjob, {}).values())

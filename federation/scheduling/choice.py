@@ -115,6 +115,9 @@ class ClusterTable:
         # clusters took nothing (a thousand views built per shape were a quarter of a cycle on 1,000 clusters).
         self._touched = [0] * n
         self._built: dict[int, tuple[int, ClusterView]] = {}
+        # Bumped whenever what a waiting gang's verdict reads changes (free room, room held, the shapes found to
+        # fit nowhere): answers kept by shape are good while it stands (`_Cycle.judged`).
+        self.version = 0
 
     def _fill(self, table: np.ndarray, i: int, tiers: Sequence[TierFree]) -> None:
         for t in tiers:
@@ -346,6 +349,7 @@ class ClusterTable:
         if not refused:
             self._nowhere[key] = out
             self.nowhere[key] = "no ready cluster fits: " + summary(out)
+            self.version += 1
         return out
 
     def fits_nowhere(self, job: JobView) -> str | None:
@@ -422,6 +426,7 @@ class ClusterTable:
         self._by_shape.clear()
         self._unreserved.clear()
         self._built.clear()
+        self.version += 1
 
     def reserve(self, job: JobView, name: str) -> None:
         """Take the gang's resources out of the cluster for the rest of the cycle.
@@ -433,6 +438,7 @@ class ClusterTable:
         i = self.index[name]
         request = self._request_in(job, name)
         self._changed.append(i)
+        self.version += 1
         self._touched[i] += 1
         self.free[i] -= request
         self._take_pods(i, job)
