@@ -8,7 +8,7 @@ queue heads and each shape's first job only and leaves reasons to be read on dem
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from typing import Protocol
 
@@ -20,7 +20,7 @@ class Judge(Protocol):
     """What a backlog asks the cycle when settling the jobs that certainly wait (`cycle._Cycle`)."""
 
     def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int: ...
-    def judged(self, job: PendingJob, queue: str) -> Verdict: ...
+    def judge(self, queue: str) -> Callable[[PendingJob], Verdict]: ...
 
 
 class Demand(Protocol):
@@ -144,7 +144,7 @@ class Walked:
         self.walk.close(queue, reason)
 
     def settle(self, queue: str, cycle: Judge) -> None:
-        self.walk.settle(queue, cycle.judged)
+        self.walk.settle(queue, cycle.judge(queue))
 
     def group(self, hyperjob: str) -> list[PendingJob]:
         return list(self.manager.groups.get(hyperjob, {}).values())

@@ -116,7 +116,7 @@ class ClusterTable:
         self._touched = [0] * n
         self._built: dict[int, tuple[int, ClusterView]] = {}
         # Bumped whenever what a waiting gang's verdict reads changes (free room, room held, the shapes found to
-        # fit nowhere): answers kept by shape are good while it stands (`_Cycle.judged`).
+        # fit nowhere): answers kept by shape are good while it stands (`_Cycle.judge`).
         self.version = 0
 
     def _fill(self, table: np.ndarray, i: int, tiers: Sequence[TierFree]) -> None:

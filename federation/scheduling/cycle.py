@@ -22,7 +22,7 @@ module is the loop that serves queue heads in order and applies what the parts f
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from federation.kernel.hyperjob import HOLD_CHECK
 from federation.kernel.resources import FLAVOR, Resources, base
@@ -85,7 +85,7 @@ class _Cycle:
         self.flavor_checks = {f.name: f.admission_checks for f in snap.flavors if f.admission_checks}
         self.promised = Promised()
         self._wanted: dict[str, Resources] = {}  # waiting job -> what it counts as demand for
-        self._judged: dict[Shape, tuple[int, dict[str, Verdict]]] = {}  # see `judged`
+        self._judged: dict[Shape, tuple[int, dict[str, Verdict]]] = {}  # see `judge`
         # running job -> what it counts against (flavors included)
         holds: Mapping[str, Mapping[str, int]] = {job.id: self.flavors.held(job.cluster, job.request)
                                                   for job in snap.running} if self.flavors else \
@@ -300,23 +300,28 @@ class _Cycle:
             not self.clusters and NO_READY_CLUSTER)
         return why or None, bool(impossible), held
 
-    def judged(self, job: PendingJob, queue: str) -> Verdict:
-        """`verdict`, kept per gang shape and tenant while the cluster table stands as it was (its `version`), for a
-        queue no limit or provisioning applies to: nothing else that verdict reads can differ then. A settling
-        walk asks about 40,000 times a cycle at 1,000,000 pending, over 1,000 queues but only 35 shapes and 100
-        tenants, and few gangs are placed between asks (about 80 % asked before, for the same table)."""
-        quotas = self.quotas
-        if job.view.group is not None or quotas.limited(queue) or quotas.provisions(queue):
-            return self.verdict(job, queue)
-        version = self.clusters.version
-        known = self._judged.get(job.view.shape)
-        if known is None or known[0] != version:
-            known = self._judged[job.view.shape] = (version, {})
-        tenant = self.queues[queue].tenant
-        found = known[1].get(tenant)
-        if found is None:
-            found = known[1][tenant] = self.verdict(job, queue)
-        return found
+    def judge(self, queue: str) -> Callable[[PendingJob], Verdict]:
+        """`verdict` for the queue's jobs, kept per gang shape and tenant while the cluster table stands as it was
+        (its `version`), when no limit or provisioning applies to the queue: nothing else that verdict reads can
+        differ then. A settling walk asks about 40,000 times a cycle at 1,000,000 pending, over 1,000 queues but
+        only 35 shapes and 100 tenants, and few gangs are placed between asks (about 80 % asked before, for the same
+        table). One judge per walk of a queue: what the queue alone decides is looked up once."""
+        if self.quotas.limited(queue) or self.quotas.provisions(queue):
+            return lambda job: self.verdict(job, queue)
+        tenant, clusters, kept = self.queues[queue].tenant, self.clusters, self._judged
+
+        def judged(job: PendingJob) -> Verdict:
+            if job.view.group is not None:
+                return self.verdict(job, queue)
+            known = kept.get(job.view.shape)
+            if known is None or known[0] != clusters.version:
+                known = kept[job.view.shape] = (clusters.version, {})
+            found = known[1].get(tenant)
+            if found is None:
+                found = known[1][tenant] = self.verdict(job, queue)
+            return found
+
+        return judged
 
     def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int:
         """Give a reason to each job from `start` on that certainly must wait; return where that stops.

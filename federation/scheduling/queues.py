@@ -229,7 +229,7 @@ class Walk:
         self._record(Settled(queue, order[0].rank, None, {}, reason))
         self.cursor[queue] = len(order)
 
-    def settle(self, queue: str, verdict: Callable[[PendingJob, str], Verdict]) -> None:
+    def settle(self, queue: str, verdict: Callable[[PendingJob], Verdict]) -> None:
         """Move the queue's cursor past every job that certainly waits, recording them as one range."""
         order, i = self.manager.order[queue], self.cursor[queue]
         if i >= len(order):
@@ -245,7 +245,7 @@ class Walk:
         if j < len(order) and (stop is None or order[j].rank < stop):
             # The next job first, on its own: when it needs deciding (most of a cycle that places much) nothing
             # is settled, and each shape's first job need not be looked for.
-            found = verdict(order[j], queue)
+            found = verdict(order[j])
             if found[0] is None:
                 return
             verdicts[order[j].view.shape] = found
@@ -258,7 +258,7 @@ class Walk:
                 last = same[-1]
                 if last.rank < start:
                     continue
-                found = verdicts[shape] = verdict(last, queue)
+                found = verdicts[shape] = verdict(last)
             if found[0] is None:
                 j = same.bisect_key_left(start)
                 while j < len(same) and same[j].id in self.owed:
