@@ -33,7 +33,8 @@ from federation.testbed.cluster import Testbed, running
 from federation.v1 import admin_pb2, admin_pb2_grpc, agent_pb2_grpc, jobs_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[1]
-TEMPLATE_DB = "federation_test_template"
+# One per pytest-xdist worker: workers given one server (FEDERATION_TEST_DATABASE_URL) must not drop each other's.
+TEMPLATE_DB = f"federation_test_template{os.environ.get('PYTEST_XDIST_WORKER', '')}"
 
 
 def _docker_answers() -> bool:
