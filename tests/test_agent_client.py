@@ -121,3 +121,49 @@ async def test_acknowledgements_that_queued_while_the_agent_was_busy_keep_the_st
         with contextlib.suppress(asyncio.CancelledError):
             await connection
         await server.stop(None)
+
+
+class _Ending(agent_pb2_grpc.AgentServiceServicer):
+    """A replica going away: it registers the agent, then ends the stream (as one restarted in a rolling upgrade)."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+
+    async def Connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        self.connections += 1
+        first = await anext(aiter(request_iterator))
+        yield agent_pb2.ControlMessage(registered=agent_pb2.Registered(cluster=first.register.cluster))
+
+
+async def test_an_agent_told_to_stop_while_a_stream_ends_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM cancels the agent's connection loop; a cancel that landed while an ended stream's writer wound down
+    was once swallowed with the writer's own, the loop connected again, and the agent never stopped."""
+    real = client._writer
+    winding_down = asyncio.Event()
+
+    async def slow_to_stop(*args: Any) -> None:
+        try:
+            await real(*args)
+        except asyncio.CancelledError:
+            winding_down.set()
+            await asyncio.sleep(5)  # a write still in flight, say: the stop arrives meanwhile
+            raise
+
+    monkeypatch.setattr(client, "_writer", slow_to_stop)
+    servicer = _Ending()
+    server = grpc.aio.server()
+    agent_pb2_grpc.add_AgentServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    task = asyncio.create_task(client.run(f"127.0.0.1:{port}", make_agent(), heartbeat=0.2))
+    try:
+        await asyncio.wait_for(winding_down.wait(), timeout=120)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=120)  # it stops once the writer has wound down
+        assert done, f"the agent did not stop; it connected {servicer.connections} times"
+        assert task.cancelled()
+        assert servicer.connections == 1
+    finally:
+        task.cancel()
+        await asyncio.wait({task}, timeout=30)  # bounded: where the bug is back, the task never ends
+        await server.stop(None)

@@ -58,8 +58,10 @@ async def _writer(call: grpc.aio.StreamStreamCall, agent: Agent, heartbeat: floa
             message = agent.reconcile_request()
             next_reconcile = now + reconcile_every
         else:
-            try:
-                message = await asyncio.wait_for(agent.outbox.get(), min(next_beat, next_reconcile, next_pods) - now)
+            try:  # not wait_for: on 3.11 it swallows a cancel that lands as the get completes, and the writer
+                # then outlived the stream it was told to stop writing to
+                async with asyncio.timeout(min(next_beat, next_reconcile, next_pods) - now):
+                    message = await agent.outbox.get()
             except TimeoutError:
                 continue
             if agent.server_batches:  # with whatever is queued behind it, as few stream messages as fit
@@ -119,10 +121,22 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
                         read.cancel()
                     raise StreamStalled
         finally:
+            if read is not None:
+                read.cancel()
             writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await writer
-            call.cancel()
+            try:
+                with contextlib.suppress(Exception):  # what ended the writer was raised above, or matters no more
+                    await writer
+            except asyncio.CancelledError:
+                if _told_to_stop():  # the agent stopping as the stream wound down: not the writer's to swallow
+                    raise
+            finally:
+                call.cancel()
+
+
+def _told_to_stop() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 async def _handle(message: agent_pb2.ControlMessage, agent: Agent, server: str, connected: asyncio.Event) -> None:
@@ -209,6 +223,8 @@ async def _stay_connected(server: str, agent: Agent, heartbeat: float, connected
             log.warning("stream to %s ended; reconnecting in %.1fs", server, backoff)
         except Exception:
             log.exception("stream to %s failed; reconnecting in %.1fs", server, backoff)
+        if _told_to_stop():  # whatever the connection's end hid, a stop asked for is never followed by a reconnect
+            raise asyncio.CancelledError
         if connected.is_set():
             connected.clear()
             backoff = 0.5
