@@ -4,7 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from federation.scheduling.choice import ClusterTable, PreemptiblePool
-from federation.scheduling.fit import ClusterView, JobView, TierFree, check, selects
+from federation.scheduling.fit import ClusterView, JobView, TierFree, cannot_run, check, selects
+from federation.scheduling.reservations import Reservations
 
 GPU, CPU = "nvidia.com/gpu", "cpu"
 
@@ -193,3 +194,34 @@ def test_the_pool_says_where_eviction_could_make_room() -> None:
     assert pool.could_make_room({GPU: 8}, ["q1", "q2"]).tolist() == [True, True]
     assert pool.could_make_room({GPU: 16}, ["q1"]).tolist() == [False, False]
     assert pool.could_make_room({GPU: 16}, ["q2"]).tolist() == [False, True]
+
+
+def _cluster_for_slowly(table: ClusterTable, views: list[ClusterView], job: JobView, refused: dict[str, str]
+                        ) -> str | None:
+    """Where to hold room, one cluster at a time: of those that could hold the gang at all and did not refuse it, the
+    one with the largest least share of each asked amount free, then the first by name."""
+    options = [(-min((table.free_of(v.name, r) / a for r, a in job.request.items() if a), default=0), v.name)
+               for v in views if v.name not in refused and cannot_run(job, [v]) is None]
+    return min(options)[1] if options else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=8, unique=True).flatmap(
+    lambda ids: st.tuples(*[cluster(f"c{i}") for i in ids])), st.lists(job(most_gpus=96), min_size=1, max_size=4),
+    st.data())
+def test_where_room_is_held_is_where_the_rule_one_cluster_at_a_time_holds_it(
+        clusters: tuple[ClusterView, ...], gangs: list[JobView], data: st.DataObject) -> None:
+    """Jobs asking for nothing, or for a resource no cluster has, are among them; the clusters are given in any
+    order, and the same shape is asked again after reservations changed what is free."""
+    capacity = {GPU: 64 * len(clusters), CPU: 512 * len(clusters)}
+    views = list(clusters)
+    table = ClusterTable(views, capacity)
+    reservations = Reservations(table, views)
+    extra = data.draw(st.sampled_from([{}, {"example.com/fpga": 1}, {GPU: 0, CPU: 0}]), label="extra ask")
+    gangs = [*gangs, JobView("k", {**gangs[0].request, **extra}, dict(gangs[0].largest_pod), {})]
+    for gang in gangs * 2:
+        refused = {c.name: "rejected it" for c in views if data.draw(st.booleans(), label=f"refuse {c.name}")}
+        assert reservations.cluster_for(gang, refused) == _cluster_for_slowly(table, views, gang, refused)
+        chosen = table.best(gang, {})
+        if chosen is not None:
+            table.reserve(gang, chosen)

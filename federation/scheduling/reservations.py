@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from federation.scheduling.choice import ClusterTable
-from federation.scheduling.fit import ClusterView, JobView, cannot_run
+from federation.scheduling.fit import ClusterView, JobView, Shape, cannot_run
 
 
 class Reservations:
@@ -20,6 +22,10 @@ class Reservations:
         self.clusters = clusters
         self.views = views
         self.holders: dict[str, list[tuple[str, str]]] = {}  # cluster -> (job, its tenant) whose room is held there
+        # shape -> the table's rows of the clusters that could hold it at all, ascending (so by name): what a cluster
+        # could hold does not change within a cycle, and a cycle on 1,000 clusters asked it for each of them, for
+        # each head it reserved for
+        self._possible: dict[Shape, np.ndarray] = {}
 
     def hold(self, job: JobView, cluster: str, tenant: str) -> None:
         """Keep the room `job` needs in `cluster` for it: later jobs go elsewhere or into what is left."""
@@ -41,11 +47,21 @@ class Reservations:
     def cluster_for(self, job: JobView, refused: Mapping[str, str]) -> str | None:
         """Where the job fits best once what runs there ends: among clusters that could hold it at all and
         have not refused it, the one with most of its request free now."""
-        options = []
-        for view in self.views:
-            if view.name in refused or cannot_run(job, [view]) is not None:
-                continue
-            name = view.name
-            options.append((-min((self.clusters.free_of(name, r) / a for r, a in job.request.items() if a),
-                                 default=0), name))
-        return min(options)[1] if options else None
+        table = self.clusters
+        rows = self._possible.get(job.shape)
+        if rows is None:
+            rows = self._possible[job.shape] = np.array(sorted(
+                table.index[view.name] for view in self.views if cannot_run(job, [view]) is None), dtype=np.intp)
+        if refused:
+            rows = rows[[table.names[i] not in refused for i in rows]]
+        if not len(rows):
+            return None
+        asked = [(table.resource.get(r), a) for r, a in job.request.items() if a]
+        known = [(k, a) for k, a in asked if k is not None]
+        # The least share of each asked amount free (a resource no cluster has: none free), most first; of equals, the
+        # first by name (rows ascend as names do).
+        least = (table.free[np.ix_(rows, [k for k, _ in known])] / np.array([a for _, a in known], dtype=np.float64)
+                 ).min(1, initial=np.inf) if known else np.full(len(rows), np.inf)
+        if len(known) < len(asked) or not asked:
+            least = np.minimum(least, 0.0)
+        return table.names[int(rows[int(np.argmax(least))])]
