@@ -105,7 +105,13 @@ def test_a_rolling_upgrade_under_load_loses_nothing(previous: dict[str, str], em
             count = len(accepted)
             wait_for(f"submissions accepted after replacing server {i}", lambda c=count: len(accepted) > c + 10,
                      timeout=120)
-        agents[0].stop()
+        try:
+            agents[0].stop()
+        except RuntimeError as err:
+            # The previous release's agent can miss SIGTERM: a stop that landed as its stream wound down was
+            # swallowed and it connected again (fixed since, `tests/test_agent_client.py`). Killed at the end of its
+            # grace period, as Kubernetes kills a pod that outlives terminationGracePeriodSeconds: the upgrade goes on.
+            assert "did not stop" in str(err), err
         agents.append(agent(None))
         count = len(accepted)
         wait_for("submissions accepted after replacing the agent", lambda: len(accepted) > count + 10, timeout=120)
