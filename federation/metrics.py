@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -134,13 +135,16 @@ async def _scrape(child: tuple[str, str], scope: str) -> str:
 
 
 async def serve(address: str, authenticate: Callable[[str | None], Awaitable[Principal | str]], secret: str = "",
-                child: tuple[str, str] | None = None) -> web.AppRunner:
-    """Serve /metrics at HOST:PORT (port 0 picks one) on this event loop; the runner's `addresses` say where."""
+                child: tuple[str, str] | None = None, sock: socket.socket | None = None) -> web.AppRunner:
+    """Serve /metrics at HOST:PORT (port 0 picks one), or on `sock` (bound by the parent of a scheduler process),
+    on this event loop; the runner's `addresses` say where."""
     runner = web.AppRunner(app(authenticate, secret, child), access_log=None)
     await runner.setup()
     host, _, port = address.rpartition(":")
     try:
-        await web.TCPSite(runner, host or "127.0.0.1", int(port), reuse_port=False).start()
+        site = web.SockSite(runner, sock) if sock is not None else \
+            web.TCPSite(runner, host or "127.0.0.1", int(port), reuse_port=False)
+        await site.start()
     except OSError:
         await runner.cleanup()
         raise

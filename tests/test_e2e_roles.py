@@ -3,7 +3,9 @@ scheduler does (computes, dies), what only the scheduler knows is asked of it ac
 shows both, and neither process outlives the other's end (a killed child is started again; a killed parent
 takes its child with it)."""
 
+import re
 import signal
+import socket
 import time
 import urllib.request
 
@@ -64,8 +66,18 @@ def test_the_api_outlives_its_scheduler_process_which_comes_back(db_url: URL) ->
         assert float(cycles.rsplit(" ", 1)[1]) > 0  # the scheduler's series, on the API process's scrape
         assert "grpc_server_handled_total" in body  # and the API's own
 
+        port = int(re.search(rb"scheduler's metrics at 127\.0\.0\.1:(\d+)", server.log).group(1))  # type: ignore[union-attr]
+        assert any(c.laddr.port == port and c.status == psutil.CONN_LISTEN  # the socket is the API process's too
+                   for c in psutil.Process(server.proc.pid).net_connections("tcp"))
         first.kill()  # the scheduler process dies: the API goes on answering, accepting, explaining nothing
         started = time.monotonic()
+        first.wait(60)
+        # Its metrics port stays the API process's while no scheduler process runs: another process taking it then
+        # (an outgoing connection's local port, on a busy machine) once failed every restart that followed.
+        with socket.socket() as squatter:
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the killed child's closed connections
+            with pytest.raises(OSError):
+                squatter.bind(("127.0.0.1", port))
         waiting = jobs.SubmitJob(jobs_pb2.SubmitJobRequest(spec=_job("during", 8))).job.id
         assert jobs.GetJob(jobs_pb2.GetJobRequest(id=ran)).status.phase == common_pb2.RUNNING
         second = wait_for("the scheduler process started again",
@@ -74,6 +86,10 @@ def test_the_api_outlives_its_scheduler_process_which_comes_back(db_url: URL) ->
         wait_for("the job submitted meanwhile running", lambda: jobs.GetJob(jobs_pb2.GetJobRequest(id=waiting))
                  .status.phase == common_pb2.RUNNING, 120)
         print(f"dispatched {time.monotonic() - started:.1f} s after the scheduler process was killed")
+        # The new scheduler process's series on the API process's scrape, from the same address.
+        assert wait_for("the restarted scheduler's series", lambda: any(
+            line.startswith("federation_scheduler_cycle_seconds_count") for line in urllib.request.urlopen(
+                f"http://{server.metrics}/metrics", timeout=30).read().decode().splitlines()))
         engine = create_engine(db_url)
         with engine.connect() as conn:
             dispatched = conn.execute(text("SELECT job_id, count(*) FROM job_events WHERE type = 'Dispatched' "

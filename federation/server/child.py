@@ -26,13 +26,8 @@ log = logging.getLogger(__name__)
 
 EXIT_WITH_STDIN = "FEDERATION_EXIT_WITH_STDIN"  # set for the child: its standard input closing means the parent went
 METRICS_SECRET = "FEDERATION_METRICS_SECRET"  # what the parent presents to the child's /metrics
+METRICS_SOCKET = "FEDERATION_METRICS_SOCKET"  # set for the child: the descriptor of the socket to serve /metrics on
 RESTART_PAUSE, RESTART_PAUSE_MAX = 1.0, 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class SchedulerChild:
@@ -41,7 +36,14 @@ class SchedulerChild:
         self.settings = list(settings)  # the scheduler's own flags, as the parent was given them
         self.log_level = log_level
         self.metrics_secret = secrets.token_hex(16)
-        self.metrics_address = f"127.0.0.1:{_free_port()}"  # kept across restarts: the parent's /metrics reads it
+        # The child's metrics socket, bound here once and handed to every child started: the parent's /metrics reads
+        # the same address across restarts, and no other process can take the port meanwhile. A port found free and
+        # bound again by each child could be taken in between (an outgoing connection's local port, on a busy
+        # machine), and then every restart failed on it for as long as the parent lived.
+        self.metrics_socket = socket.socket()
+        self.metrics_socket.bind(("127.0.0.1", 0))
+        self.metrics_socket.set_inheritable(True)
+        self.metrics_address = f"127.0.0.1:{self.metrics_socket.getsockname()[1]}"
         self.process: asyncio.subprocess.Process | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -54,11 +56,12 @@ class SchedulerChild:
         argv = [sys.executable, "-m", "federation.server.main", "--log-level", self.log_level, "serve",
                 "--role", "scheduler", "--listen", "127.0.0.1:0", "--metrics-listen", self.metrics_address,
                 *self.settings]
+        fd = self.metrics_socket.fileno()
         env = {**os.environ, "FEDERATION_DATABASE_URL": self.url.render_as_string(hide_password=False),
-               EXIT_WITH_STDIN: "1", METRICS_SECRET: self.metrics_secret}
+               EXIT_WITH_STDIN: "1", METRICS_SECRET: self.metrics_secret, METRICS_SOCKET: str(fd)}
         # Its own session: a Ctrl-C at the terminal reaches the parent, which stops it in its turn.
         self.process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE, env=env,
-                                                            start_new_session=True)
+                                                            start_new_session=True, pass_fds=(fd,))
         log.info("started the scheduler process (pid %d)", self.process.pid)
 
     async def _supervise(self) -> None:
@@ -81,6 +84,12 @@ class SchedulerChild:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        try:
+            await self._end(grace)
+        finally:
+            self.metrics_socket.close()
+
+    async def _end(self, grace: float) -> None:
         process = self.process
         if process is None or process.returncode is not None:
             return

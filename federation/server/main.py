@@ -8,6 +8,7 @@ import ipaddress
 import logging
 import os
 import signal
+import socket
 import ssl
 import sys
 import warnings
@@ -44,7 +45,7 @@ from federation.server.app import (
     SchemaOutOfDate,
     ensure_schema,
 )
-from federation.server.child import EXIT_WITH_STDIN, METRICS_SECRET, SchedulerChild, exit_with_stdin
+from federation.server.child import EXIT_WITH_STDIN, METRICS_SECRET, METRICS_SOCKET, SchedulerChild, exit_with_stdin
 from federation.store import database
 from federation.store.tokens import TokenStore
 from federation.store.transitions import Requeueing
@@ -342,9 +343,11 @@ async def _serve(server: FederationServer, metrics_listen: str, ui_listen: str =
     metrics_runner = None
     if metrics_listen:
         try:
+            inherited = os.environ.get(METRICS_SOCKET)  # a scheduler process: its parent bound the socket
             metrics_runner = await metrics.serve(
                 metrics_listen, server.authenticate, os.environ.get(METRICS_SECRET, ""),
-                (child.metrics_address, child.metrics_secret) if child is not None else None)
+                (child.metrics_address, child.metrics_secret) if child is not None else None,
+                socket.socket(fileno=int(inherited)) if inherited else None)
         except OSError as err:
             await server.stop(0)
             raise PortInUse(f"cannot serve metrics on {metrics_listen}: {err.strerror}") from None
