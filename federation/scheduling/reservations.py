@@ -58,10 +58,12 @@ class Reservations:
             return None
         asked = [(table.resource.get(r), a) for r, a in job.request.items() if a]
         known = [(k, a) for k, a in asked if k is not None]
+        if not known:  # it asks for nothing, or only for what no cluster has: every share is 0, so the first by name
+            return table.names[int(rows[0])]
         # The least share of each asked amount free (a resource no cluster has: none free), most first; of equals, the
         # first by name (rows ascend as names do).
         least = (table.free[np.ix_(rows, [k for k, _ in known])] / np.array([a for _, a in known], dtype=np.float64)
-                 ).min(1, initial=np.inf) if known else np.full(len(rows), np.inf)
-        if len(known) < len(asked) or not asked:
+                 ).min(1)
+        if len(known) < len(asked):
             least = np.minimum(least, 0.0)
         return table.names[int(rows[int(np.argmax(least))])]

@@ -105,7 +105,6 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
                 # must not keep us from seeing that nothing is acknowledged.
                 done, _ = await asyncio.wait({read, writer}, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED)
                 if writer in done:
-                    read.cancel()
                     writer.result()  # raises what ended it
                 # A wait that timed out counts whole (the loop may wake a hair before its timer).
                 took = loop.time() - began if read in done or writer in done else heartbeat
@@ -117,11 +116,9 @@ async def _connection(server: str, agent: Agent, heartbeat: float, connected: as
                     for one in message.batch.messages if message.WhichOneof("msg") == "batch" else (message,):
                         await _handle(one, agent, server, connected)
                 if waited >= heartbeat and agent.unheard_for() > limit:
-                    if read is not None:
-                        read.cancel()
                     raise StreamStalled
         finally:
-            if read is not None:
+            if read is not None:  # however the connection ends, a read under way is not left behind
                 read.cancel()
             writer.cancel()
             try:
