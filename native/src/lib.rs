@@ -440,8 +440,9 @@ impl ReclaimPool {
         let mut best: Option<((i64, f64, i64, usize), usize, Vec<usize>)> = None;
         let mut freed = vec![0i64; self.resources.len()];
         for (short, c) in order {
-            if let Some((b, _, _)) = &best {
-                if compare((lowest, 0.0, short.max(0), 1), *b) == Ordering::Greater {
+            // The least key this cluster could give, the cluster last: past the best's, it cannot win.
+            if let Some((b, bc, _)) = &best {
+                if compare((lowest, 0.0, short.max(0), 1), *b).then(c.cmp(bc)) == Ordering::Greater {
                     continue;
                 }
             }
@@ -456,7 +457,7 @@ impl ReclaimPool {
             if covers(&freed, &wanted) {
                 continue;
             }
-            let bound = best.as_ref().map(|(b, _, _)| *b);
+            let bound = best.as_ref().map(|(b, bc, _)| (*b, *bc));
             let chosen = self.take(c, jq, job_priority, tenant, &over_mask, own_only, &wanted, &mut freed,
                                    &mut kept, bound, &mut state)?;
             if !chosen.is_empty() && covers(&freed, &wanted) {
@@ -487,11 +488,11 @@ impl ReclaimPool {
 
 impl ReclaimPool {
     /// `Preemption._take` over one cluster's gangs: positions of the gangs to evict, in victim order, until `freed`
-    /// covers the request; none once the choice's key passes `bound`.
+    /// covers the request; none once the choice's key, then the cluster, passes `bound` (the best's, then its cluster).
     #[allow(clippy::too_many_arguments)]
     fn take(&mut self, cluster: usize, jq: usize, job_priority: i64, tenant: usize, over: &[bool], own_only: bool,
-            wanted: &[(usize, i64)], freed: &mut [i64], kept: &mut u8, bound: Option<(i64, f64, i64, usize)>,
-            state: &mut State) -> PyResult<Vec<usize>> {
+            wanted: &[(usize, i64)], freed: &mut [i64], kept: &mut u8,
+            bound: Option<((i64, f64, i64, usize), usize)>, state: &mut State) -> PyResult<Vec<usize>> {
         let mut chosen = Vec::new();
         let (mut highest, mut lost, mut evicted) = (0i64, 0.0f64, 0i64);
         let mut borrowed: Vec<(Key, Amounts)> = Vec::new();
@@ -521,12 +522,12 @@ impl ReclaimPool {
             for &(r, a) in &self.amounts[self.victims[vi].request] {
                 freed[r] += a;
             }
-            if let Some(b) = bound {
+            if let Some((b, bc)) = bound {
                 let mine = self.queue_priority[queue];
                 highest = if chosen.len() > 1 { highest.max(mine) } else { mine };
                 lost += self.victims[vi].at_risk;
                 evicted += self.victims[vi].gpus;
-                if compare((highest, lost, evicted, chosen.len()), b) == Ordering::Greater {
+                if compare((highest, lost, evicted, chosen.len()), b).then(cluster.cmp(&bc)) == Ordering::Greater {
                     return Ok(Vec::new());
                 }
             }
