@@ -477,7 +477,8 @@ class PreemptiblePool:
     def __init__(self, table: ClusterTable, queues: Sequence[str]) -> None:
         self.table = table
         self.queue = {q: j for j, q in enumerate(queues)}
-        self.amounts = np.zeros((len(table.names), len(queues), len(table.resource)), dtype=np.int64)
+        # [queue, cluster, resource]: a sum over queues adds whole contiguous blocks, one per queue.
+        self.amounts = np.zeros((len(queues), len(table.names), len(table.resource)), dtype=np.int64)
         # The last sum over queues asked for, kept up to date: the heads of one cycle ask about nearly the same
         # queues (those over their share, and their own), so each sum is the last one give or take a few queues.
         self._last: tuple[frozenset[int], np.ndarray] | None = None
@@ -489,7 +490,7 @@ class PreemptiblePool:
         for r, a in request.items():
             k = self.table.resource.get(r)
             if k is not None:
-                self.amounts[i, j, k] += sign * a
+                self.amounts[j, i, k] += sign * a
                 if self._last is not None and j in self._last[0]:
                     self._last[1][i, k] += sign * a
 
@@ -501,12 +502,12 @@ class PreemptiblePool:
             if len(gone) + len(new) < len(rows):
                 total = total.copy()
                 for j in gone:
-                    total -= self.amounts[:, j, :]
+                    total -= self.amounts[j]
                 for j in new:
-                    total += self.amounts[:, j, :]
+                    total += self.amounts[j]
                 self._last = (rows, total)
                 return total
-        total = self.amounts[:, sorted(rows), :].sum(1)
+        total = self.amounts[sorted(rows)].sum(0)
         self._last = (rows, total)
         return total
 
