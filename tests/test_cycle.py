@@ -370,6 +370,17 @@ def test_a_queue_that_does_not_reclaim_says_which_rule_stopped_it() -> None:
     d = schedule(sent_back)
     assert d.preempt == {} and "of the clusters that could hold it c1 sent it back recently" in d.waiting["need"], \
         d.waiting["need"]
+    # Many clusters are not named one by one: at 1,000 clusters the reason listed hundreds of them, and changed
+    # whenever one joined or left. One that did send the gang back is still named.
+    many = [cluster(f"c{i}", 0) for i in range(1, 6)]
+    spread = [replace(gang, cluster=many[i % 5].name) for i, gang in enumerate(loose)]
+    for refusals, said in (({}, "more than 3 report no HyperNodes"),
+                           ({"c2": "rejected it recently"}, "c2 sent it back recently and more than 3 report no "
+                                                             "HyperNodes"),
+                           ({"c2": "rejected it recently", "c3": "rejected it recently"},
+                            "c2, c3 sent it back recently and c1, c4, c5 report no HyperNodes")):
+        d = schedule(replace(snap(tenants, queues, [hard], many, spread, capacity=64), refused={"need": refusals}))
+        assert d.preempt == {} and f"of the clusters that could hold it {said}" in d.waiting["need"], d.waiting["need"]
     locked = [QueueInfo("mine", "owner", guarantee={GPU: 16}), QueueInfo("lent", "borrower", reclaimable=False)]
     d = schedule(snap(tenants, locked, [job("need", "mine", 16, 9)], [cluster("c1", 0)], loose, capacity=64))
     assert d.preempt == {}

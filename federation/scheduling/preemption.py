@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from federation.scheduling import native
-from federation.scheduling.choice import ClusterTable, PreemptiblePool
+from federation.scheduling.choice import SHOWN_REASONS, ClusterTable, PreemptiblePool
 from federation.scheduling.fairshare import keeps_share
-from federation.scheduling.fit import ClusterView, DomainFree, JobView, covers, selects
+from federation.scheduling.fit import ClusterView, DomainFree, JobView, covers
 from federation.scheduling.ledger import Ledger
 from federation.scheduling.model import (
     MOVE_BUDGET_SECONDS,
@@ -80,6 +80,8 @@ class Preemptor:
         # the share)
         self._kept: dict[tuple[str | tuple[str, str], int], tuple[int, bool]] = {}
         self._over: dict[str | None, tuple[int, frozenset[str]]] = {}  # see `_reclaimable`
+        self._reporting: np.ndarray | None = None  # see `_reported`
+        self._views: list[ClusterView] | None = None  # the snapshot's clusters in the table's order
         self._compiled: Any = None  # the compiled search's gangs (native.compiled.ReclaimPool), built at its first
         by_cluster: dict[str, list[RunningJob]] = {}
         for job in snap.running:
@@ -316,16 +318,10 @@ class Preemptor:
         request = job.view.request
         best: tuple[int, float, int, int, str, str, list[RunningJob]] | None = None
         kept: set[str] = set()
-        reported = False
         refused = self.snap.refused.get(job.id, {})
-        passed: dict[str, list[str]] = {"refused": [], "unreported": []}  # clusters looked past, and why
-        for view in self.snap.clusters:
-            if not selects(job.view, view):
-                continue
-            if view.name in refused or not view.domains:
-                passed["refused" if view.name in refused else "unreported"].append(view.name)
-                continue
-            reported = True
+        selected = self.clusters.selects(job.view)
+        views = self._with_hypernodes(selected, refused)
+        for view in views:
             cluster_free = self.clusters.free_dict(view.name)  # a HyperNode has no more than its cluster left
             gangs = self.preemptible.get(view.name, ()) if over else self._of_queue(view.name, job.queue)
             inside = _under_each_hypernode(view, gangs)
@@ -339,10 +335,15 @@ class Preemptor:
                         best = key
         if best is not None:
             return best[4], best[6]
-        if not reported:
-            said = [f"{', '.join(sorted(passed['refused']))} sent it back recently"] if passed["refused"] else []
-            if passed["unreported"]:
-                said.append(f"{', '.join(sorted(passed['unreported']))} report no HyperNodes")
+        if not views:
+            index = self.clusters.index
+            sent_back = [c for c in refused if c in index and selected[index[c]]]
+            unreported = selected & ~self._reported
+            unreported[[index[c] for c in sent_back]] = False
+            said = [f"{_few(sent_back)} sent it back recently"] if sent_back else []
+            if unreported.any():
+                said.append(f"{_few([self.clusters.names[i] for i in np.flatnonzero(unreported)])} report no "
+                            "HyperNodes")
             return "not reclaimed: a gang with a hard tier limit evicts only inside a HyperNode, and of the " \
                    f"clusters that could hold it {' and '.join(said) or 'none is Ready'}"
         return self._not_reclaimed(job, queue_within, over, kept, True, " inside a HyperNode within its tier limit")
@@ -360,10 +361,7 @@ class Preemptor:
         request, pod = job.view.request, job.view.largest_pod
         budget = request.get(RESOURCE_FOR_FEWEST, 0) * MOVE_BUDGET_SECONDS
         best: tuple[float, int, int, str, str, list[RunningJob]] | None = None
-        refused = self.snap.refused.get(job.id, {})
-        for view in self.snap.clusters:
-            if view.name in refused or not view.domains or not selects(job.view, view):
-                continue
+        for view in self._with_hypernodes(self.clusters.selects(job.view), self.snap.refused.get(job.id, {})):
             cluster_free = self.clusters.free_dict(view.name)
             if not covers(cluster_free, request):
                 continue  # short of room, not of room in one place: reclaim's business, not moving's
@@ -384,6 +382,24 @@ class Preemptor:
                     if best is None or key[:5] < best[:5]:
                         best = key
         return (best[3], best[5]) if best is not None else None
+
+    @property
+    def _reported(self) -> np.ndarray:
+        """Per cluster of the table, whether its agent reports HyperNodes."""
+        if self._reporting is None:
+            views = {view.name: view for view in self.snap.clusters}
+            self._reporting = np.array([bool(views[name].domains) for name in self.clusters.names], dtype=bool)
+        return self._reporting
+
+    def _with_hypernodes(self, selected: np.ndarray, refused: Mapping[str, str]) -> list[ClusterView]:
+        """The clusters a gang with a hard tier limit may evict in: those it selects that report HyperNodes and have
+        not sent it back, in the table's order. Asked for by every such head, over every cluster: one array test,
+        then only these."""
+        if self._views is None:
+            views = {view.name: view for view in self.snap.clusters}
+            self._views = [views[name] for name in self.clusters.names]
+        return [self._views[i] for i in np.flatnonzero(selected & self._reported)
+                if self.clusters.names[i] not in refused]
 
     def _not_reclaimed(self, job: PendingJob, queue_within: bool, over: set[str], kept: set[str],
                        any_candidates: bool, where: str = "") -> str:
@@ -467,3 +483,9 @@ def _hypernodes_short_of(job: JobView, view: ClusterView, cluster_free: Mapping[
         freed = {r: max(min(a, cluster_free.get(r, 0)), 0) for r, a in domain.free.items()}
         if not covers(freed, job.request):
             yield domain, freed
+
+
+def _few(clusters: Sequence[str]) -> str:
+    """Clusters named in a waiting job's reason: up to SHOWN_REASONS of them by name, else not one. A list of every
+    cluster was hundreds of names long at 1,000 clusters, and changed whenever any of them joined or left."""
+    return ", ".join(sorted(clusters)) if len(clusters) <= SHOWN_REASONS else f"more than {SHOWN_REASONS}"
