@@ -14,12 +14,15 @@ import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.bench_backlog import Churn
 from federation.kernel.resources import FLAVOR
 from federation.scheduling import native
+from federation.scheduling.choice import PreemptiblePool
 from federation.scheduling.cycle import (
     Decisions,
     PendingJob,
@@ -32,6 +35,7 @@ from federation.scheduling.cycle import (
 )
 from federation.scheduling.fit import JobView
 from federation.scheduling.flavors import FlavorInfo
+from federation.scheduling.preemption import Preemptor
 from tests.test_queue_manager_property import cluster, same
 
 GPU = "nvidia.com/gpu"
@@ -168,8 +172,8 @@ def test_a_churning_federation_of_many_clusters_decides_the_same() -> None:
 
 
 class _Panicking:
-    """A compiled module whose search fails as the index panic of 2026-11-27 did (a Rust panic reaches Python as
-    pyo3's PanicException, a BaseException)."""
+    """A compiled module whose search and sums fail as the index panic of 2026-11-27 did (a Rust panic reaches Python
+    as pyo3's PanicException, a BaseException)."""
 
     class PanicException(BaseException):
         pass
@@ -181,11 +185,32 @@ class _Panicking:
         def preempted(self, *_: object) -> None:
             pass
 
+        def could_make_room(self, *_: object) -> None:
+            raise _Panicking.PanicException("index out of bounds: the len is 3 but the index is 3")
+
         def victims(self, *_: object) -> None:
             raise _Panicking.PanicException("index out of bounds: the len is 3 but the index is 3")
 
 
-def test_a_failing_compiled_search_leaves_the_cycle_to_the_python_one() -> None:
+class _PanickingSearch(_Panicking):
+    """The same, with only the search failing: the clusters that could make room come from the real module's sums."""
+
+    real = native.compiled
+
+    class ReclaimPool(_Panicking.ReclaimPool):
+        def __init__(self, *args: object) -> None:
+            assert _PanickingSearch.real is not None
+            self.sums = _PanickingSearch.real.ReclaimPool(*args)
+
+        def preempted(self, ids: list[str]) -> None:
+            self.sums.preempted(ids)
+
+        def could_make_room(self, *args: object) -> bytes:
+            return self.sums.could_make_room(*args)
+
+
+@pytest.mark.parametrize("failing", [_Panicking, _PanickingSearch])
+def test_a_failing_compiled_search_leaves_the_cycle_to_the_python_one(failing: type[_Panicking]) -> None:
     """The cycle is decided as the Python search decides it, and says what failed (the server logs it), instead of
     the whole cycle failing with it."""
     rng = random.Random(7)
@@ -197,7 +222,7 @@ def test_a_failing_compiled_search_leaves_the_cycle_to_the_python_one() -> None:
         snapshot = federation.snapshot()
         with python_search():
             oracle = schedule(snapshot)
-        native.compiled = _Panicking  # type: ignore[assignment]
+        native.compiled = failing  # type: ignore[assignment]
         try:
             broken = schedule(snapshot)
         finally:
@@ -210,3 +235,47 @@ def test_a_failing_compiled_search_leaves_the_cycle_to_the_python_one() -> None:
         federation.carry_out(broken)
         federation.submit(rng.randrange(12, 48))
     assert failed  # reclaim searched, so the failure was met and survived
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([12, 40]))
+def test_the_compiled_sums_say_where_room_could_be_made_as_the_python_pool(seed: int, clusters: int) -> None:
+    """Which clusters could make room for a head (free plus every preemptible gang not yet evicted of the queues it
+    may take from) is what `PreemptiblePool` over the same gangs says, at every ask of a cycle: after evictions, for
+    other sets of queues, and for requests naming a resource no cluster has. A cluster said wrongly to be able to make
+    room changes no decision (the search then finds nothing there), so the decisions alone would not show it."""
+    rng = random.Random(seed)
+    federation = Federation(rng, clusters)
+    federation.submit(clusters * 12)
+    asked = 0
+    real = Preemptor.could_make_room
+
+    def checked(self: Preemptor, request: dict[str, int], queues: list[str]) -> np.ndarray:
+        nonlocal asked
+        found = real(self, request, queues)
+        pool = PreemptiblePool(self.clusters, sorted(self.queues))
+        for gangs in self.preemptible.given.values():
+            for gang in gangs:
+                if gang.id not in self.taken:
+                    pool.add(gang.cluster, gang.queue, gang.request)
+        # Every size up to a few clusters' worth, so that a sum off by one gang shows in some cluster's answer.
+        sizes = [({GPU: gpus}, queues) for gpus in range(1, 129, 3)]
+        assert found.tolist() == pool.could_make_room(request, queues).tolist()
+        # Other queues first, the head's last: the next head's ask starts from this one's sum, kept up to date
+        # through the evictions in between.
+        for ask, among in (({**request, "example.com/fpga": 1}, queues), ({**request, "example.com/fpga": 0}, queues),
+                           (request, queues[:1]), (request, []), *sizes):
+            assert real(self, ask, among).tolist() == pool.could_make_room(ask, among).tolist(), (ask, among)
+        asked += 1
+        return found
+
+    Preemptor.could_make_room = checked  # type: ignore[method-assign]
+    try:
+        for _ in range(5):
+            decisions = schedule(federation.snapshot())
+            assert not decisions.compiled_failure
+            federation.carry_out(decisions)
+            federation.submit(rng.randrange(clusters, clusters * 4))
+    finally:
+        Preemptor.could_make_room = real  # type: ignore[method-assign]
+    assert asked

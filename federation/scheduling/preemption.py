@@ -9,7 +9,7 @@ gangs whose lost work costs more than waiting for them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,11 +91,7 @@ class Preemptor:
         # cluster -> queue -> its preemptible gangs there, in the same order: only a search without reclaim asks, so
         # grouped for a cluster when first asked (`_of_queue`).
         self._by_queue: dict[str, dict[str, list[RunningJob]]] = {}
-        self.pool = PreemptiblePool(clusters, sorted(queues))
-        pooled = [job for gangs in by_cluster.values() for job in gangs if job.queue in queues]
-        for (cluster, queue), amounts in summed_by([(job.cluster, job.queue) for job in pooled],
-                                                   [job.request for job in pooled]).items():
-            self.pool.add(cluster, queue, amounts)
+        self._pool: PreemptiblePool | None = None  # see `could_make_room`
 
     def queue_priority(self, queue: str) -> int:
         return self.priority.get(queue, 0)
@@ -120,7 +116,46 @@ class Preemptor:
             self._compiled.preempted([victim.id for victim in gangs])
         for victim in gangs:
             self.taken.add(victim.id)
-            self.pool.add(victim.cluster, victim.queue, victim.request, -1)
+            if self._pool is not None:
+                self._pool.add(victim.cluster, victim.queue, victim.request, -1)
+
+    def could_make_room(self, request: Mapping[str, int], queues: Sequence[str]) -> np.ndarray:
+        """Per cluster, whether free resources plus every preemptible gang not yet evicted of `queues` would cover
+        `request` (`PreemptiblePool.could_make_room`). The compiled search's gangs answer it when built: they are
+        read there anyway, and adding them up in Python as well was a tenth of a cycle at 1,000 clusters."""
+        found = self._natively(lambda pool: pool.could_make_room(request, list(queues), self.clusters.free.tobytes()))
+        if found is not None:
+            return np.frombuffer(found, dtype=bool)
+        if self._pool is None:
+            self._pool = PreemptiblePool(self.clusters, sorted(self.queues))
+            pooled = [job for gangs in self.preemptible.given.values() for job in gangs
+                      if job.queue in self.queues and job.id not in self.taken]
+            for (cluster, queue), amounts in summed_by([(job.cluster, job.queue) for job in pooled],
+                                                       [job.request for job in pooled]).items():
+                self._pool.add(cluster, queue, amounts)
+        return self._pool.could_make_room(request, queues)
+
+    def _natively(self, call: Callable[[Any], Any]) -> Any:
+        """`call` on the compiled search's gangs (native.compiled.ReclaimPool, built at the first call of a cycle);
+        None without it, or once it failed in this cycle: the Python code then decides the same (the differential
+        tests hold them equal), and the cycle goes on."""
+        if native.compiled is None or self.failure:
+            return None
+        try:
+            if self._compiled is None:
+                ledger = self.ledger
+                self._compiled = native.compiled.ReclaimPool(
+                    list(self.clusters.resource), RESOURCE_FOR_FEWEST,
+                    [self.preemptible.given.get(name, []) for name in self.clusters.names], self.holds,
+                    [(q, info.priority, info.tenant, ledger.chain[q]) for q, info in self.queues.items()],
+                    REPREEMPT_GRACE)
+                self._compiled.preempted(list(self.taken))
+            return call(self._compiled)
+        except BaseException as err:  # a Rust panic is a BaseException; an interrupt is not ours to keep
+            if not isinstance(err, Exception) and type(err).__name__ != "PanicException":
+                raise
+            self.failure = f"{type(err).__name__}: {err}"[:500]
+            return None
 
     def _reclaimable(self, job: PendingJob, queue_within: bool, tenant_within: bool) -> set[str]:
         """Queues other than the job's own that it may take back from: reclaimable ones over their share, of its
@@ -199,19 +234,11 @@ class Preemptor:
         totals; the agent's placement decides the topology.
         """
         over = self._reclaimable(job, queue_within, tenant_within)
-        could = self.pool.could_make_room(job.view.request, [job.queue, *over])
+        could = self.could_make_room(job.view.request, [job.queue, *over])
         if not could.any():  # most heads that do not fit, in a full federation: no search to hand the walk
             return self._not_reclaimed(job, queue_within, over, set(), False)
         refused = self.snap.refused.get(job.id, {})  # a cluster that refused the job gets no evictions for it
-        searched = None
-        if native.compiled is not None and not self.failure:
-            try:
-                searched = self._search_compiled(job, over, could, refused)
-            except BaseException as err:  # a Rust panic is a BaseException; an interrupt is not ours to keep
-                if not isinstance(err, Exception) and type(err).__name__ != "PanicException":
-                    raise
-                # The Python search decides the same (the differential tests hold them equal): the cycle goes on.
-                self.failure = f"{type(err).__name__}: {err}"[:500]
+        searched = self._natively(lambda pool: self._search_compiled(pool, job, over, could, refused))
         best, kept = searched if searched is not None else self._search(job, over, could, refused)
         if best is not None:
             return best
@@ -257,18 +284,12 @@ class Preemptor:
                     best = key
         return (best[4], best[5]) if best is not None else None, kept
 
-    def _search_compiled(self, job: PendingJob, over: set[str], could: np.ndarray,
+    def _search_compiled(self, pool: Any, job: PendingJob, over: set[str], could: np.ndarray,
                          refused: Mapping[str, str]) -> tuple[Targets | None, set[str]] | None:
-        """`_search` by the compiled walk (native/); None where it leaves the job to the Python one."""
+        """`_search` by the compiled walk over `pool` (native/); None where it leaves the job to the Python one."""
         ledger = self.ledger
-        assert ledger.shares is not None and native.compiled is not None
-        if self._compiled is None:
-            self._compiled = native.compiled.ReclaimPool(
-                list(self.clusters.resource), RESOURCE_FOR_FEWEST,
-                [self.preemptible.given.get(name, []) for name in self.clusters.names], self.holds,
-                [(q, info.priority, info.tenant, ledger.chain[q]) for q, info in self.queues.items()], REPREEMPT_GRACE)
-            self._compiled.preempted(list(self.taken))
-        found = self._compiled.victims(
+        assert ledger.shares is not None
+        found = pool.victims(
             job.queue, job.priority, job.view.request, sorted(over), self._lowest(job, over),
             self.clusters.free.tobytes(), could.tobytes(), self.clusters.selects(job.view).tobytes(),
             [self.clusters.index[c] for c in refused if c in self.clusters.index], ledger.queue_usage,

@@ -32,6 +32,7 @@ struct Victim {
     id: String,
     /// Its position in the cluster's list as given (the answer names gangs by it).
     given: usize,
+    cluster: usize,
     gpus: i64,
     request: usize,
     held: usize,
@@ -65,6 +66,12 @@ struct ReclaimPool {
     tenant_names: Vec<String>,
     shares: Vec<Option<Share>>,
     usage: Vec<Option<Usage>>,
+    /// The cycle's own queues (the first of `queue_names`; gangs of others are never victims).
+    known_queues: usize,
+    /// [queue][cluster][table column]: what the preemptible gangs not yet evicted hold (`PreemptiblePool`).
+    pooled: Vec<i64>,
+    /// The last sum over queues asked for, kept up to date: the heads of a cycle ask about nearly the same queues.
+    last: Option<(Vec<bool>, Vec<i64>)>,
 }
 
 fn py_mod(a: f64, b: f64) -> f64 {
@@ -257,7 +264,7 @@ impl ReclaimPool {
             clusters: Vec::with_capacity(clusters.len()), amounts: Vec::new(), by_id: HashMap::new(),
             preempted: Vec::new(), queue_index: HashMap::new(), queue_names: Vec::new(), queue_priority: Vec::new(),
             queue_tenant: Vec::new(), chains: Vec::new(), tenant_names: Vec::new(), shares: Vec::new(),
-            usage: Vec::new(),
+            usage: Vec::new(), known_queues: queues.len(), pooled: Vec::new(), last: None,
         };
         for r in &resources {
             pool.index(r);
@@ -342,7 +349,8 @@ impl ReclaimPool {
                 pool.by_id.insert(id.clone(), pool.victims.len());
                 order.push(pool.victims.len());
                 pool.victims.push(Victim {
-                    queue, priority, at_risk: since * gpus as f64, seq, id, given, gpus, request: request_at,
+                    queue, priority, at_risk: since * gpus as f64, seq, id, given, cluster: pool.clusters.len(), gpus,
+                    request: request_at,
                     held: held_at, worth: !protected && pays,
                 });
             }
@@ -360,6 +368,11 @@ impl ReclaimPool {
             pool.clusters.push(order);
         }
         pool.preempted = vec![false; pool.victims.len()];
+        let (n, k) = (pool.clusters.len(), pool.table_columns);
+        pool.pooled = vec![0; pool.known_queues * n * k];
+        for vi in 0..pool.victims.len() {
+            pool.pool_add(vi, 1);
+        }
         // Sized once every queue is known, those of gangs the cycle does not know included: a tenant's key comes
         // after every queue's.
         let keys = pool.queue_names.len() + pool.tenant_names.len();
@@ -368,13 +381,83 @@ impl ReclaimPool {
         Ok(pool)
     }
 
-    /// Gangs the cycle evicted: never chosen again.
+    /// Gangs the cycle evicted: never chosen again, and their room no longer preemptible.
     fn preempted(&mut self, ids: Vec<String>) {
         for id in ids {
             if let Some(&at) = self.by_id.get(&id) {
-                self.preempted[at] = true;
+                if !self.preempted[at] {
+                    self.preempted[at] = true;
+                    self.pool_add(at, -1);
+                }
             }
         }
+    }
+
+    /// `PreemptiblePool.could_make_room`: per cluster (one byte each), whether its free resources plus every
+    /// preemptible gang not yet evicted of `queues` would cover `request`. `free`: the table's free amounts, row-major
+    /// int64 bytes.
+    fn could_make_room<'py>(&mut self, py: Python<'py>, request: &Bound<'_, PyDict>, queues: Vec<String>,
+                            free: &Bound<'_, PyBytes>) -> PyResult<Bound<'py, PyBytes>> {
+        let (n, k) = (self.clusters.len(), self.table_columns);
+        let free = free.as_bytes();
+        if free.len() != n * k * 8 {
+            return Err(PyValueError::new_err("the free table must be one row per cluster"));
+        }
+        let mut need = vec![0i64; k];
+        for (name, a) in request.iter() {
+            let (name, a): (String, i64) = (name.extract()?, a.extract()?);
+            match self.resources.get(&name) {
+                Some(&r) if r < k => need[r] = a,
+                _ if a > 0 => return Ok(PyBytes::new(py, &vec![0u8; n])),
+                _ => {}
+            }
+        }
+        let mut rows = vec![false; self.known_queues];
+        let mut count = 0;
+        for q in &queues {
+            if let Some(&at) = self.queue_index.get(q) {
+                if at < self.known_queues && !rows[at] {
+                    rows[at] = true;
+                    count += 1;
+                }
+            }
+        }
+        if count == 0 {
+            return Ok(PyBytes::new(py, &vec![0u8; n]));
+        }
+        let block = n * k;
+        let total = match self.last.take() {
+            // As `PreemptiblePool._summed`: the last sum adjusted when fewer queues differ than are asked for.
+            Some((had, mut total)) if {
+                let differ = (0..self.known_queues).filter(|&q| had[q] != rows[q]).count();
+                differ < count
+            } => {
+                for q in 0..self.known_queues {
+                    if had[q] != rows[q] {
+                        let sign = if rows[q] { 1 } else { -1 };
+                        let from = &self.pooled[q * block..(q + 1) * block];
+                        total.iter_mut().zip(from).for_each(|(t, a)| *t += sign * a);
+                    }
+                }
+                total
+            }
+            _ => {
+                let mut total = vec![0i64; block];
+                for q in (0..self.known_queues).filter(|&q| rows[q]) {
+                    let from = &self.pooled[q * block..(q + 1) * block];
+                    total.iter_mut().zip(from).for_each(|(t, a)| *t += a);
+                }
+                total
+            }
+        };
+        let out: Vec<u8> = (0..n).map(|c| {
+            (0..k).all(|r| {
+                let at = (c * k + r) * 8;
+                i64::from_ne_bytes(free[at..at + 8].try_into().expect("8 bytes")) + total[c * k + r] >= need[r]
+            }) as u8
+        }).collect();
+        self.last = Some((rows, total));
+        Ok(PyBytes::new(py, &out))
     }
 
     /// `Preemption.victims`' search: the cluster (its index) and the positions in its gang list as given of the gangs
@@ -487,6 +570,26 @@ impl ReclaimPool {
 }
 
 impl ReclaimPool {
+    /// Add (sign 1) or take (-1) a gang's request in `pooled`, and in the last sum when its queue is in it.
+    fn pool_add(&mut self, vi: usize, sign: i64) {
+        let (queue, cluster) = (self.victims[vi].queue, self.victims[vi].cluster);
+        if queue >= self.known_queues {
+            return;
+        }
+        let (n, k) = (self.clusters.len(), self.table_columns);
+        let request = self.victims[vi].request;
+        for &(r, a) in &self.amounts[request] {
+            if r < k {
+                self.pooled[(queue * n + cluster) * k + r] += sign * a;
+                if let Some((rows, total)) = &mut self.last {
+                    if rows[queue] {
+                        total[cluster * k + r] += sign * a;
+                    }
+                }
+            }
+        }
+    }
+
     /// `Preemption._take` over one cluster's gangs: positions of the gangs to evict, in victim order, until `freed`
     /// covers the request; none once the choice's key, then the cluster, passes `bound` (the best's, then its cluster).
     #[allow(clippy::too_many_arguments)]
