@@ -96,7 +96,7 @@ class _Cycle:
             self.ledger.use(queue, amounts)
         self.holds = holds
         self.order = HeadOrder(self.ledger, self.queues, snap.past_tenants, snap.past_queues, self.wanted)
-        self.preemptor = Preemptor(snap, self.queues, self.clusters, self.ledger, holds)
+        self.preemptor = Preemptor(snap, self.queues, self.clusters, self.ledger, holds, as_requested=not self.flavors)
         self.reservations = Reservations(self.clusters, snap.clusters)
         self.quotas = Quotas(self.tenants, self.queues, snap.clusters, self.ledger)
         self.hyperjobs = HyperJobs(snap, self.queues, self.clusters, self.flavors, self.quotas)

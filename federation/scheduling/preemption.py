@@ -66,12 +66,14 @@ class Preemptor:
     """The preemptible gangs of each cluster in victim order, and the searches over them."""
 
     def __init__(self, snap: Snapshot, queues: Mapping[str, QueueInfo], clusters: ClusterTable, ledger: Ledger,
-                 holds: Mapping[str, Mapping[str, int]]) -> None:
+                 holds: Mapping[str, Mapping[str, int]], as_requested: bool = False) -> None:
+        """`as_requested`: every gang holds what it requested (`holds` is each one's request: no flavors)."""
         self.snap = snap
         self.queues = queues
         self.clusters = clusters
         self.ledger = ledger
         self.holds = holds  # running gang -> what it counts against (flavors included)
+        self.as_requested = as_requested
         self.priority = {q: info.priority for q, info in queues.items()}
         self.taken: set[str] = set()  # gangs evicted this cycle
         self.failure = ""  # what the compiled search raised, when it did (the Python search decided instead)
@@ -146,7 +148,8 @@ class Preemptor:
                 ledger = self.ledger
                 self._compiled = native.compiled.ReclaimPool(
                     list(self.clusters.resource), RESOURCE_FOR_FEWEST,
-                    [self.preemptible.given.get(name, []) for name in self.clusters.names], self.holds,
+                    [self.preemptible.given.get(name, []) for name in self.clusters.names],
+                    None if self.as_requested else self.holds,
                     [(q, info.priority, info.tenant, ledger.chain[q]) for q, info in self.queues.items()],
                     REPREEMPT_GRACE)
                 self._compiled.preempted(list(self.taken))

@@ -10,7 +10,7 @@
 //! for two or three resources, and the share checks read only the resources the usage holds, exactly as there.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -154,6 +154,21 @@ impl ReclaimPool {
         Ok(out)
     }
 
+    /// The queue's index, a new one for a queue the cycle does not know: its gangs are never victims, but kept in
+    /// their place.
+    fn queue_of_name(&mut self, name: &str) -> usize {
+        if let Some(&q) = self.queue_index.get(name) {
+            return q;
+        }
+        let q = self.queue_names.len();
+        self.queue_index.insert(name.to_owned(), q);
+        self.queue_names.push(name.to_owned());
+        self.queue_priority.push(0);
+        self.queue_tenant.push(NO_TENANT);
+        self.chains.push(Vec::new());
+        q
+    }
+
     fn name_of(&self, key: Key) -> &str {
         if key < self.queue_names.len() {
             &self.queue_names[key]
@@ -253,16 +268,17 @@ impl ReclaimPool {
 impl ReclaimPool {
     /// `clusters`: per cluster in the table's order, its preemptible gangs in any order (RunningJob objects: put in
     /// victim order here);
-    /// `holds`: gang id -> what it counts against; `queues`: (name, priority, tenant, chain of names);
+    /// `holds`: gang id -> what it counts against (None: its request, as without flavors); `queues`: (name, priority,
+    /// tenant, chain of names);
     /// `resources`: the table's resource columns, in order; `grace`: REPREEMPT_GRACE.
     #[new]
     #[allow(clippy::too_many_arguments)]
-    fn new(resources: Vec<String>, gpu: String, clusters: &Bound<'_, PyList>, holds: &Bound<'_, PyDict>,
+    fn new(resources: Vec<String>, gpu: String, clusters: &Bound<'_, PyList>, holds: Option<&Bound<'_, PyDict>>,
            queues: Vec<(String, i64, String, Vec<String>)>, grace: f64) -> PyResult<Self> {
         let mut pool = ReclaimPool {
-            resources: HashMap::new(), table_columns: resources.len(), gpu: 0, victims: Vec::new(),
-            clusters: Vec::with_capacity(clusters.len()), amounts: Vec::new(), by_id: HashMap::new(),
-            preempted: Vec::new(), queue_index: HashMap::new(), queue_names: Vec::new(), queue_priority: Vec::new(),
+            resources: HashMap::default(), table_columns: resources.len(), gpu: 0, victims: Vec::new(),
+            clusters: Vec::with_capacity(clusters.len()), amounts: Vec::new(), by_id: HashMap::default(),
+            preempted: Vec::new(), queue_index: HashMap::default(), queue_names: Vec::new(), queue_priority: Vec::new(),
             queue_tenant: Vec::new(), chains: Vec::new(), tenant_names: Vec::new(), shares: Vec::new(),
             usage: Vec::new(), known_queues: queues.len(), pooled: Vec::new(), last: None,
         };
@@ -270,7 +286,7 @@ impl ReclaimPool {
             pool.index(r);
         }
         pool.gpu = pool.index(&gpu);
-        let mut tenants: HashMap<String, usize> = HashMap::new();
+        let mut tenants: HashMap<String, usize> = HashMap::default();
         for (name, priority, tenant, _) in &queues {
             pool.queue_index.insert(name.clone(), pool.queue_names.len());
             pool.queue_names.push(name.clone());
@@ -287,7 +303,7 @@ impl ReclaimPool {
             pool.chains.push(chain);
         }
         // Gangs of one shape share one amounts object: converted once.
-        let mut converted: HashMap<usize, usize> = HashMap::new();
+        let mut converted: HashMap<usize, usize> = HashMap::default();
         let py = clusters.py();
         let (a_id, a_queue, a_priority, a_request, a_ran_for, a_checkpoint, a_expected, a_protected_for,
              a_preempted_before, a_seq) = (
@@ -295,27 +311,28 @@ impl ReclaimPool {
             pyo3::intern!(py, "request"), pyo3::intern!(py, "ran_for"), pyo3::intern!(py, "checkpoint"),
             pyo3::intern!(py, "expected"), pyo3::intern!(py, "protected_for"),
             pyo3::intern!(py, "preempted_before"), pyo3::intern!(py, "seq"));
+        // A queue's name is most often one string object shared by its gangs: looked up by name once per object.
+        let mut queue_of: HashMap<usize, usize> = HashMap::default();
         for gangs in clusters.iter() {
             let mut order = Vec::new();
             for (given, gang) in gangs.cast::<PyList>()?.iter().enumerate() {
                 let id: String = gang.getattr(a_id)?.extract()?;
                 let queue_name = gang.getattr(a_queue)?;
-                let queue_name = queue_name.cast::<pyo3::types::PyString>()?.to_str()?.to_owned();
-                let queue = match pool.queue_index.get(&queue_name) {
-                    Some(&q) => q,
+                let known = queue_of.get(&(queue_name.as_ptr() as usize)).copied();
+                let queue = match known {
+                    Some(q) => q,
                     None => {
-                        // A gang of a queue the cycle does not know: never a victim, but kept in its place.
-                        let q = pool.queue_names.len();
-                        pool.queue_index.insert(queue_name.clone(), q);
-                        pool.queue_names.push(queue_name);
-                        pool.queue_priority.push(0);
-                        pool.queue_tenant.push(NO_TENANT);
-                        pool.chains.push(Vec::new());
+                        let q = pool.queue_of_name(queue_name.cast::<pyo3::types::PyString>()?.to_str()?);
+                        queue_of.insert(queue_name.as_ptr() as usize, q);
                         q
                     }
                 };
                 let request = gang.getattr(a_request)?;
-                let held = holds.get_item(&id)?.ok_or_else(|| PyValueError::new_err(format!("no holds for {id}")))?;
+                let held = match holds {
+                    Some(holds) => holds.get_item(&id)?
+                        .ok_or_else(|| PyValueError::new_err(format!("no holds for {id}")))?,
+                    None => request.clone(),
+                };
                 let mut slot = |obj: &Bound<'_, PyAny>, pool: &mut ReclaimPool| -> PyResult<usize> {
                     let ptr = obj.as_ptr() as usize;
                     if let Some(&at) = converted.get(&ptr) {
