@@ -42,6 +42,9 @@ class QueueManager:
         self.jobs: dict[str, PendingJob] = {}
         self.order: dict[str, SortedKeyList] = {}  # queue -> its jobs by rank
         self.shapes: dict[str, dict[Shape, SortedKeyList]] = {}  # queue -> shape -> its jobs of that shape by rank
+        # queue -> shape -> its last job of that shape: a walk asks for it tens of thousands of times a cycle, and a
+        # sorted list's last item is a Python call away
+        self.last: dict[str, dict[Shape, PendingJob]] = {}
         self.caused: dict[str, PendingJob] = {}  # jobs back from a preemption, whose reason starts with its cause
         self.totals: dict[str, dict[str, int]] = {}  # queue -> what its jobs ask for together
         self.groups: dict[str, dict[str, PendingJob]] = {}  # HyperJob -> its waiting sub-jobs
@@ -60,6 +63,9 @@ class QueueManager:
         self.jobs[job.id] = job
         self.order.setdefault(job.queue, SortedKeyList(key=_rank)).add(job)
         self.shapes.setdefault(job.queue, {}).setdefault(job.view.shape, SortedKeyList(key=_rank)).add(job)
+        last = self.last.setdefault(job.queue, {})
+        if job.view.shape not in last or last[job.view.shape].rank < job.rank:
+            last[job.view.shape] = job
         if job.cause:
             self.caused[job.id] = job
         if job.view.group is not None:
@@ -90,6 +96,7 @@ class QueueManager:
                 for r, a in job.view.request.items():
                     total[r] = total.get(r, 0) + a
             self.shapes[queue] = {shape: SortedKeyList(same, key=_rank) for shape, same in by_shape.items()}
+            self.last[queue] = {shape: same[-1] for shape, same in self.shapes[queue].items()}
 
     def remove(self, job_id: str) -> PendingJob | None:
         """A job no longer waits (dispatched, cancelled, gone): the job, or None if it was not here."""
@@ -108,9 +115,11 @@ class QueueManager:
         same = shapes[job.view.shape]
         same.remove(job)
         if not same:
-            del shapes[job.view.shape]
+            del shapes[job.view.shape], self.last[job.queue][job.view.shape]
+        elif self.last[job.queue][job.view.shape] is job:
+            self.last[job.queue][job.view.shape] = same[-1]
         if not order:
-            del self.order[job.queue], self.shapes[job.queue]
+            del self.order[job.queue], self.shapes[job.queue], self.last[job.queue]
         total = self.totals[job.queue]
         for r, a in job.view.request.items():
             total[r] -= a
@@ -252,14 +261,15 @@ class Walk:
         # Every shape with jobs left past the cursor gets its verdict (any of its jobs will do); only the shapes
         # that need deciding are looked for, and the first of their jobs ends the range. In a queue whose every
         # shape certainly waits (most queues, most cycles, in a full federation) nothing is looked for at all.
-        for shape, same in self.manager.shapes[queue].items():
+        shapes = self.manager.shapes[queue]
+        for shape, last in self.manager.last[queue].items():
             found = verdicts.get(shape)
             if found is None:
-                last = same[-1]
                 if last.rank < start:
                     continue
                 found = verdicts[shape] = verdict(last)
             if found[0] is None:
+                same = shapes[shape]
                 j = same.bisect_key_left(start)
                 while j < len(same) and same[j].id in self.owed:
                     j += 1
