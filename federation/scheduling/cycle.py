@@ -86,17 +86,17 @@ class _Cycle:
         self.promised = Promised()
         self._wanted: dict[str, Resources] = {}  # waiting job -> what it counts as demand for
         self._judged: dict[Shape, tuple[int, dict[str, Verdict]]] = {}  # see `judge`
-        # running job -> what it counts against (flavors included)
-        holds: Mapping[str, Mapping[str, int]] = {job.id: self.flavors.held(job.cluster, job.request)
-                                                  for job in snap.running} if self.flavors else \
-            {job.id: job.request for job in snap.running}
+        # running job -> what it counts against, where flavors make it more than its request (see `held_by`)
+        holds: Mapping[str, Mapping[str, int]] | None = {
+            job.id: self.flavors.held(job.cluster, job.request) for job in snap.running} if self.flavors else None
         # What runs, added up per queue first: tens of thousands of gangs, a few hundred sums.
         counted = [job for job in snap.running if job.queue in self.queues]
-        for queue, amounts in summed_by([job.queue for job in counted], [holds[job.id] for job in counted]).items():
+        for queue, amounts in summed_by([job.queue for job in counted],
+                                        [holds[job.id] for job in counted] if holds is not None else
+                                        [job.request for job in counted]).items():
             self.ledger.use(queue, amounts)
-        self.holds = holds
         self.order = HeadOrder(self.ledger, self.queues, snap.past_tenants, snap.past_queues, self.wanted)
-        self.preemptor = Preemptor(snap, self.queues, self.clusters, self.ledger, holds, as_requested=not self.flavors)
+        self.preemptor = Preemptor(snap, self.queues, self.clusters, self.ledger, holds)
         self.reservations = Reservations(self.clusters, snap.clusters)
         self.quotas = Quotas(self.tenants, self.queues, snap.clusters, self.ledger)
         self.hyperjobs = HyperJobs(snap, self.queues, self.clusters, self.flavors, self.quotas)
@@ -404,7 +404,7 @@ class _Cycle:
                                               "for a job of another tenant"
             else:  # a tenant reads only its own tenant's names
                 self.out.preempt[victim.id] = f"{why} for a job of another tenant, below its deserved share"
-            self.ledger.use(victim.queue, self.holds[victim.id], -1)
+            self.ledger.use(victim.queue, self.preemptor.held_by(victim), -1)
             self.lowered.update(self.queues_of[self.queues[victim.queue].tenant])
         # Worded as in later cycles (above), so that the reason is not rewritten next cycle.
         self.out.making_room[job.id] = cluster

@@ -66,14 +66,14 @@ class Preemptor:
     """The preemptible gangs of each cluster in victim order, and the searches over them."""
 
     def __init__(self, snap: Snapshot, queues: Mapping[str, QueueInfo], clusters: ClusterTable, ledger: Ledger,
-                 holds: Mapping[str, Mapping[str, int]], as_requested: bool = False) -> None:
-        """`as_requested`: every gang holds what it requested (`holds` is each one's request: no flavors)."""
+                 holds: Mapping[str, Mapping[str, int]] | None) -> None:
+        """`holds`: running gang -> what it counts against, flavors included; None: what it requested (no flavors,
+        and no dictionary of tens of thousands of gangs to build for that)."""
         self.snap = snap
         self.queues = queues
         self.clusters = clusters
         self.ledger = ledger
-        self.holds = holds  # running gang -> what it counts against (flavors included)
-        self.as_requested = as_requested
+        self.holds = holds
         self.priority = {q: info.priority for q, info in queues.items()}
         self.taken: set[str] = set()  # gangs evicted this cycle
         self.failure = ""  # what the compiled search raised, when it did (the Python search decided instead)
@@ -149,7 +149,7 @@ class Preemptor:
                 self._compiled = native.compiled.ReclaimPool(
                     list(self.clusters.resource), RESOURCE_FOR_FEWEST,
                     [self.preemptible.given.get(name, []) for name in self.clusters.names],
-                    None if self.as_requested else self.holds,
+                    self.holds,
                     [(q, info.priority, info.tenant, ledger.chain[q]) for q, info in self.queues.items()],
                     REPREEMPT_GRACE)
                 self._compiled.preempted(list(self.taken))
@@ -457,7 +457,7 @@ class Preemptor:
         keys: list[str | tuple[str, str]] = [q for q in self.ledger.chain[victim.queue] if q not in mine]
         if theirs != tenant:
             keys.append(("tenant", theirs))
-        held = self.holds[victim.id]
+        held = self.held_by(victim)
         for key in keys:
             if key in borrowed:
                 if not keeps_share(borrowed[key], self.ledger.deserved(key), held):
@@ -470,10 +470,14 @@ class Preemptor:
             add_into(borrowed[key], held, -1)
         return True
 
+    def held_by(self, gang: RunningJob) -> Mapping[str, int]:
+        """What a running gang counts against: its request, with its flavors where any are defined."""
+        return self.holds[gang.id] if self.holds is not None else gang.request
+
     def _keeps_share_now(self, key: str | tuple[str, str], held: Mapping[str, int]) -> bool:
         """Whether taking `held` leaves the queue or tenant at or above its share, at its usage as it stands: the
         heads of many queues ask it about the same gangs while that usage does not change, so the answer is kept per
-        amounts object (alive in `holds` all cycle) until it does."""
+        amounts object (alive all cycle, in `holds` or as a gang's request) until it does."""
         version = self.ledger.version_of(key)
         found = self._kept.get((key, id(held)))
         if found is not None and found[0] == version:
