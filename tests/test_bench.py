@@ -1,6 +1,7 @@
 """The benchmark harness: the openb trace read as its SOURCE.md describes it, and the combined report."""
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,24 @@ def test_report_gathers_headlines_and_sections_and_names_failures(tmp_path: Path
     assert "| agent | placement, median | 30 ms |" in text
     assert "| api | **failed** (see its output) | |" in text
     assert "\n## Member agent\n" in text and "\n### Detail\n" in text
+
+
+def test_running_one_benchmark_keeps_the_others_in_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make bench-NAME` once left a report of that benchmark alone: every other section and headline was dropped."""
+    for name, day in (("agent", "2026-11-23"), ("backlog", "2026-11-29")):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"date": day, "headline": [[f"{name} figure", "1"]]}))
+        (tmp_path / f"{name}.md").write_text(f"# {name} report\n")
+
+    def ran(command: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        fresh = {"date": "2026-12-02", "headline": [["backlog figure", "2"]]}
+        (tmp_path / "backlog.json").write_text(json.dumps(fresh))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(run_all.subprocess, "run", ran)
+    assert run_all.main(["--only", "backlog", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert "| agent | agent figure | 1 |" in text and "| backlog | backlog figure | 2 |" in text
+    assert "agent on 2026-11-23; backlog on 2026-12-02" in text and "\n## agent report\n" in text
 
 
 def test_the_failure_model_draws_the_llama3_rate_and_both_policies_meet_the_same_failures() -> None:
