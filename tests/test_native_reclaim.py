@@ -33,7 +33,7 @@ from federation.scheduling.cycle import (
     schedule,
     schedule_backlog,
 )
-from federation.scheduling.fit import JobView
+from federation.scheduling.fit import ClusterView, DomainFree, JobView, TierFree
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.preemption import Preemptor
 from tests.test_queue_manager_property import cluster, same
@@ -279,3 +279,22 @@ def test_the_compiled_sums_say_where_room_could_be_made_as_the_python_pool(seed:
     finally:
         Preemptor.could_make_room = real  # type: ignore[method-assign]
     assume(asked)  # a federation where no head looked for room to make compares nothing (hypothesis fails if most do)
+
+
+def test_a_gang_evicted_by_the_python_searches_is_never_chosen_again_by_the_compiled_one() -> None:
+    """A gang with a hard tier limit evicts inside a HyperNode by the Python search, before any head asked the
+    compiled one, which reads the cycle's gangs only then: the gangs evicted must count as gone there too, or the
+    next head takes room back from gangs already evicted."""
+    tenants = [TenantInfo("owner", guarantee={GPU: 32}), TenantInfo("borrower")]
+    queues = [QueueInfo("first", "owner", priority=1), QueueInfo("second", "owner"), QueueInfo("lent", "borrower")]
+    domains = [DomainFree("s", 2, "", {GPU: 0}), DomainFree("l0", 1, "s", {GPU: 0}), DomainFree("l1", 1, "s", {GPU: 0})]
+    tiers = [TierFree(0, "node", {GPU: 0}), TierFree(1, "leaf", {GPU: 0}), TierFree(2, "spine", {GPU: 0})]
+    c1 = ClusterView("c1", {}, {GPU: 0}, tiers, capacity={GPU: 64}, domains=domains)
+    # The youngest two, in l0, are what either search takes first.
+    running = [RunningJob(f"g{i}", "lent", "c1", 0, i, {GPU: 8}, True, ran_for=60.0 * (8 - i),
+                          hypernode="l0" if i >= 6 else "l1") for i in range(8)]
+    hard = PendingJob(JobView("hard", {GPU: 16}, {GPU: 8}, mode="hard", highest_tier=1), "first", 0, 10)
+    waiting = [PendingJob(JobView(f"plain{i}", {GPU: 8}, {GPU: 8}), "second", 0, 11 + i) for i in range(6)]
+    decisions = both(Snapshot(tenants, queues, [hard, *waiting], running, [c1], {GPU: 64}))
+    assert decisions.making_room == {"hard": "c1", "plain0": "c1"}, dict(decisions.waiting)
+    assert {"g6", "g7"} < set(decisions.preempt)
