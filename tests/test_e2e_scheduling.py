@@ -136,7 +136,20 @@ class Federation:
                     for j, s in ((j, self.job(j).status) for j in jobs)]
         tails = [f"--- agent of {cluster}:\n" + self.agents[cluster].log.decode(errors="replace")[-3000:]]
         tails += [f"--- replica {i}:\n" + s.log.decode(errors="replace")[-3000:] for i, s in enumerate(self.servers)]
-        return f"clusters {clusters}\njobs {jobs_now}\n" + "\n".join(tails)
+        return f"clusters {clusters}\njobs {jobs_now}\nsessions {self.sessions()}\n" + "\n".join(tails)
+
+    def sessions(self) -> list[tuple[object, ...]]:
+        """The replicas' PostgreSQL sessions: what each waits on and which sessions block it (a replica stuck behind
+        the locks of one that was frozen mid-transaction would show here)."""
+        engine = create_engine(self.db_url)
+        try:
+            with engine.connect() as conn:
+                return [tuple(row) for row in conn.execute(text(
+                    "SELECT pid, application_name, state, wait_event_type, wait_event, pg_blocking_pids(pid), "
+                    "now() - xact_start, left(query, 100) FROM pg_stat_activity "
+                    "WHERE application_name LIKE 'federation-server%' ORDER BY pid"))]
+        finally:
+            engine.dispose()
 
     def close(self) -> None:
         for agent in self.agents.values():
