@@ -82,8 +82,7 @@ class Preemptor:
         # the share)
         self._kept: dict[tuple[str | tuple[str, str], int], tuple[int, bool]] = {}
         self._over: dict[str | None, tuple[int, frozenset[str]]] = {}  # see `_reclaimable`
-        self._reporting: np.ndarray | None = None  # see `_reported`
-        self._views: list[ClusterView] | None = None  # the snapshot's clusters in the table's order
+        self._reporting: tuple[list[ClusterView], np.ndarray] | None = None  # see `_reported`
         self._compiled: Any = None  # the compiled search's gangs (native.compiled.ReclaimPool), built at its first
         by_cluster: dict[str, list[RunningJob]] = {}
         for job in snap.running:
@@ -362,7 +361,7 @@ class Preemptor:
         if not views:
             index = self.clusters.index
             sent_back = [c for c in refused if c in index and selected[index[c]]]
-            unreported = selected & ~self._reported
+            unreported = selected & ~self._reported()[1]
             unreported[[index[c] for c in sent_back]] = False
             said = [f"{_few(sent_back)} sent it back recently"] if sent_back else []
             if unreported.any():
@@ -407,23 +406,21 @@ class Preemptor:
                         best = key
         return (best[3], best[5]) if best is not None else None
 
-    @property
-    def _reported(self) -> np.ndarray:
-        """Per cluster of the table, whether its agent reports HyperNodes."""
+    def _reported(self) -> tuple[list[ClusterView], np.ndarray]:
+        """The snapshot's clusters in the table's order, and per cluster whether its agent reports HyperNodes: worked
+        out at the first gang with a hard tier limit, read by every other."""
         if self._reporting is None:
             views = {view.name: view for view in self.snap.clusters}
-            self._reporting = np.array([bool(views[name].domains) for name in self.clusters.names], dtype=bool)
+            listed = [views[name] for name in self.clusters.names]
+            self._reporting = listed, np.array([bool(view.domains) for view in listed], dtype=bool)
         return self._reporting
 
     def _with_hypernodes(self, selected: np.ndarray, refused: Mapping[str, str]) -> list[ClusterView]:
         """The clusters a gang with a hard tier limit may evict in: those it selects that report HyperNodes and have
         not sent it back, in the table's order. Asked for by every such head, over every cluster: one array test,
         then only these."""
-        if self._views is None:
-            views = {view.name: view for view in self.snap.clusters}
-            self._views = [views[name] for name in self.clusters.names]
-        return [self._views[i] for i in np.flatnonzero(selected & self._reported)
-                if self.clusters.names[i] not in refused]
+        listed, reported = self._reported()
+        return [listed[i] for i in np.flatnonzero(selected & reported) if self.clusters.names[i] not in refused]
 
     def _not_reclaimed(self, job: PendingJob, queue_within: bool, over: set[str], kept: set[str],
                        any_candidates: bool, where: str = "") -> str:
