@@ -31,6 +31,7 @@ class Instance:
         self.data = root / name
         self.port = free_port()
         self.log = root / f"{name}.log"
+        self.started = False
 
     def run(self, program: str, *args: str, timeout: float = 120) -> str:
         done = subprocess.run([str(BIN / program), *args], capture_output=True, text=True, timeout=timeout,
@@ -41,8 +42,19 @@ class Instance:
         return done.stdout
 
     def start(self) -> None:
-        self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "120", "start", "-o",
-                 f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''")
+        """Start it; at its first start on a port another process took since it was found free (a standby's is
+        found long before its base backup is done), on another port. Once started, its port is in URLs handed out."""
+        for attempt in range(5):
+            try:
+                self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "120", "start", "-o",
+                         f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''")
+            except RuntimeError as err:
+                if self.started or attempt == 4 or "Address already in use" not in str(err):
+                    raise
+                self.port = free_port()
+                continue
+            self.started = True
+            return
 
     def stop(self, mode: str = "fast") -> None:
         with contextlib.suppress(RuntimeError):
