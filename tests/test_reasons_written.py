@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import select, update
 
 from federation.control.scheduler import Scheduler
+from federation.scheduling.model import summed_by
 from federation.scheduling.queues import Reasons
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
@@ -42,7 +43,7 @@ async def test_reasons_in_postgres_match_the_cycle_through_churn(api: Api, seed:
 
     scheduler = Scheduler(store, admin, lambda: True, lambda: None)
     await submit(60)
-    incremental = 0
+    incremental = ran = 0
     for step in range(12):
         decisions = await scheduler.cycle()
         given = dict(decisions.waiting.items())
@@ -53,12 +54,23 @@ async def test_reasons_in_postgres_match_the_cycle_through_churn(api: Api, seed:
         assert set(stored) - set(given) <= set(decisions.assign) | set(decisions.preempt)
         if isinstance(decisions.waiting, Reasons) and scheduler._written is not None:
             incremental += 1
-        # Churn before the next cycle.
-        holding = sorted(scheduler.cache.holding.values(), key=lambda j: j.id)
+        # What the cache keeps per cluster as jobs come and go is what its holding jobs add up to.
+        cache = scheduler.cache
+        for phases, kept in ((("DISPATCHED",), cache.dispatched_to), (("RUNNING", "RESTARTING"), cache.running_in)):
+            jobs = [j for j in cache.holding.values() if j.phase in phases]
+            assert kept == summed_by([j.cluster for j in jobs], [j.request for j in jobs]), phases
+        ran += bool(cache.running_in)
+        # Churn before the next cycle: a third of the gangs end, some start.
+        holding = sorted(cache.holding.values(), key=lambda j: j.id)
         for job in rng.sample(holding, len(holding) // 3):
             attempt = (await store.get(job.id))["attempt"]
             await store.apply_update(job.cluster, agent_pb2.JobUpdate(job_id=job.id, attempt=attempt,
                                                                      type=agent_pb2.JOB_SUCCEEDED))
+        for job in rng.sample(holding, len(holding) // 3):
+            if job.phase == "DISPATCHED":
+                attempt = (await store.get(job.id))["attempt"]
+                await store.apply_update(job.cluster, agent_pb2.JobUpdate(job_id=job.id, attempt=attempt,
+                                                                         type=agent_pb2.BOUND))
         waiting = sorted(scheduler.cache.waiting)
         for job_id in rng.sample(waiting, min(len(waiting), rng.randrange(4))):
             await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job_id))
@@ -70,3 +82,4 @@ async def test_reasons_in_postgres_match_the_cycle_through_churn(api: Api, seed:
         if step == 6 and holding:  # a preemption: the job waits again with its cause in front of its reason
             await store.preempt({holding[-1].id: "preempted for a test"})
     assert incremental >= 8  # most cycles wrote only what changed
+    assert ran >= 4  # gangs were running through several cycles

@@ -23,7 +23,7 @@ from federation.kernel.durations import seconds_or_none
 from federation.kernel.gpuask import AskError, GpuAsk, ask_of, template_annotations
 from federation.kernel.hyperjob import part_of
 from federation.kernel.jobspec import EXPECTED_DURATION, MAX_RUN_TIME, NODE_OWN_LABEL
-from federation.kernel.resources import GPU, SHARE, parse_resources, with_share
+from federation.kernel.resources import GPU, SHARE, Resources, parse_resources, with_share
 from federation.scheduling.cycle import PendingJob
 from federation.scheduling.fit import JobView
 from federation.scheduling.queues import QueueManager
@@ -129,6 +129,10 @@ class JobCache:
         self.generation = 0  # how often it was loaded whole (what a leader wrote before may be unknown since)
         self.touched: set[str] = set()  # jobs with an event since the leader last took them (`take_touched`)
         self.holding: dict[str, HoldingJob] = {}
+        # Per cluster, the requests of its holding jobs dispatched and not yet up (what its inventory does not count
+        # yet), and of those running (what its agent should report): kept as jobs come and go, read every cycle.
+        self.dispatched_to: dict[str, Resources] = {}
+        self.running_in: dict[str, Resources] = {}
         # The reason PostgreSQL holds for each waiting job; None when an event may have changed it.
         self.reasons: dict[str, str | None] = {}
         self.expected: dict[str, float] = {}  # waiting job -> its expected-duration annotation, seconds
@@ -165,6 +169,7 @@ class JobCache:
     async def _load(self) -> None:
         cursor = await self.jobs.last_event_seq()  # before the rows: later events are applied again
         self.holding, self.reasons, self.expected, self.refusals = {}, {}, {}, {}
+        self.dispatched_to, self.running_in = {}, {}
         self.backing_off = {}
         self.backlog = QueueManager()
         self.version += 1
@@ -213,7 +218,8 @@ class JobCache:
                 self.refusals.pop(job_id, None)
             elif job_id not in self.waiting or job_id in reread:
                 arrived.append(job_id)
-            self.holding.pop(job_id, None)
+            if (gone := self.holding.pop(job_id, None)) is not None:
+                self._count(gone, -1)
             if phase in ACTIVE_PHASES:
                 held[job_id] = event
         for start in range(0, len(arrived), BATCH):  # one no longer waiting has a later event, read next time
@@ -226,7 +232,7 @@ class JobCache:
             # may be further on already.
             for r in await self.jobs.holding(ids[start:start + BATCH]):
                 event = held[r["id"]]
-                self.holding[r["id"]] = HoldingJob(**{**r, "phase": event["phase"], "cluster": event["cluster"]})
+                self._hold(HoldingJob(**{**r, "phase": event["phase"], "cluster": event["cluster"]}))
         self._cursor = cursor
 
     async def _events(self, after: int, upto: int) -> AsyncIterator[list[Any]]:
@@ -299,7 +305,21 @@ class JobCache:
 
     def _add_holding(self, rows: list[Any]) -> None:
         for r in rows:
-            self.holding[r["id"]] = HoldingJob(**r)
+            self._hold(HoldingJob(**r))
+
+    def _hold(self, job: HoldingJob) -> None:
+        self.holding[job.id] = job
+        self._count(job, 1)
+
+    def _count(self, job: HoldingJob, sign: int) -> None:
+        """Add (sign 1) or take (-1) the job's request to its cluster's sum for its phase; a cluster's sum goes
+        when it is all zeros, as if never added to."""
+        sums = self.dispatched_to if job.phase == "DISPATCHED" else self.running_in
+        into = sums.setdefault(job.cluster, {})
+        for r, a in job.request.items():
+            into[r] = into.get(r, 0) + sign * a
+        if sign < 0 and not any(into.values()):
+            del sums[job.cluster]
 
     async def reread_reasons(self) -> None:
         """Take the reasons PostgreSQL holds now: a leader writes them without events, so a replica

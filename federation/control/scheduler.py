@@ -458,7 +458,7 @@ class Scheduler:
         if time.monotonic() - self._run_times_at >= RUN_TIMES_PERIOD:
             self._run_times = await self.jobs.mean_run_times()
             self._run_times_at = time.monotonic()
-        inflight = _inflight(active)
+        inflight = self.cache.dispatched_to
         clusters = [c for c in rows if c["live"] and not c["cordoned"] and not c["problem"]]
         capacity: dict[str, int] = {}
         utilisation = set()
@@ -477,7 +477,7 @@ class Scheduler:
                 metrics.CLUSTER_HEARTBEAT_AGE.labels(c["name"]).set((now - c["last_heartbeat"]).total_seconds())
         self._series.keep(metrics.CLUSTER_READY, {(c["name"],) for c in rows})
         self._series.keep(metrics.CLUSTER_HEARTBEAT_AGE, {(c["name"],) for c in rows if c["last_heartbeat"]})
-        await self._watch_drift(rows, active)
+        await self._watch_drift(rows)
         past_tenants, past_queues = self.past.ordering()
         epoch = now.timestamp()
         return Snapshot(
@@ -497,11 +497,10 @@ class Scheduler:
             past_queues=past_queues,
         )
 
-    async def _watch_drift(self, rows: Sequence[Mapping[str, Any]], active: Sequence[HoldingJob]) -> None:
+    async def _watch_drift(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Compare what each live agent says its gangs hold with what the federation believes runs there (its
         Running jobs, as of the same moment as the inventories); record a difference that lasts."""
-        running = [job for job in active if job.phase in ("RUNNING", "RESTARTING")]
-        believed = summed_by([job.cluster for job in running], [job.request for job in running])
+        believed = self.cache.running_in
         now, changed, series = time.monotonic(), {}, set()
         for c in rows:
             inv = c["inventory"] or {}
