@@ -111,7 +111,7 @@ def test_reclaim_takes_whole_gangs_from_over_share_queues_youngest_first() -> No
     assert d.waiting["need"] == "waiting for preempted job(s) to exit in cluster c1"
 
 
-HOUR = 3600.0
+HOUR = 3600.0  # (the snapshots here are taken at 0: a gang started=-HOUR has run an hour)
 
 
 def _borrowing(running: list[RunningJob]) -> Snapshot:
@@ -123,31 +123,31 @@ def _borrowing(running: list[RunningJob]) -> Snapshot:
 
 def test_reclaim_takes_the_gang_losing_least_work_since_its_checkpoint_and_reports_it() -> None:
     running = [RunningJob(f"b{i}", "lent", "c1", 0, i, {GPU: 8}, preemptible=True) for i in range(8)]
-    running[0] = RunningJob("saved", "lent", "c1", 0, 0, {GPU: 8}, True, ran_for=10 * HOUR + 60, checkpoint=HOUR)
-    running[7] = RunningJob("young", "lent", "c1", 0, 7, {GPU: 8}, True, ran_for=600)
-    running[1:7] = [RunningJob(f"b{i}", "lent", "c1", 0, i, {GPU: 8}, True, ran_for=5 * HOUR) for i in range(1, 7)]
+    running[0] = RunningJob("saved", "lent", "c1", 0, 0, {GPU: 8}, True, started=-(10 * HOUR + 60), checkpoint=HOUR)
+    running[7] = RunningJob("young", "lent", "c1", 0, 7, {GPU: 8}, True, started=-600)
+    running[1:7] = [RunningJob(f"b{i}", "lent", "c1", 0, i, {GPU: 8}, True, started=-(5 * HOUR)) for i in range(1, 7)]
     d = schedule(_borrowing(running))
     assert set(d.preempt) == {"saved"}  # a minute since its last checkpoint: less lost than the 10-minute-old one
     assert d.lost == {"saved": 60 * 8}
-    running[0] = RunningJob("saved", "lent", "c1", 0, 0, {GPU: 8}, True, ran_for=10 * HOUR + 60)  # no checkpoints
+    running[0] = RunningJob("saved", "lent", "c1", 0, 0, {GPU: 8}, True, started=-(10 * HOUR + 60))  # no checkpoints
     d = schedule(_borrowing(running))
     assert set(d.preempt) == {"young"} and d.lost == {"young": 600 * 8}
 
 
 def test_a_gang_in_its_protected_run_time_or_near_its_end_is_not_reclaimed() -> None:
-    protected = [RunningJob(f"p{i}", "lent", "c1", 0, i, {GPU: 8}, True, ran_for=60, protected_for=540)
+    protected = [RunningJob(f"p{i}", "lent", "c1", 0, i, {GPU: 8}, True, started=-60, protected_run=600)
                  for i in range(8)]
     d = schedule(_borrowing(protected))
     assert not d.preempt and "protected run time" in d.waiting["need"]
     # 9 h into an expected 10 h: losing 9 h of work to save a 1 h wait does not pay; 1 h into 10 h does
-    ending = [RunningJob(f"e{i}", "lent", "c1", 0, i, {GPU: 8}, True, ran_for=9 * HOUR, expected=10 * HOUR)
+    ending = [RunningJob(f"e{i}", "lent", "c1", 0, i, {GPU: 8}, True, started=-(9 * HOUR), expected=10 * HOUR)
               for i in range(8)]
     d = schedule(_borrowing(ending))
     assert not d.preempt and "would lose more work" in d.waiting["need"]
-    ending[3] = RunningJob("early", "lent", "c1", 0, 3, {GPU: 8}, True, ran_for=HOUR, expected=10 * HOUR)
+    ending[3] = RunningJob("early", "lent", "c1", 0, 3, {GPU: 8}, True, started=-HOUR, expected=10 * HOUR)
     assert set(schedule(_borrowing(ending)).preempt) == {"early"}
     # past its expected end it is expected to run half as long again as it has: 30 h in, not worth 30 h lost
-    overdue = [RunningJob(f"o{i}", "lent", "c1", 0, i, {GPU: 8}, True, ran_for=30 * HOUR, expected=10 * HOUR,
+    overdue = [RunningJob(f"o{i}", "lent", "c1", 0, i, {GPU: 8}, True, started=-(30 * HOUR), expected=10 * HOUR,
                           checkpoint=4 * HOUR) for i in range(8)]
     assert set(schedule(_borrowing(overdue)).preempt) == {"o7"}  # 2 h since its checkpoint < 15 h to go
 
@@ -307,15 +307,15 @@ def test_a_gang_with_a_hard_tier_limit_frees_the_one_hypernode_that_costs_least(
                DomainFree("l1", 1, "s", {GPU: 8})]
     c1 = ClusterView("c1", {}, {GPU: 8}, [TierFree(0, "node", {GPU: 8}), TierFree(1, "leaf", {GPU: 8}),
                                           TierFree(2, "spine", {GPU: 8})], domains=domains)
-    running = [RunningJob("young", "lent", "c1", 0, 3, {GPU: 8}, True, ran_for=HOUR / 2, hypernode="l0"),
-               RunningJob("younger", "lent", "c1", 0, 4, {GPU: 8}, True, ran_for=HOUR / 4, hypernode="l0"),
-               RunningJob("old", "lent", "c1", 0, 1, {GPU: 8}, True, ran_for=HOUR, hypernode="l1")]
+    running = [RunningJob("young", "lent", "c1", 0, 3, {GPU: 8}, True, started=-(HOUR / 2), hypernode="l0"),
+               RunningJob("younger", "lent", "c1", 0, 4, {GPU: 8}, True, started=-(HOUR / 4), hypernode="l0"),
+               RunningJob("old", "lent", "c1", 0, 1, {GPU: 8}, True, started=-HOUR, hypernode="l1")]
     hard = job("need", "mine", 16, 9, mode="hard", highest_tier=1)
     d = schedule(snap(tenants, queues, [hard], [c1], running, capacity=32))
     assert set(d.preempt) == {"old"} and d.making_room == {"need": "c1"}
     assert d.lost == {"old": HOUR * 8}
     # The gang in l1 protected, l0 freed only by taking the borrower below its share: nothing is evicted.
-    running[2] = RunningJob("old", "lent", "c1", 0, 1, {GPU: 8}, True, ran_for=HOUR, protected_for=60,
+    running[2] = RunningJob("old", "lent", "c1", 0, 1, {GPU: 8}, True, started=-HOUR, protected_run=HOUR + 60,
                             hypernode="l1")
     d = schedule(snap(tenants, queues, [hard], [c1], running, capacity=32))
     assert d.preempt == {} and d.waiting["need"].endswith("the queues over their share would drop below it")
@@ -331,14 +331,14 @@ def test_a_hard_tier_gang_its_cluster_could_hold_moves_small_young_gangs_out_of_
                DomainFree("l1", 1, "s", {GPU: 8})]
     c1 = ClusterView("c1", {}, {GPU: 16}, [TierFree(0, "node", {GPU: 8}), TierFree(1, "leaf", {GPU: 8}),
                                            TierFree(2, "spine", {GPU: 16})], domains=domains)
-    young = RunningJob("young", "theirs", "c1", 0, 2, {GPU: 8}, True, ran_for=60, hypernode="l0")
-    old = RunningJob("old", "theirs", "c1", 0, 1, {GPU: 8}, True, ran_for=3 * HOUR, hypernode="l1")
+    young = RunningJob("young", "theirs", "c1", 0, 2, {GPU: 8}, True, started=-60, hypernode="l0")
+    old = RunningJob("old", "theirs", "c1", 0, 1, {GPU: 8}, True, started=-(3 * HOUR), hypernode="l1")
     hard = job("need", "mine", 16, 9, mode="hard", highest_tier=1)
     d = schedule(snap(tenants, queues, [hard], [c1], [young, old], capacity=32))
     assert set(d.preempt) == {"young"} and d.making_room == {"need": "c1"} and d.lost == {"young": 60 * 8}
     assert d.preempt["young"] == "moved to restart elsewhere in its cluster, making one HyperNode whole for a job " \
                                  "of another tenant"
-    for blocked in (replace(young, ran_for=3 * HOUR),  # loses too much
+    for blocked in (replace(young, started=-(3 * HOUR)),  # loses too much
                     replace(young, request={GPU: 16}),  # larger than one of the gang's pods
                     replace(young, priority=5),  # above the gang's priority
                     replace(young, preemptible=False)):
@@ -463,9 +463,9 @@ def test_queue_priority_never_hands_out_room_a_sibling_then_reclaims() -> None:
     dispatched is reclaimed, and each queue ends at its share."""
     tenants = [TenantInfo("t")]
     queues = [QueueInfo("hi", "t", priority=10), QueueInfo("lo", "t")]
-    running = [RunningJob("hi-r0", "hi", "c1", 0, 0, {GPU: 8}, True, ran_for=3600),
-               RunningJob("hi-r1", "hi", "c1", 0, 1, {GPU: 8}, True, ran_for=3600),
-               RunningJob("lo-r0", "lo", "c1", 0, 2, {GPU: 8}, True, ran_for=3600)]
+    running = [RunningJob("hi-r0", "hi", "c1", 0, 0, {GPU: 8}, True, started=-3600),
+               RunningJob("hi-r1", "hi", "c1", 0, 1, {GPU: 8}, True, started=-3600),
+               RunningJob("lo-r0", "lo", "c1", 0, 2, {GPU: 8}, True, started=-3600)]
     pending = [job(f"hi{i}", "hi", 8, 10 + i) for i in range(6)] + [job(f"lo{i}", "lo", 8, 20 + i) for i in range(6)]
     free, dispatched = 8, set()
     for step in range(6):
@@ -474,7 +474,7 @@ def test_queue_priority_never_hands_out_room_a_sibling_then_reclaims() -> None:
         assert not d.preempt, (step, d.preempt)  # nobody is ever past a share a sibling is short of
         starts = {i for i in d.assign}
         dispatched |= starts
-        running += [RunningJob(p.id, p.queue, "c1", 0, p.seq, p.view.request, True, ran_for=1.0)
+        running += [RunningJob(p.id, p.queue, "c1", 0, p.seq, p.view.request, True, started=-1.0)
                     for p in pending if p.id in starts]
         pending = [p for p in pending if p.id not in starts]
         free -= 8 * len(starts)
@@ -482,7 +482,7 @@ def test_queue_priority_never_hands_out_room_a_sibling_then_reclaims() -> None:
         # Each deserves 16 of the 32 GPUs: neither is past it while the other, short of it, waits.
         assert not any(held[a] > 16 and held[b] < 16 for a, b in (("hi", "lo"), ("lo", "hi"))), (step, held)
         assert held["lo"] == 16 or step == 0, (step, held)  # the room that freed went where it was short
-        running.sort(key=lambda r: (-r.ran_for, r.seq))  # the longest running ends next
+        running.sort(key=lambda r: (r.started, r.seq))  # the longest running ends next
         ended, running = running[0], running[1:]
         free += ended.request[GPU]
 

@@ -45,7 +45,7 @@ def federation(rng: random.Random) -> tuple[Snapshot, dict[str, float]]:
             seq += 1
             job_id = f"run-{seq}"
             running.append(RunningJob(job_id, rng.choice(queues).name, f"c{c}", 0, seq, {GPU: size}, False,
-                                      ran_for=60.0))
+                                      started=-60.0))
             ends[job_id] = rng.choice([60.0, 600.0, 3600.0])
             used += size
         free = capacity - used
@@ -118,7 +118,7 @@ def test_a_job_at_its_tenants_limit_starts_when_its_own_gangs_end_not_now() -> N
     queues = [QueueInfo("train", "ml")]
     h100 = ClusterView("h100", {}, {GPU: 48}, [TierFree(0, "node", {GPU: 8}, {GPU: 8})], capacity={GPU: 64})
     gb300 = ClusterView("gb300", {}, {GPU: 64}, [TierFree(0, "node", {GPU: 4}, {GPU: 4})], capacity={GPU: 64})
-    running = [RunningJob("mine", "train", "h100", 0, 1, {GPU: 16}, False, ran_for=60.0)]
+    running = [RunningJob("mine", "train", "h100", 0, 1, {GPU: 16}, False, started=-60.0)]
     job = PendingJob(JobView("big", {GPU: 16}, {GPU: 8}), "train", 0, 2)
     snap = Snapshot(tenants, queues, [job], running, [gb300, h100], {GPU: 128})
     d = schedule(snap)

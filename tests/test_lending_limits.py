@@ -21,7 +21,7 @@ def job(job_id: str, queue: str, gpus: int, seq: int) -> PendingJob:
 
 
 def running(job_id: str, queue: str, gpus: int, seq: int, on: str = "c1") -> RunningJob:
-    return RunningJob(job_id, queue, on, 0, seq, {GPU: gpus}, preemptible=True, ran_for=600.0)
+    return RunningJob(job_id, queue, on, 0, seq, {GPU: gpus}, preemptible=True, started=-600.0)
 
 
 def snap(tenants: list[TenantInfo], queues: list[QueueInfo], pending: list[PendingJob],

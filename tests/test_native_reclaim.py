@@ -119,9 +119,9 @@ class Federation:
             self.making_room.pop(job_id, None)
             self.running[job_id] = RunningJob(
                 job_id, job.queue, name, job.priority, job.seq, job.view.request, preemptible=rng.random() < 0.85,
-                ran_for=rng.choice([0.0, 30.0, 400.0, 5000.0, rng.uniform(0, 9000)]),
+                started=rng.choice([None, 0.0, -30.0, -400.0, -5000.0, -rng.uniform(0, 9000), 10.0]),
                 checkpoint=rng.choice([None, 600.0, 1800.0]), expected=rng.choice([None, 3600.0, 20000.0]),
-                protected_for=rng.choice([0.0, 0.0, 0.0, 300.0]), preempted_before=rng.random() < 0.2)
+                protected_run=rng.choice([0.0, 0.0, 0.0, 300.0, 1000.0]), preempted_before=rng.random() < 0.2)
             self.free[name] -= -(-job.view.request[GPU] // NODE)
         for job_id, why in d.preempt.items():
             gang = self.running.pop(job_id)
@@ -291,7 +291,7 @@ def test_a_gang_evicted_by_the_python_searches_is_never_chosen_again_by_the_comp
     tiers = [TierFree(0, "node", {GPU: 0}), TierFree(1, "leaf", {GPU: 0}), TierFree(2, "spine", {GPU: 0})]
     c1 = ClusterView("c1", {}, {GPU: 0}, tiers, capacity={GPU: 64}, domains=domains)
     # The youngest two, in l0, are what either search takes first.
-    running = [RunningJob(f"g{i}", "lent", "c1", 0, i, {GPU: 8}, True, ran_for=60.0 * (8 - i),
+    running = [RunningJob(f"g{i}", "lent", "c1", 0, i, {GPU: 8}, True, started=-60.0 * (8 - i),
                           hypernode="l0" if i >= 6 else "l1") for i in range(8)]
     hard = PendingJob(JobView("hard", {GPU: 16}, {GPU: 8}, mode="hard", highest_tier=1), "first", 0, 10)
     waiting = [PendingJob(JobView(f"plain{i}", {GPU: 8}, {GPU: 8}), "second", 0, 11 + i) for i in range(6)]

@@ -143,7 +143,7 @@ class World:
             self.manager.remove(job_id)
             self.making_room.pop(job_id, None)
             self.running[job_id] = RunningJob(job_id, job.queue, name, job.priority, job.seq, job.view.request,
-                                              preemptible=job.seq % 4 != 0, ran_for=float(now % 7) * 100)
+                                              preemptible=job.seq % 4 != 0, started=-float(now % 7) * 100)
             self.free[name] -= job.view.request[GPU] // NODE or 1
         for job_id, why in d.preempt.items():
             gang = self.running.pop(job_id)

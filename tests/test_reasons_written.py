@@ -15,7 +15,7 @@ from federation.scheduling.model import summed_by
 from federation.scheduling.queues import Reasons
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
-from federation.store.models import Cluster, Job
+from federation.store.models import Cluster, Job, PriorityClass
 from federation.store.phases import WAITING_PHASES
 from federation.v1 import admin_pb2, agent_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
@@ -60,6 +60,10 @@ async def test_reasons_in_postgres_match_the_cycle_through_churn(api: Api, seed:
             jobs = [j for j in cache.holding.values() if j.phase in phases]
             assert kept == summed_by([j.cluster for j in jobs], [j.request for j in jobs]), phases
         ran += bool(cache.running_in)
+        # The running gangs kept from cycle to cycle are those the holding jobs make now.
+        classes = {c["name"]: c for c in await admin.list(PriorityClass)}
+        assert {j: gang for j, (_, gang) in scheduler._gangs.items()} == \
+            {j.id: scheduler._gang(j, classes.get(j.priority_class, {})) for j in cache.holding.values()}
         # Churn before the next cycle: a third of the gangs end, some start.
         holding = sorted(cache.holding.values(), key=lambda j: j.id)
         for job in rng.sample(holding, len(holding) // 3):

@@ -78,7 +78,7 @@ class World:
                 self.gangs[f"{q}-{self.seq}"] = Gang(f"{q}-{self.seq}", q, self.seq)
 
     def snapshot(self, now: float) -> Snapshot:
-        running = [RunningJob(g.id, g.queue, "c", 0, g.seq, {GPU: JOB}, True, ran_for=now - g.started,
+        running = [RunningJob(g.id, g.queue, "c", 0, g.seq, {GPU: JOB}, True, started=g.started,
                               preempted_before=g.preemptions > 0)
                    for g in self.gangs.values() if g.started >= 0]
         pending = [PendingJob(JobView(g.id, {GPU: JOB}, {GPU: JOB}), g.queue, 0, g.seq, g.cause)
@@ -86,7 +86,7 @@ class World:
         free = CAPACITY - JOB * len(running)
         view = ClusterView("c", {}, {GPU: free}, [TierFree(0, "node", {GPU: min(free, 8)})], capacity={GPU: CAPACITY})
         return Snapshot(self.tenants, self.queues, pending, running, [view], {GPU: CAPACITY},
-                        making_room=dict(self.making_room))
+                        making_room=dict(self.making_room), now=now)
 
 
 def check_cycle(world: World, snap: Snapshot, now: float) -> None:
@@ -100,8 +100,8 @@ def check_cycle(world: World, snap: Snapshot, now: float) -> None:
         taken[running[victim].queue] = taken.get(running[victim].queue, 0) + JOB
     for victim, job in reclaimed.items():
         gang = running[victim]
-        assert not (gang.preempted_before and gang.ran_for < REPREEMPT_GRACE), \
-            f"{victim} reclaimed {gang.ran_for:.0f} s after it came back from a preemption"
+        assert not (gang.preempted_before and gang.ran_for(snap.now) < REPREEMPT_GRACE), \
+            f"{victim} reclaimed {gang.ran_for(snap.now):.0f} s after it came back from a preemption"
         job_queue, victim_queue = world.gangs[job].queue, gang.queue
         for lower in world.queues:
             if lower.name == job_queue or lower.tenant != queues[job_queue].tenant \
@@ -109,7 +109,8 @@ def check_cycle(world: World, snap: Snapshot, now: float) -> None:
                 continue
             deserved = tree.queues.get(lower.name, {})
             left = usage[lower.name].get(GPU, 0) - taken.get(lower.name, 0)
-            spare = [r for r in snap.running if r.queue == lower.name and r.id not in d.preempt and not r.protected]
+            spare = [r for r in snap.running
+                     if r.queue == lower.name and r.id not in d.preempt and not r.protected(snap.now)]
             could = spare and dominant_share({GPU: usage[lower.name].get(GPU, 0)}, deserved) > 1 \
                 and dominant_share({GPU: left - JOB}, deserved) >= 1 - 1e-9
             assert not could, (f"{victim} taken from {victim_queue} (priority {queues[victim_queue].priority}) "

@@ -260,8 +260,7 @@ class Replay:
         """One cycle of the real cores; whether another should follow at once (room was made by
         preemption, or an agent refused a gang that another cluster may take)."""
         tenants, queues = self.static
-        running = [replace(r, ran_for=now - start, expected=self._mean_run(r.queue),
-                           protected_for=max(self.protected - (now - start), 0.0),
+        running = [replace(r, started=start, expected=self._mean_run(r.queue), protected_run=self.protected,
                            preempted_before=self.records[r.id].preemptions > 0)  # as the server counts it
                    for r, _, start in self.running.values()]
         views = self._cluster_views()
@@ -270,7 +269,7 @@ class Replay:
             self._age(now)
             past = {t: mean(h, self.decay.half_life, self.decay.weight) for t, h in self.history.items() if h}
         snapshot = Snapshot(tenants, queues, list(self.pending.values()), running, views, {GPU: self.capacity},
-                            self.refused, self.making_room, past_tenants=past)
+                            self.refused, self.making_room, past_tenants=past, now=now)
         began = time.process_time()
         decisions = schedule(snapshot)
         self.scheduler_cpu += time.process_time() - began
@@ -314,7 +313,7 @@ class Replay:
 
         sent = [Holding(cluster, {GPU: self.records[j].job.gpus}, run_time(self.records[j].job.tenant))
                 for j, cluster in decisions.assign.items()]
-        held = [Holding(r.cluster, r.request, remaining(run_time(r.queue), r.ran_for))
+        held = [Holding(r.cluster, r.request, remaining(run_time(r.queue), r.ran_for(now)))
                 for r in running if r.id not in decisions.preempt]
         clusters = [ClusterView(v.name, v.labels, {GPU: v.free.get(GPU, 0)}) for v in views]  # trace jobs ask GPUs
         waiting = [Waiting(j, {GPU: self.records[j].job.gpus}, run_time(self.records[j].job.tenant)) for j in order]

@@ -284,6 +284,10 @@ class Scheduler:
         self.drift = DriftWatch(drift_after)
         self.past = PastUsage(usage, decay or Decay())  # each tenant's and queue's usage history, on the leader
         self._holds: dict[str, list[list[Any]]] | None = None  # per cluster, the holds last written (None: unknown)
+        # Holding job -> (that job, the running gang made of it), and the priority classes and past run times they
+        # were made with (`_running`).
+        self._gangs: dict[str, tuple[HoldingJob, RunningJob]] = {}
+        self._gangs_of: tuple[Mapping[str, Any], Mapping[str, float]] | None = None
 
     def wake(self) -> None:
         """Something changed: jobs submitted are judged on arrival first, then the cycle is woken."""
@@ -484,7 +488,7 @@ class Scheduler:
             tenants=[_tenant_info(t) for t in await self.admin.list(Tenant)],
             queues=[_queue_info(q) for q in await self.admin.list(Queue)],
             pending=pending,
-            running=[self._running(j, classes.get(j.priority_class, {}), epoch) for j in active],
+            running=self._running(active, classes),
             clusters=[cluster_view(c, inflight.get(c["name"], {})) for c in clusters],
             capacity=capacity,
             refused=self._refusals(rows),
@@ -495,6 +499,7 @@ class Scheduler:
             burst=self.burst,
             past_tenants=past_tenants,
             past_queues=past_queues,
+            now=epoch,
         )
 
     async def _watch_drift(self, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -666,15 +671,28 @@ class Scheduler:
         return _Decided(decisions, waiting, reasons, None if walk is None else (walk.settled, set(walk.owed)),
                         order, jobs, forecast, outlook.holds(decisions), held, arrivals)
 
-    def _running(self, job: HoldingJob, priority_class: Mapping[str, Any], now: float) -> RunningJob:
-        """A gang holding resources, with what evicting it would cost as of `now` (seconds since the epoch)."""
-        ran = max(now - job.since_epoch, 0.0) if job.since_epoch is not None else 0.0
+    def _running(self, active: Sequence[HoldingJob], classes: Mapping[str, Mapping[str, Any]]) -> list[RunningJob]:
+        """The holding jobs as running gangs. Each is made once and kept while its job, the priority classes and
+        the queues' past run times stay the same (what it costs to evict is counted to the snapshot's clock, not
+        kept in it): making every one anew was a fifth of the snapshot."""
+        if (classes, self._run_times) != self._gangs_of:
+            self._gangs, self._gangs_of = {}, (classes, self._run_times)
+        kept, gangs = self._gangs, {}
+        for job in active:
+            found = kept.get(job.id)
+            if found is None or found[0] is not job:
+                found = (job, self._gang(job, classes.get(job.priority_class, {})))
+            gangs[job.id] = found
+        self._gangs = gangs
+        return [gang for _, gang in gangs.values()]
+
+    def _gang(self, job: HoldingJob, priority_class: Mapping[str, Any]) -> RunningJob:
         expected = job.expected_seconds
         if expected is None:
             expected = self._run_times.get(job.queue)
         return RunningJob(job.id, job.queue, job.cluster, job.priority, job.seq, job.request,
-                          bool(priority_class.get("preemptible", True)), ran, job.checkpoint_seconds, expected,
-                          max(priority_class.get("protected_run_seconds", 0) - ran, 0.0), job.hypernode,
+                          bool(priority_class.get("preemptible", True)), job.since_epoch, job.checkpoint_seconds,
+                          expected, float(priority_class.get("protected_run_seconds", 0)), job.hypernode,
                           preempted_before=job.preemptions > 0, group=job.group)
 
     def run_time(self, queue: str, annotated: float | None) -> float:

@@ -396,7 +396,7 @@ class _Cycle:
         self.preemptor.take(gangs)
         for victim in gangs:
             why = "moved" if moving else "reclaimed" if victim.queue != queue else "preempted"
-            self.out.lost[victim.id] = victim.at_risk
+            self.out.lost[victim.id] = victim.at_risk(self.snap.now)
             if self.queues[victim.queue].tenant == tenant:
                 self.out.preempt[victim.id] = f"{why} for {job.id} (priority {job.priority}) in queue {queue}"
             elif moving:

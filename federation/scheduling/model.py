@@ -77,38 +77,43 @@ class RunningJob:
     seq: int
     request: Mapping[str, int]
     preemptible: bool
-    # What evicting it costs, as of the snapshot (the edge reads the clock, the core does not):
-    ran_for: float = 0.0  # seconds since it started
+    # What evicting it costs is worked out against the snapshot's clock (`Snapshot.now`: the edge reads the clock, the
+    # core does not), so that a gang is the same object from one cycle to the next while it runs.
+    started: float | None = None  # when it started (or was sent to its cluster), seconds since the epoch; None: now
     checkpoint: float | None = None  # seconds between its checkpoints (its annotation); None: it keeps none
     expected: float | None = None  # expected whole run in seconds (annotation, or its queue's past jobs); None: unknown
-    protected_for: float = 0.0  # seconds until another queue may reclaim it (its priority class's protected run time)
+    protected_run: float = 0.0  # the first seconds of its run, in which no other queue may reclaim it (its priority
+    # class's protected run time)
     hypernode: str = ""  # the lowest HyperNode holding all its pods ("" unknown)
     preempted_before: bool = False  # it was preempted or reclaimed before this run: see `protected`
     group: str = ""  # the HyperJob it is a sub-job of ("": none)
 
-    @property
-    def protected(self) -> bool:
+    def ran_for(self, now: float) -> float:
+        """Seconds it has run at `now` (seconds since the epoch)."""
+        return max(now - self.started, 0.0) if self.started is not None else 0.0
+
+    def protected(self, now: float) -> bool:
         """Spared by reclaim: in its priority class's protected run time, or back from a preemption less than
         REPREEMPT_GRACE ago. The second is hysteresis: a gang reclaimed for one queue and placed again by its
         own queue's priority is not reclaimed again at once for the same shortfall (the two rules would
         otherwise hand it back and forth every cycle while capacity frees up)."""
-        return self.protected_for > 0 or (self.preempted_before and self.ran_for < REPREEMPT_GRACE)
+        ran = self.ran_for(now)
+        return ran < self.protected_run or (self.preempted_before and ran < REPREEMPT_GRACE)
 
-    @property
-    def since_checkpoint(self) -> float:
-        """Seconds of its work that evicting it now would lose (all it did, without checkpoints)."""
-        return self.ran_for % self.checkpoint if self.checkpoint else self.ran_for
+    def since_checkpoint(self, now: float) -> float:
+        """Seconds of its work that evicting it at `now` would lose (all it did, without checkpoints)."""
+        ran = self.ran_for(now)
+        return ran % self.checkpoint if self.checkpoint else ran
 
-    @property
-    def at_risk(self) -> float:
-        """GPU-seconds of work lost if it is evicted now."""
-        return self.since_checkpoint * self.request.get(RESOURCE_FOR_FEWEST, 0)
+    def at_risk(self, now: float) -> float:
+        """GPU-seconds of work lost if it is evicted at `now`."""
+        return self.since_checkpoint(now) * self.request.get(RESOURCE_FOR_FEWEST, 0)
 
-    def pays_to_reclaim(self) -> bool:
-        """Whether evicting it gains its queue's rival more than it costs: the work lost since its last checkpoint
-        against the time the rival would otherwise wait for it to end (its expected remaining run). Unknown run
-        times do not hold reclaim back."""
-        return self.expected is None or self.since_checkpoint < remaining(self.expected, self.ran_for)
+    def pays_to_reclaim(self, now: float) -> bool:
+        """Whether evicting it at `now` gains its queue's rival more than it costs: the work lost since its last
+        checkpoint against the time the rival would otherwise wait for it to end (its expected remaining run).
+        Unknown run times do not hold reclaim back."""
+        return self.expected is None or self.since_checkpoint(now) < remaining(self.expected, self.ran_for(now))
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ class Snapshot:
     # At most this many dispatches per cycle (Armada's scheduling burst; 0: no limit): the cycle stops there, the
     # jobs it did not reach keep their reasons, and the next cycle goes on in the same order.
     burst: int = 0
+    now: float = 0.0  # when it was taken, seconds since the epoch: how long each running gang has run
     # Tenant, and queue, -> what ordering adds to its usage now for its past usage (`usage.mean`, weighted): empty
     # when history does not count. Ordering only: shares, limits and reclaim go by what is held now.
     past_tenants: Mapping[str, Mapping[str, float]] = field(default_factory=dict)

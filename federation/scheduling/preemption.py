@@ -40,9 +40,10 @@ class VictimOrder:
     the compiled search sorts them itself (sorting all of them here was a tenth of a cycle's setup), so with it most
     clusters never are."""
 
-    def __init__(self, given: Mapping[str, list[RunningJob]], priority: Mapping[str, int]) -> None:
+    def __init__(self, given: Mapping[str, list[RunningJob]], priority: Mapping[str, int], now: float) -> None:
         self.given = given  # cluster -> its preemptible gangs in the snapshot's order
         self._priority = priority  # queue -> its priority (0: a queue the cycle does not know)
+        self._now = now  # the snapshot's clock: the work each gang would lose
         self._sorted: dict[str, list[RunningJob]] = {}
 
     def get(self, cluster: str, default: Sequence[RunningJob] = ()) -> Sequence[RunningJob]:
@@ -51,9 +52,9 @@ class VictimOrder:
             gangs = self.given.get(cluster)
             if gangs is None:
                 return default
-            priority = self._priority
+            priority, now = self._priority, self._now
             found = self._sorted[cluster] = sorted(gangs, key=lambda v: (priority.get(v.queue, 0), v.priority,
-                                                                         v.at_risk, -v.seq, v.id))
+                                                                         v.at_risk(now), -v.seq, v.id))
         return found
 
     def __getitem__(self, cluster: str) -> Sequence[RunningJob]:
@@ -70,6 +71,7 @@ class Preemptor:
         """`holds`: running gang -> what it counts against, flavors included; None: what it requested (no flavors,
         and no dictionary of tens of thousands of gangs to build for that)."""
         self.snap = snap
+        self.now = snap.now  # what work lost and protected run times are counted to
         self.queues = queues
         self.clusters = clusters
         self.ledger = ledger
@@ -88,7 +90,7 @@ class Preemptor:
         for job in snap.running:
             if job.preemptible:
                 by_cluster.setdefault(job.cluster, []).append(job)
-        self.preemptible = VictimOrder(by_cluster, self.priority)
+        self.preemptible = VictimOrder(by_cluster, self.priority, self.now)
         # cluster -> queue -> its preemptible gangs there, in the same order: only a search without reclaim asks, so
         # grouped for a cluster when first asked (`_of_queue`).
         self._by_queue: dict[str, dict[str, list[RunningJob]]] = {}
@@ -150,7 +152,7 @@ class Preemptor:
                     [self.preemptible.given.get(name, []) for name in self.clusters.names],
                     self.holds,
                     [(q, info.priority, info.tenant, ledger.chain[q]) for q, info in self.queues.items()],
-                    REPREEMPT_GRACE)
+                    REPREEMPT_GRACE, self.now)
                 self._compiled.preempted(list(self.taken))
             return call(self._compiled)
         except BaseException as err:  # a Rust panic is a BaseException; an interrupt is not ours to keep
@@ -180,7 +182,7 @@ class Preemptor:
         so worked out once per gang (heads of many queues look at the same gangs)."""
         found = self._worth.get(victim.id)
         if found is None:
-            found = self._worth[victim.id] = not victim.protected and victim.pays_to_reclaim()
+            found = self._worth[victim.id] = not victim.protected(self.now) and victim.pays_to_reclaim(self.now)
         return found
 
     def _take(self, job: PendingJob, gangs: Sequence[RunningJob], over: set[str], freed: dict[str, int],
@@ -215,7 +217,7 @@ class Preemptor:
             if bound is not None:
                 highest = max(highest, self.queue_priority(victim.queue)) if len(chosen) > 1 else \
                     self.queue_priority(victim.queue)
-                lost += victim.at_risk
+                lost += victim.at_risk(self.now)
                 evicted += victim.request.get(RESOURCE_FOR_FEWEST, 0)
                 if (highest, lost, evicted, len(chosen), cluster) > bound:
                     return []
@@ -280,8 +282,8 @@ class Preemptor:
             chosen = self._take(job, gangs, over, freed, kept, best[:5] if best is not None else None, cluster)
             if chosen and covers(freed, job.view.request):
                 evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
-                key = (self._highest_queue(chosen), sum(v.at_risk for v in chosen), evicted, len(chosen), cluster,
-                       chosen)
+                key = (self._highest_queue(chosen), sum(v.at_risk(self.now) for v in chosen), evicted, len(chosen),
+                       cluster, chosen)
                 if best is None or key[:5] < best[:5]:
                     best = key
         return (best[4], best[5]) if best is not None else None, kept
@@ -322,8 +324,8 @@ class Preemptor:
             freed = {r: a - needed.get(r, 0) for r, a in job.view.request.items()}
             gangs = self._take(job, self.preemptible.get(cluster, ()), over, freed, set())
             if gangs and covers(freed, job.view.request):
-                key = (sum(v.at_risk for v in gangs), sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in gangs),
-                       len(gangs))
+                key = (sum(v.at_risk(self.now) for v in gangs),
+                       sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in gangs), len(gangs))
                 if best is None or key < best[0]:
                     best = (key, cluster, gangs)
         return (best[1], best[2]) if best is not None else None
@@ -352,7 +354,7 @@ class Preemptor:
                 chosen = self._take(job, inside[domain.name], over, freed, kept)
                 if chosen and covers(freed, request):
                     evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
-                    key = (self._highest_queue(chosen), sum(v.at_risk for v in chosen), domain.tier, evicted,
+                    key = (self._highest_queue(chosen), sum(v.at_risk(self.now) for v in chosen), domain.tier, evicted,
                            view.name, domain.name, chosen)
                     if best is None or key[:6] < best[:6]:
                         best = key
@@ -398,7 +400,7 @@ class Preemptor:
                     add_into(freed, victim.request)
                     if covers(freed, request):
                         break
-                lost = sum(v.at_risk for v in chosen)
+                lost = sum(v.at_risk(self.now) for v in chosen)
                 if covers(freed, request) and lost <= budget:
                     evicted = sum(v.request.get(RESOURCE_FOR_FEWEST, 0) for v in chosen)
                     key = (lost, domain.tier, evicted, view.name, domain.name, chosen)

@@ -74,6 +74,11 @@ struct ReclaimPool {
     last: Option<(Vec<bool>, Vec<i64>)>,
 }
 
+fn py_max(a: f64, b: f64) -> f64 {
+    // Python's max(a, b): the first unless the second is greater.
+    if b > a { b } else { a }
+}
+
 fn py_mod(a: f64, b: f64) -> f64 {
     // Python's float %, whose result takes the divisor's sign.
     let r = a % b;
@@ -270,11 +275,12 @@ impl ReclaimPool {
     /// victim order here);
     /// `holds`: gang id -> what it counts against (None: its request, as without flavors); `queues`: (name, priority,
     /// tenant, chain of names);
-    /// `resources`: the table's resource columns, in order; `grace`: REPREEMPT_GRACE.
+    /// `resources`: the table's resource columns, in order; `grace`: REPREEMPT_GRACE; `now`: the snapshot's clock
+    /// (seconds since the epoch), which each gang's run time is counted to.
     #[new]
     #[allow(clippy::too_many_arguments)]
     fn new(resources: Vec<String>, gpu: String, clusters: &Bound<'_, PyList>, holds: Option<&Bound<'_, PyDict>>,
-           queues: Vec<(String, i64, String, Vec<String>)>, grace: f64) -> PyResult<Self> {
+           queues: Vec<(String, i64, String, Vec<String>)>, grace: f64, now: f64) -> PyResult<Self> {
         let mut pool = ReclaimPool {
             resources: HashMap::default(), table_columns: resources.len(), gpu: 0, victims: Vec::new(),
             clusters: Vec::with_capacity(clusters.len()), amounts: Vec::new(), by_id: HashMap::default(),
@@ -305,11 +311,11 @@ impl ReclaimPool {
         // Gangs of one shape share one amounts object: converted once.
         let mut converted: HashMap<usize, usize> = HashMap::default();
         let py = clusters.py();
-        let (a_id, a_queue, a_priority, a_request, a_ran_for, a_checkpoint, a_expected, a_protected_for,
+        let (a_id, a_queue, a_priority, a_request, a_started, a_checkpoint, a_expected, a_protected_run,
              a_preempted_before, a_seq) = (
             pyo3::intern!(py, "id"), pyo3::intern!(py, "queue"), pyo3::intern!(py, "priority"),
-            pyo3::intern!(py, "request"), pyo3::intern!(py, "ran_for"), pyo3::intern!(py, "checkpoint"),
-            pyo3::intern!(py, "expected"), pyo3::intern!(py, "protected_for"),
+            pyo3::intern!(py, "request"), pyo3::intern!(py, "started"), pyo3::intern!(py, "checkpoint"),
+            pyo3::intern!(py, "expected"), pyo3::intern!(py, "protected_run"),
             pyo3::intern!(py, "preempted_before"), pyo3::intern!(py, "seq"));
         // A queue's name is most often one string object shared by its gangs: looked up by name once per object.
         let mut queue_of: HashMap<usize, usize> = HashMap::default();
@@ -346,17 +352,21 @@ impl ReclaimPool {
                 let request_at = slot(&request, &mut pool)?;
                 let held_at = slot(&held, &mut pool)?;
                 let gpus = amount(&pool.amounts[request_at], pool.gpu);
-                let ran_for: f64 = gang.getattr(a_ran_for)?.extract()?;
+                let started: Option<f64> = gang.getattr(a_started)?.extract()?;
                 let checkpoint: Option<f64> = gang.getattr(a_checkpoint)?.extract()?;
                 let expected: Option<f64> = gang.getattr(a_expected)?.extract()?;
-                let protected_for: f64 = gang.getattr(a_protected_for)?.extract()?;
+                let protected_run: f64 = gang.getattr(a_protected_run)?.extract()?;
                 let preempted_before: bool = gang.getattr(a_preempted_before)?.extract()?;
-                // RunningJob.since_checkpoint, at_risk, protected and pays_to_reclaim (forecast.remaining).
+                // RunningJob.ran_for, since_checkpoint, at_risk, protected and pays_to_reclaim (forecast.remaining).
+                let ran_for = match started {
+                    Some(s) => py_max(now - s, 0.0),
+                    None => 0.0,
+                };
                 let since = match checkpoint {
                     Some(c) if c != 0.0 => py_mod(ran_for, c),
                     _ => ran_for,
                 };
-                let protected = protected_for > 0.0 || (preempted_before && ran_for < grace);
+                let protected = ran_for < protected_run || (preempted_before && ran_for < grace);
                 let pays = match expected {
                     None => true,
                     Some(e) => since < if ran_for < e { e - ran_for } else { ran_for / 2.0 },
