@@ -91,6 +91,9 @@ class Federation:
         self.refused: dict[str, dict[str, str]] = {}
         self.making_room: dict[str, str] = {}
         self.seq = 0
+        # The cycles' clock: the same running gangs (objects) cost more to evict, leave their protected time and
+        # stop paying to reclaim as it goes on, which the compiled search must work out anew at every build.
+        self.now = 1_000_000.0
 
     def submit(self, n: int) -> None:
         for _ in range(n):
@@ -110,16 +113,18 @@ class Federation:
                         {GPU: sum(c.capacity[GPU] for c in clusters)},
                         refused={j: r for j, r in self.refused.items() if j in self.pending},
                         making_room={j: c for j, c in self.making_room.items() if j in self.pending},
-                        flavors=self.flavors)
+                        flavors=self.flavors, now=self.now)
 
     def carry_out(self, d: Decisions) -> None:
         rng = self.rng
+        self.now += rng.choice([0.0, 45.0, 600.0, 4000.0])
         for job_id, name in d.assign.items():
             job = self.pending.pop(job_id)
             self.making_room.pop(job_id, None)
             self.running[job_id] = RunningJob(
                 job_id, job.queue, name, job.priority, job.seq, job.view.request, preemptible=rng.random() < 0.85,
-                started=rng.choice([None, 0.0, -30.0, -400.0, -5000.0, -rng.uniform(0, 9000), 10.0]),
+                started=self.now - rng.choice([0.0, 30.0, 400.0, 5000.0, rng.uniform(0, 9000), -10.0]) if
+                rng.random() < 0.9 else None,
                 checkpoint=rng.choice([None, 600.0, 1800.0]), expected=rng.choice([None, 3600.0, 20000.0]),
                 protected_run=rng.choice([0.0, 0.0, 0.0, 300.0, 1000.0]), preempted_before=rng.random() < 0.2)
             self.free[name] -= -(-job.view.request[GPU] // NODE)
@@ -298,3 +303,23 @@ def test_a_gang_evicted_by_the_python_searches_is_never_chosen_again_by_the_comp
     decisions = both(Snapshot(tenants, queues, [hard, *waiting], running, [c1], {GPU: 64}))
     assert decisions.making_room == {"hard": "c1", "plain0": "c1"}, dict(decisions.waiting)
     assert {"g6", "g7"} < set(decisions.preempt)
+
+
+def test_gangs_the_compiled_search_read_before_are_judged_again_at_each_cycles_clock() -> None:
+    """The compiled search keeps what each running gang says of itself from one build to the next (`GangMemo`), by
+    object: the same objects at a later clock make other decisions. In their protected run time at first; then out
+    of it, the youngest loses the least work; then the oldest has passed its checkpoint and loses less."""
+    tenants = [TenantInfo("owner", guarantee={GPU: 32}), TenantInfo("borrower")]
+    queues = [QueueInfo("mine", "owner"), QueueInfo("lent", "borrower")]
+    running = [RunningJob(f"g{i}", "lent", "c1", 0, i, {GPU: 8}, True, started=1_000.0 - 10 * i,
+                          checkpoint=1_100.0 if i == 7 else None, protected_run=600.0) for i in range(8)]
+    need = PendingJob(JobView("need", {GPU: 8}, {GPU: 8}), "mine", 0, 100)
+
+    def cycle(now: float) -> Decisions:
+        return both(Snapshot(tenants, queues, [need], running, [cluster("c1", "a", 0)], {GPU: 64}, now=now))
+
+    assert not cycle(1_100.0).preempt  # every gang within its first 600 s
+    assert native.memo is not None and len(native.memo) == len(running)  # read, and kept
+    assert set(cycle(1_800.0).preempt) == {"g0"}  # 800 s of work lost, the others 810-870 s
+    assert set(cycle(2_100.0).preempt) == {"g7"}  # 70 s since its checkpoint
+    assert len(native.memo) == len(running)

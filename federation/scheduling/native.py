@@ -9,6 +9,7 @@ the differential tests (tests/test_native_reclaim.py) hold the compiled one equa
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 try:
     import federation_native as _federation_native
@@ -16,3 +17,8 @@ except ImportError:  # a checkout where `make` has not built native/ yet
     _federation_native = None
 
 compiled: ModuleType | None = _federation_native
+
+# The running gangs the compiled search has read, kept from one cycle's build to the next (`GangMemo`): it keeps what
+# each RunningJob says of itself, by object, never what follows from the cycle's clock, so no decision depends on it;
+# a build that finds it in use by another thread reads every gang itself.
+memo: Any = _federation_native.GangMemo() if _federation_native is not None else None

@@ -152,7 +152,7 @@ class Preemptor:
                     [self.preemptible.given.get(name, []) for name in self.clusters.names],
                     self.holds,
                     [(q, info.priority, info.tenant, ledger.chain[q]) for q, info in self.queues.items()],
-                    REPREEMPT_GRACE, self.now)
+                    REPREEMPT_GRACE, self.now, native.memo)
                 self._compiled.preempted(list(self.taken))
             return call(self._compiled)
         except BaseException as err:  # a Rust panic is a BaseException; an interrupt is not ours to keep
