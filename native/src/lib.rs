@@ -138,7 +138,10 @@ struct ReclaimPool {
     gpu: usize,
     victims: Vec<Victim>,
     clusters: Vec<Vec<usize>>,
-    amounts: Vec<Amounts>,
+    /// Every gang's request and holds, one after the other in the order read (the searches read them in about that
+    /// order): the i-th from `amount_at[i]` to `amount_at[i + 1]`.
+    amount_data: Vec<(usize, i64)>,
+    amount_at: Vec<usize>,
     by_id: HashMap<Arc<str>, usize>,
     preempted: Vec<bool>,
     queue_index: HashMap<String, usize>,
@@ -170,6 +173,11 @@ fn py_mod(a: f64, b: f64) -> f64 {
     } else {
         r
     }
+}
+
+/// The `i`-th amounts of `data`, laid one after the other from the starts `at`.
+fn span<'a>(data: &'a [(usize, i64)], at: &[usize], i: usize) -> &'a [(usize, i64)] {
+    &data[at[i]..at[i + 1]]
 }
 
 fn amount(of: &[(usize, i64)], r: usize) -> i64 {
@@ -327,11 +335,12 @@ impl ReclaimPool {
         for &key in &keys {
             let keeps = match borrowed.iter().find(|(k, _)| *k == key) {
                 Some((_, usage)) => keeps_share(usage, self.shares[key].as_deref().unwrap_or(&[]),
-                                                &self.amounts[held]),
+                                                span(&self.amount_data, &self.amount_at, held)),
                 None => {
                     self.usage_now(key, state)?;
                     keeps_share(&self.usage[key].as_ref().expect("read").amounts,
-                                self.shares[key].as_deref().unwrap_or(&[]), &self.amounts[held])
+                                self.shares[key].as_deref().unwrap_or(&[]),
+                                span(&self.amount_data, &self.amount_at, held))
                 }
             };
             if !keeps {
@@ -346,7 +355,7 @@ impl ReclaimPool {
                     borrowed.len() - 1
                 }
             };
-            less_than(&mut borrowed[at].1, &self.amounts[held]);
+            less_than(&mut borrowed[at].1, span(&self.amount_data, &self.amount_at, held));
         }
         Ok(true)
     }
@@ -367,7 +376,8 @@ impl ReclaimPool {
            memo: Option<&Bound<'_, GangMemo>>) -> PyResult<Self> {
         let mut pool = ReclaimPool {
             resources: HashMap::default(), table_columns: resources.len(), gpu: 0, victims: Vec::new(),
-            clusters: Vec::with_capacity(clusters.len()), amounts: Vec::new(), by_id: HashMap::default(),
+            clusters: Vec::with_capacity(clusters.len()), amount_data: Vec::new(), amount_at: vec![0],
+            by_id: HashMap::default(),
             preempted: Vec::new(), queue_index: HashMap::default(), queue_names: Vec::new(), queue_priority: Vec::new(),
             queue_tenant: Vec::new(), chains: Vec::new(), tenant_names: Vec::new(), shares: Vec::new(),
             usage: Vec::new(), known_queues: queues.len(), pooled: Vec::new(), last: None,
@@ -410,7 +420,8 @@ impl ReclaimPool {
         let total: usize = clusters.iter().map(|gangs| gangs.len().unwrap_or(0)).sum();
         pool.victims.reserve(total);
         pool.by_id.reserve(total);
-        pool.amounts.reserve(total);
+        pool.amount_at.reserve(total);
+        pool.amount_data.reserve(2 * total);
         converted.reserve(total);
         let mut remap: Vec<usize> = Vec::new(); // the memo's resource numbers -> this pool's
         // A queue's name is most often one string object shared by its gangs: looked up by name once per object.
@@ -439,16 +450,15 @@ impl ReclaimPool {
                 let request_at = match converted.get(&read.request_ptr) {
                     Some(&at) => at,
                     None => {
-                        let mut amounts = Vec::with_capacity(read.request.len());
                         for &(r, a) in &read.request {
                             while remap.len() <= r {
                                 remap.push(pool.index(&names[remap.len()]));
                             }
-                            amounts.push((remap[r], a));
+                            pool.amount_data.push((remap[r], a));
                         }
-                        pool.amounts.push(amounts);
-                        converted.insert(read.request_ptr, pool.amounts.len() - 1);
-                        pool.amounts.len() - 1
+                        pool.amount_at.push(pool.amount_data.len());
+                        converted.insert(read.request_ptr, pool.amount_at.len() - 2);
+                        pool.amount_at.len() - 2
                     }
                 };
                 let held_at = match holds {
@@ -460,15 +470,16 @@ impl ReclaimPool {
                             Some(&found) => found,
                             None => {
                                 let amounts = pool.read_amounts(held.cast::<PyDict>()?)?;
-                                pool.amounts.push(amounts);
-                                converted.insert(at, pool.amounts.len() - 1);
-                                pool.amounts.len() - 1
+                                pool.amount_data.extend(amounts);
+                                pool.amount_at.push(pool.amount_data.len());
+                                converted.insert(at, pool.amount_at.len() - 2);
+                                pool.amount_at.len() - 2
                             }
                         }
                     }
                     None => request_at,
                 };
-                let gpus = amount(&pool.amounts[request_at], pool.gpu);
+                let gpus = amount(span(&pool.amount_data, &pool.amount_at, request_at), pool.gpu);
                 // RunningJob.ran_for, since_checkpoint, at_risk, protected and pays_to_reclaim (forecast.remaining),
                 // at this snapshot's clock: what the memo keeps is only what the gang says of itself.
                 let ran_for = match read.started {
@@ -717,7 +728,7 @@ impl ReclaimPool {
         }
         let (n, k) = (self.clusters.len(), self.table_columns);
         let request = self.victims[vi].request;
-        for &(r, a) in &self.amounts[request] {
+        for &(r, a) in span(&self.amount_data, &self.amount_at, request) {
             if r < k {
                 self.pooled[(queue * n + cluster) * k + r] += sign * a;
                 if let Some((rows, total)) = &mut self.last {
@@ -761,7 +772,8 @@ impl ReclaimPool {
                 continue;
             }
             chosen.push(p);
-            for &(r, a) in &self.amounts[self.victims[vi].request] {
+            let request = self.victims[vi].request;
+            for &(r, a) in span(&self.amount_data, &self.amount_at, request) {
                 freed[r] += a;
             }
             if let Some((b, bc)) = bound {
