@@ -48,6 +48,34 @@ struct Usage {
     amounts: Amounts,
 }
 
+/// Resource names, numbered in the order first met.
+#[derive(Default)]
+struct Numbering {
+    numbers: HashMap<String, usize>,
+    names: Vec<String>,
+}
+
+impl Numbering {
+    fn number(&mut self, resource: &str) -> usize {
+        if let Some(&n) = self.numbers.get(resource) {
+            return n;
+        }
+        self.numbers.insert(resource.to_owned(), self.names.len());
+        self.names.push(resource.to_owned());
+        self.names.len() - 1
+    }
+
+    /// A dictionary of amounts by resource name, by number.
+    fn amounts(&mut self, dict: &Bound<'_, PyDict>) -> PyResult<Amounts> {
+        let mut out = Vec::with_capacity(dict.len());
+        for (k, v) in dict.iter() {
+            let name: String = k.extract()?;
+            out.push((self.number(&name), v.extract::<i64>()?));
+        }
+        Ok(out)
+    }
+}
+
 /// One running gang as read from its RunningJob object: what it says of itself, not what that costs at a given time.
 struct Read {
     /// Held, so that its address stays its own while it is here.
@@ -75,30 +103,16 @@ struct Read {
 #[pyclass(module = "federation_native")]
 #[derive(Default)]
 struct GangMemo {
-    numbers: HashMap<String, usize>,
-    names: Vec<String>,
+    resources: Numbering,
     gangs: HashMap<usize, Read>,
     build: u64,
 }
 
 impl GangMemo {
-    fn number(&mut self, resource: &str) -> usize {
-        if let Some(&n) = self.numbers.get(resource) {
-            return n;
-        }
-        self.numbers.insert(resource.to_owned(), self.names.len());
-        self.names.push(resource.to_owned());
-        self.names.len() - 1
-    }
-
     fn read(&mut self, gang: &Bound<'_, PyAny>) -> PyResult<Read> {
         let py = gang.py();
         let request = gang.getattr(pyo3::intern!(py, "request"))?;
-        let mut amounts = Vec::new();
-        for (k, v) in request.cast::<PyDict>()?.iter() {
-            let name: String = k.extract()?;
-            amounts.push((self.number(&name), v.extract::<i64>()?));
-        }
+        let amounts = self.resources.amounts(request.cast::<PyDict>()?)?;
         Ok(Read {
             _gang: gang.clone().unbind(),
             id: Arc::from(gang.getattr(pyo3::intern!(py, "id"))?.extract::<String>()?),
@@ -133,7 +147,7 @@ impl GangMemo {
 /// One cycle's preemptible gangs per cluster, in victim order, and what reclaim reads about their queues.
 #[pyclass(module = "federation_native")]
 struct ReclaimPool {
-    resources: HashMap<String, usize>,
+    resources: Numbering,
     table_columns: usize,
     gpu: usize,
     victims: Vec<Victim>,
@@ -225,26 +239,12 @@ fn compare(a: (i64, f64, i64, usize), b: (i64, f64, i64, usize)) -> Ordering {
 }
 
 impl ReclaimPool {
-    fn index(&mut self, resource: &str) -> usize {
-        let next = self.resources.len();
-        *self.resources.entry(resource.to_owned()).or_insert(next)
-    }
-
-    fn read_amounts(&mut self, dict: &Bound<'_, PyDict>) -> PyResult<Amounts> {
-        let mut out = Vec::with_capacity(dict.len());
-        for (k, v) in dict.iter() {
-            let name: String = k.extract()?;
-            out.push((self.index(&name), v.extract::<i64>()?));
-        }
-        Ok(out)
-    }
-
     fn read_share(&mut self, dict: Option<Bound<'_, PyAny>>) -> PyResult<Share> {
         let mut out = Vec::new();
         if let Some(dict) = dict {
             for (k, v) in dict.cast::<PyDict>()?.iter() {
                 let name: String = k.extract()?;
-                out.push((self.index(&name), v.extract::<f64>()?));
+                out.push((self.resources.number(&name), v.extract::<f64>()?));
             }
         }
         Ok(out)
@@ -308,7 +308,7 @@ impl ReclaimPool {
             return Ok(());
         }
         let amounts = match usages.get_item(&name)? {
-            Some(d) => self.read_amounts(d.cast::<PyDict>()?)?,
+            Some(d) => self.resources.amounts(d.cast::<PyDict>()?)?,
             None => Vec::new(),
         };
         self.usage[key] = Some(Usage { version, amounts });
@@ -375,7 +375,7 @@ impl ReclaimPool {
            queues: Vec<(String, i64, String, Vec<String>)>, grace: f64, now: f64,
            memo: Option<&Bound<'_, GangMemo>>) -> PyResult<Self> {
         let mut pool = ReclaimPool {
-            resources: HashMap::default(), table_columns: resources.len(), gpu: 0, victims: Vec::new(),
+            resources: Numbering::default(), table_columns: resources.len(), gpu: 0, victims: Vec::new(),
             clusters: Vec::with_capacity(clusters.len()), amount_data: Vec::new(), amount_at: vec![0],
             by_id: HashMap::default(),
             preempted: Vec::new(), queue_index: HashMap::default(), queue_names: Vec::new(), queue_priority: Vec::new(),
@@ -383,9 +383,9 @@ impl ReclaimPool {
             usage: Vec::new(), known_queues: queues.len(), pooled: Vec::new(), last: None,
         };
         for r in &resources {
-            pool.index(r);
+            pool.resources.number(r);
         }
-        pool.gpu = pool.index(&gpu);
+        pool.gpu = pool.resources.number(&gpu);
         let mut tenants: HashMap<String, usize> = HashMap::default();
         for (name, priority, tenant, _) in &queues {
             pool.queue_index.insert(name.clone(), pool.queue_names.len());
@@ -434,7 +434,7 @@ impl ReclaimPool {
                     let read = memo.read(&gang)?;
                     memo.gangs.insert(ptr, read);
                 }
-                let GangMemo { gangs: kept, names, .. } = &mut *memo;
+                let GangMemo { gangs: kept, resources: named, .. } = &mut *memo;
                 let read = kept.get_mut(&ptr).expect("read above");
                 read.seen = build;
                 let queue_name = read.queue.bind(py);
@@ -452,7 +452,7 @@ impl ReclaimPool {
                     None => {
                         for &(r, a) in &read.request {
                             while remap.len() <= r {
-                                remap.push(pool.index(&names[remap.len()]));
+                                remap.push(pool.resources.number(&named.names[remap.len()]));
                             }
                             pool.amount_data.push((remap[r], a));
                         }
@@ -469,7 +469,7 @@ impl ReclaimPool {
                         match converted.get(&at) {
                             Some(&found) => found,
                             None => {
-                                let amounts = pool.read_amounts(held.cast::<PyDict>()?)?;
+                                let amounts = pool.resources.amounts(held.cast::<PyDict>()?)?;
                                 pool.amount_data.extend(amounts);
                                 pool.amount_at.push(pool.amount_data.len());
                                 converted.insert(at, pool.amount_at.len() - 2);
@@ -556,7 +556,7 @@ impl ReclaimPool {
         let mut need = vec![0i64; k];
         for (name, a) in request.iter() {
             let (name, a): (String, i64) = (name.extract()?, a.extract()?);
-            match self.resources.get(&name) {
+            match self.resources.numbers.get(&name) {
                 Some(&r) if r < k => need[r] = a,
                 _ if a > 0 => return Ok(PyBytes::new(py, &vec![0u8; n])),
                 _ => {}
@@ -628,7 +628,7 @@ impl ReclaimPool {
         let mut wanted = Vec::with_capacity(request.len());
         for (k, v) in request.iter() {
             let name: String = k.extract()?;
-            match self.resources.get(&name) {
+            match self.resources.numbers.get(&name) {
                 Some(&r) => wanted.push((r, v.extract::<i64>()?)),
                 None => return Ok(None),
             }
@@ -671,7 +671,7 @@ impl ReclaimPool {
         }
         let mut kept = 0u8;
         let mut best: Option<((i64, f64, i64, usize), usize, Vec<usize>)> = None;
-        let mut freed = vec![0i64; self.resources.len()];
+        let mut freed = vec![0i64; self.resources.names.len()];
         for (short, c) in order {
             // The least key this cluster could give, the cluster last: past the best's, it cannot win.
             if let Some((b, bc, _)) = &best {
@@ -683,7 +683,7 @@ impl ReclaimPool {
                 continue;
             }
             freed.iter_mut().for_each(|a| *a = 0);
-            freed.resize(self.resources.len(), 0);
+            freed.resize(self.resources.names.len(), 0);
             for r in 0..k {
                 freed[r] = free_at(c, r);
             }
