@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,9 @@ HYPERNODE_CRD = ("topology.volcano.sh", "hypernodes")
 def cri_log_line(text: str) -> str:
     """A line as container runtimes write logs (CRI: time, stream, full line, text), which KWOK serves."""
     return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())}.000000000Z stdout F {text}\n"
+
+
+PORT_ATTEMPTS = 5  # starts of a process whose port was taken before it bound it
 
 
 class TestbedError(RuntimeError):
@@ -103,6 +106,31 @@ class Testbed:
             time.sleep(0.2)
         raise self._failed(name, f"was not ready within {timeout:.0f} s")
 
+    def _listening(self, name: str, argv: Callable[..., Sequence[str]], ready: Callable[..., Any],
+                   ports: int = 1) -> tuple[int, ...]:
+        """Start `name` listening on `ports` free ports (`argv(*ports)`) and wait until `ready(*ports)`. A port is
+        found free before the process binds it, and another test's process may take it meanwhile: then again, on
+        other ports."""
+        log = self.dir / f"{name}.log"
+        for attempt in range(PORT_ATTEMPTS):
+            chosen = tuple(free_port() for _ in range(ports))
+            since = log.stat().st_size if log.exists() else 0
+            proc = self._start(name, argv(*chosen))
+            try:
+                self._wait(name, proc, lambda: ready(*chosen))  # noqa: B023 (called before the loop goes on)
+                return chosen
+            except TestbedError:
+                with log.open("rb") as f:
+                    f.seek(since)
+                    taken = b"address already in use" in f.read().lower()
+                if not taken or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                self.procs.remove((name, proc))
+        raise AssertionError("unreachable")
+
     def start(self) -> Testbed:
         self.dir.mkdir(parents=True, exist_ok=True)
         pki = self.dir / "pki"
@@ -117,19 +145,20 @@ class Testbed:
         (pki / "sa.pub").write_bytes(sa.public_key().public_bytes(serialization.Encoding.PEM,
                                                                   serialization.PublicFormat.SubjectPublicKeyInfo))
 
-        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
-        etcd = self._start("etcd", [
+        etcd_port, _ = self._listening("etcd", lambda client_port, peer_port: [
             self.tools.program("etcd"), "--data-dir", str(self.dir / "etcd"), "--name", "testbed",
-            "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
-            "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
+            "--listen-client-urls", f"http://127.0.0.1:{client_port}",
+            "--advertise-client-urls", f"http://127.0.0.1:{client_port}",
             "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
             "--initial-cluster", f"testbed=http://127.0.0.1:{peer_port}",
-            "--unsafe-no-fsync", "--quota-backend-bytes", str(8 * 2**30), "--log-level", "warn"])
-        self._wait("etcd", etcd, lambda: urllib.request.urlopen(f"http://127.0.0.1:{etcd_port}/health", timeout=2))
+            "--unsafe-no-fsync", "--quota-backend-bytes", str(8 * 2**30), "--log-level", "warn"],
+            lambda client_port, _: urllib.request.urlopen(f"http://127.0.0.1:{client_port}/health", timeout=2),
+            ports=2)
 
-        self.server = f"https://127.0.0.1:{api_port}"
-        apiserver = self._start("kube-apiserver", [
+        context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        api_port, = self._listening("kube-apiserver", lambda api_port: [
             self.tools.program("kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
@@ -143,13 +172,12 @@ class Testbed:
             "--disable-admission-plugins=TaintNodesByCondition",
             # Pods' logs: from KWOK, serving every node's kubelet API on loopback with a certificate of ours.
             "--kubelet-preferred-address-types=InternalIP", f"--kubelet-certificate-authority={pki / 'ca.crt'}",
-            f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}"])
+            f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}"],
+            lambda api_port: urllib.request.urlopen(f"https://127.0.0.1:{api_port}/readyz", timeout=5,
+                                                    context=context).status == 200)
+        self.server = f"https://127.0.0.1:{api_port}"
         _kubeconfig(self.admin_kubeconfig, self.server, ca.cert, {
             "client-certificate": str(pki / "admin.crt"), "client-key": str(pki / "admin.key")})
-        context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
-        self._wait("kube-apiserver", apiserver,
-                   lambda: urllib.request.urlopen(f"{self.server}/readyz", timeout=5, context=context).status == 200)
 
         self._start("kube-controller-manager", [
             self.tools.program("kube-controller-manager"), f"--kubeconfig={self.admin_kubeconfig}",
@@ -178,7 +206,7 @@ class Testbed:
             {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"})
         self.install_crd(self.tools.crd(*HYPERNODE_CRD))
         api = self.admin()
-        self._wait("kube-controller-manager", self.procs[2][1],
+        self._wait("kube-controller-manager", next(p for n, p in self.procs if n == "kube-controller-manager"),
                    lambda: client.CoreV1Api(api).read_namespaced_service_account("default", "default") is not None)
         return self
 
