@@ -33,6 +33,8 @@ type Share = Vec<(usize, f64)>;
 struct Hot {
     priority: i64,
     queue: u32,
+    /// Where what it counts against is in the amounts: read for every gang whose share is checked.
+    held: u32,
     preempted: bool,
     worth: bool,
 }
@@ -47,7 +49,6 @@ struct Victim {
     cluster: usize,
     gpus: i64,
     request: usize,
-    held: usize,
 }
 
 /// A share check's subject: a queue (its index) or a tenant (the number of queues plus its index).
@@ -184,6 +185,11 @@ struct ReclaimPool {
     pooled: Vec<i64>,
     /// The last sum over queues asked for, kept up to date: the heads of a cycle ask about nearly the same queues.
     last: Option<(Vec<bool>, Vec<i64>)>,
+}
+
+/// An index kept in 32 bits (a pool holds far fewer gangs and queues).
+fn small(index: usize) -> PyResult<u32> {
+    u32::try_from(index).map_err(|_| PyValueError::new_err("more than 2^32 gangs or queues in one pool"))
 }
 
 fn py_max(a: f64, b: f64) -> f64 {
@@ -337,7 +343,7 @@ impl ReclaimPool {
     fn may_reclaim(&mut self, vi: usize, job_queue: usize, tenant: usize, borrowed: &mut Vec<(Key, Amounts)>,
                    state: &mut State) -> PyResult<bool> {
         let victim_queue = self.hot[vi].queue as usize;
-        let held = self.victims[vi].held;
+        let held = self.hot[vi].held as usize;
         let theirs = self.queue_tenant[victim_queue];
         let mut keys: Vec<Key> = self.chains[victim_queue].iter().copied()
             .filter(|q| !self.chains[job_queue].contains(q)).collect();
@@ -510,9 +516,12 @@ impl ReclaimPool {
                 block.push((
                     Victim {
                         at_risk: since * gpus as f64, seq: read.seq, id: read.id.clone(), given,
-                        cluster: pool.clusters.len(), gpus, request: request_at, held: held_at,
+                        cluster: pool.clusters.len(), gpus, request: request_at,
                     },
-                    Hot { priority: read.priority, queue: queue as u32, preempted: false, worth: !protected && pays },
+                    Hot {
+                        priority: read.priority, queue: small(queue)?, held: small(held_at)?, preempted: false,
+                        worth: !protected && pays,
+                    },
                 ));
             }
             // Victim order (`Preemptor.victim_order`): of the lowest-priority queue, then lowest priority, then least
@@ -765,7 +774,7 @@ impl ReclaimPool {
         let (mut highest, mut lost, mut evicted) = (0i64, 0.0f64, 0i64);
         let mut borrowed: Vec<(Key, Amounts)> = Vec::new();
         for vi in self.clusters[cluster].clone() {
-            let Hot { priority, queue, preempted, worth } = self.hot[vi];
+            let Hot { priority, queue, preempted, worth, .. } = self.hot[vi];
             let queue = queue as usize;
             if own_only {
                 if queue != jq {
