@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Table, case, select, text, update
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation import failpoints
@@ -35,6 +34,14 @@ SENT_BACK_EVENTS = ("Rejected", "Evacuated", "NotReady")  # a cluster sent the j
 
 
 LAST_EVENT_SEQ = select(EventCounter.last_seq).where(EventCounter.id == 1)
+# Count a batch's events in their tenants' counters (a tenant's first event makes its row), returning each one's
+# last number. The rows are locked in the order given, which is by name.
+TENANT_COUNTERS = text(
+    f"INSERT INTO {TenantEventCounter.__tablename__} AS c (tenant, last_seq) "
+    "SELECT t.tenant, t.n FROM unnest(CAST(:tenants AS text[]), CAST(:counts AS bigint[])) "
+    "WITH ORDINALITY AS t(tenant, n, at) ORDER BY t.at "
+    "ON CONFLICT (tenant) DO UPDATE SET last_seq = c.last_seq + EXCLUDED.last_seq "
+    "RETURNING c.tenant, c.last_seq")
 
 
 # Events that are orders to an agent (federation.relay.orders relays them).
@@ -93,14 +100,12 @@ async def append_events(conn: AsyncConnection, events: Sequence[EventRecord]) ->
     )).scalar_one()
     first = last - len(events) + 1
     per_tenant = Counter(e.tenant for e in events)
-    next_of: dict[str, int] = {}
-    for tenant in sorted(per_tenant):
-        upsert = insert(TenantEventCounter).values(tenant=tenant, last_seq=per_tenant[tenant])
-        tenant_last = (await conn.execute(upsert.on_conflict_do_update(
-            index_elements=[TenantEventCounter.tenant],
-            set_={"last_seq": TenantEventCounter.last_seq + per_tenant[tenant]},
-        ).returning(TenantEventCounter.last_seq))).scalar_one()
-        next_of[tenant] = tenant_last - per_tenant[tenant] + 1
+    tenants = sorted(per_tenant)
+    # Every tenant's counter in one statement, its rows taken in name order (a cycle's dispatches name a hundred
+    # tenants: a statement each was a tenth of the cycle's write).
+    counted = (await conn.execute(TENANT_COUNTERS, {"tenants": tenants,
+                                                     "counts": [per_tenant[t] for t in tenants]})).all()
+    next_of = {tenant: last_seq - per_tenant[tenant] + 1 for tenant, last_seq in counted}
     rows = []
     for i, e in enumerate(events):
         rows.append({"seq": first + i, "tenant_seq": next_of[e.tenant], "job_id": e.job_id, "tenant": e.tenant,
