@@ -1,7 +1,8 @@
 """Where a steady cycle's time goes, per phase: the queue manager's walk beside the cycle from scratch, on the same
 snapshot in the same run.
 
-The federation, jobs and churn are `bench.bench_backlog`'s. After a few rounds of churn, one cycle of each is timed
+The federation, jobs and churn are `bench.bench_backlog`'s. After its rounds of churn that let the federation settle
+(`WARM_ROUNDS`), one cycle of each is timed
 with the decision core's phases wrapped: each phase's time excludes the phases it calls, so the phases and the
 rest add up to the cycle. The wrappers cost a little per call; the cycle's own time is measured once more
 unwrapped, beside them.
@@ -29,10 +30,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from bench.bench_backlog import Churn
+from bench.bench_backlog import WARM_ROUNDS, Churn
 from bench.common import bar, machine, measured, out_dir, parser, write
 from federation.scheduling.backlog import Lists, Walked
-from federation.scheduling.cycle import Decisions, Snapshot, _Cycle, schedule, schedule_backlog
+from federation.scheduling.cycle import Decisions, _Cycle, schedule, schedule_backlog
 from federation.scheduling.ordering import HeadOrder
 from federation.scheduling.preemption import Preemptor
 from federation.scheduling.reservations import Reservations
@@ -48,7 +49,7 @@ PHASES: dict[str, tuple[tuple[type, str], ...]] = {
     "reservations": ((_Cycle, "hold"), (Reservations, "cluster_for")),
     "settling the rest": ((Walked, "settle"), (Lists, "settle"), (_Cycle, "verdict")),
 }
-WARM_ROUNDS = 2  # rounds of churn before the cycle measured: running gangs to reclaim, heads that wait
+SETTLING_ROUNDS = 2  # 1,000 clusters once more, two rounds after the fill: reclaim evicting thousands of gangs a round
 
 
 @contextmanager
@@ -97,37 +98,37 @@ def profiled(decide: Callable[[], Decisions]) -> dict[str, Any]:
             "seconds": plain, "dispatched": len(decisions.assign), "preempted": len(decisions.preempt)}
 
 
-def point(n_jobs: int, n_clusters: int, seed: int) -> dict[str, Any]:
+def point(n_jobs: int, n_clusters: int, seed: int, warm: int) -> dict[str, Any]:
     churn = Churn(n_jobs, n_clusters, seed)
     churn.carry_out(schedule_backlog(churn.first(), churn.manager))
-    snapshot: Snapshot | None = None
-    for _ in range(WARM_ROUNDS):
-        snapshot = churn.next()
-        churn.carry_out(schedule_backlog(snapshot, churn.manager))
+    churn.warm_up(warm)
     snapshot = churn.next()
     # Neither changes the manager: the walk reads it, the cycle from scratch reads the snapshot's list.
     walk = profiled(lambda: schedule_backlog(snapshot, churn.manager))
     scratch = profiled(lambda: schedule(snapshot))
-    return {"pending": n_jobs, "clusters": n_clusters, "running": len(snapshot.running), "walk": walk,
-            "from_scratch": scratch}
+    return {"pending": n_jobs, "clusters": n_clusters, "warm_rounds": warm, "running": len(snapshot.running),
+            "walk": walk, "from_scratch": scratch}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__)
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
-    configs = [(3_000, 10), (3_000, 100)] if args.quick else [(100_000, 100), (1_000_000, 100), (100_000, 1_000)]
+    configs = [(3_000, 10, WARM_ROUNDS), (3_000, 100, WARM_ROUNDS)] if args.quick else [
+        (100_000, 100, WARM_ROUNDS), (1_000_000, 100, WARM_ROUNDS), (100_000, 1_000, WARM_ROUNDS),
+        (100_000, 1_000, SETTLING_ROUNDS)]
     progress = bar(len(configs), "steady cycles profiled", "configurations")
     rows = []
-    for n, c in configs:
-        rows.append(point(n, c, args.seed))
+    for n, c, warm in configs:
+        rows.append(point(n, c, args.seed, warm))
         progress.update()
     progress.close()
     results = {"benchmark": "profile", "date": measured(), "machine": machine(), "quick": args.quick, "points": rows}
     headline = []
     for r in rows:
         top = max(r["walk"]["phases"].items(), key=lambda kv: kv[1])
-        headline.append((f"steady cycle, {r['pending']:,} pending, {r['clusters']:,} clusters: most time in",
+        kind = "steady cycle" if r["warm_rounds"] == WARM_ROUNDS else f"settling cycle (round {r['warm_rounds'] + 1})"
+        headline.append((f"{kind}, {r['pending']:,} pending, {r['clusters']:,} clusters: most time in",
                          f"{top[0]} ({top[1] / max(r['walk']['wrapped_seconds'], 1e-9):.0%} of "
                          f"{r['walk']['seconds']:.3f} s; from scratch {r['from_scratch']['seconds']:.3f} s)"))
     write(out_dir(args), "profile", results, report(results), headline)
@@ -135,13 +136,17 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def report(r: dict) -> str:
     lines = [f"# Where a steady cycle's time goes ({r['date']})", "",
-             f"Machine: {r['machine']}. One steady cycle under churn (`bench.bench_backlog`'s federation, after "
-             f"{WARM_ROUNDS} rounds), the queue manager's walk beside the cycle from scratch on the same snapshot. "
+             f"Machine: {r['machine']}. One cycle under churn (`bench.bench_backlog`'s federation): steady, after "
+             f"{WARM_ROUNDS} rounds, and on 1,000 clusters also one while it settles, after {SETTLING_ROUNDS} (reclaim "
+             "evicting thousands of gangs a round back to their shares); the queue manager's walk beside the cycle "
+             "from scratch on the same snapshot. "
              "Seconds per phase, each net of the phases it calls, with the share of the cycle; the cycle's time "
              "unwrapped is the last row.", ""]
     for s in r["points"]:
         walk, scratch = s["walk"], s["from_scratch"]
-        lines += [f"## {s['pending']:,} pending, {s['clusters']:,} clusters ({s['running']:,} gangs running; "
+        after = "steady" if s["warm_rounds"] == WARM_ROUNDS else "settling"
+        lines += [f"## {s['pending']:,} pending, {s['clusters']:,} clusters, {after}, after {s['warm_rounds']} rounds "
+                  f"({s['running']:,} gangs running; "
                   f"{walk['dispatched']:,} dispatched, {walk['preempted']:,} preempted)", "",
                   "| phase | walk (s) | share | from scratch (s) | share |", "|---|---:|---:|---:|---:|"]
         for phase in walk["phases"]:
