@@ -1,9 +1,11 @@
 """The vectorised cluster choice picks exactly what the rule, checked one cluster at a time, picks."""
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from federation.scheduling.choice import ClusterTable, PreemptiblePool
+from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
 from federation.scheduling.fit import ClusterView, JobView, TierFree, cannot_run, check, selects
 from federation.scheduling.reservations import Reservations
 
@@ -161,9 +163,30 @@ def test_a_shape_that_fits_nowhere_is_remembered_with_its_reasons() -> None:
     big = JobView("big", {GPU: 16}, {GPU: 8})
     assert table.fits_nowhere(big) is None
     assert table.best(big, {}) is None
-    assert table.reasons(big, {}) == ["c1: not enough free: nvidia.com/gpu 8/16 free"]
+    assert list(table.reasons(big, {})) == ["c1: not enough free: nvidia.com/gpu 8/16 free"]
     assert table.fits_nowhere(JobView("same-shape", {GPU: 16}, {GPU: 8})) == (
         "no ready cluster fits: c1: not enough free: nvidia.com/gpu 8/16 free")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=8, unique=True).flatmap(
+    lambda ids: st.tuples(*[cluster(f"c{i}") for i in ids])), job(most_gpus=96), st.data())
+def test_each_clusters_reason_read_when_asked_is_the_reason_checked_there(
+        clusters: tuple[ClusterView, ...], gang: JobView, data: st.DataObject) -> None:
+    """The reasons' details are formatted only when read, and a summary of many reads their kinds alone: both say
+    what checking each cluster on the spot says (some clusters too small whatever runs there, some refused)."""
+    views = [replace(c, capacity={GPU: c.free[GPU] + data.draw(st.integers(0, 64), label=f"{c.name} capacity"),
+                                  CPU: 1024}) if data.draw(st.booleans(), label=f"{c.name} reports capacity") else c
+             for c in clusters]
+    table = ClusterTable(views, {GPU: 128 * len(views), CPU: 1024 * len(views)})
+    refused = {c.name: data.draw(st.sampled_from(["rejected it", "refused for good: lacks quota: gpu"]),
+                                 label=f"{c.name} refusal")
+               for c in views if data.draw(st.booleans(), label=f"refuse {c.name}")}
+    reasons = table.reasons(gang, refused)
+    checked = [f"{name}: {refused.get(name) or check(gang, table.view(name))}" for name in table.names]
+    assert summary(reasons) == summary(checked)
+    assert [reasons[i] for i in reversed(range(len(views)))] == checked[::-1]
+    assert list(reasons) == checked and reasons[:2] == checked[:2]
 
 
 def test_many_clusters_are_summarised_by_kind_without_amounts() -> None:

@@ -11,8 +11,9 @@ gang shape, because within a cycle free resources only shrink and a shape that f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -22,12 +23,14 @@ from federation.scheduling.fit import (
     JobView,
     Shape,
     TierFree,
-    check,
+    Why,
     fits_healthy,
     gpu_pods,
     pods_room,
+    said,
     sized,
     unlabelled,
+    why_not,
 )
 
 NO_TIER = 1 << 20  # the "fit tier" of a cluster where no HyperNode covers the gang
@@ -102,7 +105,7 @@ class ClusterTable:
         self._selectors: dict[tuple[object, ...], np.ndarray] = {}
         self._selects_of: dict[Shape, np.ndarray] = {}  # the same by shape: no key to build at each of many asks
         # Shapes found to fit nowhere in this cycle: each cluster's reason, and the waiting reason.
-        self._nowhere: dict[Shape, list[str]] = {}
+        self._nowhere: dict[Shape, ClusterReasons] = {}
         self.nowhere: dict[Shape, str] = {}
         self.held = np.zeros((n, k), dtype=np.int64)  # room reserved for waiting gangs, per cluster
         self._by_shape: dict[Shape, _Scores] = {}
@@ -331,7 +334,7 @@ class ClusterTable:
             if name in refused:
                 continue
             view = self.view(name)
-            if check(job, view) is None:
+            if why_not(job, view) is None:
                 request = sized(job, view)[0]
                 fit = next((t.tier for t in view.tiers if t.tier > 0 and all(
                     t.max_free.get(r, 0) >= a for r, a in request.items())), NO_TIER)
@@ -340,12 +343,13 @@ class ClusterTable:
                 fitting.append((not fits_healthy(job, self._views[name]), fit, left, name))
         return min(fitting)[3] if fitting else None
 
-    def reasons(self, job: JobView, refused: Mapping[str, str]) -> list[str]:
+    def reasons(self, job: JobView, refused: Mapping[str, str]) -> ClusterReasons:
         """Why the gang fits none of the clusters, one "cluster: reason" each."""
         key = job.shape
         if not refused and key in self._nowhere:
             return self._nowhere[key]
-        out = [f"{name}: {refused.get(name) or check(job, self.view(name))}" for name in self.names]
+        out = ClusterReasons([(name, (why, None) if (why := refused.get(name)) else why_not(job, self.view(name)))
+                              for name in self.names])
         if not refused:
             self._nowhere[key] = out
             self.nowhere[key] = "no ready cluster fits: " + summary(out)
@@ -452,6 +456,40 @@ class ClusterTable:
 SHOWN_REASONS = 3  # up to this many clusters, a waiting job's reason names each; ExplainJob always does
 
 
+class ClusterReasons(Sequence[str]):
+    """Each cluster's reason ("cluster: kind: detail"), its detail formatted when the entry is first read: the
+    summary of many clusters reads only their kinds."""
+
+    def __init__(self, entries: list[tuple[str, Why | None]]) -> None:
+        self._entries = entries
+        self._said: list[str | None] = [None] * len(entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, at: int) -> str: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> list[str]: ...
+
+    def __getitem__(self, at: int | slice) -> str | list[str]:
+        if isinstance(at, slice):
+            return [self[i] for i in range(*at.indices(len(self)))]
+        found = self._said[at]
+        if found is None:
+            name, why = self._entries[at]
+            found = self._said[at] = f"{name}: {None if why is None else said(why)}"
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[i] for i in range(len(self)))
+
+    def kinds(self) -> set[str]:
+        """What `summary` names of each reason: the part after the cluster, up to the next ": "."""
+        return {str(None if why is None else why[0]).partition(": ")[0] for _, why in self._entries}
+
+
 def summary(reasons: Sequence[str]) -> str:
     """The clusters' reasons ("name: why: detail") as one line for a waiting job.
 
@@ -462,7 +500,7 @@ def summary(reasons: Sequence[str]) -> str:
     """
     if len(reasons) <= SHOWN_REASONS:
         return "; ".join(reasons)
-    kinds = sorted({r.split(": ", 2)[1] for r in reasons})
+    kinds = sorted(reasons.kinds() if isinstance(reasons, ClusterReasons) else {r.split(": ", 2)[1] for r in reasons})
     return "; ".join(kinds) + " (each cluster's reason: fedctl explain)"
 
 

@@ -143,7 +143,7 @@ class _Cycle:
     # -- cluster choice ----------------------------------------------------------------------
 
     def choose(self, job: PendingJob, queue: str, gone: Mapping[str, str] | None = None
-               ) -> tuple[str | None, list[str]]:
+               ) -> tuple[str | None, Sequence[str]]:
         """The best cluster for the job, or None with each cluster's reason. With flavors, only clusters of
         the flavors its queue may use and whose quotas it would not exceed, in the queue's order. `gone`: clusters
         passed over whatever their room, and why (cordoned since the snapshot)."""

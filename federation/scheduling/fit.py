@@ -10,7 +10,7 @@ back as a rejection that returns the job to its queue.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from federation.kernel.gpuask import GpuAsk
@@ -194,34 +194,51 @@ def selects(job: JobView, cluster: ClusterView) -> bool:
         not unlabelled(job, cluster.node_labels)
 
 
+# Why a gang does not fit a cluster: the kind of reason (no ": " in it), and its detail, formatted only when read.
+Why = tuple[str, Callable[[], str] | None]
+
+
+def said(why: Why) -> str:
+    """The reason as written: its kind, then its detail."""
+    kind, detail = why
+    return kind if detail is None else f"{kind}: {detail()}"
+
+
 def check(job: JobView, cluster: ClusterView) -> str | None:
     """None when the job fits `cluster`, else why not (for the job's reason and ExplainJob)."""
+    why = why_not(job, cluster)
+    return None if why is None else said(why)
+
+
+def why_not(job: JobView, cluster: ClusterView) -> Why | None:
+    """`check`, its detail not yet formatted: a shape that fits none of a thousand clusters is summed up by kind
+    (`choice.summary`), and formatting every cluster's free amounts was a fifth of a cycle there."""
     missing = {k: v for k, v in job.cluster_selector.items() if cluster.labels.get(k) != v}
     if missing:
-        return "lacks label " + ",".join(f"{k}={v}" for k, v in sorted(missing.items()))
+        return "lacks label " + ",".join(f"{k}={v}" for k, v in sorted(missing.items())), None
     if nodes_lack := unlabelled(job, cluster.node_labels):
-        return f"no node has label {','.join(nodes_lack)} (its pods' nodeSelector)"
+        return f"no node has label {','.join(nodes_lack)} (its pods' nodeSelector)", None
     request, largest = sized(job, cluster)
     if not covers(cluster.free, request):
         # A cluster too small for the gang says so, the same whatever runs there: its free room changes with every
         # job that starts or ends, and a reason naming it is rewritten for every waiting job each time.
         capacity = add(cluster.capacity, cluster.partitionable) if cluster.partitionable else cluster.capacity
         if capacity and not covers(capacity, request):
-            return "too small: " + _short(capacity, request).replace(" free", " in all")
-        return "not enough free: " + _short(cluster.free, request)
+            return "too small", lambda: _short(capacity, request).replace(" free", " in all")
+        return "not enough free", lambda: _short(cluster.free, request)
     nodes = [t for t in cluster.tiers if t.tier == 0]
     if nodes and not covers(nodes[0].max_free, largest):
-        return "no node can hold its largest pod: " + _short(nodes[0].max_free, largest)
+        return "no node can hold its largest pod", lambda: _short(nodes[0].max_free, largest)
     pods = gpu_pods(job)
     if pods and cluster.gpu_free_nodes is not None and (room := pods_room(cluster.gpu_free_nodes, job.pod_gpus)) < pods:
         return (f"its nodes hold {room} of its {pods} pods of {job.pod_gpus} {GPU} (nodes with that many free, "
-                "pod by pod)")
+                "pod by pod)"), None
     if (apart := partition_limit(job, cluster)) is not None:
         need = dict(job.partition)
         inside = [t for t in cluster.tiers if 0 < t.tier <= apart]
         if inside and not any(covers(t.max_free, need) for t in inside):
-            return (f"no HyperNode of tier {apart} or below has room for one of its partitions: "
-                    + _short(inside[-1].max_free, need))
+            return (f"no HyperNode of tier {apart} or below has room for one of its partitions",
+                    lambda: _short(inside[-1].max_free, need))
     limit = tier_limit(job, cluster)
     if limit is None:
         return None
@@ -229,7 +246,7 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
     if any(covers(t.max_free, request) for t in within):
         return None
     best = within[-1].max_free if within else {}
-    return f"no HyperNode of tier {limit} or below has enough free: " + _short(best, request)
+    return f"no HyperNode of tier {limit} or below has enough free", lambda: _short(best, request)
 
 
 def fits_healthy(job: JobView, cluster: ClusterView) -> bool:
@@ -238,7 +255,7 @@ def fits_healthy(job: JobView, cluster: ClusterView) -> bool:
         return True
     view = ClusterView(cluster.name, cluster.labels, cluster.free, cluster.healthy_tiers,
                        gpu_memory=cluster.gpu_memory)
-    if check(job, view) is not None:
+    if why_not(job, view) is not None:
         return False
     limit = tier_limit(job, view)
     request = sized(job, view)[0]
