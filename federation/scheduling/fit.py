@@ -320,10 +320,13 @@ def cannot_run(job: JobView, clusters: Sequence[ClusterView]) -> str | None:
     constraint and the most the federation offers for it; None when some cluster could hold it."""
     if not clusters:
         return None
-    found = [(*_lacks(job, c), c.name) for c in clusters]
+    found = []
+    for c in clusters:
+        lacks = _lacks(job, c)
+        if lacks[0] == 4:
+            return None  # one cluster could hold it: the others need not be looked at (a thousand, per shape)
+        found.append((*lacks, c.name))
     stage = max(f[0] for f in found)
-    if stage == 4:
-        return None
     where = [f for f in found if f[0] == stage]
     _, what, need, _, _ = where[0]
     if stage == 0:
