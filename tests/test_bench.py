@@ -106,7 +106,7 @@ def test_the_failure_model_draws_the_llama3_rate_and_both_policies_meet_the_same
 def test_the_profile_splits_a_cycle_into_phases_that_add_up_and_leaves_the_core_as_it_was() -> None:
     from bench.bench_profile import PHASES, phases, point
     originals = {(owner, name): getattr(owner, name) for methods in PHASES.values() for owner, name in methods}
-    measured = point(600, 4, seed=3)
+    measured = point(600, 4, seed=3, warm=2)
     for side in ("walk", "from_scratch"):
         spent = measured[side]["phases"]
         assert set(spent) == {*PHASES, "other"} and all(s >= 0 for s in spent.values())
