@@ -10,7 +10,7 @@ back as a rejection that returns the job to its queue.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from federation.kernel.gpuask import GpuAsk
@@ -162,12 +162,12 @@ def covers(free: Mapping[str, int], request: Mapping[str, int]) -> bool:
     return all(free.get(r, 0) >= a for r, a in request.items())
 
 
-def _short(resources: Mapping[str, int], request: Mapping[str, int]) -> str:
-    """The resources `free` lacks for `request`, as `gpu=32/64 free`."""
+def _short(resources: Mapping[str, int], request: Mapping[str, int], what: str = "free") -> str:
+    """The resources `resources` lacks for `request`, as `gpu=32/64 free` (`what` they are: "free", "in all")."""
     short = [r for r in request if resources.get(r, 0) < request[r]]
     free = format_resources({r: max(resources.get(r, 0), 0) for r in short})
     want = format_resources({r: request[r] for r in short})
-    return ", ".join(f"{r} {free[r]}/{want[r]} free" for r in want)
+    return ", ".join(f"{r} {free[r]}/{want[r]} {what}" for r in want)
 
 
 def unlabelled(job: JobView, node_labels: frozenset[str] | None) -> list[str]:
@@ -194,14 +194,18 @@ def selects(job: JobView, cluster: ClusterView) -> bool:
         not unlabelled(job, cluster.node_labels)
 
 
-# Why a gang does not fit a cluster: the kind of reason (no ": " in it), and its detail, formatted only when read.
-Why = tuple[str, Callable[[], str] | None]
+# Why a gang does not fit a cluster: the kind of reason (no ": " in it), and what its detail names, formatted only
+# when read (`said`): the amounts there, the amounts asked, and what the amounts there are ("free", "in all").
+Why = tuple[str, tuple[Mapping[str, int], Mapping[str, int], str] | None]
 
 
 def said(why: Why) -> str:
     """The reason as written: its kind, then its detail."""
     kind, detail = why
-    return kind if detail is None else f"{kind}: {detail()}"
+    if detail is None:
+        return kind
+    there, asked, what = detail
+    return f"{kind}: {_short(there, asked, what)}"
 
 
 def check(job: JobView, cluster: ClusterView) -> str | None:
@@ -224,11 +228,11 @@ def why_not(job: JobView, cluster: ClusterView) -> Why | None:
         # job that starts or ends, and a reason naming it is rewritten for every waiting job each time.
         capacity = add(cluster.capacity, cluster.partitionable) if cluster.partitionable else cluster.capacity
         if capacity and not covers(capacity, request):
-            return "too small", lambda: _short(capacity, request).replace(" free", " in all")
-        return "not enough free", lambda: _short(cluster.free, request)
+            return "too small", (capacity, request, "in all")
+        return "not enough free", (cluster.free, request, "free")
     nodes = [t for t in cluster.tiers if t.tier == 0]
     if nodes and not covers(nodes[0].max_free, largest):
-        return "no node can hold its largest pod", lambda: _short(nodes[0].max_free, largest)
+        return "no node can hold its largest pod", (nodes[0].max_free, largest, "free")
     pods = gpu_pods(job)
     if pods and cluster.gpu_free_nodes is not None and (room := pods_room(cluster.gpu_free_nodes, job.pod_gpus)) < pods:
         return (f"its nodes hold {room} of its {pods} pods of {job.pod_gpus} {GPU} (nodes with that many free, "
@@ -238,7 +242,7 @@ def why_not(job: JobView, cluster: ClusterView) -> Why | None:
         inside = [t for t in cluster.tiers if 0 < t.tier <= apart]
         if inside and not any(covers(t.max_free, need) for t in inside):
             return (f"no HyperNode of tier {apart} or below has room for one of its partitions",
-                    lambda: _short(inside[-1].max_free, need))
+                    (inside[-1].max_free, need, "free"))
     limit = tier_limit(job, cluster)
     if limit is None:
         return None
@@ -246,7 +250,7 @@ def why_not(job: JobView, cluster: ClusterView) -> Why | None:
     if any(covers(t.max_free, request) for t in within):
         return None
     best = within[-1].max_free if within else {}
-    return f"no HyperNode of tier {limit} or below has enough free", lambda: _short(best, request)
+    return f"no HyperNode of tier {limit} or below has enough free", (best, request, "free")
 
 
 def fits_healthy(job: JobView, cluster: ClusterView) -> bool:
