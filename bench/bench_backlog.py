@@ -97,10 +97,16 @@ class Churn:
         apply(decisions, self.free, self.pending, self.running)
 
 
-def steady(n_jobs: int, n_clusters: int, rounds: int, seed: int) -> dict[str, Any]:
-    heap.tune()  # the scheduler process's collector settings, as `federation-server serve` sets them
+def tuned_churn(n_jobs: int, n_clusters: int, seed: int) -> Churn:
+    """A `Churn` in a process with the scheduler process's collector settings (process-wide)."""
+    heap.tune()  # as `federation-server serve` sets them
     churn = Churn(n_jobs, n_clusters, seed)
     heap.settle()  # as the scheduler does once its cache is loaded (the queue manager holds what the cache holds)
+    return churn
+
+
+def steady(n_jobs: int, n_clusters: int, rounds: int, seed: int) -> dict[str, Any]:
+    churn = tuned_churn(n_jobs, n_clusters, seed)
     progress = bar(rounds + 2, f"{n_jobs:,} pending, {n_clusters} clusters", "cycles (the settling ones as one)")
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     first = churn.first()

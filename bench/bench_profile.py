@@ -30,9 +30,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from bench.bench_backlog import WARM_ROUNDS, Churn
+from bench.bench_backlog import WARM_ROUNDS, Churn, tuned_churn
 from bench.common import bar, machine, measured, out_dir, parser, write
-from federation.kernel import heap
 from federation.scheduling.backlog import Lists, Walked
 from federation.scheduling.cycle import Decisions, _Cycle, schedule, schedule_backlog
 from federation.scheduling.ordering import HeadOrder
@@ -103,11 +102,7 @@ def point(n_jobs: int, n_clusters: int, seed: int, warm: int, tuned: bool = Fals
     """`tuned`: with the scheduler process's collector settings (process-wide), as `bench_backlog` measures; with
     CPython's defaults, a cycle on 1,000 clusters spent a fifth more, in collections charged to whichever phase
     allocated last."""
-    if tuned:
-        heap.tune()
-    churn = Churn(n_jobs, n_clusters, seed)
-    if tuned:
-        heap.settle()  # as the scheduler does once its cache is loaded
+    churn = tuned_churn(n_jobs, n_clusters, seed) if tuned else Churn(n_jobs, n_clusters, seed)
     churn.carry_out(schedule_backlog(churn.first(), churn.manager))
     churn.warm_up(warm)
     snapshot = churn.next()

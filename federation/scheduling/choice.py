@@ -11,7 +11,7 @@ gang shape, because within a cycle free resources only shrink and a shape that f
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -481,9 +481,6 @@ class ClusterReasons(Sequence[str]):
             name, why = self._entries[at]
             found = self._said[at] = f"{name}: {None if why is None else said(why)}"
         return found
-
-    def __iter__(self) -> Iterator[str]:
-        return (self[i] for i in range(len(self)))
 
     def kinds(self) -> set[str]:
         """What `summary` names of each reason: the part after the cluster, up to the next ": "."""

@@ -395,7 +395,8 @@ impl ReclaimPool {
         let mut pool = ReclaimPool {
             resources: Numbering::default(), table_columns: resources.len(), gpu: 0, victims: Vec::new(),
             hot: Vec::new(), clusters: Vec::with_capacity(clusters.len()), amount_data: Vec::new(),
-            amount_at: vec![0], by_id: HashMap::default(), queue_index: HashMap::default(), queue_names: Vec::new(), queue_priority: Vec::new(),
+            amount_at: vec![0], by_id: HashMap::default(), queue_index: HashMap::default(), queue_names: Vec::new(),
+            queue_priority: Vec::new(),
             queue_tenant: Vec::new(), chains: Vec::new(), tenant_names: Vec::new(), shares: Vec::new(),
             usage: Vec::new(), known_queues: queues.len(), pooled: Vec::new(), last: None,
         };
