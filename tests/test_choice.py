@@ -168,22 +168,33 @@ def test_a_shape_that_fits_nowhere_is_remembered_with_its_reasons() -> None:
         "no ready cluster fits: c1: not enough free: nvidia.com/gpu 8/16 free")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.lists(st.integers(0, 9), min_size=1, max_size=8, unique=True).flatmap(
     lambda ids: st.tuples(*[cluster(f"c{i}") for i in ids])), job(most_gpus=96), st.data())
 def test_each_clusters_reason_read_when_asked_is_the_reason_checked_there(
         clusters: tuple[ClusterView, ...], gang: JobView, data: st.DataObject) -> None:
-    """The reasons' details are formatted only when read, and a summary of many reads their kinds alone: both say
-    what checking each cluster on the spot says (some clusters too small whatever runs there, some refused)."""
+    """Each cluster's reason, found over the arrays for all clusters at once, is what checking that cluster alone
+    says (`fit.check`), as the cluster stood when asked: details are formatted only when read, after the cycle has
+    taken more room, and a summary of many reads the kinds alone. Some clusters are too small whatever runs there
+    (their capacity, or MIG slices they could cut, said or not), some refused the gang, some took gangs before."""
     views = [replace(c, capacity={GPU: c.free[GPU] + data.draw(st.integers(0, 64), label=f"{c.name} capacity"),
                                   CPU: 1024}) if data.draw(st.booleans(), label=f"{c.name} reports capacity") else c
              for c in clusters]
+    views = [replace(c, partitionable={"nvidia.com/mig-1g.10gb": 7}) if data.draw(
+        st.booleans(), label=f"{c.name} could cut MIG slices") else c for c in views]
     table = ClusterTable(views, {GPU: 128 * len(views), CPU: 1024 * len(views)})
+    others = data.draw(st.lists(job(most_gpus=16), max_size=6), label="gangs placed before")
+    for other in others:
+        if (chosen := table.best(other, {})) is not None:
+            table.reserve(other, chosen)
     refused = {c.name: data.draw(st.sampled_from(["rejected it", "refused for good: lacks quota: gpu"]),
                                  label=f"{c.name} refusal")
                for c in views if data.draw(st.booleans(), label=f"refuse {c.name}")}
     reasons = table.reasons(gang, refused)
     checked = [f"{name}: {refused.get(name) or check(gang, table.view(name))}" for name in table.names]
+    for other in others:  # the cycle goes on; the reasons already given stay as they were
+        if (chosen := table.best(other, {})) is not None:
+            table.reserve(other, chosen)
     assert summary(reasons) == summary(checked)
     assert [reasons[i] for i in reversed(range(len(views)))] == checked[::-1]
     assert list(reasons) == checked and reasons[:2] == checked[:2]

@@ -217,26 +217,22 @@ def check(job: JobView, cluster: ClusterView) -> str | None:
 def why_not(job: JobView, cluster: ClusterView) -> Why | None:
     """`check`, its detail not yet formatted: a shape that fits none of a thousand clusters is summed up by kind
     (`choice.summary`), and formatting every cluster's free amounts was a fifth of a cycle there."""
-    missing = {k: v for k, v in job.cluster_selector.items() if cluster.labels.get(k) != v}
-    if missing:
-        return "lacks label " + ",".join(f"{k}={v}" for k, v in sorted(missing.items())), None
-    if nodes_lack := unlabelled(job, cluster.node_labels):
-        return f"no node has label {','.join(nodes_lack)} (its pods' nodeSelector)", None
+    if (unmatched := labels_unmatched(job, cluster.labels, cluster.node_labels)) is not None:
+        return unmatched, None
     request, largest = sized(job, cluster)
     if not covers(cluster.free, request):
         # A cluster too small for the gang says so, the same whatever runs there: its free room changes with every
         # job that starts or ends, and a reason naming it is rewritten for every waiting job each time.
-        capacity = add(cluster.capacity, cluster.partitionable) if cluster.partitionable else cluster.capacity
+        capacity = whole(cluster)
         if capacity and not covers(capacity, request):
-            return "too small", (capacity, request, "in all")
-        return "not enough free", (cluster.free, request, "free")
+            return TOO_SMALL, (capacity, request, "in all")
+        return NOT_ENOUGH_FREE, (cluster.free, request, "free")
     nodes = [t for t in cluster.tiers if t.tier == 0]
     if nodes and not covers(nodes[0].max_free, largest):
-        return "no node can hold its largest pod", (nodes[0].max_free, largest, "free")
+        return NO_NODE_HOLDS, (nodes[0].max_free, largest, "free")
     pods = gpu_pods(job)
     if pods and cluster.gpu_free_nodes is not None and (room := pods_room(cluster.gpu_free_nodes, job.pod_gpus)) < pods:
-        return (f"its nodes hold {room} of its {pods} pods of {job.pod_gpus} {GPU} (nodes with that many free, "
-                "pod by pod)"), None
+        return pods_unheld(job, room), None
     if (apart := partition_limit(job, cluster)) is not None:
         need = dict(job.partition)
         inside = [t for t in cluster.tiers if 0 < t.tier <= apart]
@@ -250,7 +246,38 @@ def why_not(job: JobView, cluster: ClusterView) -> Why | None:
     if any(covers(t.max_free, request) for t in within):
         return None
     best = within[-1].max_free if within else {}
-    return f"no HyperNode of tier {limit} or below has enough free", (best, request, "free")
+    return tier_short(limit), (best, request, "free")
+
+
+# The kinds of `why_not` whose words never vary (`choice.ClusterTable` finds them over arrays, for many clusters).
+TOO_SMALL = "too small"
+NOT_ENOUGH_FREE = "not enough free"
+NO_NODE_HOLDS = "no node can hold its largest pod"
+
+
+def labels_unmatched(job: JobView, labels: Mapping[str, str], node_labels: frozenset[str] | None) -> str | None:
+    """Why a cluster of these labels, whose nodes carry `node_labels`, could never take the gang, whatever is free
+    there (None: it could)."""
+    missing = {k: v for k, v in job.cluster_selector.items() if labels.get(k) != v}
+    if missing:
+        return "lacks label " + ",".join(f"{k}={v}" for k, v in sorted(missing.items()))
+    if nodes_lack := unlabelled(job, node_labels):
+        return f"no node has label {','.join(nodes_lack)} (its pods' nodeSelector)"
+    return None
+
+
+def whole(cluster: ClusterView) -> Resources:
+    """Everything the cluster has, free or not: its ready nodes' allocatable and the MIG slices it could cut."""
+    return add(cluster.capacity, cluster.partitionable) if cluster.partitionable else cluster.capacity
+
+
+def pods_unheld(job: JobView, room: int) -> str:
+    return (f"its nodes hold {room} of its {gpu_pods(job)} pods of {job.pod_gpus} {GPU} (nodes with that many free, "
+            "pod by pod)")
+
+
+def tier_short(limit: int) -> str:
+    return f"no HyperNode of tier {limit} or below has enough free"
 
 
 def fits_healthy(job: JobView, cluster: ClusterView) -> bool:
@@ -301,7 +328,7 @@ def _lacks(job: JobView, cluster: ClusterView) -> tuple[int, str, Resources, Res
             {}, {}
     if unlabelled(job, cluster.node_labels):
         return 0, "nodes labelled " + ",".join(job.node_selector) + ", as its pods' nodeSelector asks", {}, {}
-    capacity = add(cluster.capacity, cluster.partitionable) if cluster.partitionable else cluster.capacity
+    capacity = whole(cluster)
     request, largest = sized(job, cluster)
     if capacity and not covers(capacity, request):
         return 1, "in one cluster", dict(request), capacity
