@@ -14,6 +14,8 @@ use std::ops::Range;
 use std::sync::Arc;
 use rustc_hash::FxHashMap as HashMap;
 
+mod sums;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -822,5 +824,6 @@ impl ReclaimPool {
 fn federation_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ReclaimPool>()?;
     m.add_class::<GangMemo>()?;
+    m.add_function(wrap_pyfunction!(sums::summed_by, m)?)?;
     Ok(())
 }
