@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from typing import Protocol
 
+from federation.scheduling.fit import Shape
 from federation.scheduling.model import Decisions, PendingJob, add_into
 from federation.scheduling.queues import Impossible, Limits, QueueManager, Reasons, Verdict, Walk
 
@@ -20,7 +21,7 @@ class Judge(Protocol):
     """What a backlog asks the cycle when settling the jobs that certainly wait (`cycle._Cycle`)."""
 
     def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int: ...
-    def judge(self, queue: str) -> Callable[[PendingJob], Verdict]: ...
+    def judge(self, queue: str) -> tuple[Callable[[PendingJob], Verdict], Mapping[Shape, Verdict]]: ...
 
 
 class Demand(Protocol):
@@ -144,7 +145,7 @@ class Walked:
         self.walk.close(queue, reason)
 
     def settle(self, queue: str, cycle: Judge) -> None:
-        self.walk.settle(queue, cycle.judge(queue))
+        self.walk.settle(queue, *cycle.judge(queue))
 
     def group(self, hyperjob: str) -> list[PendingJob]:
         return list(self.manager.groups.get(hyperjob, {}).values())

@@ -85,7 +85,7 @@ class _Cycle:
         self.flavor_checks = {f.name: f.admission_checks for f in snap.flavors if f.admission_checks}
         self.promised = Promised()
         self._wanted: dict[str, Resources] = {}  # waiting job -> what it counts as demand for
-        self._judged: dict[Shape, tuple[int, dict[str, Verdict]]] = {}  # see `judge`
+        self._judged: dict[str, tuple[int, dict[Shape, Verdict]]] = {}  # tenant -> see `judge`
         # running job -> what it counts against, where flavors make it more than its request (see `held_by`)
         holds: Mapping[str, Mapping[str, int]] | None = {
             job.id: self.flavors.held(job.cluster, job.request) for job in snap.running} if self.flavors else None
@@ -300,28 +300,31 @@ class _Cycle:
             not self.clusters and NO_READY_CLUSTER)
         return why or None, bool(impossible), held
 
-    def judge(self, queue: str) -> Callable[[PendingJob], Verdict]:
-        """`verdict` for the queue's jobs, kept per gang shape and tenant while the cluster table stands as it was
-        (its `version`), when no limit or provisioning applies to the queue: nothing else that verdict reads can
-        differ then. A settling walk asks about 40,000 times a cycle at 1,000,000 pending, over 1,000 queues but
-        only 35 shapes and 100 tenants, and few gangs are placed between asks (about 80 % asked before, for the same
-        table). One judge per walk of a queue: what the queue alone decides is looked up once."""
+    def judge(self, queue: str) -> tuple[Callable[[PendingJob], Verdict], Mapping[Shape, Verdict]]:
+        """`verdict` for the queue's jobs, and the verdicts it already gave them by gang shape (jobs of no HyperJob):
+        kept per tenant and shape while the cluster table stands as it was (its `version`), when no limit or
+        provisioning applies to the queue: nothing else that verdict reads can differ then. A settling walk asks
+        about 40,000 times a cycle at 1,000,000 pending, over 1,000 queues but only 35 shapes and 100 tenants, and
+        few gangs are placed between asks (about 80 % asked before, for the same table): the walk reads those
+        before it asks, without a call each. One judge per walk of a queue: what the queue alone decides is looked
+        up once."""
         if self.quotas.limited(queue) or self.quotas.provisions(queue):
-            return lambda job: self.verdict(job, queue)
-        tenant, clusters, kept = self.queues[queue].tenant, self.clusters, self._judged
+            return (lambda job: self.verdict(job, queue)), {}
+        tenant, version = self.queues[queue].tenant, self.clusters.version
+        kept = self._judged.get(tenant)
+        if kept is None or kept[0] != version:
+            kept = self._judged[tenant] = (version, {})
+        known = kept[1]
 
         def judged(job: PendingJob) -> Verdict:
             if job.view.group is not None:
                 return self.verdict(job, queue)
-            known = kept.get(job.view.shape)
-            if known is None or known[0] != clusters.version:
-                known = kept[job.view.shape] = (clusters.version, {})
-            found = known[1].get(tenant)
+            found = known.get(job.view.shape)
             if found is None:
-                found = known[1][tenant] = self.verdict(job, queue)
+                found = known[job.view.shape] = self.verdict(job, queue)
             return found
 
-        return judged
+        return judged, known
 
     def settle(self, jobs: Sequence[PendingJob], start: int, queue: str) -> int:
         """Give a reason to each job from `start` on that certainly must wait; return where that stops.

@@ -238,8 +238,10 @@ class Walk:
         self._record(Settled(queue, order[0].rank, None, {}, reason))
         self.cursor[queue] = len(order)
 
-    def settle(self, queue: str, verdict: Callable[[PendingJob], Verdict]) -> None:
-        """Move the queue's cursor past every job that certainly waits, recording them as one range."""
+    def settle(self, queue: str, verdict: Callable[[PendingJob], Verdict],
+               known: Mapping[Shape, Verdict] | None = None) -> None:
+        """Move the queue's cursor past every job that certainly waits, recording them as one range. `known`: the
+        verdicts `verdict` already gave by shape (for jobs of no HyperJob), read before it is asked."""
         order, i = self.manager.order[queue], self.cursor[queue]
         if i >= len(order):
             return
@@ -267,7 +269,9 @@ class Walk:
             if found is None:
                 if last.rank < start:
                     continue
-                found = verdicts[shape] = verdict(last)
+                if known is None or last.view.group is not None or (found := known.get(shape)) is None:
+                    found = verdict(last)
+                verdicts[shape] = found
             if found[0] is None:
                 same = shapes[shape]
                 j = same.bisect_key_left(start)
