@@ -207,8 +207,8 @@ class _PanickingSearch(_Panicking):
             assert _PanickingSearch.real is not None
             self.sums = _PanickingSearch.real.ReclaimPool(*args)
 
-        def preempted(self, ids: list[str]) -> None:
-            self.sums.preempted(ids)
+        def preempted(self, gangs: list[RunningJob]) -> None:
+            self.sums.preempted(gangs)
 
         def could_make_room(self, *args: object) -> bytes:
             return self.sums.could_make_room(*args)
