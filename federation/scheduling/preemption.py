@@ -368,8 +368,8 @@ class Preemptor:
             unreported = selected & ~self._reported()[1]
             unreported[[index[c] for c in sent_back]] = False
             said = [f"{_few(sent_back)} sent it back recently"] if sent_back else []
-            if unreported.any():
-                said.append(f"{_few([self.clusters.names[i] for i in np.flatnonzero(unreported)])} report no "
+            if len(rows := np.flatnonzero(unreported)):  # past SHOWN_REASONS named by count alone: no more read
+                said.append(f"{_few([self.clusters.names[i] for i in rows[:SHOWN_REASONS + 1]])} report no "
                             "HyperNodes")
             return "not reclaimed: a gang with a hard tier limit evicts only inside a HyperNode, and of the " \
                    f"clusters that could hold it {' and '.join(said) or 'none is Ready'}"
