@@ -187,7 +187,7 @@ def test_each_clusters_reason_read_when_asked_is_the_reason_checked_there(
     for other in others:
         if (chosen := table.best(other, {})) is not None:
             table.reserve(other, chosen)
-    refused = {c.name: data.draw(st.sampled_from(["rejected it", "refused for good: lacks quota: gpu"]),
+    refused = {c.name: data.draw(st.sampled_from(["rejected it", "refused for good: lacks quota: gpu", ""]),
                                  label=f"{c.name} refusal")
                for c in views if data.draw(st.booleans(), label=f"refuse {c.name}")}
     reasons = table.reasons(gang, refused)

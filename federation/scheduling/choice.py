@@ -403,8 +403,8 @@ class ClusterTable:
         unmatched = self._unmatched(job)
         if unmatched is not None:
             codes[unmatched[0]] = _UNMATCHED
-        for name in refused:
-            if (i := self.index.get(name)) is not None:
+        for name, why in refused.items():
+            if why and (i := self.index.get(name)) is not None:  # an empty refusal is no refusal, as there
                 codes[i] = _REFUSED
         return _Whys(self, job, refused, codes, free, nodes, rooms, within, unmatched)
 
