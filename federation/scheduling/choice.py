@@ -116,6 +116,7 @@ class ClusterTable:
         self.nowhere: dict[Shape, str] = {}
         self.held = np.zeros((n, k), dtype=np.int64)  # room reserved for waiting gangs, per cluster
         self._by_shape: dict[Shape, _Scores] = {}
+        self._asked: dict[Shape, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = {}
         self._changed: list[int] = []  # clusters in the order they took work this cycle (free only shrinks)
         # shape -> where it would fit but for reservations, kept between asks: see fits_without_reservations
         self._unreserved: dict[Shape, _Unreserved] = {}
@@ -260,7 +261,8 @@ class ClusterTable:
                     for i in set(changed):
                         entry.scores[i] = self._score(job, i)
                 else:
-                    rows = np.unique(changed) if len(changed) < len(self.names) // 4 else slice(None)
+                    rows = np.fromiter(set(changed), dtype=np.intp) if len(changed) < len(self.names) // 4 \
+                        else slice(None)
                     entry.scores[rows] = self._scores(job, rows)
                 entry.seen = len(self._changed)
             scores = entry.scores
@@ -295,9 +297,10 @@ class ClusterTable:
         """Per cluster of `rows`, the preference of docs/architecture.md (Cluster choice) as one number
         (fitting tier, then the largest share of a federation-wide resource left over); infinite where the gang
         does not fit. None when it asks for a resource no cluster has."""
-        request, largest = self.vector(job.request), self.vector(job.largest_pod)
-        if request is None or largest is None:
+        asks = self._asks(job)
+        if asks is None:
             return None
+        request, largest, columns, amounts, weights = asks
         free, tiers = self.free[rows], self.tiers[rows]
         mask = self.selects(job)[rows] & (free >= request).all(1) & (
             tiers[:, 0, :] >= largest).all(1)
@@ -309,8 +312,8 @@ class ClusterTable:
         fit_tier = np.full(len(mask), NO_TIER, dtype=np.float64)
         if self.top:  # no cluster reports a HyperNode tier: none covers the gang (argmax needs a tier)
             fit_tier = np.where(covers.any(1), covers.argmax(1) + 1, NO_TIER).astype(np.float64)
-        asked = request > 0  # every fitting cluster has some of each, so capacity > 0 there
-        left = ((free[:, asked] - request[asked]) * self.per_capacity[asked]).max(1) if asked.any() else 0.0
+        # every fitting cluster has some of each resource asked, so capacity > 0 there
+        left = ((free[:, columns] - amounts) * weights).max(1) if len(columns) else 0.0
         # left is in [0, 1] where the gang fits: a tier outweighs any amount left over.
         score = fit_tier * 2.0 + left
         if self.healthy is not None:
@@ -319,6 +322,20 @@ class ClusterTable:
             fits = (healthy[:, 0, :] >= largest).all(1) & (healthy[:, 1:limit + 1, :] >= request).all(2).any(1)
             score = score + np.where(fits, 0.0, UNHEALTHY)
         return np.where(mask, score, np.inf)
+
+    def _asks(self, job: JobView) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The gang's request and largest pod as rows, the columns it asks some of, those amounts and the federation's
+        weight per unit there (None: it asks for a resource no cluster has). The same all cycle for a shape, whose
+        scores are worked out again thousands of times a cycle at 1,000 clusters."""
+        if job.shape in self._asked:
+            return self._asked[job.shape]
+        request, largest = self.vector(job.request), self.vector(job.largest_pod)
+        found = None
+        if request is not None and largest is not None:
+            columns = np.flatnonzero(request > 0)
+            found = (request, largest, columns, request[columns], self.per_capacity[columns])
+        self._asked[job.shape] = found
+        return found
 
     def passed_over(self, job: JobView, chosen: str) -> str:
         """When the gang goes to `chosen` on healthy hardware while other clusters fit it only on degraded

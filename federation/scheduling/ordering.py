@@ -52,16 +52,25 @@ class HeadOrder:
         # queue -> (its chain's versions, its head, the key's queue levels, their shares after): the queue levels
         # change only when a queue of the chain is used, so they are kept for its head and those versions.
         self._levels: dict[str, tuple[tuple[int, ...], PendingJob, tuple[float, ...], tuple[float, ...]]] = {}
+        # (tenant, id of what a head asks) -> (the tenant's usage version, that ask, half of it, the key's tenant
+        # level): heads of a tenant's queues asking alike read it while the tenant's usage stands.
+        self._tenant_levels: dict[tuple[str, int], tuple[int, Resources, dict[str, int],
+                                                         tuple[bool, float, float]]] = {}
 
     def key(self, queue: str, job: PendingJob) -> tuple[float, ...]:
         ledger = self.ledger
         assert ledger.shares is not None
         wanted = self.wanted(job)
-        half = {r: a // 2 for r, a in wanted.items()}
         tenant = self.queues[queue].tenant
         share = ledger.shares.tenants.get(tenant, {})
-        over, measure, after = _level(_with_past(ledger.tenant_usage[tenant], self.past_tenants.get(tenant)),
-                                      share, ledger.capacity, wanted, half)
+        version = ledger.tenant_version.get(tenant, 0)
+        known = self._tenant_levels.get((tenant, id(wanted)))
+        if known is None or known[0] != version or known[1] is not wanted:
+            half = {r: a // 2 for r, a in wanted.items()}
+            known = self._tenant_levels[tenant, id(wanted)] = (version, wanted, half, _level(
+                _with_past(ledger.tenant_usage[tenant], self.past_tenants.get(tenant)), share, ledger.capacity, wanted,
+                half))
+        half, (over, measure, after) = known[2], known[3]
         # A sibling served since the queue was pushed changes the tenant level alone.
         chain = ledger.chain[queue]
         versions = tuple(ledger.queue_version.get(q, 0) for q in chain)
