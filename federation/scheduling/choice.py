@@ -219,14 +219,11 @@ class ClusterTable:
 
     def vector(self, amounts: Mapping[str, int]) -> np.ndarray | None:
         """The amounts as a row over this table's resources; None if one is unknown to every cluster."""
+        found = self._columns(amounts)
+        if found is None:
+            return None
         row = np.zeros(len(self.resource), dtype=np.int64)
-        for r, a in amounts.items():
-            k = self.resource.get(r)
-            if k is None:
-                if a > 0:
-                    return None
-                continue
-            row[k] = a
+        row[found[0]] = found[1]
         return row
 
     def best(self, job: JobView, refused: Mapping[str, str]) -> str | None:
@@ -396,7 +393,7 @@ class ClusterTable:
         if asked is None or largest is None:
             return None
         (cols, amounts), (lcols, lamounts) = asked, largest
-        present, (whole, has_whole) = self._present(), self._whole()
+        present, (everything, said_all) = self._present(), self._whole()
         # Each check's failures written over the later checks', so what stays is the first that fails, as there.
         codes = np.full(len(self.names), _FITS, dtype=np.int8)
         within = None
@@ -416,7 +413,7 @@ class ClusterTable:
         free = self.free.copy()
         short = ~(free[:, cols] >= amounts).all(1)
         codes[short] = _NOT_FREE
-        codes[short & has_whole & ~(whole[:, cols] >= amounts).all(1)] = _TOO_SMALL
+        codes[short & said_all & ~(everything[:, cols] >= amounts).all(1)] = _TOO_SMALL
         unmatched = self._unmatched(job)
         if unmatched is not None:
             codes[unmatched[0]] = _UNMATCHED

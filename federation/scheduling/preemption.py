@@ -77,8 +77,7 @@ class Preemptor:
         self.ledger = ledger
         self.holds = holds
         self.priority = {q: info.priority for q, info in queues.items()}
-        self.taken: set[str] = set()  # gangs evicted this cycle
-        self._taken: list[RunningJob] = []  # the same gangs, for the compiled search (it knows them by object)
+        self.taken: dict[str, RunningJob] = {}  # gangs evicted this cycle, by id (the compiled search knows objects)
         self.failure = ""  # what the compiled search raised, when it did (the Python search decided instead)
         self._worth: dict[str, bool] = {}  # running gang -> whether reclaim may take it on cost (`_worth_reclaiming`)
         # (queue or ("tenant", name), id of what a gang holds) -> (that usage's version, whether taking it keeps
@@ -118,9 +117,8 @@ class Preemptor:
         """The cycle evicted these gangs: they are no victims any more, and their room no longer preemptible."""
         if self._compiled is not None:
             self._compiled.preempted(list(gangs))
-        self._taken.extend(gangs)
         for victim in gangs:
-            self.taken.add(victim.id)
+            self.taken[victim.id] = victim
             if self._pool is not None:
                 self._pool.add(victim.cluster, victim.queue, victim.request, -1)
 
@@ -155,7 +153,7 @@ class Preemptor:
                     self.holds,
                     [(q, info.priority, info.tenant, ledger.chain[q]) for q, info in self.queues.items()],
                     REPREEMPT_GRACE, self.now, native.memo)
-                self._compiled.preempted(self._taken)
+                self._compiled.preempted(list(self.taken.values()))
             return call(self._compiled)
         except BaseException as err:  # a Rust panic is a BaseException; an interrupt is not ours to keep
             if not isinstance(err, Exception) and type(err).__name__ != "PanicException":

@@ -239,7 +239,7 @@ class Walk:
         self.cursor[queue] = len(order)
 
     def settle(self, queue: str, verdict: Callable[[PendingJob], Verdict],
-               known: Mapping[Shape, Verdict] | None = None) -> None:
+               known: Mapping[Shape, Verdict]) -> None:
         """Move the queue's cursor past every job that certainly waits, recording them as one range. `known`: the
         verdicts `verdict` already gave by shape (for jobs of no HyperJob), read before it is asked."""
         order, i = self.manager.order[queue], self.cursor[queue]
@@ -269,7 +269,7 @@ class Walk:
             if found is None:
                 if last.rank < start:
                     continue
-                if known is None or last.view.group is not None or (found := known.get(shape)) is None:
+                if last.view.group is not None or (found := known.get(shape)) is None:
                     found = verdict(last)
                 verdicts[shape] = found
             if found[0] is None:
