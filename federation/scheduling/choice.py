@@ -577,13 +577,16 @@ _SAID = {_TOO_SMALL: TOO_SMALL, _NOT_FREE: NOT_ENOUGH_FREE, _NO_NODE: NO_NODE_HO
 
 class _Whys:
     """Each cluster's `fit.why_not` for one gang, as the arrays found it: which check failed first there, and the
-    amounts its detail names as they stood then (the cycle goes on taking room; a reason is read later, if ever)."""
+    amounts its detail names as they stood then (the cycle goes on taking room; a reason is read later, if ever).
+    It holds the table's names, views and columns, not the table: the table keeps it, and a reference cycle would
+    keep both, and the snapshot, until a full collection."""
 
     def __init__(self, table: ClusterTable, job: JobView, refused: Mapping[str, str], codes: np.ndarray,
                  free: np.ndarray, nodes: np.ndarray, rooms: np.ndarray | None,
                  within: tuple[np.ndarray, np.ndarray] | None,
                  unmatched: tuple[np.ndarray, list[str | None]] | None) -> None:
-        self.table, self.job, self.refused, self.codes = table, job, refused, codes
+        self.names, self.views, self.resource = table.names, table._views, table.resource
+        self.job, self.refused, self.codes = job, refused, codes
         self.free, self.nodes, self.rooms, self.within, self.unmatched = free, nodes, rooms, within, unmatched
 
     def __len__(self) -> int:
@@ -594,12 +597,12 @@ class _Whys:
         if code == _FITS:
             return None
         if code == _REFUSED:
-            return self.refused[self.table.names[i]], None
+            return self.refused[self.names[i]], None
         if code == _UNMATCHED:
             assert self.unmatched is not None
             return self.unmatched[1][i], None
         if code == _TOO_SMALL:
-            return TOO_SMALL, (whole(self.table._views[self.table.names[i]]), job.request, "in all")
+            return TOO_SMALL, (whole(self.views[self.names[i]]), job.request, "in all")
         if code == _NOT_FREE:
             return NOT_ENOUGH_FREE, (self._amounts(self.free[i]), job.request, "free")
         if code == _NO_NODE:
@@ -612,7 +615,7 @@ class _Whys:
         return tier_short(job.highest_tier), (self._amounts(rows[i]) if highest[i] else {}, job.request, "free")
 
     def _amounts(self, row: np.ndarray) -> dict[str, int]:
-        return {r: int(row[k]) for r, k in self.table.resource.items()}
+        return {r: int(row[k]) for r, k in self.resource.items()}
 
     def kinds(self) -> set[str]:
         """`ClusterReasons.kinds`, each kind read once however many clusters give it."""

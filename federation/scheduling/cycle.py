@@ -30,7 +30,7 @@ from federation.scheduling.backlog import Backlog, Demand, Lists, Walked
 from federation.scheduling.choice import ClusterTable, summary
 from federation.scheduling.fairshare import EPSILON, Claim, Tree, hierarchical
 from federation.scheduling.fit import Shape
-from federation.scheduling.flavors import Flavors
+from federation.scheduling.flavors import Flavors, Wants
 from federation.scheduling.hyperjobs import HyperJobs
 from federation.scheduling.ledger import Ledger
 from federation.scheduling.model import (
@@ -84,7 +84,9 @@ class _Cycle:
         self.flavors = Flavors(snap.flavors, {**snap.labels, **{c.name: c.labels for c in snap.clusters}})
         self.flavor_checks = {f.name: f.admission_checks for f in snap.flavors if f.admission_checks}
         self.promised = Promised()
-        self._wanted: dict[str, Resources] = {}  # waiting job -> what it counts as demand for
+        # Its own object, not a method: the head order holds it, and a method would tie the cycle into a reference
+        # cycle that only a full collection frees (with the snapshot it holds: a list of every waiting job).
+        self.wanted = Wants(self.flavors, self.queues)
         self._judged: dict[str, tuple[int, dict[Shape, Verdict]]] = {}  # tenant -> see `judge`
         # running job -> what it counts against, where flavors make it more than its request (see `held_by`)
         holds: Mapping[str, Mapping[str, int]] | None = {
@@ -106,16 +108,6 @@ class _Cycle:
         return info.priority if info is not None else 0
 
     # -- shares ----------------------------------------------------------------------------
-
-    def wanted(self, job: PendingJob) -> Resources:
-        """What a waiting job asks for, counted as shares and quotas count it (its flavor included)."""
-        if not self.flavors:
-            return job.view.request
-        found = self._wanted.get(job.id)
-        if found is None:
-            queue = self.queues.get(job.queue)
-            found = self._wanted[job.id] = self.flavors.wanted(job.view, queue.flavors if queue else ())
-        return found
 
     def compute_shares(self, backlog: Demand) -> None:
         demand = {q: dict(u) for q, u in self.ledger.queue_usage.items()}

@@ -102,39 +102,45 @@ def hierarchical(total: Mapping[str, int], tenants: Sequence[Claim], queues_of: 
     A member's demand is what its children could use added up: each child's demand, capped by its limit
     (a parent's own claim demand is ignored), so nobody is given what none of its children may take.
     """
-    children_of = children_of or {}
-    settled: dict[str, Claim] = {}  # queue -> its claim with the demand of its children (each worked out once)
+    out = _ShareOut(children_of or {})
+    tenant_claims = [out.with_demand(t, queues_of.get(t.name, ())) for t in tenants]
+    tenant_shares = deserved(total, tenant_claims)
+    for t in tenant_claims:
+        out.share_out(tenant_shares[t.name], queues_of.get(t.name, ()))
+    return Tree(tenant_shares, out.queue_shares)
 
-    def with_demand(claim: Claim, children: Sequence[Claim]) -> Claim:
+
+class _ShareOut:
+    """One share-out down the queue tree: each queue's claim with its children's demand is worked out once. A class,
+    not nested functions: recursive closures are reference cycles, freed only by a full collection."""
+
+    def __init__(self, children_of: Mapping[str, Sequence[Claim]]) -> None:
+        self.children_of = children_of
+        self.settled: dict[str, Claim] = {}  # queue -> its claim with the demand of its children
+        self.queue_shares: dict[str, dict[str, float]] = {}
+
+    def with_demand(self, claim: Claim, children: Sequence[Claim]) -> Claim:
         if not children:
             return claim
         demand: dict[str, int] = {}
-        for child in map(queue_claim, children):
+        for child in map(self.queue_claim, children):
             for r in child.demand:
                 demand[r] = demand.get(r, 0) + round(_cap(child, r))
         return Claim(claim.name, claim.weight, claim.guarantee, claim.limit, demand, claim.lending_limit)
 
-    def queue_claim(claim: Claim) -> Claim:
-        if claim.name not in settled:
-            settled[claim.name] = with_demand(claim, children_of.get(claim.name, ()))
-        return settled[claim.name]
+    def queue_claim(self, claim: Claim) -> Claim:
+        if claim.name not in self.settled:
+            self.settled[claim.name] = self.with_demand(claim, self.children_of.get(claim.name, ()))
+        return self.settled[claim.name]
 
-    tenant_claims = [with_demand(t, queues_of.get(t.name, ())) for t in tenants]
-    tenant_shares = deserved(total, tenant_claims)
-    queue_shares: dict[str, dict[str, float]] = {}
-
-    def share_out(have: Mapping[str, float], children: Sequence[Claim]) -> None:
+    def share_out(self, have: Mapping[str, float], children: Sequence[Claim]) -> None:
         if not children:
             return
-        claims = [queue_claim(c) for c in children]
+        claims = [self.queue_claim(c) for c in children]
         shares = deserved({r: round(a) for r, a in have.items()}, claims)
-        queue_shares.update(shares)
+        self.queue_shares.update(shares)
         for child in claims:
-            share_out(shares[child.name], children_of.get(child.name, ()))
-
-    for t in tenant_claims:
-        share_out(tenant_shares[t.name], queues_of.get(t.name, ()))
-    return Tree(tenant_shares, queue_shares)
+            self.share_out(shares[child.name], self.children_of.get(child.name, ()))
 
 
 def dominant_share(usage: Mapping[str, float], deserved_share: Mapping[str, float],
