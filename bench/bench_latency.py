@@ -10,8 +10,10 @@ process of its own, jobs that fit dispatched on arrival), and as baselines in th
 admission on arrival (`--no-admit-on-arrival`: every job waits for a cycle), and one process doing everything
 (`--role all`).
 
+Then `serve`'s default once more with a larger backlog (1,000,000 unless `--large` says otherwise; none when quick).
+
 Writes latency.json and latency.md.
-Usage: python -m bench.bench_latency [--quick] [--backlog N] [--probes N]
+Usage: python -m bench.bench_latency [--quick] [--backlog N] [--probes N] [--large N]
 """
 
 from __future__ import annotations
@@ -166,12 +168,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__)
     p.add_argument("--backlog", type=int, default=None, help="jobs waiting (default 100,000; quick 2,000)")
     p.add_argument("--probes", type=int, default=None, help="probe jobs per setting (default 100; quick 10)")
+    p.add_argument("--large", type=int, default=None,
+                   help="jobs waiting in one more run of `serve`'s default (default 1,000,000; quick: none)")
     args = p.parse_args(argv)
     backlog, probes = args.backlog or (2_000 if args.quick else 100_000), args.probes or (10 if args.quick else 100)
+    large = args.large if args.large is not None else (0 if args.quick else 1_000_000)
     runs = [run(backlog, probes, "both"), run(backlog, probes, "both", arrivals=False), run(backlog, probes, "all")]
+    if large:
+        runs.append(run(large, probes, "both"))
     results = {"benchmark": "latency", "date": measured(), "machine": machine(), "quick": args.quick,
                **runs[0], "runs": runs}
-    split, cycle_only, one = runs
+    split, cycle_only, one = runs[:3]
     lines = [f"# Submit-to-dispatch latency ({results['date']})", "",
              f"Machine: {results['machine']}; server, embedded PostgreSQL, two simulated agents and the client on the "
              f"same cores. A one-GPU job that fits at once on an idle cluster, one at a time, from the SubmitJob call "
@@ -194,7 +201,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"(cycle only: p50 {c['p50']:.3f} s, p99 {c['p99']:.3f} s; no backlog: p50 {e['p50']:.3f} s, "
             f"p99 {e['p99']:.3f} s)"),
            (f"GetJob while {backlog:,} wait", f"p99 {g['p99']:.3f} s, max {g['max']:.3f} s (one process: p99 "
-            f"{base['p99']:.3f} s, max {base['max']:.3f} s)")])
+            f"{base['p99']:.3f} s, max {base['max']:.3f} s)"),
+           *[(f"submit-to-dispatch, {r['backlog']:,} waiting", f"p50 {r['with_backlog']['p50']:.3f} s, p99 "
+              f"{r['with_backlog']['p99']:.3f} s (no backlog, same run: p50 {r['empty']['p50']:.3f} s, p99 "
+              f"{r['empty']['p99']:.3f} s; GetJob p99 {r['get_job_with_backlog']['p99']:.3f} s)") for r in runs[3:]]])
 
 
 if __name__ == "__main__":
