@@ -17,6 +17,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from federation.kernel.hyperjob import Part
 from federation.kernel.resources import FLAVOR
 from federation.scheduling.cycle import (
     Decisions,
@@ -53,8 +54,9 @@ def cluster(name: str, region: str, free_nodes: int, nodes: int = 8) -> ClusterV
 class World:
     """Tenants, queues, clusters and jobs, changed by random events; the manager sees only add and remove."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, hyperjobs: bool = False) -> None:
         self.rng = rng
+        self.hyperjobs = hyperjobs  # some submissions are HyperJobs' sub-jobs
         self.tenants = [TenantInfo("t0", 2), TenantInfo("t1", 1, limit={GPU: 48} if rng.random() < 0.5 else {})]
         self.queues = [QueueInfo("t0-a", "t0", 1, priority=1), QueueInfo("t0-b", "t0", 2),
                        QueueInfo("t0-p", "t0", 1), QueueInfo("t0-c", "t0", 1, parent="t0-p"),
@@ -86,6 +88,17 @@ class World:
     def submit(self, n: int) -> None:
         leaves = [q.name for q in self.queues if q.name != "t0-p"] + ["t0-p", "gone"]
         for _ in range(n):
+            if self.hyperjobs and self.rng.random() < 0.05:  # sub-jobs: never settled with others of their shape
+                self.seq += 1
+                name, queue, parts = f"h{self.seq}", self.rng.choice(leaves[:-1]), self.rng.randint(2, 3)
+                for i in range(parts):
+                    gpus = self.rng.choice([8, 16, 32])
+                    job = PendingJob(JobView(f"{name}-{i}", {GPU: gpus}, {GPU: NODE},
+                                             group=Part(name, name, i, parts, 0, 0, (), "")), queue, 0, self.seq + i)
+                    self.pending[job.id] = job
+                    self.manager.add(job)
+                self.seq += parts
+                continue
             self.seq += 1
             gpus = self.rng.choice([1, 4, 8, 16, 16, 32, 200])
             pod = min(gpus, NODE)
@@ -143,7 +156,8 @@ class World:
             self.manager.remove(job_id)
             self.making_room.pop(job_id, None)
             self.running[job_id] = RunningJob(job_id, job.queue, name, job.priority, job.seq, job.view.request,
-                                              preemptible=job.seq % 4 != 0, started=-float(now % 7) * 100)
+                                              preemptible=job.seq % 4 != 0, started=-float(now % 7) * 100,
+                                              group=job.view.group.id if job.view.group else "")
             self.free[name] -= job.view.request[GPU] // NODE or 1
         for job_id, why in d.preempt.items():
             gang = self.running.pop(job_id)
@@ -176,7 +190,7 @@ def same(oracle: Decisions, walked: Decisions) -> None:
 @given(st.integers(0, 2**32 - 1))
 def test_walk_decides_as_the_cycle_from_scratch(seed: int) -> None:
     rng = random.Random(seed)
-    world = World(rng)
+    world = World(rng, hyperjobs=True)
     world.submit(rng.randrange(5, 60))
     for step in range(12):
         for event in rng.choices(["submit", "cancel", "end", "reconfigure", "refuse"], k=rng.randrange(1, 5)):
@@ -286,4 +300,25 @@ def test_a_verdict_kept_for_a_shape_is_worked_out_again_once_a_gang_is_placed() 
     assert oracle.reserved == {"hold": "x"} and oracle.assign == {"p": "x"}
     assert oracle.waiting["s2"].startswith("behind a job of another tenant")  # 4 free + 12 held would do
     assert not oracle.waiting["s5"].startswith("behind")  # after p, 0 free + 12 held would not
+    same(oracle, schedule_backlog(replace(snapshot, pending=[]), QueueManager(pending)))
+
+
+def test_a_verdict_naming_the_gang_room_is_held_for_is_kept_for_its_tenant_alone() -> None:
+    """Until room is held, equal shapes get equal verdicts whatever their tenant and the walk keeps one for all; once
+    it is, a shape waiting behind the held room names the gang holding it to that gang's tenant alone."""
+    x = ClusterView("x", {}, {GPU: 16}, [TierFree(0, "node", {GPU: 8}), TierFree(1, "leaf", {GPU: 8}),
+                                         TierFree(2, "spine", {GPU: 16})])
+    tenants = [TenantInfo("tb", 10), TenantInfo("ta", 1)]
+    queues = [QueueInfo("b1", "tb"), QueueInfo("a1", "ta", priority=20)]
+
+    def wide(job_id: str, queue: str, seq: int) -> PendingJob:
+        return PendingJob(JobView(job_id, {GPU: 14}, {GPU: 8}), queue, 0, seq)
+
+    pending = [PendingJob(JobView("hold", {GPU: 12}, {GPU: 4}, mode="hard", highest_tier=1), "b1", 0, 0),
+               wide("s1", "a1", 1), wide("s2", "a1", 2), wide("w1", "b1", 3), wide("w2", "b1", 4)]
+    snapshot = Snapshot(tenants, queues, pending, [], [x], {GPU: 16})
+    oracle = schedule(snapshot)
+    assert oracle.reserved == {"hold": "x"}
+    assert oracle.waiting["w2"].startswith("behind hold,")
+    assert oracle.waiting["s2"].startswith("behind a job of another tenant,")
     same(oracle, schedule_backlog(replace(snapshot, pending=[]), QueueManager(pending)))
