@@ -120,7 +120,7 @@ class ClusterTable:
         self._changed: list[int] = []  # clusters in the order they took work this cycle (free only shrinks)
         # shape -> where it would fit but for reservations, kept between asks: see fits_without_reservations
         self._unreserved: dict[Shape, _Unreserved] = {}
-        self._holding = False  # whether room is held for a waiting gang anywhere
+        self.holding = False  # whether room is held for a waiting gang anywhere (`hold`)
         # Each cluster's view as `view` last built it, with how often the cluster had taken work then: a shape that
         # fits nowhere has every cluster's reason worked out from its view, and between two such shapes most
         # clusters took nothing (a thousand views built per shape were a quarter of a cycle on 1,000 clusters).
@@ -130,9 +130,12 @@ class ClusterTable:
         self._tiers_present: np.ndarray | None = None
         self._wholes: tuple[np.ndarray, np.ndarray] | None = None
         self._unmatching: dict[tuple[object, ...], tuple[np.ndarray, list[str | None]]] = {}
-        # Bumped whenever what a waiting gang's verdict reads changes (free room, room held, the shapes found to
-        # fit nowhere): answers kept by shape are good while it stands (`_Cycle.judge`).
+        # Bumped whenever what every waiting gang's verdict reads changes (room held, and free room once some is
+        # held: whom a gang waits behind reads it): answers kept by shape are good while it stands and their shape
+        # is not among those found to fit nowhere since (`_Cycle.judge`). Free room alone is not read: a shape
+        # found to fit nowhere fits nowhere as gangs take room, and one not found so is decided, not settled.
         self.version = 0
+        self.found_nowhere: list[Shape] = []  # in the order found
 
     def _fill(self, table: np.ndarray, i: int, tiers: Sequence[TierFree]) -> None:
         for t in tiers:
@@ -379,7 +382,7 @@ class ClusterTable:
         if not refused:
             self._nowhere[key] = out
             self.nowhere[key] = "no ready cluster fits: " + summary(out)
-            self.version += 1
+            self.found_nowhere.append(key)
         return out
 
     def _whys(self, job: JobView, refused: Mapping[str, str]) -> _Whys | None:
@@ -479,13 +482,14 @@ class ClusterTable:
         """Reserve the gang's room for it while it waits (as `reserve`), remembering that it is held."""
         self.reserve(job, name)
         self.held[self.index[name]] += self._request_in(job, name)
-        self._holding = True
+        self.holding = True
+        self.version += 1
 
     def fits_without_reservations(self, job: JobView) -> str | None:
         """A cluster whose free totals would cover the gang if nothing were held there for others."""
         # Free plus held, and where room is held, change only in clusters that took work (`_changed`): per shape,
         # the clusters it would fit so are kept and only those rows worked out again.
-        if not self._holding:
+        if not self.holding:
             return None
         seen = len(self._changed)
         known = self._unreserved.get(job.shape)
@@ -556,7 +560,8 @@ class ClusterTable:
         i = self.index[name]
         request = self._request_in(job, name)
         self._changed.append(i)
-        self.version += 1
+        if self.holding:
+            self.version += 1
         self._touched[i] += 1
         self.free[i] -= request
         self._take_pods(i, job)

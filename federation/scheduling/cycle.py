@@ -84,10 +84,12 @@ class _Cycle:
         self.flavors = Flavors(snap.flavors, {**snap.labels, **{c.name: c.labels for c in snap.clusters}})
         self.flavor_checks = {f.name: f.admission_checks for f in snap.flavors if f.admission_checks}
         self.promised = Promised()
-        # Its own object, not a method: the head order holds it, and a method would tie the cycle into a reference
+        # Not a method of the cycle: the head order holds it, and the cycle's own would tie the cycle into a reference
         # cycle that only a full collection frees (with the snapshot it holds: a list of every waiting job).
-        self.wanted = Wants(self.flavors, self.queues)
-        self._judged: dict[str, tuple[int, dict[Shape, Verdict]]] = {}  # tenant -> see `judge`
+        self.wanted = Wants(self.flavors, self.queues).of
+        # tenant (None: any, while no room is held) -> (table version, verdicts by shape, how many shapes found to
+        # fit nowhere they know of): `judge`
+        self._judged: dict[str | None, tuple[int, dict[Shape, Verdict], list[int]]] = {}
         # running job -> what it counts against, where flavors make it more than its request (see `held_by`)
         holds: Mapping[str, Mapping[str, int]] | None = {
             job.id: self.flavors.held(job.cluster, job.request) for job in snap.running} if self.flavors else None
@@ -294,18 +296,23 @@ class _Cycle:
 
     def judge(self, queue: str) -> tuple[Callable[[PendingJob], Verdict], Mapping[Shape, Verdict]]:
         """`verdict` for the queue's jobs, and the verdicts it already gave them by gang shape (jobs of no HyperJob):
-        kept per tenant and shape while the cluster table stands as it was (its `version`), when no limit or
-        provisioning applies to the queue: nothing else that verdict reads can differ then. A settling walk asks
-        about 40,000 times a cycle at 1,000,000 pending, over 1,000 queues but only 35 shapes and 100 tenants, and
-        few gangs are placed between asks (about 80 % asked before, for the same table): the walk reads those
-        before it asks, without a call each. One judge per walk of a queue: what the queue alone decides is looked
-        up once."""
+        kept per tenant (for all tenants while no room is held) and shape while the cluster table stands as it was
+        (its `version`) and the shape is not found to fit nowhere since, when no limit or provisioning applies to
+        the queue: nothing else that verdict reads can differ then. A settling walk asks about 40,000 times a cycle
+        at 1,000,000 pending, over 1,000 queues but only 35 shapes and 100 tenants: the walk reads those before it
+        asks, without a call each. One judge per walk of a queue: what the queue alone decides is looked up once."""
         if self.quotas.limited(queue) or self.quotas.provisions(queue):
             return (lambda job: self.verdict(job, queue)), {}
-        tenant, version = self.queues[queue].tenant, self.clusters.version
-        kept = self._judged.get(tenant)
+        version, found_nowhere = self.clusters.version, self.clusters.found_nowhere
+        # Only whom a gang waits behind is told apart by tenant: until room is held, every tenant's are alike.
+        owner = self.queues[queue].tenant if self.clusters.holding else None
+        kept = self._judged.get(owner)
         if kept is None or kept[0] != version:
-            kept = self._judged[tenant] = (version, {})
+            kept = self._judged[owner] = (version, {}, [len(found_nowhere)])
+        elif kept[2][0] < len(found_nowhere):  # a shape found to fit nowhere since: its verdict alone differs now
+            for shape in found_nowhere[kept[2][0]:]:
+                kept[1].pop(shape, None)
+            kept[2][0] = len(found_nowhere)
         known = kept[1]
 
         def judged(job: PendingJob) -> Verdict:

@@ -132,7 +132,7 @@ class Wants:
         self.queues = queues
         self._of: dict[str, Resources] = {}
 
-    def __call__(self, job: PendingJob) -> Resources:
+    def of(self, job: PendingJob) -> Resources:
         if not self.flavors:
             return job.view.request
         found = self._of.get(job.id)
