@@ -30,7 +30,7 @@ from federation.scheduling.backlog import Backlog, Demand, Lists, Walked
 from federation.scheduling.choice import ClusterTable, summary
 from federation.scheduling.fairshare import EPSILON, Claim, Tree, hierarchical
 from federation.scheduling.fit import Shape
-from federation.scheduling.flavors import Flavors, Wants
+from federation.scheduling.flavors import Flavors
 from federation.scheduling.hyperjobs import HyperJobs
 from federation.scheduling.ledger import Ledger
 from federation.scheduling.model import (
@@ -44,6 +44,7 @@ from federation.scheduling.model import (
     RunningJob,
     Snapshot,
     TenantInfo,
+    Wants,
     add_into,
     queue_chains,
     summed_by,

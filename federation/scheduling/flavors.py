@@ -16,13 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from federation.kernel.resources import FLAVOR, GPU, SHARE, Resources
 from federation.scheduling.fit import ClusterView, JobView
-
-if TYPE_CHECKING:
-    from federation.scheduling.model import PendingJob, QueueInfo
 
 
 @dataclass(frozen=True)
@@ -122,21 +118,3 @@ class Flavors:
                   for flavor in preference]
         return groups, never
 
-
-class Wants:
-    """What each waiting job asks for, counted as shares and quotas count it (its flavor included): worked out once
-    per job and cycle, as head order, shares and quotas all ask."""
-
-    def __init__(self, flavors: Flavors, queues: Mapping[str, QueueInfo]) -> None:
-        self.flavors = flavors
-        self.queues = queues
-        self._of: dict[str, Resources] = {}
-
-    def of(self, job: PendingJob) -> Resources:
-        if not self.flavors:
-            return job.view.request
-        found = self._of.get(job.id)
-        if found is None:
-            queue = self.queues.get(job.queue)
-            found = self._of[job.id] = self.flavors.wanted(job.view, queue.flavors if queue else ())
-        return found

@@ -10,7 +10,7 @@ from federation.kernel.resources import Resources
 from federation.scheduling import native
 from federation.scheduling.fairshare import Tree
 from federation.scheduling.fit import ClusterView, JobView
-from federation.scheduling.flavors import FlavorInfo
+from federation.scheduling.flavors import FlavorInfo, Flavors
 from federation.scheduling.forecast import remaining
 from federation.scheduling.provisioning import Provision
 
@@ -226,3 +226,22 @@ def add_into(into: dict[str, int], amounts: Mapping[str, int], sign: int = 1) ->
     """Add (or with sign -1 take) `amounts` into `into`, in place: the cycle's bookkeeping, done thousands of times."""
     for r, a in amounts.items():
         into[r] = into.get(r, 0) + sign * a
+
+
+class Wants:
+    """What each waiting job asks for, counted as shares and quotas count it (its flavor included): worked out once
+    per job and cycle, as head order, shares and quotas all ask."""
+
+    def __init__(self, flavors: Flavors, queues: Mapping[str, QueueInfo]) -> None:
+        self.flavors = flavors
+        self.queues = queues
+        self._of: dict[str, Resources] = {}
+
+    def of(self, job: PendingJob) -> Resources:
+        if not self.flavors:
+            return job.view.request
+        found = self._of.get(job.id)
+        if found is None:
+            queue = self.queues.get(job.queue)
+            found = self._of[job.id] = self.flavors.wanted(job.view, queue.flavors if queue else ())
+        return found
