@@ -117,7 +117,7 @@ class ClusterTable:
         self.held = np.zeros((n, k), dtype=np.int64)  # room reserved for waiting gangs, per cluster
         self._by_shape: dict[Shape, _Scores] = {}
         self._asked: dict[Shape, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = {}
-        self._changed: list[int] = []  # clusters in the order they took work this cycle (free only shrinks)
+        self.changed: list[int] = []  # clusters in the order they took work this cycle (free only shrinks)
         # shape -> where it would fit but for reservations, kept between asks: see fits_without_reservations
         self._unreserved: dict[Shape, _Unreserved] = {}
         self.holding = False  # whether room is held for a waiting gang anywhere (`hold`)
@@ -130,10 +130,10 @@ class ClusterTable:
         self._tiers_present: np.ndarray | None = None
         self._wholes: tuple[np.ndarray, np.ndarray] | None = None
         self._unmatching: dict[tuple[object, ...], tuple[np.ndarray, list[str | None]]] = {}
-        # Bumped whenever what every waiting gang's verdict reads changes (room held, and free room once some is
-        # held: whom a gang waits behind reads it): answers kept by shape are good while it stands and their shape
-        # is not among those found to fit nowhere since (`_Cycle.judge`). Free room alone is not read: a shape
-        # found to fit nowhere fits nowhere as gangs take room, and one not found so is decided, not settled.
+        # Bumped whenever what every waiting gang's verdict reads may change (room held, or given back): answers kept
+        # by shape are good while it stands, but for the shapes found to fit nowhere since and those waiting behind
+        # room held in a cluster that took work since (`_Cycle.judge`). Free room alone is not read otherwise: a
+        # shape found to fit nowhere fits nowhere as gangs take room, and one not found so is decided, not settled.
         self.version = 0
         self.found_nowhere: list[Shape] = []  # in the order found
 
@@ -254,9 +254,9 @@ class ClusterTable:
                 scores = self._scores(job, slice(None))
                 if scores is None:
                     return None
-                entry = self._by_shape[job.shape] = _Scores(scores, len(self._changed))
-            elif entry.seen < len(self._changed):
-                changed = self._changed[entry.seen:]
+                entry = self._by_shape[job.shape] = _Scores(scores, len(self.changed))
+            elif entry.seen < len(self.changed):
+                changed = self.changed[entry.seen:]
                 if len(changed) <= ROWS_ONE_BY_ONE:
                     for i in set(changed):
                         entry.scores[i] = self._score(job, i)
@@ -264,7 +264,7 @@ class ClusterTable:
                     rows = np.fromiter(set(changed), dtype=np.intp) if len(changed) < len(self.names) // 4 \
                         else slice(None)
                     entry.scores[rows] = self._scores(job, rows)
-                entry.seen = len(self._changed)
+                entry.seen = len(self.changed)
             scores = entry.scores
         i = int(scores.argmin())
         return self.names[i] if scores[i] != np.inf else None
@@ -343,7 +343,7 @@ class ClusterTable:
         if self.healthy is None or job.highest_tier_name:
             return ""
         entry = self._by_shape.get(job.shape)  # as `best` just scored them, when it kept them
-        scores = entry.scores if entry is not None and entry.seen == len(self._changed) else \
+        scores = entry.scores if entry is not None and entry.seen == len(self.changed) else \
             self._scores(job, slice(None))
         if scores is None or scores[self.index[chosen]] >= UNHEALTHY:
             return ""
@@ -487,11 +487,11 @@ class ClusterTable:
 
     def fits_without_reservations(self, job: JobView) -> str | None:
         """A cluster whose free totals would cover the gang if nothing were held there for others."""
-        # Free plus held, and where room is held, change only in clusters that took work (`_changed`): per shape,
+        # Free plus held, and where room is held, change only in clusters that took work (`changed`): per shape,
         # the clusters it would fit so are kept and only those rows worked out again.
         if not self.holding:
             return None
-        seen = len(self._changed)
+        seen = len(self.changed)
         known = self._unreserved.get(job.shape)
         if known is None:
             request = self.vector(job.request)
@@ -502,7 +502,7 @@ class ClusterTable:
             known = self._unreserved[job.shape] = _Unreserved(seen, mask, int(hits[0]) if len(hits) else -1,
                                                               request, list(enumerate(request.tolist())))
         elif known.seen < seen:
-            self._unreserved_since(job, known, set(self._changed[known.seen:]))
+            self._unreserved_since(job, known, set(self.changed[known.seen:]))
             known.seen = seen
         return None if known.first < 0 else self.names[known.first]
 
@@ -559,9 +559,7 @@ class ClusterTable:
         """
         i = self.index[name]
         request = self._request_in(job, name)
-        self._changed.append(i)
-        if self.holding:
-            self.version += 1
+        self.changed.append(i)
         self._touched[i] += 1
         self.free[i] -= request
         self._take_pods(i, job)

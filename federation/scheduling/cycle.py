@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from federation.kernel.hyperjob import HOLD_CHECK
 from federation.kernel.resources import FLAVOR, Resources, base
@@ -62,6 +63,35 @@ __all__ = ["MOVE_BUDGET_SECONDS", "NO_READY_CLUSTER", "REPREEMPT_GRACE", "RESOUR
            "queue_chains", "schedule", "schedule_backlog", "shares", "walk_backlog"]
 
 
+@dataclass
+class _Kept:
+    """Verdicts kept by gang shape (`_Cycle.judge`): those alike for every tenant, and per tenant those of shapes that
+    would fit a cluster but for room held there (whom they wait behind is named to its own tenant alone); and how far
+    into the cluster table's changes they hold: the shapes found to fit nowhere and the clusters that took work, each
+    in order, as many of each as they know of."""
+    version: int
+    nowhere_seen: int
+    changed_seen: int
+    verdicts: dict[Shape, Verdict] = field(default_factory=dict)
+    behind: dict[str, dict[Shape, Verdict]] = field(default_factory=dict)  # tenant -> shape -> verdict
+    behind_in: dict[int, list[tuple[str, Shape]]] = field(default_factory=dict)  # cluster row -> (tenant, shape)
+
+    def catch_up(self, table: ClusterTable) -> None:
+        """Drop what the table's changes since made wrong: a shape found to fit nowhere has a new verdict; a cluster
+        that took work has less free room, so a shape that would fit there but for room held may no longer (free
+        room only shrinks: one that would not, still would not)."""
+        if self.nowhere_seen < len(table.found_nowhere):
+            # (A verdict kept per tenant was worked out once its shape fitted nowhere, or for one that never can.)
+            for shape in table.found_nowhere[self.nowhere_seen:]:
+                self.verdicts.pop(shape, None)
+            self.nowhere_seen = len(table.found_nowhere)
+        if self.changed_seen < len(table.changed):
+            for row in table.changed[self.changed_seen:]:
+                for tenant, shape in self.behind_in.pop(row, ()):
+                    self.behind[tenant].pop(shape, None)
+            self.changed_seen = len(table.changed)
+
+
 class _Cycle:
     """The loop over queue heads. Its parts (the ledger, the head order, quotas, the preemptor, reservations,
     HyperJobs) keep their own state and answer; the decisions are written here alone, so what a cycle decided is
@@ -88,9 +118,7 @@ class _Cycle:
         # Not a method of the cycle: the head order holds it, and the cycle's own would tie the cycle into a reference
         # cycle that only a full collection frees (with the snapshot it holds: a list of every waiting job).
         self.wanted = Wants(self.flavors, self.queues).of
-        # tenant (None: any, while no room is held) -> (table version, verdicts by shape, how many shapes found to
-        # fit nowhere they know of): `judge`
-        self._judged: dict[str | None, tuple[int, dict[Shape, Verdict], list[int]]] = {}
+        self._kept: _Kept | None = None  # see `judge`
         # running job -> what it counts against, where flavors make it more than its request (see `held_by`)
         holds: Mapping[str, Mapping[str, int]] | None = {
             job.id: self.flavors.held(job.cluster, job.request) for job in snap.running} if self.flavors else None
@@ -297,31 +325,42 @@ class _Cycle:
 
     def judge(self, queue: str) -> tuple[Callable[[PendingJob], Verdict], Mapping[Shape, Verdict]]:
         """`verdict` for the queue's jobs, and the verdicts it already gave them by gang shape (jobs of no HyperJob):
-        kept per tenant (for all tenants while no room is held) and shape while the cluster table stands as it was
-        (its `version`) and the shape is not found to fit nowhere since, when no limit or provisioning applies to
-        the queue: nothing else that verdict reads can differ then. A settling walk asks about 40,000 times a cycle
-        at 1,000,000 pending, over 1,000 queues but only 35 shapes and 100 tenants: the walk reads those before it
-        asks, without a call each. One judge per walk of a queue: what the queue alone decides is looked up once."""
+        kept by shape (and by tenant where whom a gang waits behind is named) while the cluster table stands as it was
+        (its `version`: room held or given back) and what changed since could not change them (`_Kept.catch_up`),
+        when no limit or provisioning applies to the queue: nothing else that verdict reads can differ then. A
+        settling walk asks about 40,000 times a cycle at 1,000,000 pending, over 1,000 queues but only 35 shapes
+        and 100 tenants: the walk reads those before it asks, without a call each. One judge per walk of a queue:
+        what the queue alone decides is looked up once."""
         if self.quotas.limited(queue) or self.quotas.provisions(queue):
             return (lambda job: self.verdict(job, queue)), {}
-        version, found_nowhere = self.clusters.version, self.clusters.found_nowhere
-        # Only whom a gang waits behind is told apart by tenant: until room is held, every tenant's are alike.
-        owner = self.queues[queue].tenant if self.clusters.holding else None
-        kept = self._judged.get(owner)
-        if kept is None or kept[0] != version:
-            kept = self._judged[owner] = (version, {}, [len(found_nowhere)])
-        elif kept[2][0] < len(found_nowhere):  # a shape found to fit nowhere since: its verdict alone differs now
-            for shape in found_nowhere[kept[2][0]:]:
-                kept[1].pop(shape, None)
-            kept[2][0] = len(found_nowhere)
-        known = kept[1]
+        table = self.clusters
+        kept = self._kept
+        if kept is None or kept.version != table.version:
+            kept = self._kept = _Kept(table.version, len(table.found_nowhere), len(table.changed))
+        else:
+            kept.catch_up(table)
+        tenant = self.queues[queue].tenant
+        shared, mine = kept.verdicts, kept.behind.get(tenant)
+        known = {**shared, **mine} if mine else shared
 
         def judged(job: PendingJob) -> Verdict:
             if job.view.group is not None:
                 return self.verdict(job, queue)
-            found = known.get(job.view.shape)
+            shape = job.view.shape
+            found = known.get(shape)
             if found is None:
-                found = known[job.view.shape] = self.verdict(job, queue)
+                found = self.verdict(job, queue)
+                # Only whom a gang waits behind tells tenants apart, and only a shape that would fit but for room
+                # held somewhere waits behind anyone.
+                behind = table.fits_without_reservations(job.view) if table.holding and found[0] is not None \
+                    else None
+                if behind is None:
+                    shared[shape] = found
+                else:
+                    kept.behind.setdefault(tenant, {})[shape] = found
+                    kept.behind_in.setdefault(table.index[behind], []).append((tenant, shape))
+                if known is not shared:
+                    known[shape] = found
             return found
 
         return judged, known
