@@ -281,11 +281,9 @@ class Walk:
         shapes = self.manager.shapes[queue]
         for shape in [shape for shape, found in verdicts.items() if found[0] is None]:
             same = shapes[shape]
-            j = same.bisect_key_left(start)
-            while j < len(same) and same[j].id in self.owed:
-                j += 1
-            if j < len(same) and (stop is None or same[j].rank < stop):
-                stop = same[j].rank
+            first = self._first(same, start)
+            if first is not None and (stop is None or first.rank < stop):
+                stop = first.rank
         end = len(order) if stop is None else order.bisect_key_left(stop)
         if end > i:
             self._record(Settled(queue, start, stop, verdicts))
@@ -299,15 +297,19 @@ class Walk:
         for shape, same in self.manager.shapes[queue].items():
             if shape in verdicts:
                 continue
-            j = same.bisect_key_left(start)
-            while j < len(same) and same[j].id in self.owed:
-                j += 1
-            if j == len(same):
+            first = self._first(same, start)
+            if first is None:
                 continue
-            first = same[j]
             found = known.get(shape) if first.view.group is None else None
             verdicts[shape] = found if found is not None else verdict(first)
         return verdicts
+
+    def _first(self, same: SortedKeyList, start: Rank) -> PendingJob | None:
+        """The first of these jobs (one queue's of one shape) from `start` on that the walk has not decided first."""
+        j = same.bisect_key_left(start)
+        while j < len(same) and same[j].id in self.owed:
+            j += 1
+        return same[j] if j < len(same) else None
 
     def _record(self, settled: Settled) -> None:
         self.log.append(settled)
