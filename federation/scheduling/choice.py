@@ -136,6 +136,7 @@ class ClusterTable:
         # shape found to fit nowhere fits nowhere as gangs take room, and one not found so is decided, not settled.
         self.version = 0
         self.found_nowhere: list[Shape] = []  # in the order found
+        self._free_bytes: tuple[tuple[int, int], bytes] | None = None  # see `free_bytes`
 
     def _fill(self, table: np.ndarray, i: int, tiers: Sequence[TierFree]) -> None:
         for t in tiers:
@@ -472,6 +473,15 @@ class ClusterTable:
                                                                                   strict=True)]
             found = self._unmatching[key] = (np.array([s is not None for s in said], dtype=bool), said)
         return found
+
+    def free_bytes(self) -> bytes:
+        """The free table as the compiled search reads it (row-major int64): copied once per change, not at each of
+        the thousand asks of a cycle. Free room changes only as clusters take work (`changed`) or room is given back
+        (`restore`, which bumps `version`)."""
+        key = (self.version, len(self.changed))
+        if self._free_bytes is None or self._free_bytes[0] != key:
+            self._free_bytes = (key, self.free.tobytes())
+        return self._free_bytes[1]
 
     def fits_nowhere(self, job: JobView) -> str | None:
         """The waiting reason, when a gang of this shape was already found to fit nowhere in this

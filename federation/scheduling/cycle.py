@@ -314,7 +314,7 @@ class _Cycle:
         if job.view.group is not None:
             return None, False, None  # decided with its HyperJob's other sub-jobs, never settled with its shape
         impossible = self.quotas.cannot_run(job, queue)
-        held = self.quotas.limit(job, queue) if not impossible and self.quotas.limited(queue) else None
+        held = self.quotas.limit(job, queue) if not impossible else None
         if held is not None and held[0] == "federation" and queue not in self.heads_reserving:
             return None, False, None  # its queue's head may still reclaim for it (`reclaim_kept`)
         nowhere = self.clusters.nowhere if self.clusters and not self.quotas.provisions(queue) else {}

@@ -72,6 +72,8 @@ class Ledger:
         """The tenant's dominant share and the largest of the queue's and its parents' with `extra` started."""
         assert self.shares is not None
         tenant = self.queues[queue].tenant
-        deserved = self.shares.queues
-        return (dominant_share(self.tenant_usage[tenant], self.shares.tenants.get(tenant, {}), extra),
-                max(dominant_share(self.queue_usage[q], deserved.get(q, {}), extra) for q in self.chain[queue]))
+        deserved, chain = self.shares.queues, self.chain[queue]
+        tenant_share = dominant_share(self.tenant_usage[tenant], self.shares.tenants.get(tenant, {}), extra)
+        if len(chain) == 1:  # a queue without parents (most): asked for every head a cycle considers
+            return tenant_share, dominant_share(self.queue_usage[queue], deserved.get(queue, {}), extra)
+        return tenant_share, max(dominant_share(self.queue_usage[q], deserved.get(q, {}), extra) for q in chain)

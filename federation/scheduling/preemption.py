@@ -126,7 +126,7 @@ class Preemptor:
         """Per cluster, whether free resources plus every preemptible gang not yet evicted of `queues` would cover
         `request` (`PreemptiblePool.could_make_room`). The compiled search's gangs answer it when built: they are
         read there anyway, and adding them up in Python as well was a tenth of a cycle at 1,000 clusters."""
-        found = self._natively(lambda pool: pool.could_make_room(request, list(queues), self.clusters.free.tobytes()))
+        found = self._natively(lambda pool: pool.could_make_room(request, list(queues), self.clusters.free_bytes()))
         if found is not None:
             return np.frombuffer(found, dtype=bool)
         if self._pool is None:
@@ -295,7 +295,7 @@ class Preemptor:
         assert ledger.shares is not None
         found = pool.victims(
             job.queue, job.priority, job.view.request, sorted(over), self._lowest(job, over),
-            self.clusters.free.tobytes(), could.tobytes(), self.clusters.selects(job.view).tobytes(),
+            self.clusters.free_bytes(), could.tobytes(), self.clusters.selects(job.view).tobytes(),
             [self.clusters.index[c] for c in refused if c in self.clusters.index], ledger.queue_usage,
             ledger.tenant_usage, ledger.queue_version, ledger.tenant_version, ledger.shares.queues,
             ledger.shares.tenants)

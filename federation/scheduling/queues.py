@@ -215,6 +215,8 @@ class Walk:
         self.stops: dict[str, list[int]] = {}
         self.log: list[str | Settled] = []  # in walk order: a job decided on its own, or a range settled
         self.settled: dict[str, list[Settled]] = {}  # queue -> its ranges, in rank order
+        # queue -> (its cursor, the job there): asked for at each push and pop of the queue, while the cursor stays
+        self._heads: dict[str, tuple[int, PendingJob | None]] = {}
 
     def begin(self, remembered: Iterable[str], owed: set[str]) -> None:
         """Before the walk: the jobs with a past cycle's outcome to follow, and those of them decided first."""
@@ -227,11 +229,19 @@ class Walk:
             stops.sort()
 
     def head(self, queue: str) -> PendingJob | None:
-        order, i = self.manager.order[queue], self.cursor[queue]
-        while i < len(order) and order[i].id in self.owed:
+        i = self.cursor[queue]
+        known = self._heads.get(queue)
+        if known is not None and known[0] == i:
+            return known[1]
+        order = self.manager.order[queue]
+        n = len(order)
+        job = order[i] if i < n else None
+        while job is not None and job.id in self.owed:
             i += 1
+            job = order[i] if i < n else None
         self.cursor[queue] = i
-        return order[i] if i < len(order) else None
+        self._heads[queue] = (i, job)
+        return job
 
     def take(self, queue: str) -> None:
         self.cursor[queue] += 1
@@ -247,23 +257,29 @@ class Walk:
         """Move the queue's cursor past every job that certainly waits, recording them as one range. `known`: the
         verdicts `verdict` already gave by shape (for jobs of no HyperJob), read before it is asked."""
         order, i = self.manager.order[queue], self.cursor[queue]
-        if i >= len(order):
+        n = len(order)  # (a sorted list's length, and each item, is a Python call away: each read once here)
+        if i >= n:
             return
-        start = order[i].rank
+        job = order[i]
+        start = job.rank
         stops = self.stops.get(queue, ())
         k = bisect.bisect_left(stops, i)
         stop = order[stops[k]].rank if k < len(stops) else None
         verdicts: dict[Shape, Verdict] = {}
-        j = i
-        while j < len(order) and order[j].id in self.owed:
+        j, owed = i, self.owed
+        while job.id in owed:
             j += 1
-        if j < len(order) and (stop is None or order[j].rank < stop):
+            if j == n:
+                job = None
+                break
+            job = order[j]
+        if job is not None and (stop is None or job.rank < stop):
             # The next job first, on its own: when it needs deciding (most of a cycle that places much) nothing
             # is settled, and each shape's first job need not be looked for.
-            found = verdict(order[j])
+            found = verdict(job)
             if found[0] is None:
                 return
-            verdicts[order[j].view.shape] = found
+            verdicts[job.view.shape] = found
         # Every shape with jobs left past the cursor gets its verdict (any of its jobs will do); only the shapes
         # that need deciding are looked for, and the first of their jobs ends the range. In a queue whose every
         # shape certainly waits (most queues, most cycles, in a full federation) nothing is looked for at all.
@@ -284,7 +300,7 @@ class Walk:
             first = self._first(same, start)
             if first is not None and (stop is None or first.rank < stop):
                 stop = first.rank
-        end = len(order) if stop is None else order.bisect_key_left(stop)
+        end = n if stop is None else order.bisect_key_left(stop)
         if end > i:
             self._record(Settled(queue, start, stop, verdicts))
             self.cursor[queue] = end

@@ -82,6 +82,8 @@ class Quotas:
 
     def limit(self, job: PendingJob, queue: str) -> tuple[str, Resources, str] | None:
         """The limit holding the job now: its owner, how much of each resource the owner must free first, why."""
+        if not self.limited(queue):
+            return None  # no limit and no lending limit around it: most queues, a head of each a cycle
         q = self.queues[queue]
         for name in self.chain[queue]:
             over = _over(self.ledger.queue_usage[name], job.view.request, self.queues[name].limit)
