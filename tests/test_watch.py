@@ -91,6 +91,46 @@ async def test_a_lagging_watcher_rereads_the_gap() -> None:
     await stream.aclose()
 
 
+async def test_a_hub_nobody_watches_reads_nothing_and_its_first_watcher_starts_from_the_log_as_it_stands() -> None:
+    """Every local write wakes the hub. With nobody watching it reads nothing (it read where the log stood at each
+    write: four round trips a submitted batch). The first watcher brings it up to date, so neither the hub nor the
+    watcher reads again what was written before it joined; a watcher resuming from an earlier point reads that as its
+    backlog, without gaps or repeats."""
+    log: list[dict[str, int]] = []
+    loads: list[tuple[int, int | None]] = []
+
+    async def load(after: int, upto: int | None) -> list[dict[str, int]]:
+        loads.append((after, upto))
+        return [e for e in log if e["seq"] > after and (upto is None or e["seq"] <= upto)][:7]
+
+    asked: list[int] = []  # where the log stood, each time the hub asked
+
+    async def current() -> int:
+        asked.append(log[-1]["seq"] if log else 0)
+        return asked[-1]
+
+    hub = EventHub(load, current, last_seq=0)
+    for start in (1, 11, 21):  # three writes while nobody watches, each waking the hub
+        log.extend({"seq": i} for i in range(start, start + 10))
+        await hub._deliver_new()
+    live = hub.watch(None)
+    first = asyncio.create_task(anext(live))
+    await asyncio.sleep(0)  # it joins
+    assert asked == [30, 30]  # the watcher's "now", and the hub brought up to date as it joined: nothing before
+    log.extend({"seq": i} for i in range(31, 36))
+    await hub._deliver_new()
+    assert [(await first)["seq"]] + [(await anext(live))["seq"] for _ in range(4)] == list(range(31, 36))
+    assert loads and min(after for after, _ in loads) == 30  # from where the log stood when it joined
+    resumed = hub.watch(10)  # joins a hub that is up to date: 11 to 35 are its backlog
+    assert [(await anext(resumed))["seq"] for _ in range(25)] == list(range(11, 36))
+    log.append({"seq": 36})
+    await hub._deliver_new()
+    assert (await anext(live))["seq"] == 36
+    assert (await anext(resumed))["seq"] == 36
+    await live.aclose()
+    await resumed.aclose()
+
+
 async def test_a_stalled_client_gets_every_event(api: Api) -> None:
     """Many events arrive while a client reads nothing; it still receives all, in order."""
     await make_queue(api)

@@ -51,11 +51,10 @@ class EventHub:
         self._loop.wake()
 
     async def _deliver_new(self) -> None:
-        if not self._subscribers:  # nobody to give them to: a watcher joining later reads its backlog itself
-            current = await self._current()
-            if not self._subscribers:  # (one that joined meanwhile counts on the hub from last_seq on)
-                self.last_seq = max(self.last_seq, current)
-                return
+        if not self._subscribers:
+            # Nobody to give them to: nothing is read (a busy server's every write woke the hub to read where the
+            # log stands); the first watcher to join brings the hub up to date (`watch`).
+            return
         while True:
             events = await self._load(self.last_seq, None)
             if not events:
@@ -78,6 +77,13 @@ class EventHub:
         """
         cursor = await self._current() if after_seq is None else after_seq
         while True:
+            if not self._subscribers:
+                # The hub read nothing while nobody watched: it starts from what is committed now (what came before
+                # is this watcher's backlog, read from Postgres below); one that joined meanwhile counts on the hub
+                # from where it stands.
+                current = await self._current()
+                if not self._subscribers:
+                    self.last_seq = max(self.last_seq, current)
             sub = _Subscriber(start=self.last_seq, queue=asyncio.Queue(maxsize=self._watcher_queue))
             self._subscribers.add(sub)
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,11 +21,11 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import ConnectionPoolEntry, NullPool, PoolProxiedConnection
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 # ends the transaction, so the row locks it held (the event counter's, which every writer takes) do not stop
 # every other replica's writes until the kernel notices, which for a stopped process is never.
 STALLED_TRANSACTION_SECONDS = 15.0
+# A pooled connection is pinged before use once it has sat unused this long (seconds). Pinging at every checkout
+# was a quarter of the round trips of a busy server's submissions; one used a moment ago is as alive as a ping.
+PING_AFTER_IDLE = 1.0
 MIN_STALLED = 2.0  # shorter, a loaded event loop between two statements of one transaction could trip it
 
 # A migration run under live replicas (a rolling upgrade) waits this long for a table lock, then gives up and is
@@ -174,13 +178,37 @@ def async_engine(url: URL, pool_size: int = 10, stalled_after: float = STALLED_T
     """The server's pool; its sessions name the process (`pg_stat_activity.application_name`), so an operator
     can tell replicas apart, and give up a transaction their process stopped driving (`stalled_after`)."""
     options = f"-c idle_in_transaction_session_timeout={int(stalled_after * 1000)}"
-    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
-                               connect_args={"application_name": f"federation-server-{os.getpid()}",
-                                             "options": options},
-                               json_serializer=_json_text, json_deserializer=orjson.loads)
+    engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size,
+                                 connect_args={"application_name": f"federation-server-{os.getpid()}",
+                                               "options": options},
+                                 json_serializer=json_text, json_deserializer=orjson.loads)
+    _ping_when_idle(engine, PING_AFTER_IDLE)
+    return engine
 
 
-def _json_text(value: object) -> str:
+def _ping_when_idle(engine: AsyncEngine, after: float) -> None:
+    """SQLAlchemy's pre-ping, but only for a connection unused for `after` seconds: one that answered a moment ago
+    needs no round trip to show it is alive (a database lost since fails its next statement, as one lost mid-use
+    does, and the pool then drops every connection made before). A dead one is replaced before use, as pre-ping
+    does: raising DisconnectionError at checkout makes the pool discard it and hand out another."""
+    sync = engine.sync_engine
+
+    @event.listens_for(sync, "checkin")
+    def returned(dbapi_connection: object, record: ConnectionPoolEntry) -> None:
+        record.info["returned"] = time.monotonic()
+
+    @event.listens_for(sync, "checkout")
+    def ping(dbapi_connection: object, record: ConnectionPoolEntry, proxy: PoolProxiedConnection) -> None:
+        since = record.info.get("returned")
+        if since is None or time.monotonic() - since < after:
+            return  # just made, or used a moment ago
+        try:
+            sync.dialect.do_ping(dbapi_connection)
+        except Exception as err:
+            raise DisconnectionError(f"a pooled connection did not answer a ping: {err}") from err
+
+
+def json_text(value: object) -> str:
     """JSONB parameters as text, by orjson: the job rows an order relay or a burst of reports reads and writes
     by the thousand were decoded and encoded by the standard library's pure-Python paths at a few percent of the
     server's time. Keys that are not strings are written as json.dumps writes them."""

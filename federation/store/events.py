@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from sqlalchemy import Table, case, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation import failpoints
+from federation.store.database import json_text
 from federation.store.models import (
     EventCounter,
     JobEvent,
@@ -76,7 +76,7 @@ async def insert_rows(conn: AsyncConnection, table: Table, rows: Sequence[dict[s
                      f"jsonb_populate_recordset(NULL::{name}, CAST(:rows AS jsonb))")
 
     def encode() -> str:
-        return json.dumps([{**defaults, **row} for row in rows])
+        return json_text([{**defaults, **row} for row in rows])
 
     # A batch of 1,000 job specs is megabytes of JSON: encoded on a worker thread, not the serving loop.
     document = encode() if len(rows) < OFF_LOOP_ROWS else await asyncio.to_thread(encode)
