@@ -82,27 +82,48 @@ def claimed(pod_template_json: str, claims: Mapping[str, dra.ClaimSpec] | None) 
         return {}
 
 
-def _total(spec: common_pb2.JobSpec, pods: Mapping[str, int], requests: Sequence[Resources] | None) -> Resources:
-    out: Resources = {}
-    claims = claim_templates(spec.resource_claim_templates_json) if spec.resource_claim_templates_json else None
-    for i, task in enumerate(spec.tasks):
-        count = pods.get(task.name, 0)
-        if not count:
-            continue
-        for resource, amount in pod_request(task, None if requests is None else requests[i], claims).items():
-            out[resource] = out.get(resource, 0) + amount * count
-    return {r: a for r, a in out.items() if a}
+class _Pods:
+    """Each task's pod request (`pod_request`), worked out when first needed and kept: a gang's minimum and its
+    whole are summed over the same pods (its template's annotations and claims read once, not once per sum)."""
+
+    def __init__(self, spec: common_pb2.JobSpec, requests: Sequence[Resources] | None) -> None:
+        self.spec = spec
+        self.requests = requests
+        self.claims = claim_templates(spec.resource_claim_templates_json) if spec.resource_claim_templates_json \
+            else None
+        self.known: dict[int, Resources] = {}
+
+    def total(self, pods: Mapping[str, int]) -> Resources:
+        out: Resources = {}
+        for i, task in enumerate(self.spec.tasks):
+            count = pods.get(task.name, 0)
+            if not count:
+                continue
+            request = self.known.get(i)
+            if request is None:
+                request = self.known[i] = pod_request(task, None if self.requests is None else self.requests[i],
+                                                      self.claims)
+            for resource, amount in request.items():
+                out[resource] = out.get(resource, 0) + amount * count
+        return {r: a for r, a in out.items() if a}
 
 
 def minimum(spec: common_pb2.JobSpec, requests: Sequence[Resources] | None = None) -> Resources:
     """What the gang needs to start: its minimum pods' requests (`requests`: each task's pod's, when already
     parsed)."""
-    return _total(spec, minimum_pods(spec), requests)
+    return _Pods(spec, requests).total(minimum_pods(spec))
 
 
 def whole(spec: common_pb2.JobSpec, requests: Sequence[Resources] | None = None) -> Resources:
     """Every replica's requests."""
-    return _total(spec, {t.name: t.replicas for t in spec.tasks}, requests)
+    return _Pods(spec, requests).total({t.name: t.replicas for t in spec.tasks})
+
+
+def minimum_and_whole(spec: common_pb2.JobSpec, requests: Sequence[Resources] | None = None
+                      ) -> tuple[Resources, Resources]:
+    """`minimum` and `whole` at once, each task's pod read once: what a submission stores and checks."""
+    pods = _Pods(spec, requests)
+    return pods.total(minimum_pods(spec)), pods.total({t.name: t.replicas for t in spec.tasks})
 
 
 def bound(spec: common_pb2.JobSpec, placements: Iterable[Mapping[str, Any]]) -> Resources:
@@ -110,4 +131,4 @@ def bound(spec: common_pb2.JobSpec, placements: Iterable[Mapping[str, Any]]) -> 
     pods: dict[str, int] = {}
     for p in placements:
         pods[p["task"]] = pods.get(p["task"], 0) + 1
-    return _total(spec, pods, None)
+    return _Pods(spec, None).total(pods)

@@ -3,6 +3,7 @@ quantities."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -85,29 +86,47 @@ def text_problem(value: str, limit: int = MAX_FIELD, multiline: bool = False) ->
     return "must not contain control characters" if _MULTILINE_BAD.search(value) else ""
 
 
+_OTHER, _MAP, _STRING, _MESSAGE = range(4)
+
+
+@functools.cache
+def _field_rule(descriptor: Any) -> tuple[int, bool, int]:
+    """A field's kind for `text_violations`, whether its text spans lines, and its bound: the same for every
+    message, so worked out once per field (a batch of a hundred jobs walks thousands of fields)."""
+    multiline = descriptor.full_name in MULTILINE
+    limit = MAX_TEMPLATE_BYTES if multiline else MAX_FIELD  # the largest of their own bounds
+    if descriptor.message_type is not None and descriptor.message_type.GetOptions().map_entry:
+        return _MAP, multiline, limit
+    if descriptor.type == descriptor.TYPE_STRING:
+        return _STRING, multiline, limit
+    return (_MESSAGE if descriptor.message_type is not None else _OTHER), multiline, limit
+
+
 def text_violations(message: Any, path: str = "") -> list[Violation]:
-    """Every string of a request (map keys too) held to `text_problem`, each named by its field path."""
+    """Every string of a request (map keys too) held to `text_problem`, each named by its field path. A field's
+    path is spelt out only where it is needed (a violation, or a message to walk): most texts keep the rule."""
     found: list[Violation] = []
     for descriptor, value in message.ListFields():
+        kind, multiline, limit = _field_rule(descriptor)
+        if kind == _OTHER:
+            continue
         where = f"{path}.{descriptor.name}" if path else descriptor.name
-        multiline = descriptor.full_name in MULTILINE
-        limit = MAX_TEMPLATE_BYTES if multiline else MAX_FIELD  # the largest of their own bounds
-        if descriptor.message_type is not None and descriptor.message_type.GetOptions().map_entry:
+        if kind == _MAP:
             for k, item in value.items():
                 key = str(k)
-                at = f"{where}[{key[:32]!r}]"
-                if why := text_problem(key, MAX_FIELD):
+                if not (len(key) <= MAX_FIELD and key.isprintable()) and (why := text_problem(key, MAX_FIELD)):
                     found.append(Violation(f"{where} key {key[:32]!r}", why))
                 elif isinstance(item, str):
-                    if why := text_problem(item, limit, multiline):
-                        found.append(Violation(at, why))
+                    if not (len(item) <= limit and item.isprintable()) and (why := text_problem(item, limit,
+                                                                                                  multiline)):
+                        found.append(Violation(f"{where}[{key[:32]!r}]", why))
                 elif hasattr(item, "ListFields"):
-                    found += text_violations(item, at)
-        elif descriptor.type == descriptor.TYPE_STRING:
+                    found += text_violations(item, f"{where}[{key[:32]!r}]")
+        elif kind == _STRING:
             for i, item in enumerate(value if descriptor.is_repeated else [value]):
-                if why := text_problem(item, limit, multiline):
+                if not (len(item) <= limit and item.isprintable()) and (why := text_problem(item, limit, multiline)):
                     found.append(Violation(f"{where}[{i}]" if descriptor.is_repeated else where, why))
-        elif descriptor.message_type is not None:
+        else:
             for i, item in enumerate(value if descriptor.is_repeated else [value]):
                 found += text_violations(item, f"{where}[{i}]" if descriptor.is_repeated else where)
     return found

@@ -259,7 +259,8 @@ def check_job_spec(v: Violations, path: str, spec: common_pb2.JobSpec) -> Checke
         v.add(f"{path}.request_id", f"must be printable and at most {MAX_REQUEST_ID} characters")
     if len(v.items) > before:
         return None
-    return CheckedJob(minimum=gangs.minimum(spec, requests), whole=gangs.whole(spec, requests), replicas=replicas)
+    least, every = gangs.minimum_and_whole(spec, requests)
+    return CheckedJob(minimum=least, whole=every, replicas=replicas)
 
 
 def normalise_job_spec(spec: common_pb2.JobSpec) -> None:
