@@ -79,7 +79,7 @@ def _not_our_token() -> InvalidArgument:
 @servicer
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(self, jobs: JobStore, admin: AdminStore, hub: EventHub, leader: LeaderView,
-                 on_change: Callable[[], None], limiter: RateLimiter, logs: LogRelay,
+                 on_change: Callable[..., None], limiter: RateLimiter, logs: LogRelay,
                  heartbeat_timeout: float = HEARTBEAT_TIMEOUT, ready_timeout: float = 0.0,
                  past: PastUsageView | None = None) -> None:
         self.logs = logs
@@ -91,7 +91,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self.hub = hub
         self.leader = leader  # what only the scheduling leader knows: explanations, expected starts
         self.heartbeat_timeout = heartbeat_timeout
-        self.on_change = on_change  # wakes the scheduler and the watchers
+        self.on_change = on_change  # wakes the scheduler and the watchers (`announced`: the others were told)
         self.limiter = limiter
         # each live watch holds a queue in the event hub, so one tenant must not hold them all
         self._watches = TenantSlots(MAX_WATCHES_PER_TENANT, f"at most {MAX_WATCHES_PER_TENANT} live watches per "
@@ -132,7 +132,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                                  status=common_pb2.JobStatus(phase=common_pb2.PENDING, reason=new.reason))
             return jobs_pb2.SubmitJobResponse(job=job, inadmissible=why)
         (result,) = await self.jobs.submit([new])
-        self.on_change()
+        self.on_change(announced=True)  # the submission's own transaction told the other processes
         job = convert.job_to_proto(await self.jobs.get(result.job_id))
         return jobs_pb2.SubmitJobResponse(job=job, duplicate=result.duplicate, inadmissible=why)
 
@@ -149,7 +149,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         if request.dry_run:  # valid, and what the federation as it stands says of each: nothing stored
             return jobs_pb2.SubmitJobsResponse(results=[jobs_pb2.SubmitJobResult(inadmissible=why) for why in reasons])
         results = await self.jobs.submit(new)
-        self.on_change()
+        self.on_change(announced=True)  # the submission's own transaction told the other processes
         return jobs_pb2.SubmitJobsResponse(results=[
             jobs_pb2.SubmitJobResult(job_id=r.job_id, duplicate=r.duplicate, inadmissible=why)
             for r, why in zip(results, reasons, strict=True)])

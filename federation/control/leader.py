@@ -29,10 +29,10 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation.store.database import conninfo
+from federation.store.events import CHANGES, NOTIFY_CHANGES
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "federation_changes"
 LEASE = 4.0  # seconds a lease lasts unless renewed
 
 
@@ -119,7 +119,7 @@ class Leadership:
                 async with await psycopg.AsyncConnection.connect(
                         conninfo(self.url), autocommit=True, connect_timeout=max(int(self.renew_every), 1),
                         application_name=f"federation-server-{os.getpid()}-lease") as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
+                    await conn.execute(f"LISTEN {CHANGES}")
                     await self._hold(conn)
             except (psycopg.Error, OSError, TimeoutError) as err:
                 if self.epoch:
@@ -177,4 +177,4 @@ class Leadership:
 async def announce(engine: AsyncEngine) -> None:
     """Tell every replica that something changed."""
     async with engine.begin() as conn:
-        await conn.execute(text(f"NOTIFY {CHANNEL}"))
+        await conn.execute(NOTIFY_CHANGES)

@@ -270,10 +270,12 @@ class FederationServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.relay.start()
 
-    def _changed(self) -> None:
-        """Something changed here: act on it, and tell the other processes."""
+    def _changed(self, announced: bool = False) -> None:
+        """Something changed here: act on it, and tell the other processes (unless the write's own transaction
+        did: `announced`)."""
         self._noticed()
-        self._announce()
+        if not announced:
+            self._announce()
 
     def _noticed(self) -> None:
         """Something changed, here or in another process."""

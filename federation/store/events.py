@@ -29,6 +29,10 @@ from federation.store.models import (
 
 OFF_LOOP_ROWS = 64  # rows from which an insert's JSON document is encoded on a worker thread
 
+# The channel every write others must act on is announced on (NOTIFY), each process listening on its lease's
+# connection; a notice is delivered when its transaction commits, and never when it rolls back.
+CHANGES = "federation_changes"
+NOTIFY_CHANGES = text(f"NOTIFY {CHANGES}")
 
 SENT_BACK_EVENTS = ("Rejected", "Evacuated", "NotReady")  # a cluster sent the job back: its message says why
 

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from federation.errors import AlreadyExists
-from federation.store.events import EventRecord, append_events, insert_rows
+from federation.store.events import NOTIFY_CHANGES, EventRecord, append_events, insert_rows
 from federation.store.models import (
     Job,
     SubmitKey,
@@ -160,4 +160,6 @@ class Submission:
             if rows:
                 await insert_rows(conn, _jobs, rows)
             await append_events(conn, events)
+            if rows:  # the other processes told in this transaction, delivered as it commits (not one of its own)
+                await conn.execute(NOTIFY_CHANGES)
         return results
