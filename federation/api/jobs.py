@@ -103,10 +103,15 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         return row
 
     async def _prepare(self, specs: Sequence[common_pb2.JobSpec], paths: Sequence[str], view: SubmissionView,
-                       allow_unknown_resources: bool = False) -> list[NewJob]:
-        """Validate a batch in full and resolve its references (`view`); raise before anything is stored. CEL
-        compiles, every spec (up to 1,000 of 64 tasks) is walked, checked and turned to JSON: off the loop."""
-        return await asyncio.to_thread(_prepared, specs, paths, view, allow_unknown_resources, self.ready_timeout)
+                       allow_unknown_resources: bool, reject_inadmissible: bool) -> tuple[list[NewJob], list[str]]:
+        """Validate a batch in full, resolve its references (`view`) and say why each job could not run as the
+        federation stands (`_admissibility`); raise before anything is stored. CEL compiles, every spec (up to
+        1,000 of 64 tasks) is walked, checked and turned to JSON: off the loop, in one hand-over to a worker."""
+        def prepared() -> tuple[list[NewJob], list[str]]:
+            new = _prepared(specs, paths, view, allow_unknown_resources, self.ready_timeout)
+            return new, self._admissibility(new, paths, reject_inadmissible, view)
+
+        return await asyncio.to_thread(prepared)
 
     def _admissibility(self, new: Sequence[NewJob], paths: Sequence[str], reject: bool,
                        view: SubmissionView) -> list[str]:
@@ -124,8 +129,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     async def SubmitJob(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.limiter.take(current(), 1)
         view = await self.admin.for_submission(self.heartbeat_timeout)
-        (new,) = await self._prepare([request.spec], ["spec"], view, request.allow_unknown_resources)
-        (why,) = await asyncio.to_thread(self._admissibility, [new], ["spec"], request.reject_inadmissible, view)
+        (new,), (why,) = await self._prepare([request.spec], ["spec"], view, request.allow_unknown_resources,
+                                             request.reject_inadmissible)
         if request.dry_run:  # as SubmitJobs: validated and judged, nothing stored, so the job has no id
             job = common_pb2.Job(tenant=new.tenant, priority=new.priority,
                                  spec=json_format.ParseDict(new.spec, common_pb2.JobSpec()),
@@ -144,8 +149,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self.limiter.take(current(), len(request.specs))
         paths = [f"specs[{i}]" for i in range(len(request.specs))]
         view = await self.admin.for_submission(self.heartbeat_timeout)
-        new = await self._prepare(request.specs, paths, view, request.allow_unknown_resources)
-        reasons = await asyncio.to_thread(self._admissibility, new, paths, request.reject_inadmissible, view)
+        new, reasons = await self._prepare(request.specs, paths, view, request.allow_unknown_resources,
+                                           request.reject_inadmissible)
         if request.dry_run:  # valid, and what the federation as it stands says of each: nothing stored
             return jobs_pb2.SubmitJobsResponse(results=[jobs_pb2.SubmitJobResult(inadmissible=why) for why in reasons])
         results = await self.jobs.submit(new)
