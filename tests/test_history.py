@@ -122,6 +122,16 @@ async def test_an_id_the_history_holds_is_not_given_again(api: Api, monkeypatch:
             == "CANCELLED"
 
 
+async def test_an_id_a_live_job_holds_undoes_the_batch_which_is_tried_again_with_new_ids(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    await make_queue(api)
+    live = (await submit(api, 1))[0]
+    offered = iter([live, "j0-fresh"])  # the live job's id comes up (the primary key refuses it), then a new one
+    monkeypatch.setattr(jobstore, "job_ids", lambda names, taken=(): [next(offered) for _ in names])
+    assert await submit(api, 1) == ["j0-fresh"]
+    assert await live_ids(JobStore(api.server.engine)) == {live, "j0-fresh"}
+
+
 async def test_the_leader_moves_the_history(api: Api) -> None:
     await make_queue(api)
     ids = await submit(api, 2)

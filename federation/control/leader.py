@@ -29,7 +29,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation.store.database import conninfo
-from federation.store.events import CHANGES, NOTIFY_CHANGES
+from federation.store.events import CHANGES
 
 log = logging.getLogger(__name__)
 
@@ -177,4 +177,4 @@ class Leadership:
 async def announce(engine: AsyncEngine) -> None:
     """Tell every replica that something changed."""
     async with engine.begin() as conn:
-        await conn.execute(NOTIFY_CHANGES)
+        await conn.execute(text(f"NOTIFY {CHANGES}"))

@@ -17,6 +17,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import orjson
 import platformdirs
+import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -24,7 +25,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DisconnectionError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool, PoolProxiedConnection
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -206,6 +207,14 @@ def _ping_when_idle(engine: AsyncEngine, after: float) -> None:
             sync.dialect.do_ping(dbapi_connection)
         except Exception as err:
             raise DisconnectionError(f"a pooled connection did not answer a ping: {err}") from err
+
+
+async def driver(conn: AsyncConnection) -> psycopg.AsyncConnection:
+    """The psycopg connection under a SQLAlchemy one, inside its transaction: for the few statements every write
+    runs (numbering its events, inserting a batch's rows, the notice), sent as they are. SQLAlchemy's way to the
+    database (a statement compiled or looked up, an execution context, a greenlet, a result) cost a submitted batch
+    about 0.2 ms of the server's time per statement, more than PostgreSQL spent on most of them."""
+    return (await conn.get_raw_connection()).driver_connection  # type: ignore[return-value]
 
 
 def json_text(value: object) -> str:

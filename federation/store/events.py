@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, case, select, text, update
+from sqlalchemy import Table, case, select
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation import failpoints
-from federation.store.database import json_text
+from federation.store.database import driver, json_text
 from federation.store.models import (
     EventCounter,
     JobEvent,
@@ -34,7 +35,7 @@ OFF_LOOP_ROWS = 500
 # The channel every write others must act on is announced on (NOTIFY), each process listening on its lease's
 # connection; a notice is delivered when its transaction commits, and never when it rolls back.
 CHANGES = "federation_changes"
-NOTIFY_CHANGES = text(f"NOTIFY {CHANGES}")
+NOTIFY_CHANGES = f"NOTIFY {CHANGES}".encode()
 
 SENT_BACK_EVENTS = ("Rejected", "Evacuated", "NotReady")  # a cluster sent the job back: its message says why
 
@@ -42,12 +43,16 @@ SENT_BACK_EVENTS = ("Rejected", "Evacuated", "NotReady")  # a cluster sent the j
 LAST_EVENT_SEQ = select(EventCounter.last_seq).where(EventCounter.id == 1)
 # Count a batch's events in their tenants' counters (a tenant's first event makes its row), returning each one's
 # last number. The rows are locked in the order given, which is by name.
-TENANT_COUNTERS = text(
+TENANT_COUNTERS = (
     f"INSERT INTO {TenantEventCounter.__tablename__} AS c (tenant, last_seq) "
-    "SELECT t.tenant, t.n FROM unnest(CAST(:tenants AS text[]), CAST(:counts AS bigint[])) "
+    "SELECT t.tenant, t.n FROM unnest(CAST(%s AS text[]), CAST(%s AS bigint[])) "
     "WITH ORDINALITY AS t(tenant, n, at) ORDER BY t.at "
     "ON CONFLICT (tenant) DO UPDATE SET last_seq = c.last_seq + EXCLUDED.last_seq "
-    "RETURNING c.tenant, c.last_seq")
+    "RETURNING c.tenant, c.last_seq").encode()
+# Take the federation's numbers for a batch of events (and the counter's row lock): the last one given.
+NUMBER_EVENTS = (f"UPDATE {EventCounter.__tablename__} SET last_seq = last_seq + %s WHERE id = 1 "
+                 "RETURNING last_seq").encode()
+_QUOTE = postgresql.dialect().identifier_preparer
 
 
 # Events that are orders to an agent (federation.relay.orders relays them).
@@ -73,20 +78,25 @@ class EventRecord:
 async def insert_rows(conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
     """Insert a batch in one statement, PostgreSQL expanding the rows from one JSON document: an executemany
     sends a statement per row, each with its parameters encoded one by one, which cost a submission more
-    of the server's time than everything else it does."""
+    of the server's time than everything else it does. Sent by the driver (`database.driver`)."""
     defaults = _scalar_defaults(table)
-    quote = conn.dialect.identifier_preparer.quote
-    columns = ", ".join(quote(c) for c in {**defaults, **rows[0]})
-    name = quote(table.name)
-    statement = text(f"INSERT INTO {name} ({columns}) SELECT {columns} FROM "
-                     f"jsonb_populate_recordset(NULL::{name}, CAST(:rows AS jsonb))")
+    statement = _insert_statement(table, tuple({**defaults, **rows[0]}))
 
     def encode() -> str:
         return json_text([{**defaults, **row} for row in rows])
 
     # A batch of 1,000 job specs is megabytes of JSON: encoded on a worker thread, not the serving loop.
     document = encode() if len(rows) < OFF_LOOP_ROWS else await asyncio.to_thread(encode)
-    await conn.execute(statement, {"rows": document})
+    await (await driver(conn)).execute(statement, (document,))
+
+
+@functools.cache
+def _insert_statement(table: Table, names: tuple[str, ...]) -> bytes:
+    quote = _QUOTE.quote
+    columns = ", ".join(quote(c) for c in names)
+    name = quote(table.name)
+    return (f"INSERT INTO {name} ({columns}) SELECT {columns} FROM "
+            f"jsonb_populate_recordset(NULL::{name}, CAST(%s AS jsonb))").encode()
 
 
 @functools.cache
@@ -100,17 +110,14 @@ async def append_events(conn: AsyncConnection, events: Sequence[EventRecord]) ->
     federation's first, then each tenant's in name order, the same order in every writer)."""
     if not events:
         return 0
-    last = (await conn.execute(
-        update(EventCounter).where(EventCounter.id == 1)
-        .values(last_seq=EventCounter.last_seq + len(events)).returning(EventCounter.last_seq)
-    )).scalar_one()
+    raw = await driver(conn)  # the statements every write runs, by the driver (`database.driver`)
+    last = (await (await raw.execute(NUMBER_EVENTS, (len(events),))).fetchone())[0]  # type: ignore[index]
     first = last - len(events) + 1
     per_tenant = Counter(e.tenant for e in events)
     tenants = sorted(per_tenant)
     # Every tenant's counter in one statement, its rows taken in name order (a cycle's dispatches name a hundred
     # tenants: a statement each was a tenth of the cycle's write).
-    counted = (await conn.execute(TENANT_COUNTERS, {"tenants": tenants,
-                                                     "counts": [per_tenant[t] for t in tenants]})).all()
+    counted = await (await raw.execute(TENANT_COUNTERS, (tenants, [per_tenant[t] for t in tenants]))).fetchall()
     next_of = {tenant: last_seq - per_tenant[tenant] + 1 for tenant, last_seq in counted}
     rows = []
     for i, e in enumerate(events):

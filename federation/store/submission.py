@@ -8,12 +8,14 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, text
+import psycopg
+from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from federation.errors import AlreadyExists
+from federation.store.database import driver
 from federation.store.events import NOTIFY_CHANGES, EventRecord, append_events, insert_rows
 from federation.store.models import (
     Job,
@@ -22,6 +24,8 @@ from federation.store.models import (
 )
 
 _jobs = Job.__table__
+NEXT_SEQS = b"SELECT nextval(pg_get_serial_sequence('jobs', 'seq')) FROM generate_series(1, %s)"
+IN_HISTORY = f"SELECT id FROM {finished_jobs.name} WHERE id = ANY(%s)".encode()
 
 
 @dataclass(frozen=True)
@@ -96,8 +100,9 @@ class Submission:
         for _ in range(ID_ATTEMPTS - 1):
             try:
                 return await self._submit(jobs)
-            except IntegrityError as err:
-                if getattr(err.orig, "diag", None) is None or err.orig.diag.constraint_name != "jobs_pkey":
+            except (IntegrityError, psycopg.errors.UniqueViolation) as err:  # (the rows go in by the driver)
+                diag = getattr(getattr(err, "orig", err), "diag", None)
+                if diag is None or diag.constraint_name != "jobs_pkey":
                     raise
         return await self._submit(jobs)
 
@@ -112,15 +117,13 @@ class Submission:
             if groups and (taken := (await conn.execute(
                     select(_jobs.c.hyperjob).where(_jobs.c.hyperjob.in_(groups)).limit(1))).scalar()):
                 raise AlreadyExists(f"a HyperJob of id {taken!r} was submitted before: its sub-jobs come in one batch")
-            seqs = (await conn.execute(
-                text("SELECT nextval(pg_get_serial_sequence('jobs', 'seq')) FROM generate_series(1, :n)"),
-                {"n": len(fresh)},
-            )).scalars().all()
+            raw = await driver(conn)  # the statements of every batch, by the driver (`database.driver`)
+            seqs = [seq for seq, in await (await raw.execute(NEXT_SEQS, (len(fresh),))).fetchall()]
             seq_of = dict(zip(fresh, seqs, strict=True))
             id_of = dict(zip(fresh, job_ids([jobs[i].name for i in fresh]), strict=True))
             # An id the history holds is not given again (a live one undoes the batch on the primary key).
-            while taken := set((await conn.execute(
-                    select(finished_jobs.c.id).where(finished_jobs.c.id.in_(list(id_of.values()))))).scalars()):
+            while taken := {found for found, in await (await raw.execute(IN_HISTORY, (list(id_of.values()),)))
+                            .fetchall()}:
                 again = [i for i, candidate in id_of.items() if candidate in taken]
                 kept = {c for c in id_of.values() if c not in taken}
                 id_of.update(zip(again, job_ids([jobs[i].name for i in again], kept | taken), strict=True))
@@ -161,5 +164,5 @@ class Submission:
                 await insert_rows(conn, _jobs, rows)
             await append_events(conn, events)
             if rows:  # the other processes told in this transaction, delivered as it commits (not one of its own)
-                await conn.execute(NOTIFY_CHANGES)
+                await raw.execute(NOTIFY_CHANGES)
         return results
