@@ -171,11 +171,28 @@ def check_object_name(v: Violations, path: str, value: str) -> None:
 
 
 def check_qualified_key(v: Violations, path: str, key: str) -> None:
+    if why := key_problem(key):
+        v.add(path, why)
+
+
+def key_problem(key: str) -> str:
+    """Why `key` is not a Kubernetes qualified name (a label key, a resource name), "" when it is. Remembered for
+    keys no longer than a valid one can be: a batch of jobs names the same few resources and labels again and
+    again."""
+    return _key_problem(key) if len(key) <= MAX_QUALIFIED_KEY else _key_problem.__wrapped__(key)
+
+
+MAX_QUALIFIED_KEY = 253 + 1 + 63  # a prefix, "/", a name
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_problem(key: str) -> str:
     prefix, _, name = key.rpartition("/")
     if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
-        v.add(path, f"key {key!r} has an invalid prefix {prefix!r}")
-    elif not name or len(name) > 63 or not _LABEL_NAME.match(name):
-        v.add(path, f"key {key!r} is not a valid label key")
+        return f"key {key!r} has an invalid prefix {prefix!r}"
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        return f"key {key!r} is not a valid label key"
+    return ""
 
 
 def check_labels(v: Violations, path: str, labels: Mapping[str, str]) -> None:
@@ -183,7 +200,8 @@ def check_labels(v: Violations, path: str, labels: Mapping[str, str]) -> None:
         v.add(path, f"has {len(labels)} entries, at most {MAX_MAP_ENTRIES} are allowed")
         return
     for key, value in labels.items():
-        check_qualified_key(v, f"{path}[{key!r}]", key)
+        if why := key_problem(key):
+            v.add(f"{path}[{key!r}]", why)
         if len(value) > 63 or not _LABEL_NAME.match(value):
             v.add(f"{path}[{key!r}]", f"value {value!r} is not a valid label value")
 
@@ -201,7 +219,8 @@ def check_resources(v: Violations, path: str, quantities: Mapping[str, str], fla
         elif at:
             v.add(f"{path}[{name[:64]!r}]", "names a flavor; flavors are for quotas, a job asks for the resource")
             continue
-        check_qualified_key(v, f"{path}[{name!r}]", resource)
+        if why := key_problem(resource):
+            v.add(f"{path}[{name!r}]", why)
         try:
             if amount := parse_amount(name, quantity):
                 out[name] = amount
