@@ -14,7 +14,6 @@ from typing import Any
 
 from psycopg.rows import dict_row
 from sqlalchemy import and_, func, select, update
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -22,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from federation.control.leader import Fence
 from federation.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from federation.kernel.resources import FLAVOR
-from federation.store.database import driver
+from federation.store.database import IDENTIFIERS, driver
 from federation.store.events import LAST_EVENT_SEQ
 from federation.store.inventories import WITHOUT_INVENTORY, Inventories
 from federation.store.models import Base, Cluster, Flavor, Job, PriorityClass, Queue, Tenant
@@ -42,8 +41,6 @@ def _kind(model: type[Base]) -> str:
 def _audit_kind(model: type[Base]) -> str:
     return KIND_NAMES[model].replace(" ", "_")
 
-_QUOTE = postgresql.dialect().identifier_preparer
-
 
 @dataclass(frozen=True)
 class SubmissionView:
@@ -59,7 +56,7 @@ class SubmissionView:
 def _view_reads(heartbeat_timeout: float) -> bytes:
     """`for_submission`'s reads as one query of four statements (no parameters: PostgreSQL's simple protocol takes
     several), with `live` as `_live` says it; the timeout is a number, written as one."""
-    columns = ", ".join(_QUOTE.quote(c.name) for c in WITHOUT_INVENTORY)
+    columns = ", ".join(IDENTIFIERS.quote(c.name) for c in WITHOUT_INVENTORY)
     return (f"SELECT * FROM {Queue.__tablename__} ORDER BY name; "
             f"SELECT * FROM {PriorityClass.__tablename__} ORDER BY name; "
             f"SELECT * FROM {Tenant.__tablename__} ORDER BY name; "

@@ -23,6 +23,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -215,6 +216,10 @@ async def driver(conn: AsyncConnection) -> psycopg.AsyncConnection:
     database (a statement compiled or looked up, an execution context, a greenlet, a result) cost a submitted batch
     about 0.2 ms of the server's time per statement, more than PostgreSQL spent on most of them."""
     return (await conn.get_raw_connection()).driver_connection  # type: ignore[return-value]
+
+
+# PostgreSQL's identifier quoting, for the few statements written as text and sent by the driver (`driver`).
+IDENTIFIERS = postgresql.dialect().identifier_preparer
 
 
 def json_text(value: object) -> str:

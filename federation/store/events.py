@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Table, case, select
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation import failpoints
-from federation.store.database import driver, json_text
+from federation.store.database import IDENTIFIERS, driver, json_text
 from federation.store.models import (
     EventCounter,
     JobEvent,
@@ -52,7 +51,6 @@ TENANT_COUNTERS = (
 # Take the federation's numbers for a batch of events (and the counter's row lock): the last one given.
 NUMBER_EVENTS = (f"UPDATE {EventCounter.__tablename__} SET last_seq = last_seq + %s WHERE id = 1 "
                  "RETURNING last_seq").encode()
-_QUOTE = postgresql.dialect().identifier_preparer
 
 
 # Events that are orders to an agent (federation.relay.orders relays them).
@@ -92,7 +90,7 @@ async def insert_rows(conn: AsyncConnection, table: Table, rows: Sequence[dict[s
 
 @functools.cache
 def _insert_statement(table: Table, names: tuple[str, ...]) -> bytes:
-    quote = _QUOTE.quote
+    quote = IDENTIFIERS.quote
     columns = ", ".join(quote(c) for c in names)
     name = quote(table.name)
     return (f"INSERT INTO {name} ({columns}) SELECT {columns} FROM "
