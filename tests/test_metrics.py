@@ -18,8 +18,10 @@ from prometheus_client import REGISTRY
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
+from federation import metrics
 from federation.cli.dev import BIN, ServerProcess
 from federation.metrics import TENANTS
+from federation.scheduling.fairshare import dominant_share
 from federation.store.models import JobEvent
 from federation.v1 import admin_pb2, admin_pb2_grpc
 from member_agent.agent import Agent
@@ -163,3 +165,25 @@ async def test_wait_times_outcomes_and_rejections_in_the_metrics(api: Api, h100:
     await api.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=pinned))  # again: ended once
     assert counts()[2] == before[2] + 1
     assert (await api.jobs.GetJob(jobs_pb2.GetJobRequest(id=quick))).status.phase == common_pb2.SUCCEEDED
+
+
+def test_queue_series_are_what_the_last_cycle_published() -> None:
+    series = metrics.QueueSeries()
+    assert {f.name: f.samples for f in series.collect()} == {
+        "federation_queue_pending_jobs": [], "federation_queue_dominant_share": [], "federation_queue_usage": [],
+        "federation_queue_deserved": []}
+    usage = {"a": {"nvidia.com/gpu": 4}, "b": {"cpu": 2000}}
+    series.publish({"a": 3, "b": 0}, usage, {"a": {"nvidia.com/gpu": 8.0}}, dominant_share)
+    usage["a"]["nvidia.com/gpu"] = 99  # the cycle's own figures change after; the published ones do not
+    got = {(f.name, tuple(sorted(s.labels.items()))): s.value for f in series.collect() for s in f.samples}
+    assert got == {
+        ("federation_queue_pending_jobs", (("queue", "a"),)): 3,
+        ("federation_queue_pending_jobs", (("queue", "b"),)): 0,
+        ("federation_queue_dominant_share", (("queue", "a"),)): 0.5,
+        ("federation_queue_dominant_share", (("queue", "b"),)): -1,  # uses what it does not deserve
+        ("federation_queue_usage", (("queue", "a"), ("resource", "nvidia.com/gpu"))): 4,
+        ("federation_queue_deserved", (("queue", "a"), ("resource", "nvidia.com/gpu"))): 8.0,
+        ("federation_queue_usage", (("queue", "b"), ("resource", "cpu"))): 2000,
+        ("federation_queue_deserved", (("queue", "b"), ("resource", "cpu"))): 0}
+    series.publish({"a": 1}, {"a": {}}, {}, dominant_share)  # b deleted: its series go
+    assert {s.labels["queue"] for f in series.collect() for s in f.samples} == {"a"}

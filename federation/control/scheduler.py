@@ -278,8 +278,7 @@ class Scheduler:
         self._forecast_seconds = 0.0  # how long the last forecast took
         self._run_times: dict[str, float] = {}  # queue -> mean run time of its recent jobs, seconds
         self._run_times_at = float("-inf")
-        self._series = metrics.Series(metrics.QUEUE_PENDING, metrics.QUEUE_DOMINANT_SHARE, metrics.QUEUE_USAGE,
-                                      metrics.QUEUE_DESERVED, metrics.CLUSTER_UTILISATION, metrics.CLUSTER_READY,
+        self._series = metrics.Series(metrics.CLUSTER_UTILISATION, metrics.CLUSTER_READY,
                                       metrics.CLUSTER_HEARTBEAT_AGE, metrics.CLUSTER_DRIFT)
         self.drift = DriftWatch(drift_after)
         self.past = PastUsage(usage, decay or Decay())  # each tenant's and queue's usage history, on the leader
@@ -746,29 +745,14 @@ class Scheduler:
         metrics.CYCLE_SECONDS.observe(seconds)
         metrics.JOBS_SCHEDULED.inc(len(decisions.assign))
         metrics.JOBS_PREEMPTED.inc(len(decisions.preempt))
-        queue_of = {job.id: job.queue for job in running}
+        queue_of = {job.id: job.queue for job in running} if decisions.lost else {}
         for job_id, lost in decisions.lost.items():
             metrics.PREEMPTION_LOST_GPU_HOURS.labels(queue_of[job_id]).inc(lost / 3600)
             metrics.LOST_GPU_HOURS.inc(lost / 3600)
-        for queue, count in waiting.items():
-            metrics.QUEUE_PENDING.labels(queue).set(count)
         metrics.PENDING.set(sum(waiting.values()))
         assert decisions.shares is not None
-        by_resource = set()
-        for queue, usage in decisions.usage.items():
-            deserved = decisions.shares.queues.get(queue, {})
-            share = dominant_share(usage, deserved)
-            metrics.QUEUE_DOMINANT_SHARE.labels(queue).set(share if share != float("inf") else -1)
-            for resource in {*usage, *deserved}:  # per resource, and per flavor of it
-                metrics.QUEUE_USAGE.labels(queue, resource).set(usage.get(resource, 0))
-                metrics.QUEUE_DESERVED.labels(queue, resource).set(deserved.get(resource, 0))
-                by_resource.add((queue, resource))
+        metrics.QUEUES.publish(waiting, decisions.usage, decisions.shares.queues, dominant_share)
         self._sample_history(decisions, time.time())
-        # A deleted queue leaves the metrics with it.
-        self._series.keep(metrics.QUEUE_PENDING, {(q,) for q in waiting})
-        self._series.keep(metrics.QUEUE_DOMINANT_SHARE, {(q,) for q in decisions.usage})
-        self._series.keep(metrics.QUEUE_USAGE, by_resource)
-        self._series.keep(metrics.QUEUE_DESERVED, by_resource)
 
     def _sample_history(self, decisions: Decisions, now: float) -> None:
         """One dominant share per queue every HISTORY_STEP seconds, an hour of them (the dashboard's chart)."""
