@@ -223,7 +223,7 @@ class JobCache:
             if phase in ACTIVE_PHASES:
                 held[job_id] = event
         for start in range(0, len(arrived), BATCH):  # one no longer waiting has a later event, read next time
-            await self._add_waiting(await self.jobs.pending(SCAN_LIMIT, ids=arrived[start:start + BATCH]))
+            await self._add_waiting(await self.jobs.arrived(arrived[start:start + BATCH]))
         self.submitted += [job_id for job_id, event in latest.items()
                            if event["type"] == "Submitted" and job_id in self.waiting]
         ids = list(held)
@@ -246,7 +246,8 @@ class JobCache:
 
     async def _add_waiting(self, rows: list[Any]) -> None:
         """Add these waiting jobs, with the views made from their specs (and, for preempted ones, why); those
-        waiting out a backoff are held back until it ends."""
+        waiting out a backoff are held back until it ends. Rows with a spec (`JobStore.arrived`) are their own specs;
+        the rest's are read."""
         now = self.clock()
         later = {r["id"]: r["requeue_at"] for r in rows if r["requeue_at"] is not None and r["requeue_at"] > now}
         if later:
@@ -259,7 +260,8 @@ class JobCache:
         added = []
         for start in range(0, len(rows), BATCH):
             batch = rows[start:start + BATCH]
-            specs = await self.jobs.specs([r["id"] for r in batch])
+            specs = {r["id"]: r for r in batch} if batch and "spec" in batch[0] else \
+                await self.jobs.specs([r["id"] for r in batch])
             causes = await self.jobs.preemption_causes([r["id"] for r in batch if r["phase"] == "PREEMPTED"])
             # Off the loop that renews the lease: a view compiles the job's CEL selectors (bounded, but many)
             views = await asyncio.to_thread(_views, [specs[r["id"]] for r in batch])
@@ -296,9 +298,8 @@ class JobCache:
         ids = [job_id for job_id, event in latest.items() if event["type"] == "Submitted"][:limit]
         if not ids:
             return cursor, []
-        rows = [r for r in await self.jobs.pending(len(ids), ids=ids) if r["requeue_at"] is None]
-        specs = await self.jobs.specs([r["id"] for r in rows])
-        views = await asyncio.to_thread(_views, [specs[r["id"]] for r in rows])
+        rows = [r for r in await self.jobs.arrived(ids) if r["requeue_at"] is None]
+        views = await asyncio.to_thread(_views, rows)
         order = {job_id: i for i, job_id in enumerate(ids)}
         jobs = [PendingJob(view, r["queue"], r["priority"], r["seq"]) for r, view in zip(rows, views, strict=True)]
         return cursor, sorted(jobs, key=lambda job: order[job.id])

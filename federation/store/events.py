@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, case, select
+from psycopg.rows import dict_row
+from sqlalchemy import Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from federation import failpoints
@@ -39,6 +40,8 @@ NOTIFY_CHANGES = f"NOTIFY {CHANGES}".encode()
 SENT_BACK_EVENTS = ("Rejected", "Evacuated", "NotReady")  # a cluster sent the job back: its message says why
 
 
+_PHASES_AFTER = ("SELECT seq, job_id, type, phase, cluster, CASE WHEN type = ANY(%s) THEN message ELSE '' END "
+                 "AS message FROM job_events WHERE seq > %s AND seq <= %s ORDER BY seq LIMIT %s")
 LAST_EVENT_SEQ = select(EventCounter.last_seq).where(EventCounter.id == 1)
 # Count a batch's events in their tenants' counters (a tenant's first event makes its row), returning each one's
 # last number. The rows are locked in the order given, which is by name.
@@ -151,12 +154,12 @@ class EventLog:
     async def phases_after(self, after_seq: int, upto: int, limit: int) -> list[Any]:
         """Sequence number, job, type, phase and cluster of the events after `after_seq` up to `upto`, in order;
         the message too of those that send a job back from a cluster (Rejected, Evacuated): the scheduler keeps the
-        job away from that cluster for a while, whichever replica heard the agent."""
-        message = case((JobEvent.type.in_(SENT_BACK_EVENTS), JobEvent.message), else_="").label("message")
-        query = (select(JobEvent.seq, JobEvent.job_id, JobEvent.type, JobEvent.phase, JobEvent.cluster, message)
-                 .where(JobEvent.seq > after_seq, JobEvent.seq <= upto).order_by(JobEvent.seq).limit(limit))
-        async with self.engine.connect() as conn:
-            return list((await conn.execute(query)).mappings().all())
+        job away from that cluster for a while, whichever replica heard the agent. Sent by the driver: the scheduler
+        reads every event, three or more a job."""
+        async with self.engine.connect() as conn, conn.begin(), \
+                (await driver(conn)).cursor(row_factory=dict_row) as cur:
+            await cur.execute(_PHASES_AFTER, (list(SENT_BACK_EVENTS), after_seq, upto, limit))
+            return await cur.fetchall()
 
     async def order_events(self, after_seq: int, upto: int, clusters: Sequence[str]) -> list[Any]:
         """Events that are orders to the agents of `clusters` (see `federation.relay.orders`), in order."""
