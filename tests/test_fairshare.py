@@ -1,8 +1,11 @@
 """Hierarchical water-filling and dominant shares."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from federation.scheduling.fairshare import Claim, dominant_share, hierarchical, water_fill
+from federation.scheduling.fairshare import EPSILON, Claim, dominant_share, excess, hierarchical, water_fill
+from federation.scheduling.ordering import _level
 
 GPU = "nvidia.com/gpu"
 
@@ -50,3 +53,21 @@ def test_dominant_share_is_the_largest_share_of_deserved() -> None:
     assert dominant_share({GPU: 8}, deserved_share, extra={GPU: 8}) == pytest.approx(1.0)
     assert dominant_share({"memory": 1}, deserved_share) == float("inf")
     assert dominant_share({}, deserved_share) == 0.0
+
+
+_RESOURCES = st.sampled_from([GPU, "cpu", "memory", "nvidia.com/gpu-share"])
+_AMOUNTS = st.dictionaries(_RESOURCES, st.integers(min_value=0, max_value=64), max_size=4)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(usage=st.dictionaries(_RESOURCES, st.one_of(st.integers(0, 200), st.floats(0, 200)), max_size=4),
+       share=st.dictionaries(_RESOURCES, st.one_of(st.just(0.0), st.floats(0, 100)), max_size=4),
+       level=st.dictionaries(_RESOURCES, st.floats(0, 400), max_size=4), wanted=_AMOUNTS)
+def test_a_heads_level_is_its_dominant_shares_with_the_whole_and_half_job(
+        usage: dict[str, float], share: dict[str, float], level: dict[str, float], wanted: dict[str, int]) -> None:
+    """The head order's one-pass level against the shares it stands for, figure for figure."""
+    half = {r: a // 2 for r, a in wanted.items()}
+    after = dominant_share(usage, share, wanted)
+    over = after > 1 + EPSILON
+    expected = (over, excess(usage, share, level, wanted) if over else dominant_share(usage, share, half), after)
+    assert _level(usage, share, level, wanted, half) == expected
