@@ -13,6 +13,7 @@ use std::cmp::Ordering;
 use std::ops::Range;
 use rustc_hash::FxHashMap as HashMap;
 
+mod shares;
 mod sums;
 
 use pyo3::exceptions::PyValueError;
@@ -834,5 +835,6 @@ fn federation_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ReclaimPool>()?;
     m.add_class::<GangMemo>()?;
     m.add_function(wrap_pyfunction!(sums::summed_by, m)?)?;
+    m.add_function(wrap_pyfunction!(shares::hierarchical, m)?)?;
     Ok(())
 }
