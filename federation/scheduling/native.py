@@ -1,5 +1,5 @@
-"""The compiled victim search (and usage sums, `model.summed_by`), and the one switch between them and the Python
-code they must equal.
+"""The compiled victim search (and usage sums, `model.summed_by`, and deserved shares, `fairshare.hierarchical`),
+and the one switch between them and the Python code they must equal.
 
 Reclaim's search for the cluster and gangs to evict was 88 % of a steady cycle at 1,000 clusters, nearly all of it
 interpreter overhead per gang looked at (`make bench`, profile.md). `native/` is that walk in Rust (PyO3, built by
