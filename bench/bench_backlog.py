@@ -26,6 +26,7 @@ import resource
 import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from bench.bench_scheduler import apply, federation, finish, jobs, organisation, views
@@ -34,6 +35,7 @@ from federation.kernel import heap
 from federation.scheduling import native
 from federation.scheduling.cycle import Decisions, PendingJob, RunningJob, Snapshot, schedule, schedule_backlog
 from federation.scheduling.queues import QueueManager
+from federation.scheduling.running import Running
 
 CHURN = 0.01  # of the running gangs, ending before each round
 # Rounds walked before the steady ones are measured. On 1,000 clusters (seed 7) reclaim evicted 3,600, 4,200, 4,000,
@@ -63,6 +65,7 @@ class Churn:
         self.manager, self.build_seconds = _cpu(QueueManager, self.listed)
         self.free = {c.name: dict(c.free) for c in self.template}
         self.running: dict[str, RunningJob] = {}
+        self.kept = Running()  # the same gangs, kept across cycles by the same events as the server's cache applies
         self.next_seq = n_jobs
 
     def first(self) -> Snapshot:
@@ -73,11 +76,12 @@ class Churn:
         """The next round's snapshot: some gangs ended, the backlog topped up."""
         for job_id in self.rng.sample(sorted(self.running), max(1, int(len(self.running) * CHURN))):
             finish(self.running.pop(job_id), self.free)
+            self.kept.discard(job_id)
         for job in jobs(self.n_jobs - len(self.pending), self.queues, self.rng, self.next_seq):
             self.pending[job.id] = job
             self.manager.add(job)
             self.next_seq += 1
-        return Snapshot(self.tenants, self.queues, list(self.pending.values()), list(self.running.values()),
+        return Snapshot(self.tenants, self.queues, list(self.pending.values()), self.kept,
                         views(self.template, self.free), self.capacity)
 
     def warm_up(self, rounds: int) -> list[tuple[float, int]]:
@@ -95,6 +99,15 @@ class Churn:
         for job_id in decisions.assign:
             self.manager.remove(job_id)
         apply(decisions, self.free, self.pending, self.running)
+        for job_id in decisions.assign:
+            self.kept.add(self.running[job_id])
+        for job_id in decisions.preempt:
+            self.kept.discard(job_id)
+
+
+def afresh(snapshot: Snapshot) -> Snapshot:
+    """The snapshot as the cycle from scratch takes it: the running gangs as a plain list, read anew."""
+    return replace(snapshot, running=list(snapshot.running))
 
 
 def tuned_churn(n_jobs: int, n_clusters: int, seed: int) -> Churn:
@@ -111,7 +124,7 @@ def steady(n_jobs: int, n_clusters: int, rounds: int, seed: int) -> dict[str, An
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     first = churn.first()
     walked, first_walk = _cpu(schedule_backlog, first, churn.manager)
-    oracle, first_oracle = _cpu(schedule, first)
+    oracle, first_oracle = _cpu(schedule, afresh(first))
     assert walked.assign == oracle.assign, "the walk and the cycle from scratch disagree"
     churn.carry_out(walked)
     settling = churn.warm_up(WARM_ROUNDS)
@@ -120,7 +133,7 @@ def steady(n_jobs: int, n_clusters: int, rounds: int, seed: int) -> dict[str, An
     for _ in range(rounds):
         snapshot = churn.next()
         walked, took = _cpu(schedule_backlog, snapshot, churn.manager)
-        oracle, took_oracle = _cpu(schedule, snapshot)
+        oracle, took_oracle = _cpu(schedule, afresh(snapshot))
         assert walked.assign == oracle.assign and walked.preempt == oracle.preempt, "the walk disagrees"
         compiled, native.compiled = native.compiled, None
         try:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from bench.bench_backlog import WARM_ROUNDS, Churn, tuned_churn
+from bench.bench_backlog import WARM_ROUNDS, Churn, afresh, tuned_churn
 from bench.common import bar, machine, measured, out_dir, parser, write
 from federation.scheduling.backlog import Lists, Walked
 from federation.scheduling.cycle import Decisions, _Cycle, schedule, schedule_backlog
@@ -108,7 +108,7 @@ def point(n_jobs: int, n_clusters: int, seed: int, warm: int, tuned: bool = Fals
     snapshot = churn.next()
     # Neither changes the manager: the walk reads it, the cycle from scratch reads the snapshot's list.
     walk = profiled(lambda: schedule_backlog(snapshot, churn.manager))
-    scratch = profiled(lambda: schedule(snapshot))
+    scratch = profiled(lambda: schedule(afresh(snapshot)))
     return {"pending": n_jobs, "clusters": n_clusters, "warm_rounds": warm, "running": len(snapshot.running),
             "walk": walk, "from_scratch": scratch}
 

@@ -32,6 +32,7 @@ from federation.scheduling.cycle import (
 from federation.scheduling.fit import ClusterView, DomainFree, JobView, NodeGroupRoom, TierFree
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.queues import QueueManager, Reasons
+from federation.scheduling.running import Running
 
 GPU = "nvidia.com/gpu"
 NODE = 8
@@ -80,6 +81,7 @@ class World:
             else ({}, {})
         self.pending: dict[str, PendingJob] = {}
         self.running: dict[str, RunningJob] = {}
+        self.kept = Running()  # the same gangs, kept across cycles by the same events (the walk's)
         self.manager = QueueManager()
         self.refused: dict[str, dict[str, str]] = {}
         self.making_room: dict[str, str] = {}
@@ -118,6 +120,7 @@ class World:
     def end(self) -> None:
         for job_id in self.rng.sample(sorted(self.running), len(self.running) // 3):
             gang = self.running.pop(job_id)
+            self.kept.discard(job_id)
             self.free[gang.cluster] += gang.request[GPU] // NODE or 1
 
     def reconfigure(self) -> None:
@@ -137,12 +140,14 @@ class World:
             job_id = self.rng.choice(sorted(self.pending))
             self.refused.setdefault(job_id, {})[self.rng.choice(sorted(self.free))] = "rejected it recently: test"
 
-    def snapshot(self, pending: list[PendingJob]) -> Snapshot:
+    def snapshot(self, pending: list[PendingJob], kept: bool = False) -> Snapshot:
+        """`kept`: the gangs as the `Running` kept across cycles (the walk's), else as a fresh list (the oracle's)."""
         clusters = [cluster(name, "a" if name != "c1" else "b", max(free, 0)) for name, free in self.free.items()]
         if self.can_add:
             clusters[2] = replace(clusters[2], node_groups=(NodeGroupRoom("g", {GPU: NODE}, self.can_add),))
         capacity = {GPU: sum(c.capacity[GPU] for c in clusters)}
-        return Snapshot(self.tenants, self.queues, pending, list(self.running.values()), clusters, capacity,
+        running = self.kept if kept else list(self.running.values())
+        return Snapshot(self.tenants, self.queues, pending, running, clusters, capacity,
                         refused={j: r for j, r in self.refused.items() if j in self.pending},
                         making_room={j: c for j, c in self.making_room.items() if j in self.pending},
                         flavors=self.flavors, past_tenants=self.past[0], past_queues=self.past[1])
@@ -158,9 +163,11 @@ class World:
             self.running[job_id] = RunningJob(job_id, job.queue, name, job.priority, job.seq, job.view.request,
                                               preemptible=job.seq % 4 != 0, started=-float(now % 7) * 100,
                                               group=job.view.group.id if job.view.group else "")
+            self.kept.add(self.running[job_id])
             self.free[name] -= job.view.request[GPU] // NODE or 1
         for job_id, why in d.preempt.items():
             gang = self.running.pop(job_id)
+            self.kept.discard(job_id)
             self.free[gang.cluster] += gang.request[GPU] // NODE or 1
             job = PendingJob(JobView(job_id, dict(gang.request), {GPU: min(gang.request[GPU], NODE)}), gang.queue,
                              gang.priority, gang.seq, cause=f"preempted: {why}")
@@ -201,7 +208,7 @@ def test_walk_decides_as_the_cycle_from_scratch(seed: int) -> None:
         listed = list(world.pending.values())
         rng.shuffle(listed)  # the oracle's input order must not matter
         oracle = schedule(world.snapshot(listed))
-        walked = schedule_backlog(world.snapshot([]), world.manager)
+        walked = schedule_backlog(world.snapshot([], kept=True), world.manager)
         same(oracle, walked)
         world.apply(oracle, step)
 
@@ -257,7 +264,7 @@ def test_a_burst_stops_the_cycle_where_the_unbounded_one_would_have_dispatched_m
         unbounded = schedule(world.snapshot(list(world.pending.values())))
         bounded = replace(world.snapshot(list(world.pending.values())), burst=burst)
         oracle = schedule(bounded)
-        same(oracle, schedule_backlog(replace(bounded, pending=[]), world.manager))
+        same(oracle, schedule_backlog(replace(bounded, pending=[], running=world.kept), world.manager))
         assert list(oracle.assign.items()) == list(unbounded.assign.items())[:burst]
         if len(unbounded.assign) > burst:
             assert oracle.cut_short

@@ -62,6 +62,7 @@ from federation.scheduling.model import summed_by
 from federation.scheduling.moves import healthier
 from federation.scheduling.queues import QueueManager, Reasons, Settled
 from federation.scheduling.quotas import over_own_limit
+from federation.scheduling.running import Running
 from federation.scheduling.usage import Decay
 from federation.store.admin import AdminStore
 from federation.store.inventories import Inventories
@@ -287,6 +288,7 @@ class Scheduler:
         # were made with (`_running`).
         self._gangs: dict[str, tuple[HoldingJob, RunningJob]] = {}
         self._gangs_of: tuple[Mapping[str, Any], Mapping[str, float]] | None = None
+        self._kept = Running()  # those gangs, with what cycles sum over them (`_running`)
 
     def wake(self) -> None:
         """Something changed: jobs submitted are judged on arrival first, then the cycle is woken."""
@@ -670,20 +672,24 @@ class Scheduler:
         return _Decided(decisions, waiting, reasons, None if walk is None else (walk.settled, set(walk.owed)),
                         order, jobs, forecast, outlook.holds(decisions), held, arrivals)
 
-    def _running(self, active: Sequence[HoldingJob], classes: Mapping[str, Mapping[str, Any]]) -> list[RunningJob]:
-        """The holding jobs as running gangs. Each is made once and kept while its job, the priority classes and
-        the queues' past run times stay the same (what it costs to evict is counted to the snapshot's clock, not
-        kept in it): making every one anew was a fifth of the snapshot."""
+    def _running(self, active: Sequence[HoldingJob], classes: Mapping[str, Mapping[str, Any]]) -> Running:
+        """The holding jobs as running gangs, kept across cycles (`Running`: what the cycle sums over them follows
+        the gangs that changed). Each is made once and kept while its job, the priority classes and the queues'
+        past run times stay the same (what it costs to evict is counted to the snapshot's clock, not kept in it):
+        making every one anew was a fifth of the snapshot."""
         if (classes, self._run_times) != self._gangs_of:
-            self._gangs, self._gangs_of = {}, (classes, self._run_times)
-        kept, gangs = self._gangs, {}
+            self._gangs, self._gangs_of, self._kept = {}, (classes, self._run_times), Running()
+        kept, gangs, running = self._gangs, {}, self._kept
         for job in active:
             found = kept.get(job.id)
             if found is None or found[0] is not job:
                 found = (job, self._gang(job, classes.get(job.priority_class, {})))
+                running.add(found[1])
             gangs[job.id] = found
+        for gone in kept.keys() - gangs.keys():
+            running.discard(gone)
         self._gangs = gangs
-        return [gang for _, gang in gangs.values()]
+        return running
 
     def _gang(self, job: HoldingJob, priority_class: Mapping[str, Any]) -> RunningJob:
         expected = job.expected_seconds

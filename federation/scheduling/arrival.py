@@ -90,10 +90,9 @@ class Arrivals:
 
     def __init__(self, cycle: _Cycle) -> None:
         self.cycle = cycle
-        running = {job.id: job for job in cycle.snap.running}
         # Tenants whose preempted gangs the cycle counted gone while they still hold their room.
-        self.preempted_tenants = {cycle.queues[running[v].queue].tenant for v in cycle.out.preempt
-                                  if v in running and running[v].queue in cycle.queues}
+        preempted = [gang for v in cycle.out.preempt if (gang := cycle.running.get(v)) is not None]
+        self.preempted_tenants = {cycle.queues[gang.queue].tenant for gang in preempted if gang.queue in cycle.queues}
 
     def reshare(self, backlog: Demand) -> None:
         """Deserved shares as the next cycle will have them: what waits now (`backlog`, the arrivals among it)

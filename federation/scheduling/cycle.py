@@ -56,6 +56,7 @@ from federation.scheduling.provisioning import Promised, provisionable
 from federation.scheduling.queues import QueueManager, Verdict
 from federation.scheduling.quotas import Quotas, fmt
 from federation.scheduling.reservations import Reservations
+from federation.scheduling.running import Running
 
 # The cycle's names, for those who import them from here (its model, constants and entry points).
 __all__ = ["MOVE_BUDGET_SECONDS", "NO_READY_CLUSTER", "REPREEMPT_GRACE", "RESOURCE_FOR_FEWEST", "Decisions",
@@ -119,20 +120,23 @@ class _Cycle:
         # cycle that only a full collection frees (with the snapshot it holds: a list of every waiting job).
         self.wanted = Wants(self.flavors, self.queues).of
         self._kept: _Kept | None = None  # see `judge`
+        self.running = Running.of(snap.running)
         # running job -> what it counts against, where flavors make it more than its request (see `held_by`)
         holds: Mapping[str, Mapping[str, int]] | None = {
-            job.id: self.flavors.held(job.cluster, job.request) for job in snap.running} if self.flavors else None
-        # What runs, added up per queue first: tens of thousands of gangs, a few hundred sums.
-        counted = [job for job in snap.running if job.queue in self.queues]
-        for queue, amounts in summed_by([job.queue for job in counted],
-                                        [holds[job.id] for job in counted] if holds is not None else
-                                        [job.request for job in counted]).items():
-            self.ledger.use(queue, amounts)
+            job.id: self.flavors.held(job.cluster, job.request) for job in self.running} if self.flavors else None
+        if holds is None:  # what runs per queue, kept beside the gangs
+            used: Mapping[str, Mapping[str, int]] = self.running.usage()
+        else:  # with flavors, added up per queue first: tens of thousands of gangs, a few hundred sums
+            counted = [job for job in self.running if job.queue in self.queues]
+            used = summed_by([job.queue for job in counted], [holds[job.id] for job in counted])
+        for queue, amounts in used.items():
+            if queue in self.queues:
+                self.ledger.use(queue, amounts)
         self.order = HeadOrder(self.ledger, self.queues, snap.past_tenants, snap.past_queues, self.wanted)
-        self.preemptor = Preemptor(snap, self.queues, self.clusters, self.ledger, holds)
+        self.preemptor = Preemptor(snap, self.running, self.queues, self.clusters, self.ledger, holds)
         self.reservations = Reservations(self.clusters, snap.clusters)
         self.quotas = Quotas(self.tenants, self.queues, snap.clusters, self.ledger)
-        self.hyperjobs = HyperJobs(snap, self.queues, self.clusters, self.flavors, self.quotas)
+        self.hyperjobs = HyperJobs(snap, self.running, self.queues, self.clusters, self.flavors, self.quotas)
 
     def queue_priority(self, queue: str) -> int:
         info = self.queues.get(queue)

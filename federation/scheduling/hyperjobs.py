@@ -24,6 +24,7 @@ from federation.scheduling.choice import ClusterTable, summary
 from federation.scheduling.fit import JobView
 from federation.scheduling.flavors import Flavors
 from federation.scheduling.model import NO_READY_CLUSTER, PendingJob, QueueInfo, Snapshot, add_into
+from federation.scheduling.running import Running
 
 if TYPE_CHECKING:
     from federation.kernel.resources import Resources
@@ -51,18 +52,14 @@ class Sent:
 class HyperJobs:
     """The cycle's HyperJobs: each decided once, when its first waiting sub-job comes up."""
 
-    def __init__(self, snap: Snapshot, queues: Mapping[str, QueueInfo], clusters: ClusterTable, flavors: Flavors,
-                 rules: Rules) -> None:
+    def __init__(self, snap: Snapshot, running: Running, queues: Mapping[str, QueueInfo], clusters: ClusterTable,
+                 flavors: Flavors, rules: Rules) -> None:
         self.snap = snap
         self.queues = queues
         self.clusters = clusters
         self.flavors = flavors
         self.rules = rules
-        # HyperJob -> the clusters of its sub-jobs that hold room (one per sub-job)
-        self.group_clusters: dict[str, list[str]] = {}
-        for running in snap.running:
-            if running.group:
-                self.group_clusters.setdefault(running.group, []).append(running.cluster)
+        self.running = running  # the clusters of each HyperJob's sub-jobs that hold room are read from it
         self.decided: dict[str, dict[str, str]] = {}  # HyperJob decided this cycle -> its sub-jobs left waiting, why
 
     def decide(self, job: PendingJob, queue: str, backlog: Backlog) -> tuple[list[Sent], Mapping[str, str]]:
@@ -80,7 +77,7 @@ class HyperJobs:
     def _place_group(self, job: PendingJob, part: Part, queue: str, backlog: Backlog, sent: list[Sent]
                      ) -> dict[str, str]:
         waiting = sorted(backlog.group(part.id), key=_index)
-        active = self.group_clusters.get(part.id, [])
+        active = self.running.clusters_of(part.id)
         if active and part.restart == WHOLE:  # the rest are being stopped, to start again with it
             said = f"HyperJob {part.name} starts again together (its restart policy is whole): waiting for its " \
                    f"{len(active)} other sub-job(s) to stop"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -122,7 +122,8 @@ class Snapshot:
     tenants: Sequence[TenantInfo]
     queues: Sequence[QueueInfo]
     pending: Sequence[PendingJob]
-    running: Sequence[RunningJob]  # Dispatched or Running: they hold resources
+    # Dispatched or Running: they hold resources. A `running.Running` kept across cycles, or any collection of them.
+    running: Collection[RunningJob]
     clusters: Sequence[ClusterView]  # Ready and not cordoned
     capacity: Mapping[str, int]  # of those clusters, for deserved shares
     refused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # job -> cluster -> agent's reason

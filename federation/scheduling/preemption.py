@@ -30,6 +30,7 @@ from federation.scheduling.model import (
     add_into,
     summed_by,
 )
+from federation.scheduling.running import Running
 
 Targets = tuple[str, list[RunningJob]]  # the cluster, and the gangs to evict there in order
 
@@ -66,8 +67,8 @@ class VictimOrder:
 class Preemptor:
     """The preemptible gangs of each cluster in victim order, and the searches over them."""
 
-    def __init__(self, snap: Snapshot, queues: Mapping[str, QueueInfo], clusters: ClusterTable, ledger: Ledger,
-                 holds: Mapping[str, Mapping[str, int]] | None) -> None:
+    def __init__(self, snap: Snapshot, running: Running, queues: Mapping[str, QueueInfo], clusters: ClusterTable,
+                 ledger: Ledger, holds: Mapping[str, Mapping[str, int]] | None) -> None:
         """`holds`: running gang -> what it counts against, flavors included; None: what it requested (no flavors,
         and no dictionary of tens of thousands of gangs to build for that)."""
         self.snap = snap
@@ -86,11 +87,7 @@ class Preemptor:
         self._over: dict[str | None, tuple[int, frozenset[str]]] = {}  # see `_reclaimable`
         self._reporting: tuple[list[ClusterView], np.ndarray] | None = None  # see `_reported`
         self._compiled: Any = None  # the compiled search's gangs (native.compiled.ReclaimPool), built at its first
-        by_cluster: dict[str, list[RunningJob]] = {}
-        for job in snap.running:
-            if job.preemptible:
-                by_cluster.setdefault(job.cluster, []).append(job)
-        self.preemptible = VictimOrder(by_cluster, self.priority, self.now)
+        self.preemptible = VictimOrder(running.preemptible(), self.priority, self.now)
         # cluster -> queue -> its preemptible gangs there, in the same order: only a search without reclaim asks, so
         # grouped for a cluster when first asked (`_of_queue`).
         self._by_queue: dict[str, dict[str, list[RunningJob]]] = {}
