@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from federation.scheduling.model import RunningJob, summed_in_python
-from federation.scheduling.running import Running
+from federation.scheduling.running import Running, read
 
 GANG = st.builds(
     RunningJob,
@@ -64,4 +64,5 @@ def test_kept_gangs_read_as_the_same_gangs_afresh(events: list[tuple[str, object
     for lists, ids in handed_out:  # a list handed out to a cycle is never changed after
         assert {c: [g.id for g in listed] for c, listed in lists.items()} == ids
     fresh = Running(gangs.values())
-    assert read_kept(fresh) == read_kept(kept) and Running.of(kept) is kept
+    assert read_kept(fresh) == read_kept(kept) and read(kept) is kept
+    assert read_kept(read(list(gangs.values()))) == read_afresh(list(gangs.values()))

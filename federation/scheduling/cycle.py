@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from federation.kernel.hyperjob import HOLD_CHECK
 from federation.kernel.resources import FLAVOR, Resources, base
+from federation.scheduling import running
 from federation.scheduling.backlog import Backlog, Demand, Lists, Walked
 from federation.scheduling.choice import ClusterTable, summary
 from federation.scheduling.fairshare import EPSILON, Claim, Tree, hierarchical
@@ -56,7 +57,6 @@ from federation.scheduling.provisioning import Promised, provisionable
 from federation.scheduling.queues import QueueManager, Verdict
 from federation.scheduling.quotas import Quotas, fmt
 from federation.scheduling.reservations import Reservations
-from federation.scheduling.running import Running
 
 # The cycle's names, for those who import them from here (its model, constants and entry points).
 __all__ = ["MOVE_BUDGET_SECONDS", "NO_READY_CLUSTER", "REPREEMPT_GRACE", "RESOURCE_FOR_FEWEST", "Decisions",
@@ -120,7 +120,7 @@ class _Cycle:
         # cycle that only a full collection frees (with the snapshot it holds: a list of every waiting job).
         self.wanted = Wants(self.flavors, self.queues).of
         self._kept: _Kept | None = None  # see `judge`
-        self.running = Running.of(snap.running)
+        self.running = running.read(snap.running)
         # running job -> what it counts against, where flavors make it more than its request (see `held_by`)
         holds: Mapping[str, Mapping[str, int]] | None = {
             job.id: self.flavors.held(job.cluster, job.request) for job in self.running} if self.flavors else None

@@ -24,7 +24,7 @@ from federation.scheduling.choice import ClusterTable, summary
 from federation.scheduling.fit import JobView
 from federation.scheduling.flavors import Flavors
 from federation.scheduling.model import NO_READY_CLUSTER, PendingJob, QueueInfo, Snapshot, add_into
-from federation.scheduling.running import Running
+from federation.scheduling.running import Gangs
 
 if TYPE_CHECKING:
     from federation.kernel.resources import Resources
@@ -52,7 +52,7 @@ class Sent:
 class HyperJobs:
     """The cycle's HyperJobs: each decided once, when its first waiting sub-job comes up."""
 
-    def __init__(self, snap: Snapshot, running: Running, queues: Mapping[str, QueueInfo], clusters: ClusterTable,
+    def __init__(self, snap: Snapshot, running: Gangs, queues: Mapping[str, QueueInfo], clusters: ClusterTable,
                  flavors: Flavors, rules: Rules) -> None:
         self.snap = snap
         self.queues = queues

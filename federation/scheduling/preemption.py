@@ -30,7 +30,7 @@ from federation.scheduling.model import (
     add_into,
     summed_by,
 )
-from federation.scheduling.running import Running
+from federation.scheduling.running import Gangs
 
 Targets = tuple[str, list[RunningJob]]  # the cluster, and the gangs to evict there in order
 
@@ -67,7 +67,7 @@ class VictimOrder:
 class Preemptor:
     """The preemptible gangs of each cluster in victim order, and the searches over them."""
 
-    def __init__(self, snap: Snapshot, running: Running, queues: Mapping[str, QueueInfo], clusters: ClusterTable,
+    def __init__(self, snap: Snapshot, running: Gangs, queues: Mapping[str, QueueInfo], clusters: ClusterTable,
                  ledger: Ledger, holds: Mapping[str, Mapping[str, int]] | None) -> None:
         """`holds`: running gang -> what it counts against, flavors included; None: what it requested (no flavors,
         and no dictionary of tens of thousands of gangs to build for that)."""

@@ -5,14 +5,72 @@ Every cycle needs what runs summed per queue, the preemptible gangs grouped by c
 HyperJob's sub-jobs: three passes over every running gang, about a tenth of a steady cycle at 1,000 clusters (145,000
 gangs) where the cycle's own work is a few thousand decisions. Kept here as gangs come and go (as Kueue's cache keeps
 its admitted workloads' usage), they cost what changed. A snapshot holding a plain list of gangs has it read into one
-at the start of its cycle (`Running.of`): the cycle from scratch, which the differential tests hold a kept one to.
+at the start of its cycle (`Listed`, by the code every cycle ran before they were kept): the cycle from scratch,
+which the differential tests hold a kept one to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping
+from typing import Protocol
 
-from federation.scheduling.model import RunningJob
+from federation.scheduling.model import RunningJob, summed_by
+
+
+class Gangs(Collection[RunningJob], Protocol):
+    """The running gangs as a cycle reads them: kept across cycles (`Running`) or read afresh (`Listed`)."""
+
+    def get(self, gang_id: str) -> RunningJob | None: ...
+    def usage(self) -> Mapping[str, Mapping[str, int]]: ...
+    def preemptible(self) -> dict[str, list[RunningJob]]: ...
+    def clusters_of(self, hyperjob: str) -> list[str]: ...
+
+
+def read(gangs: Collection[RunningJob]) -> Gangs:
+    """A snapshot's gangs as its cycle reads them: kept ones as they are, a plain list read afresh."""
+    return gangs if isinstance(gangs, Running) else Listed(gangs)
+
+
+class Listed:
+    """Gangs given as a plain list, read afresh each cycle: three passes over every gang (the cycle from scratch,
+    and the oracle the kept ones are held to by the differential tests)."""
+
+    def __init__(self, gangs: Iterable[RunningJob]) -> None:
+        self.gangs = list(gangs)
+        self._by_id: dict[str, RunningJob] | None = None
+        self._groups: dict[str, list[str]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.gangs)
+
+    def __iter__(self) -> Iterator[RunningJob]:
+        return iter(self.gangs)
+
+    def __contains__(self, gang: object) -> bool:
+        return gang in self.gangs
+
+    def get(self, gang_id: str) -> RunningJob | None:
+        if self._by_id is None:
+            self._by_id = {gang.id: gang for gang in self.gangs}
+        return self._by_id.get(gang_id)
+
+    def usage(self) -> Mapping[str, Mapping[str, int]]:
+        return summed_by([gang.queue for gang in self.gangs], [gang.request for gang in self.gangs])
+
+    def preemptible(self) -> dict[str, list[RunningJob]]:
+        by_cluster: dict[str, list[RunningJob]] = {}
+        for gang in self.gangs:
+            if gang.preemptible:
+                by_cluster.setdefault(gang.cluster, []).append(gang)
+        return by_cluster
+
+    def clusters_of(self, hyperjob: str) -> list[str]:
+        if self._groups is None:
+            self._groups = {}
+            for gang in self.gangs:
+                if gang.group:
+                    self._groups.setdefault(gang.group, []).append(gang.cluster)
+        return list(self._groups.get(hyperjob, ()))
 
 
 class Running(Collection[RunningJob]):
@@ -34,11 +92,6 @@ class Running(Collection[RunningJob]):
         self._groups: dict[str, dict[str, str]] = {}  # HyperJob -> its running sub-jobs' gang ids -> their clusters
         for gang in gangs:
             self.add(gang)
-
-    @classmethod
-    def of(cls, gangs: Collection[RunningJob]) -> Running:
-        """`gangs` as a `Running`: itself when kept, else read into a new one."""
-        return gangs if isinstance(gangs, Running) else cls(gangs)
 
     def __len__(self) -> int:
         return len(self._gangs)
