@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -36,6 +37,7 @@ from federation.scheduling.cycle import (
 from federation.scheduling.fit import ClusterView, DomainFree, JobView, TierFree
 from federation.scheduling.flavors import FlavorInfo
 from federation.scheduling.preemption import Preemptor
+from federation.scheduling.running import Running
 from tests.test_queue_manager_property import cluster, same
 
 GPU = "nvidia.com/gpu"
@@ -65,6 +67,14 @@ def both(snapshot: Snapshot) -> Decisions:
     return compiled
 
 
+def all_three(snapshot: Snapshot, kept: Running) -> Decisions:
+    """`both`, and the compiled search once more over the same gangs kept across cycles (its pool built from the
+    gangs `kept` read as they started, not from the snapshot's list)."""
+    compiled = both(snapshot)
+    same(compiled, schedule(replace(snapshot, running=kept)))
+    return compiled
+
+
 class Federation:
     def __init__(self, rng: random.Random, clusters: int) -> None:
         self.rng = rng
@@ -91,6 +101,7 @@ class Federation:
         self.refused: dict[str, dict[str, str]] = {}
         self.making_room: dict[str, str] = {}
         self.seq = 0
+        self.kept = Running()  # the same gangs, kept across cycles (`snapshot` brings it up to date)
         # The cycles' clock: the same running gangs (objects) cost more to evict, leave their protected time and
         # stop paying to reclaim as it goes on, which the compiled search must work out anew at every build.
         self.now = 1_000_000.0
@@ -107,6 +118,12 @@ class Federation:
                 self.rng.choice([0, 0, 5, 10]), self.seq)
 
     def snapshot(self) -> Snapshot:
+        for gang in list(self.kept):  # gangs ended, preempted or changed since: as the server's cache hears of them
+            if self.running.get(gang.id) is not gang:
+                self.kept.discard(gang.id)
+        for gang in self.running.values():
+            if gang not in self.kept:
+                self.kept.add(gang)
         clusters = [cluster(name, "ab"[i % 2], max(self.free[name], 0), self.nodes[name])
                     for i, name in enumerate(sorted(self.nodes))]
         return Snapshot(self.tenants, self.queues, list(self.pending.values()), list(self.running.values()), clusters,
@@ -153,7 +170,7 @@ def test_the_compiled_search_decides_as_the_python_one(seed: int, clusters: int)
     federation = Federation(rng, clusters)
     federation.submit(clusters * 12)
     for _ in range(6):
-        decisions = both(federation.snapshot())
+        decisions = all_three(federation.snapshot(), federation.kept)
         federation.carry_out(decisions)
         federation.submit(rng.randrange(clusters, clusters * 4))
     assert federation.running  # a federation that ran something, so reclaim had gangs to look at

@@ -19,7 +19,8 @@ except ImportError:  # a checkout where `make` has not built native/ yet
 
 compiled: ModuleType | None = _federation_native
 
-# The running gangs the compiled search has read, kept from one cycle's build to the next (`GangMemo`): it keeps what
-# each RunningJob says of itself, by object, never what follows from the cycle's clock, so no decision depends on it;
-# a build that finds it in use by another thread reads every gang itself.
+# The running gangs the compiled search has read from a snapshot's plain list, kept from one cycle's build to the next
+# (`GangMemo`): it keeps what each RunningJob says of itself, by object, never what follows from the cycle's clock, so
+# no decision depends on it; a build that finds it in use by another thread reads every gang itself. Gangs kept across
+# cycles (`running.Running`) have a store of their own (`GangStore`), changed as they start and end.
 memo: Any = _federation_native.GangMemo() if _federation_native is not None else None

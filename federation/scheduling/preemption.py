@@ -72,6 +72,7 @@ class Preemptor:
         """`holds`: running gang -> what it counts against, flavors included; None: what it requested (no flavors,
         and no dictionary of tens of thousands of gangs to build for that)."""
         self.snap = snap
+        self.running = running
         self.now = snap.now  # what work lost and protected run times are counted to
         self.queues = queues
         self.clusters = clusters
@@ -143,13 +144,18 @@ class Preemptor:
             return None
         try:
             if self._compiled is None:
-                ledger = self.ledger
-                self._compiled = native.compiled.ReclaimPool(
-                    list(self.clusters.resource), RESOURCE_FOR_FEWEST,
-                    [self.preemptible.given.get(name, []) for name in self.clusters.names],
-                    self.holds,
-                    [(q, info.priority, info.tenant, ledger.chain[q]) for q, info in self.queues.items()],
-                    REPREEMPT_GRACE, self.now, native.memo)
+                ledger, pool = self.ledger, native.compiled.ReclaimPool
+                queues = [(q, info.priority, info.tenant, ledger.chain[q]) for q, info in self.queues.items()]
+                store = getattr(self.running, "store", None)  # kept gangs' (`running.Running`)
+                if store is not None and hasattr(pool, "from_store"):
+                    self._compiled = pool.from_store(
+                        list(self.clusters.resource), RESOURCE_FOR_FEWEST, list(self.clusters.names), store,
+                        self.holds, queues, REPREEMPT_GRACE, self.now)
+                else:
+                    self._compiled = pool(
+                        list(self.clusters.resource), RESOURCE_FOR_FEWEST,
+                        [self.preemptible.given.get(name, []) for name in self.clusters.names],
+                        self.holds, queues, REPREEMPT_GRACE, self.now, native.memo)
                 self._compiled.preempted(list(self.taken.values()))
             return call(self._compiled)
         except BaseException as err:  # a Rust panic is a BaseException; an interrupt is not ours to keep
@@ -298,13 +304,11 @@ class Preemptor:
             ledger.shares.tenants)
         if found is None:
             return None
-        at, positions, bits = found
+        at, gangs, bits = found
         kept = {why for bit, why in ((1, "work"), (2, "share")) if bits & bit}
         if at < 0:
             return None, kept
-        cluster = self.clusters.names[at]
-        gangs = self.preemptible.given[cluster]  # the compiled search names them by their place as given
-        return (cluster, [gangs[p] for p in positions]), kept
+        return (self.clusters.names[at], list(gangs)), kept
 
     def victims_for_kept(self, job: PendingJob, needed: Mapping[str, int]) -> Targets | None:
         """For a head within its shares that room others keep back holds (`cycle._Cycle.reclaim_kept`): gangs that

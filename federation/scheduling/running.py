@@ -12,8 +12,9 @@ which the differential tests hold a kept one to.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
+from federation.scheduling import native
 from federation.scheduling.model import RunningJob, summed_by
 
 
@@ -90,6 +91,10 @@ class Running(Collection[RunningJob]):
         # out is never changed: a new one is made)
         self._listed: dict[str, list[RunningJob]] = {}
         self._groups: dict[str, dict[str, str]] = {}  # HyperJob -> its running sub-jobs' gang ids -> their clusters
+        # The preemptible gangs again, as the compiled victim search reads them (native.compiled.GangStore): read once
+        # when they start, so that a cycle's search is built from arrays, not from 145,000 objects looked up one by one
+        store = getattr(native.compiled, "GangStore", None)  # None too in a build of native/ from before it
+        self.store: Any = store() if store is not None else None
         for gang in gangs:
             self.add(gang)
 
@@ -119,6 +124,8 @@ class Running(Collection[RunningJob]):
         if gang.preemptible:
             self._preemptible.setdefault(gang.cluster, {})[gang.id] = gang
             self._listed.pop(gang.cluster, None)
+            if self.store is not None:
+                self.store.add(gang, gang.cluster)
         if gang.group:
             self._groups.setdefault(gang.group, {})[gang.id] = gang.cluster
 
@@ -143,6 +150,8 @@ class Running(Collection[RunningJob]):
             if not there:
                 del self._preemptible[gang.cluster]
             self._listed.pop(gang.cluster, None)
+            if self.store is not None:
+                self.store.discard(gang_id, gang.cluster)
         if gang.group:
             sub_jobs = self._groups[gang.group]
             del sub_jobs[gang_id]

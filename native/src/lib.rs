@@ -3,7 +3,8 @@
 //! The profile of a steady cycle at 1,000 clusters put 88 % of it in one loop: for each queue head that does not
 //! fit, walk every cluster that could make room, taking its preemptible gangs in victim order until the head fits,
 //! each gang checked against its queue's and tenant's deserved share. That is millions of dictionary operations a
-//! cycle in Python. This is the same walk over arrays built once per cycle; `federation/scheduling/preemption.py`
+//! cycle in Python. This is the same walk over arrays built once per cycle (from the gangs a `GangStore` keeps across
+//! cycles, or from a snapshot's lists with a `GangMemo`); `federation/scheduling/preemption.py`
 //! keeps the Python version, which the differential tests hold this one equal to, decision for decision.
 //!
 //! Amounts are kept as short sparse lists of (resource index, amount), as the Python keeps dictionaries: a gang asks
@@ -48,8 +49,6 @@ struct Victim {
     /// The RunningJob object's address: how `preempted` names it (its id string is read only to break a tie in victim
     /// order; touching 145,000 ids' allocations each build was a third of the build at 1,000 clusters).
     gang: usize,
-    /// Its position in the cluster's list as given (the answer names gangs by it).
-    given: usize,
     cluster: usize,
     gpus: i64,
     request: usize,
@@ -123,11 +122,12 @@ struct GangMemo {
     build: u64,
 }
 
-impl GangMemo {
-    fn read(&mut self, gang: &Bound<'_, PyAny>) -> PyResult<Read> {
+impl Read {
+    /// What `gang` says of itself, its request in `resources`' numbers.
+    fn of(gang: &Bound<'_, PyAny>, resources: &mut Numbering) -> PyResult<Read> {
         let py = gang.py();
         let request = gang.getattr(pyo3::intern!(py, "request"))?;
-        let amounts = self.resources.amounts(request.cast::<PyDict>()?)?;
+        let amounts = resources.amounts(request.cast::<PyDict>()?)?;
         Ok(Read {
             _gang: gang.clone().unbind(),
             id: gang.getattr(pyo3::intern!(py, "id"))?.extract::<String>()?.into_boxed_str(),
@@ -156,6 +156,49 @@ impl GangMemo {
     /// How many gangs it holds: those given to the last build.
     fn __len__(&self) -> usize {
         self.gangs.len()
+    }
+}
+
+/// The preemptible gangs of each cluster, read once when they start and dropped when they end, kept across cycles
+/// beside the scheduler's running gangs (`running.Running`): a build reads each cluster's gangs from one array here
+/// instead of looking every gang up by object (the memo), which at 1,000 clusters was most of the build.
+#[pyclass(module = "federation_native")]
+#[derive(Default)]
+struct GangStore {
+    resources: Numbering,
+    clusters: HashMap<String, Vec<Read>>,
+}
+
+#[pymethods]
+impl GangStore {
+    #[new]
+    fn new() -> Self {
+        GangStore::default()
+    }
+
+    /// A preemptible gang started in `cluster` (a RunningJob object; one of the same id is discarded first).
+    fn add(&mut self, gang: &Bound<'_, PyAny>, cluster: &str) -> PyResult<()> {
+        let read = Read::of(gang, &mut self.resources)?;
+        self.discard(&read.id, cluster);
+        self.clusters.entry(cluster.to_owned()).or_default().push(read);
+        Ok(())
+    }
+
+    /// The gang of this id left `cluster`; nothing when it is not there.
+    fn discard(&mut self, id: &str, cluster: &str) {
+        if let Some(gangs) = self.clusters.get_mut(cluster) {
+            if let Some(at) = gangs.iter().position(|read| &*read.id == id) {
+                gangs.remove(at);
+                if gangs.is_empty() {
+                    self.clusters.remove(cluster);
+                }
+            }
+        }
+    }
+
+    /// How many gangs it holds.
+    fn __len__(&self) -> usize {
+        self.clusters.values().map(Vec::len).sum()
     }
 }
 
@@ -297,6 +340,179 @@ impl ReclaimPool {
     }
 }
 
+/// What one build keeps while it reads gangs: amounts converted once per object, resource and queue numbers mapped.
+struct Build<'a, 'py> {
+    py: Python<'py>,
+    holds: Option<&'a Bound<'py, PyDict>>,
+    grace: f64,
+    now: f64,
+    /// Gangs of one shape share one amounts object: converted once.
+    converted: HashMap<usize, usize>,
+    /// The reader's resource numbers (the memo's or the store's) -> this pool's.
+    remap: Vec<usize>,
+    /// A queue's name is most often one string object shared by its gangs: looked up by name once per object.
+    queue_of: HashMap<usize, usize>,
+}
+
+impl<'a, 'py> Build<'a, 'py> {
+    fn new(py: Python<'py>, holds: Option<&'a Bound<'py, PyDict>>, grace: f64, now: f64, total: usize) -> Self {
+        let mut converted = HashMap::default();
+        converted.reserve(total);
+        Build { py, holds, grace, now, converted, remap: Vec::new(), queue_of: HashMap::default() }
+    }
+}
+
+/// A gang read into a pool, with its id for the last tie of victim order (the reader's, alive for the build).
+type Entry = (Victim, Hot, *const str);
+
+/// A search's answer: the cluster's index (-1: none), the gangs to evict there, and why gangs were passed over.
+type Found = (i64, Vec<Py<PyAny>>, u8);
+
+impl ReclaimPool {
+    fn empty(resources: &[String], gpu: &str, queues: &[(String, i64, String, Vec<String>)]) -> Self {
+        let mut pool = ReclaimPool {
+            resources: Numbering::default(), table_columns: resources.len(), gpu: 0, victims: Vec::new(),
+            hot: Vec::new(), clusters: Vec::new(), amount_data: Vec::new(),
+            amount_at: vec![0], by_gang: None, queue_index: HashMap::default(), queue_names: Vec::new(),
+            queue_priority: Vec::new(),
+            queue_tenant: Vec::new(), chains: Vec::new(), tenant_names: Vec::new(), shares: Vec::new(),
+            usage: Vec::new(), known_queues: queues.len(), pooled: Vec::new(), last: None,
+        };
+        for r in resources {
+            pool.resources.number(r);
+        }
+        pool.gpu = pool.resources.number(gpu);
+        let mut tenants: HashMap<String, usize> = HashMap::default();
+        for (name, priority, tenant, _) in queues {
+            pool.queue_index.insert(name.clone(), pool.queue_names.len());
+            pool.queue_names.push(name.clone());
+            pool.queue_priority.push(*priority);
+            let next = tenants.len();
+            let t = *tenants.entry(tenant.clone()).or_insert(next);
+            if t == pool.tenant_names.len() {
+                pool.tenant_names.push(tenant.clone());
+            }
+            pool.queue_tenant.push(t);
+        }
+        for (_, _, _, chain) in queues {
+            let chain = chain.iter().filter_map(|q| pool.queue_index.get(q).copied()).collect();
+            pool.chains.push(chain);
+        }
+        pool
+    }
+
+    fn reserve(&mut self, total: usize) {
+        self.victims.reserve(total);
+        self.hot.reserve(total);
+        self.amount_at.reserve(total);
+        self.amount_data.reserve(2 * total);
+    }
+
+    /// One gang as the pool keeps it, at the build's clock; `named`: the numbers its request was read in.
+    fn victim(&mut self, build: &mut Build, read: &Read, ptr: usize, named: &Numbering) -> PyResult<Entry> {
+        let queue_name = read.queue.bind(build.py);
+        let queue = match build.queue_of.get(&(queue_name.as_ptr() as usize)).copied() {
+            Some(q) => q,
+            None => {
+                let q = self.queue_of_name(queue_name.cast::<pyo3::types::PyString>()?.to_str()?);
+                build.queue_of.insert(queue_name.as_ptr() as usize, q);
+                q
+            }
+        };
+        let request_at = match build.converted.get(&read.request_ptr) {
+            Some(&at) => at,
+            None => {
+                for &(r, a) in &read.request {
+                    while build.remap.len() <= r {
+                        build.remap.push(self.resources.number(&named.names[build.remap.len()]));
+                    }
+                    self.amount_data.push((build.remap[r], a));
+                }
+                self.amount_at.push(self.amount_data.len());
+                build.converted.insert(read.request_ptr, self.amount_at.len() - 2);
+                self.amount_at.len() - 2
+            }
+        };
+        let held_at = match build.holds {
+            Some(holds) => {
+                let held = holds.get_item(&*read.id)?
+                    .ok_or_else(|| PyValueError::new_err(format!("no holds for {}", read.id)))?;
+                let at = held.as_ptr() as usize;
+                match build.converted.get(&at) {
+                    Some(&found) => found,
+                    None => {
+                        let amounts = self.resources.amounts(held.cast::<PyDict>()?)?;
+                        self.amount_data.extend(amounts);
+                        self.amount_at.push(self.amount_data.len());
+                        build.converted.insert(at, self.amount_at.len() - 2);
+                        self.amount_at.len() - 2
+                    }
+                }
+            }
+            None => request_at,
+        };
+        let gpus = amount(span(&self.amount_data, &self.amount_at, request_at), self.gpu);
+        // RunningJob.ran_for, since_checkpoint, at_risk, protected and pays_to_reclaim (forecast.remaining), at this
+        // build's clock: what a reader keeps is only what the gang says of itself.
+        let now = build.now;
+        let ran_for = match read.started {
+            Some(s) => py_max(now - s, 0.0),
+            None => 0.0,
+        };
+        let since = match read.checkpoint {
+            Some(c) if c != 0.0 => py_mod(ran_for, c),
+            _ => ran_for,
+        };
+        let protected = ran_for < read.protected_run || (read.preempted_before && ran_for < build.grace);
+        let pays = match read.expected {
+            None => true,
+            Some(e) => since < if ran_for < e { e - ran_for } else { ran_for / 2.0 },
+        };
+        Ok((
+            Victim { at_risk: since * gpus as f64, seq: read.seq, gang: ptr, cluster: self.clusters.len(), gpus,
+                     request: request_at },
+            Hot { priority: read.priority, queue: small(queue)?, held: small(held_at)?, preempted: false,
+                  worth: !protected && pays },
+            &*read.id as *const str,
+        ))
+    }
+
+    /// The next cluster's gangs, put in victim order (`Preemptor.victim_order`): of the lowest-priority queue, then
+    /// lowest priority, then least work lost, then youngest, then by id. Sorted here: in Python it was a tenth of a
+    /// cycle's setup.
+    fn push_block(&mut self, mut block: Vec<Entry>) {
+        let queue_priority = &self.queue_priority;
+        // SAFETY: each id is a reader's (the memo's or the store's), neither changed while the build runs.
+        block.sort_unstable_by(|(x, xh, xid), (y, yh, yid)| {
+            queue_priority[xh.queue as usize].cmp(&queue_priority[yh.queue as usize])
+                .then(xh.priority.cmp(&yh.priority))
+                .then(x.at_risk.partial_cmp(&y.at_risk).unwrap_or(Ordering::Equal)) // as Python's <: -0.0 == 0.0
+                .then(y.seq.cmp(&x.seq))
+                .then_with(|| unsafe { (**xid).cmp(&**yid) })
+        });
+        let start = self.victims.len();
+        for (victim, hot, _) in block {
+            self.victims.push(victim);
+            self.hot.push(hot);
+        }
+        self.clusters.push(start..self.victims.len());
+    }
+
+    /// Once every cluster's gangs are in: the sums per queue and cluster, and the share checks' slots.
+    fn finish(&mut self) {
+        let (n, k) = (self.clusters.len(), self.table_columns);
+        self.pooled = vec![0; self.known_queues * n * k];
+        for vi in 0..self.victims.len() {
+            self.pool_add(vi, 1);
+        }
+        // Sized once every queue is known, those of gangs the cycle does not know included: a tenant's key comes
+        // after every queue's.
+        let keys = self.queue_names.len() + self.tenant_names.len();
+        self.shares = (0..keys).map(|_| None).collect();
+        self.usage = (0..keys).map(|_| None).collect();
+    }
+}
+
 /// What one search reads of the cycle as it stands: usage and its versions (which change as the cycle dispatches
 /// and evicts) and deserved shares (fixed for the cycle once worked out).
 struct State<'a, 'py> {
@@ -397,37 +613,10 @@ impl ReclaimPool {
     fn new(resources: Vec<String>, gpu: String, clusters: &Bound<'_, PyList>, holds: Option<&Bound<'_, PyDict>>,
            queues: Vec<(String, i64, String, Vec<String>)>, grace: f64, now: f64,
            memo: Option<&Bound<'_, GangMemo>>) -> PyResult<Self> {
-        let mut pool = ReclaimPool {
-            resources: Numbering::default(), table_columns: resources.len(), gpu: 0, victims: Vec::new(),
-            hot: Vec::new(), clusters: Vec::with_capacity(clusters.len()), amount_data: Vec::new(),
-            amount_at: vec![0], by_gang: None, queue_index: HashMap::default(), queue_names: Vec::new(),
-            queue_priority: Vec::new(),
-            queue_tenant: Vec::new(), chains: Vec::new(), tenant_names: Vec::new(), shares: Vec::new(),
-            usage: Vec::new(), known_queues: queues.len(), pooled: Vec::new(), last: None,
-        };
-        for r in &resources {
-            pool.resources.number(r);
-        }
-        pool.gpu = pool.resources.number(&gpu);
-        let mut tenants: HashMap<String, usize> = HashMap::default();
-        for (name, priority, tenant, _) in &queues {
-            pool.queue_index.insert(name.clone(), pool.queue_names.len());
-            pool.queue_names.push(name.clone());
-            pool.queue_priority.push(*priority);
-            let next = tenants.len();
-            let t = *tenants.entry(tenant.clone()).or_insert(next);
-            if t == pool.tenant_names.len() {
-                pool.tenant_names.push(tenant.clone());
-            }
-            pool.queue_tenant.push(t);
-        }
-        for (_, _, _, chain) in &queues {
-            let chain = chain.iter().filter_map(|q| pool.queue_index.get(q).copied()).collect();
-            pool.chains.push(chain);
-        }
-        // Gangs of one shape share one amounts object: converted once.
-        let mut converted: HashMap<usize, usize> = HashMap::default();
-        let py = clusters.py();
+        let mut pool = ReclaimPool::empty(&resources, &gpu, &queues);
+        let total: usize = clusters.iter().map(|gangs| gangs.len().unwrap_or(0)).sum();
+        let mut build = Build::new(clusters.py(), holds, grace, now, total);
+        pool.reserve(total);
         // The gangs earlier builds read, when given a memo that is not in use elsewhere; else read them all here.
         let mut local = GangMemo::default();
         let mut guard = match memo {
@@ -439,125 +628,49 @@ impl ReclaimPool {
             None => &mut local,
         };
         memo.build += 1;
-        let build = memo.build;
-        let total: usize = clusters.iter().map(|gangs| gangs.len().unwrap_or(0)).sum();
-        pool.victims.reserve(total);
-        pool.hot.reserve(total);
-        pool.amount_at.reserve(total);
-        pool.amount_data.reserve(2 * total);
-        converted.reserve(total);
-        let mut remap: Vec<usize> = Vec::new(); // the memo's resource numbers -> this pool's
-        // A queue's name is most often one string object shared by its gangs: looked up by name once per object.
-        let mut queue_of: HashMap<usize, usize> = HashMap::default();
+        let seen = memo.build;
         for gangs in clusters.iter() {
-            let mut block: Vec<(Victim, Hot)> = Vec::with_capacity(gangs.len().unwrap_or(0));
-            for (given, gang) in gangs.cast::<PyList>()?.iter().enumerate() {
+            let gangs = gangs.cast::<PyList>()?;
+            let mut block = Vec::with_capacity(gangs.len());
+            for gang in gangs.iter() {
                 let ptr = gang.as_ptr() as usize;
                 if !memo.gangs.contains_key(&ptr) {
-                    let read = memo.read(&gang)?;
+                    let read = Read::of(&gang, &mut memo.resources)?;
                     memo.gangs.insert(ptr, read);
                 }
                 let GangMemo { gangs: kept, resources: named, .. } = &mut *memo;
                 let read = kept.get_mut(&ptr).expect("read above");
-                read.seen = build;
-                let queue_name = read.queue.bind(py);
-                let known = queue_of.get(&(queue_name.as_ptr() as usize)).copied();
-                let queue = match known {
-                    Some(q) => q,
-                    None => {
-                        let q = pool.queue_of_name(queue_name.cast::<pyo3::types::PyString>()?.to_str()?);
-                        queue_of.insert(queue_name.as_ptr() as usize, q);
-                        q
-                    }
-                };
-                let request_at = match converted.get(&read.request_ptr) {
-                    Some(&at) => at,
-                    None => {
-                        for &(r, a) in &read.request {
-                            while remap.len() <= r {
-                                remap.push(pool.resources.number(&named.names[remap.len()]));
-                            }
-                            pool.amount_data.push((remap[r], a));
-                        }
-                        pool.amount_at.push(pool.amount_data.len());
-                        converted.insert(read.request_ptr, pool.amount_at.len() - 2);
-                        pool.amount_at.len() - 2
-                    }
-                };
-                let held_at = match holds {
-                    Some(holds) => {
-                        let held = holds.get_item(&*read.id)?
-                            .ok_or_else(|| PyValueError::new_err(format!("no holds for {}", read.id)))?;
-                        let at = held.as_ptr() as usize;
-                        match converted.get(&at) {
-                            Some(&found) => found,
-                            None => {
-                                let amounts = pool.resources.amounts(held.cast::<PyDict>()?)?;
-                                pool.amount_data.extend(amounts);
-                                pool.amount_at.push(pool.amount_data.len());
-                                converted.insert(at, pool.amount_at.len() - 2);
-                                pool.amount_at.len() - 2
-                            }
-                        }
-                    }
-                    None => request_at,
-                };
-                let gpus = amount(span(&pool.amount_data, &pool.amount_at, request_at), pool.gpu);
-                // RunningJob.ran_for, since_checkpoint, at_risk, protected and pays_to_reclaim (forecast.remaining),
-                // at this snapshot's clock: what the memo keeps is only what the gang says of itself.
-                let ran_for = match read.started {
-                    Some(s) => py_max(now - s, 0.0),
-                    None => 0.0,
-                };
-                let since = match read.checkpoint {
-                    Some(c) if c != 0.0 => py_mod(ran_for, c),
-                    _ => ran_for,
-                };
-                let protected = ran_for < read.protected_run || (read.preempted_before && ran_for < grace);
-                let pays = match read.expected {
-                    None => true,
-                    Some(e) => since < if ran_for < e { e - ran_for } else { ran_for / 2.0 },
-                };
-                block.push((
-                    Victim {
-                        at_risk: since * gpus as f64, seq: read.seq, gang: ptr, given,
-                        cluster: pool.clusters.len(), gpus, request: request_at,
-                    },
-                    Hot {
-                        priority: read.priority, queue: small(queue)?, held: small(held_at)?, preempted: false,
-                        worth: !protected && pays,
-                    },
-                ));
+                read.seen = seen;
+                block.push(pool.victim(&mut build, read, ptr, named)?);
             }
-            // Victim order (`Preemptor.victim_order`): of the lowest-priority queue, then lowest priority, then least
-            // work lost, then youngest, then by id. Sorted here: in Python it was a tenth of a cycle's setup.
-            let queue_priority = &pool.queue_priority;
-            let read = &memo.gangs;
-            block.sort_unstable_by(|(x, xh), (y, yh)| {
-                queue_priority[xh.queue as usize].cmp(&queue_priority[yh.queue as usize])
-                    .then(xh.priority.cmp(&yh.priority))
-                    .then(x.at_risk.partial_cmp(&y.at_risk).unwrap_or(Ordering::Equal)) // as Python's <: -0.0 == 0.0
-                    .then(y.seq.cmp(&x.seq))
-                    .then_with(|| read[&x.gang].id.cmp(&read[&y.gang].id))
-            });
-            let start = pool.victims.len();
-            for (victim, hot) in block {
-                pool.victims.push(victim);
-                pool.hot.push(hot);
+            pool.push_block(block);
+        }
+        memo.gangs.retain(|_, read| read.seen == seen); // gangs gone since: their objects are let go
+        pool.finish();
+        Ok(pool)
+    }
+
+    /// The same pool from the preemptible gangs `store` keeps across cycles, `names` the table's clusters in order
+    /// (the rest as for a pool built from lists).
+    #[staticmethod]
+    #[allow(clippy::too_many_arguments)]
+    fn from_store(resources: Vec<String>, gpu: String, names: Vec<String>, store: &Bound<'_, GangStore>,
+                  holds: Option<&Bound<'_, PyDict>>, queues: Vec<(String, i64, String, Vec<String>)>, grace: f64,
+                  now: f64) -> PyResult<Self> {
+        let mut pool = ReclaimPool::empty(&resources, &gpu, &queues);
+        let store = store.try_borrow()?;
+        let total: usize = names.iter().map(|name| store.clusters.get(name).map_or(0, Vec::len)).sum();
+        let mut build = Build::new(store.py(), holds, grace, now, total);
+        pool.reserve(total);
+        for name in &names {
+            let gangs = store.clusters.get(name).map_or(&[][..], Vec::as_slice);
+            let mut block = Vec::with_capacity(gangs.len());
+            for read in gangs {
+                block.push(pool.victim(&mut build, read, read._gang.as_ptr() as usize, &store.resources)?);
             }
-            pool.clusters.push(start..pool.victims.len());
+            pool.push_block(block);
         }
-        memo.gangs.retain(|_, read| read.seen == build); // gangs gone since: their objects are let go
-        let (n, k) = (pool.clusters.len(), pool.table_columns);
-        pool.pooled = vec![0; pool.known_queues * n * k];
-        for vi in 0..pool.victims.len() {
-            pool.pool_add(vi, 1);
-        }
-        // Sized once every queue is known, those of gangs the cycle does not know included: a tenant's key comes
-        // after every queue's.
-        let keys = pool.queue_names.len() + pool.tenant_names.len();
-        pool.shares = (0..keys).map(|_| None).collect();
-        pool.usage = (0..keys).map(|_| None).collect();
+        pool.finish();
         Ok(pool)
     }
 
@@ -648,8 +761,7 @@ impl ReclaimPool {
         Ok(PyBytes::new(py, &out))
     }
 
-    /// `Preemption.victims`' search: the cluster (its index) and the positions in its gang list as given of the gangs
-    /// to evict, in victim order, or -1 and none; and why eligible-looking gangs were passed over (1: work, 2: share). None when the
+    /// `Preemption.victims`' search: the cluster (its index) and the gangs (RunningJob objects) to evict, in victim order, or -1 and none; and why eligible-looking gangs were passed over (1: work, 2: share). None when the
     /// request names a resource no gang or cluster has (the Python search answers those).
     ///
     /// `free`: the table's free amounts, row-major int64 bytes; `candidates` and `selected`: one byte per cluster;
@@ -657,12 +769,12 @@ impl ReclaimPool {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (job_queue, job_priority, request, over, lowest, free, candidates, selected, refused,
                         queue_usage, tenant_usage, queue_version, usage_version, queue_shares, tenant_shares))]
-    fn victims(&mut self, job_queue: &str, job_priority: i64, request: &Bound<'_, PyDict>, over: Vec<String>,
+    fn victims(&mut self, py: Python<'_>, job_queue: &str, job_priority: i64, request: &Bound<'_, PyDict>, over: Vec<String>,
                lowest: i64, free: &Bound<'_, PyBytes>, candidates: &Bound<'_, PyBytes>,
                selected: &Bound<'_, PyBytes>, refused: Vec<usize>, queue_usage: &Bound<'_, PyDict>,
                tenant_usage: &Bound<'_, PyDict>, queue_version: &Bound<'_, PyDict>,
                usage_version: &Bound<'_, PyDict>, queue_shares: &Bound<'_, PyDict>,
-               tenant_shares: &Bound<'_, PyDict>) -> PyResult<Option<(i64, Vec<usize>, u8)>> {
+               tenant_shares: &Bound<'_, PyDict>) -> PyResult<Option<Found>> {
         let mut wanted = Vec::with_capacity(request.len());
         for (k, v) in request.iter() {
             let name: String = k.extract()?;
@@ -748,8 +860,11 @@ impl ReclaimPool {
         }
         Ok(Some(match best {
             Some((_, c, chosen)) => {
-                let given = chosen.iter().map(|&vi| self.victims[vi].given).collect();
-                (c as i64, given, kept)
+                // SAFETY: each gang is held by its reader (the memo or the store) and by the lists the cycle holds.
+                let gangs = chosen.iter().map(|&vi| unsafe {
+                    Bound::from_borrowed_ptr(py, self.victims[vi].gang as *mut pyo3::ffi::PyObject)
+                }.unbind()).collect();
+                (c as i64, gangs, kept)
             }
             None => (-1, Vec::new(), kept),
         }))
@@ -834,6 +949,7 @@ impl ReclaimPool {
 fn federation_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ReclaimPool>()?;
     m.add_class::<GangMemo>()?;
+    m.add_class::<GangStore>()?;
     m.add_function(wrap_pyfunction!(sums::summed_by, m)?)?;
     m.add_function(wrap_pyfunction!(shares::hierarchical, m)?)?;
     Ok(())
