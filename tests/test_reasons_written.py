@@ -13,6 +13,7 @@ from sqlalchemy import select, update
 from federation.control.scheduler import Scheduler
 from federation.scheduling.model import summed_by
 from federation.scheduling.queues import Reasons
+from federation.scheduling.running import Listed
 from federation.store.admin import AdminStore
 from federation.store.jobs import JobStore
 from federation.store.models import Cluster, Job, PriorityClass
@@ -64,6 +65,12 @@ async def test_reasons_in_postgres_match_the_cycle_through_churn(api: Api, seed:
         classes = {c["name"]: c for c in await admin.list(PriorityClass)}
         assert {j: gang for j, (_, gang) in scheduler._gangs.items()} == \
             {j.id: scheduler._gang(j, classes.get(j.priority_class, {})) for j in cache.holding.values()}
+        # ... with what cycles sum over them, kept as the cache said which holding jobs changed
+        kept = scheduler._kept
+        assert {g.id: g for g in kept} == {j: gang for j, (_, gang) in scheduler._gangs.items()}
+        fresh = Listed(list(kept))
+        assert ({q: dict(u) for q, u in kept.usage().items()}, kept.preemptible().keys()) == \
+            ({q: dict(u) for q, u in fresh.usage().items()}, fresh.preemptible().keys())
         # Churn before the next cycle: a third of the gangs end, some start.
         holding = sorted(cache.holding.values(), key=lambda j: j.id)
         for job in rng.sample(holding, len(holding) // 3):

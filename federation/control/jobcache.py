@@ -129,6 +129,9 @@ class JobCache:
         self.generation = 0  # how often it was loaded whole (what a leader wrote before may be unknown since)
         self.touched: set[str] = set()  # jobs with an event since the leader last took them (`take_touched`)
         self.holding: dict[str, HoldingJob] = {}
+        # Holding jobs added, replaced or gone since the scheduler last took them (`take_holding_changed`); a load
+        # changes `generation` instead: everything then is new.
+        self.holding_changed: set[str] = set()
         # Per cluster, the requests of its holding jobs dispatched and not yet up (what its inventory does not count
         # yet), and of those running (what its agent should report): kept as jobs come and go, read every cycle.
         self.dispatched_to: dict[str, Resources] = {}
@@ -176,6 +179,7 @@ class JobCache:
         self.generation += 1
         self.touched.clear()
         self.submitted.clear()
+        self.holding_changed.clear()
         await self._add_waiting(await self.jobs.pending(SCAN_LIMIT))
         self._add_holding(await self.jobs.holding())
         self._cursor = cursor
@@ -220,6 +224,7 @@ class JobCache:
                 arrived.append(job_id)
             if (gone := self.holding.pop(job_id, None)) is not None:
                 self._count(gone, -1)
+                self.holding_changed.add(job_id)
             if phase in ACTIVE_PHASES:
                 held[job_id] = event
         for start in range(0, len(arrived), BATCH):  # one no longer waiting has a later event, read next time
@@ -310,6 +315,7 @@ class JobCache:
 
     def _hold(self, job: HoldingJob) -> None:
         self.holding[job.id] = job
+        self.holding_changed.add(job.id)
         self._count(job, 1)
 
     def _count(self, job: HoldingJob, sign: int) -> None:
@@ -345,6 +351,11 @@ class JobCache:
         """The jobs submitted since the last call and waiting when they were read, oldest event first."""
         submitted, self.submitted = self.submitted, []
         return submitted
+
+    def take_holding_changed(self) -> set[str]:
+        """The holding jobs added, replaced or gone since the last call (of this `generation`)."""
+        changed, self.holding_changed = self.holding_changed, set()
+        return changed
 
     def take_touched(self) -> set[str]:
         """The jobs with an event since the last call: their reasons in PostgreSQL may be anything."""

@@ -284,10 +284,10 @@ class Scheduler:
         self.drift = DriftWatch(drift_after)
         self.past = PastUsage(usage, decay or Decay())  # each tenant's and queue's usage history, on the leader
         self._holds: dict[str, list[list[Any]]] | None = None  # per cluster, the holds last written (None: unknown)
-        # Holding job -> (that job, the running gang made of it), and the priority classes and past run times they
-        # were made with (`_running`).
+        # Holding job -> (that job, the running gang made of it), and the priority classes, past run times and job
+        # cache's generation they were made with (`_running`).
         self._gangs: dict[str, tuple[HoldingJob, RunningJob]] = {}
-        self._gangs_of: tuple[Mapping[str, Any], Mapping[str, float]] | None = None
+        self._gangs_of: tuple[Mapping[str, Any], Mapping[str, float], int] | None = None
         self._kept = Running()  # those gangs, with what cycles sum over them (`_running`)
 
     def wake(self) -> None:
@@ -457,7 +457,7 @@ class Scheduler:
         rows, upto = await self.admin.clusters(self.heartbeat_timeout)
         await self.cache.refresh(upto)  # and those up to the moment of the inventories, no further
         self._sent_back()
-        pending, active = list(self.cache.waiting.values()), list(self.cache.holding.values())
+        pending = list(self.cache.waiting.values())
         self._snapshot_version = self.cache.version
         classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
         if time.monotonic() - self._run_times_at >= RUN_TIMES_PERIOD:
@@ -489,7 +489,7 @@ class Scheduler:
             tenants=[_tenant_info(t) for t in await self.admin.list(Tenant)],
             queues=[_queue_info(q) for q in await self.admin.list(Queue)],
             pending=pending,
-            running=self._running(active, classes),
+            running=self._running(classes),
             clusters=[cluster_view(c, inflight.get(c["name"], {})) for c in clusters],
             capacity=capacity,
             refused=self._refusals(rows),
@@ -672,23 +672,26 @@ class Scheduler:
         return _Decided(decisions, waiting, reasons, None if walk is None else (walk.settled, set(walk.owed)),
                         order, jobs, forecast, outlook.holds(decisions), held, arrivals)
 
-    def _running(self, active: Sequence[HoldingJob], classes: Mapping[str, Mapping[str, Any]]) -> Running:
-        """The holding jobs as running gangs, kept across cycles (`Running`: what the cycle sums over them follows
-        the gangs that changed). Each is made once and kept while its job, the priority classes and the queues'
-        past run times stay the same (what it costs to evict is counted to the snapshot's clock, not kept in it):
-        making every one anew was a fifth of the snapshot."""
-        if (classes, self._run_times) != self._gangs_of:
-            self._gangs, self._gangs_of, self._kept = {}, (classes, self._run_times), Running()
-        kept, gangs, running = self._gangs, {}, self._kept
-        for job in active:
-            found = kept.get(job.id)
-            if found is None or found[0] is not job:
-                found = (job, self._gang(job, classes.get(job.priority_class, {})))
-                running.add(found[1])
-            gangs[job.id] = found
-        for gone in kept.keys() - gangs.keys():
-            running.discard(gone)
-        self._gangs = gangs
+    def _running(self, classes: Mapping[str, Mapping[str, Any]]) -> Running:
+        """The job cache's holding jobs as running gangs, kept across cycles (`Running`: what the cycle sums over
+        them follows the gangs that changed). Each is made once and kept while its job, the priority classes and
+        the queues' past run times stay the same (what it costs to evict is counted to the snapshot's clock, not
+        kept in it); only the jobs the cache says changed since are looked at, all of them after it loaded anew."""
+        holding, changed = self.cache.holding, self.cache.take_holding_changed()
+        if (classes, self._run_times, self.cache.generation) != self._gangs_of:
+            self._gangs_of = (classes, self._run_times, self.cache.generation)
+            self._gangs, self._kept = {}, Running()
+            changed = set(holding)
+        gangs, running = self._gangs, self._kept
+        for job_id in changed:
+            job, found = holding.get(job_id), gangs.get(job_id)
+            if job is None:
+                if found is not None:
+                    del gangs[job_id]
+                    running.discard(job_id)
+            elif found is None or found[0] is not job:
+                gangs[job_id] = (job, self._gang(job, classes.get(job.priority_class, {})))
+                running.add(gangs[job_id][1])
         return running
 
     def _gang(self, job: HoldingJob, priority_class: Mapping[str, Any]) -> RunningJob:
