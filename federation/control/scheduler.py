@@ -284,11 +284,10 @@ class Scheduler:
         self.drift = DriftWatch(drift_after)
         self.past = PastUsage(usage, decay or Decay())  # each tenant's and queue's usage history, on the leader
         self._holds: dict[str, list[list[Any]]] | None = None  # per cluster, the holds last written (None: unknown)
-        # Holding job -> (that job, the running gang made of it), and the priority classes, past run times and job
-        # cache's generation they were made with (`_running`).
-        self._gangs: dict[str, tuple[HoldingJob, RunningJob]] = {}
+        # The holding jobs as running gangs, with what cycles sum over them, and the priority classes, past run times
+        # and job cache's generation they were made with (`_running`).
+        self._kept = Running()
         self._gangs_of: tuple[Mapping[str, Any], Mapping[str, float], int] | None = None
-        self._kept = Running()  # those gangs, with what cycles sum over them (`_running`)
 
     def wake(self) -> None:
         """Something changed: jobs submitted are judged on arrival first, then the cycle is woken."""
@@ -674,24 +673,21 @@ class Scheduler:
 
     def _running(self, classes: Mapping[str, Mapping[str, Any]]) -> Running:
         """The job cache's holding jobs as running gangs, kept across cycles (`Running`: what the cycle sums over
-        them follows the gangs that changed). Each is made once and kept while its job, the priority classes and
-        the queues' past run times stay the same (what it costs to evict is counted to the snapshot's clock, not
-        kept in it); only the jobs the cache says changed since are looked at, all of them after it loaded anew."""
+        them follows the gangs that changed). A gang is made when its job changes, not every cycle, and all of them
+        again when the priority classes, the queues' past run times or the cache's load change (what it costs to
+        evict is counted to the snapshot's clock, not kept in it); only the jobs the cache says changed are looked
+        at."""
         holding, changed = self.cache.holding, self.cache.take_holding_changed()
         if (classes, self._run_times, self.cache.generation) != self._gangs_of:
             self._gangs_of = (classes, self._run_times, self.cache.generation)
-            self._gangs, self._kept = {}, Running()
-            changed = set(holding)
-        gangs, running = self._gangs, self._kept
+            self._kept, changed = Running(), set(holding)
+        running = self._kept
         for job_id in changed:
-            job, found = holding.get(job_id), gangs.get(job_id)
+            job = holding.get(job_id)
             if job is None:
-                if found is not None:
-                    del gangs[job_id]
-                    running.discard(job_id)
-            elif found is None or found[0] is not job:
-                gangs[job_id] = (job, self._gang(job, classes.get(job.priority_class, {})))
-                running.add(gangs[job_id][1])
+                running.discard(job_id)
+            else:  # a job the cache holds anew (each event that changes it makes a new HoldingJob)
+                running.add(self._gang(job, classes.get(job.priority_class, {})))
         return running
 
     def _gang(self, job: HoldingJob, priority_class: Mapping[str, Any]) -> RunningJob:

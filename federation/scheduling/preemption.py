@@ -146,7 +146,7 @@ class Preemptor:
             if self._compiled is None:
                 ledger, pool = self.ledger, native.compiled.ReclaimPool
                 queues = [(q, info.priority, info.tenant, ledger.chain[q]) for q, info in self.queues.items()]
-                store = getattr(self.running, "store", None)  # kept gangs' (`running.Running`)
+                store = self.running.store  # kept gangs' (`running.Running`)
                 if store is not None and hasattr(pool, "from_store"):
                     self._compiled = pool.from_store(
                         list(self.clusters.resource), RESOURCE_FOR_FEWEST, list(self.clusters.names), store,

@@ -21,6 +21,8 @@ from federation.scheduling.model import RunningJob, summed_by
 class Gangs(Collection[RunningJob], Protocol):
     """The running gangs as a cycle reads them: kept across cycles (`Running`) or read afresh (`Listed`)."""
 
+    store: Any  # the compiled search's copy of the preemptible gangs (native.compiled.GangStore), or None
+
     def get(self, gang_id: str) -> RunningJob | None: ...
     def usage(self) -> Mapping[str, Mapping[str, int]]: ...
     def preemptible(self) -> dict[str, list[RunningJob]]: ...
@@ -38,6 +40,7 @@ class Listed:
 
     def __init__(self, gangs: Iterable[RunningJob]) -> None:
         self.gangs = list(gangs)
+        self.store: Any = None  # read anew each cycle: the compiled search reads the lists (with its memo)
         self._by_id: dict[str, RunningJob] | None = None
         self._groups: dict[str, list[str]] | None = None
 
