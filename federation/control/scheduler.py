@@ -484,11 +484,14 @@ class Scheduler:
         await self._watch_drift(rows)
         past_tenants, past_queues = self.past.ordering()
         epoch = now.timestamp()
+        # Off the loop: after a load every holding job becomes a gang (most of a second at 150,000); the cycle holds
+        # `_deciding`, so nothing refreshes the cache meanwhile.
+        running = await asyncio.to_thread(self._running, classes)
         return Snapshot(
             tenants=[_tenant_info(t) for t in await self.admin.list(Tenant)],
             queues=[_queue_info(q) for q in await self.admin.list(Queue)],
             pending=pending,
-            running=self._running(classes),
+            running=running,
             clusters=[cluster_view(c, inflight.get(c["name"], {})) for c in clusters],
             capacity=capacity,
             refused=self._refusals(rows),
