@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import orjson
@@ -22,6 +23,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from psycopg.types.array import ListBinaryDumper
 from sqlalchemy import create_engine, event
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, make_url
@@ -185,7 +187,18 @@ def async_engine(url: URL, pool_size: int = 10, stalled_after: float = STALLED_T
                                                "options": options},
                                  json_serializer=json_text, json_deserializer=orjson.loads)
     _ping_when_idle(engine, PING_AFTER_IDLE)
+    _binary_lists(engine)
     return engine
+
+
+def _binary_lists(engine: AsyncEngine) -> None:
+    """Lists sent as binary arrays. psycopg writes a list as a text array literal by default, quoting each item
+    through Python regular expressions: the ids, clusters and reasons of a cycle's dispatches and reason rewrites
+    (thousands of each, `unnest` and `= any` parameters) took about 8 ms per 1,500 pairs, 0.6 ms in binary."""
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def connected(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+        dbapi_connection.driver_connection.adapters.register_dumper(list, ListBinaryDumper)
 
 
 def _ping_when_idle(engine: AsyncEngine, after: float) -> None:
