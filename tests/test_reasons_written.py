@@ -8,8 +8,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import select, update
 
+from federation import metrics
 from federation.control.scheduler import Scheduler
 from federation.scheduling.model import summed_by
 from federation.scheduling.queues import Reasons
@@ -93,3 +95,39 @@ async def test_reasons_in_postgres_match_the_cycle_through_churn(api: Api, seed:
             await store.preempt({holding[-1].id: "preempted for a test"})
     assert incremental >= 8  # most cycles wrote only what changed
     assert ran >= 4  # gangs were running through several cycles
+
+
+async def test_a_reclaiming_cycle_counts_the_work_lost_against_each_victims_queue(api: Api) -> None:
+    """The cycle's metrics look each preempted gang up among the snapshot's: the GPU-hours it loses are counted
+    against its own queue (`federation_preemption_lost_gpu_hours_total`), beside the federation's total."""
+    await api.server.leadership.stop()  # this test's scheduler is the only one deciding
+    for queue in ("a", "b"):
+        await make_queue(api, queue, guarantee={GPU: "16"}, reclaimable=True)
+    store, admin = JobStore(api.server.engine), AdminStore(api.server.engine)
+    await admin.register_cluster("east", {}, "0.1.0")
+    async with api.server.engine.begin() as conn:
+        await conn.execute(update(Cluster).where(Cluster.name == "east").values(inventory={
+            "allocatable": {GPU: 32, "cpu": 64_000}, "used": {GPU: 0, "cpu": 0}, "topology": []}))
+    scheduler = Scheduler(store, admin, lambda: True, lambda: None)
+    await api.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=[spec(name=f"b{i}", queue="b", gpus="8", replicas=1)
+                                                                for i in range(4)]))
+    sent = (await scheduler.cycle()).assign  # b borrows the whole cluster
+    assert len(sent) == 4
+    for job_id in sent:
+        await store.apply_update("east", agent_pb2.JobUpdate(job_id=job_id, attempt=1, type=agent_pb2.BOUND))
+    async with api.server.engine.begin() as conn:  # and its agent reports them running
+        await conn.execute(update(Cluster).where(Cluster.name == "east").values(inventory={
+            "allocatable": {GPU: 32, "cpu": 64_000}, "used": {GPU: 32, "cpu": 16_000}, "topology": []}))
+    await api.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(specs=[spec(name="a0", queue="a", gpus="8", replicas=2)]))
+
+    def lost(queue: str | None = None) -> float:
+        name = "federation_preemption_lost_gpu_hours_total" if queue else "federation_lost_gpu_hours_total"
+        registry = metrics.TENANTS if queue else REGISTRY  # (per queue: the tenants' own registry)
+        return registry.get_sample_value(name, {"queue": queue} if queue else {}) or 0.0
+
+    before_b, before = lost("b"), lost()
+    decisions = await scheduler.cycle()  # a takes back its guarantee
+    assert decisions.preempt and set(decisions.preempt) <= set(sent)
+    assert decisions.lost.keys() == decisions.preempt.keys()
+    assert lost("b") - before_b == pytest.approx(sum(decisions.lost.values()) / 3600) == lost() - before
+    assert decisions.lost and lost("a") == 0.0  # the victims' queue, not the one they made room for
