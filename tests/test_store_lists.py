@@ -1,12 +1,14 @@
 """A cycle's writes send their ids, clusters and texts as PostgreSQL arrays, in binary (`database._binary_lists`):
 on real PostgreSQL, what comes back is each text exactly as written, whatever quoting an array literal would need
-(quotes, backslashes, braces, commas, a lone NULL, empty, new lines, non-ASCII)."""
+(quotes, backslashes, braces, commas, a lone NULL, empty, new lines, non-ASCII); and the holds of many clusters
+written in one statement."""
 
 from __future__ import annotations
 
 from sqlalchemy import insert, select
 from sqlalchemy.engine import URL
 
+from federation.store.admin import AdminStore
 from federation.store.database import async_engine
 from federation.store.jobs import JobStore
 from federation.store.models import Cluster, JobEvent, Queue, Tenant
@@ -48,5 +50,21 @@ async def test_texts_written_in_batches_come_back_exactly(db_url: URL) -> None:
             said = {(r.job_id, r.type): r.message for r in await conn.execute(
                 select(JobEvent.job_id, JobEvent.type, JobEvent.message).where(JobEvent.job_id.in_(half)))}
         assert {job_id: said[job_id, "Preempted"] for job_id in half} == why
+    finally:
+        await engine.dispose()
+
+
+async def test_holds_of_many_clusters_are_written_in_one_go_and_the_rest_kept(db_url: URL) -> None:
+    engine = async_engine(db_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(insert(Cluster), [{"name": f"c{i}", "labels": {}, "status": "READY"} for i in range(4)])
+        admin = AdminStore(engine)
+        await admin.set_holds({"c0": [["j1", 2, 8]], "c1": [["j2", 1, 4], ["j3", 4, 8]], "c2": []})
+        await admin.set_holds({"c1": [], "c3": [["j4", 1, 1]]})  # c0 and c2 not named: as they were
+        await admin.set_holds({})
+        async with engine.connect() as conn:
+            holds = dict((await conn.execute(select(Cluster.name, Cluster.holds))).all())
+        assert holds == {"c0": [["j1", 2, 8]], "c1": [], "c2": [], "c3": [["j4", 1, 1]]}
     finally:
         await engine.dispose()
