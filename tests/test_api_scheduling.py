@@ -326,7 +326,7 @@ async def test_a_cycle_sees_jobs_as_they_were_when_its_inventories_were_read(api
                                                                  type=agent_pb2.JOB_SUCCEEDED))
             await inventory(used_gpus=28)
 
-    hooked = (scheduler.cache, "refresh") if lands_after == "the job cache's read" else (admin, "clusters")
+    hooked = (scheduler.cache, "refresh") if lands_after == "the job cache's read" else (admin, "for_scheduling")
     read = getattr(*hooked)
 
     async def read_then_land(*args: object) -> object:

@@ -67,7 +67,6 @@ from federation.scheduling.usage import Decay
 from federation.store.admin import AdminStore
 from federation.store.inventories import Inventories
 from federation.store.jobs import JobStore
-from federation.store.models import Flavor, PriorityClass, Queue, Tenant
 from federation.store.usage import UsageStore
 from federation.v1 import admin_pb2
 
@@ -453,12 +452,14 @@ class Scheduler:
 
     async def snapshot(self) -> Snapshot:
         await self.cache.refresh()  # the bulk: the events since the last cycle (every job, on the first)
-        rows, upto = await self.admin.clusters(self.heartbeat_timeout)
+        # The federation's objects, and the clusters as of the event numbered `upto`, in one snapshot
+        view = await self.admin.for_scheduling(self.heartbeat_timeout)
+        rows, upto = view.clusters, view.last_event
         await self.cache.refresh(upto)  # and those up to the moment of the inventories, no further
         self._sent_back()
         pending = list(self.cache.waiting.values())
         self._snapshot_version = self.cache.version
-        classes = {c["name"]: c for c in await self.admin.list(PriorityClass)}
+        classes = {c["name"]: c for c in view.classes}
         if time.monotonic() - self._run_times_at >= RUN_TIMES_PERIOD:
             self._run_times = await self.jobs.mean_run_times()
             self._run_times_at = time.monotonic()
@@ -488,8 +489,8 @@ class Scheduler:
         # `_deciding`, so nothing refreshes the cache meanwhile.
         running = await asyncio.to_thread(self._running, classes)
         return Snapshot(
-            tenants=[_tenant_info(t) for t in await self.admin.list(Tenant)],
-            queues=[_queue_info(q) for q in await self.admin.list(Queue)],
+            tenants=[_tenant_info(t) for t in view.tenants],
+            queues=[_queue_info(q) for q in view.queues],
             pending=pending,
             running=running,
             clusters=[cluster_view(c, inflight.get(c["name"], {})) for c in clusters],
@@ -497,7 +498,7 @@ class Scheduler:
             refused=self._refusals(rows),
             making_room=self._making_room.live(),
             flavors=[FlavorInfo(f["name"], f["resource"], f["cluster_selector"], tuple(f["admission_checks"]))
-                     for f in await self.admin.list(Flavor)],
+                     for f in view.flavors],
             labels={c["name"]: c["labels"] for c in rows},
             burst=self.burst,
             past_tenants=past_tenants,
