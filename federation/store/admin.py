@@ -280,40 +280,29 @@ class AdminStore:
     async def for_submission(self, heartbeat_timeout: float) -> SubmissionView:
         """Everything a submission is checked against, read on one connection in one snapshot: a batch of jobs
         costs one round of reads however many tables it is checked against."""
-        async with self.engine.connect() as conn:
-            await conn.execution_options(isolation_level="REPEATABLE READ")
-            # The four reads in one round trip, by the driver (`database.driver`), not four through SQLAlchemy's
-            # execution path: every batch submitted reads them.
-            async with conn.begin(), (await driver(conn)).cursor(row_factory=dict_row) as cur:
-                await cur.execute(_view_reads(float(heartbeat_timeout)))
-                queues, classes, tenants = await cur.fetchall(), [], []
-                for into in (classes, tenants):
-                    cur.nextset()
-                    into += await cur.fetchall()
-                cur.nextset()
-                clusters = await self.inventories.attach(conn, await cur.fetchall())
+        queues, classes, tenants, clusters = await self._read_view(_view_reads(float(heartbeat_timeout)))
         return SubmissionView(queues, classes, tenants, clusters)
 
     async def for_scheduling(self, heartbeat_timeout: float) -> SchedulingView:
         """What a scheduling cycle reads of the federation's objects, in one snapshot and one round trip (five
         reads through SQLAlchemy's execution path each cycle before): `for_submission`'s, the flavors, and the last
         job event's number, which the clusters' inventories are as of (see `clusters`)."""
+        queues, classes, tenants, clusters, flavors, last = await self._read_view(
+            _scheduling_reads(float(heartbeat_timeout)))
+        return SchedulingView(queues, classes, tenants, clusters, flavors, last[0]["last_seq"] if last else 0)
+
+    async def _read_view(self, statements: bytes) -> list[list[dict[str, Any]]]:
+        """Every result of these statements (`_view_reads` first), in one round trip by the driver (`database.driver`),
+        not one each through SQLAlchemy's execution path, and in one snapshot; the clusters with their inventories."""
         async with self.engine.connect() as conn:
             await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin(), (await driver(conn)).cursor(row_factory=dict_row) as cur:
-                await cur.execute(_scheduling_reads(float(heartbeat_timeout)))
-                queues, classes, tenants = await cur.fetchall(), [], []
-                for into in (classes, tenants):
-                    cur.nextset()
-                    into += await cur.fetchall()
-                cur.nextset()
-                cluster_rows = await cur.fetchall()
-                cur.nextset()
-                flavors = await cur.fetchall()
-                cur.nextset()
-                last_event = (await cur.fetchone() or {"last_seq": 0})["last_seq"]
-                clusters = await self.inventories.attach(conn, cluster_rows)
-        return SchedulingView(queues, classes, tenants, clusters, flavors, last_event)
+                await cur.execute(statements)
+                results = [await cur.fetchall()]
+                while cur.nextset():
+                    results.append(await cur.fetchall())
+                results[3] = await self.inventories.attach(conn, results[3])  # `_view_reads`' fourth: the clusters
+        return results
 
     async def clusters(self, heartbeat_timeout: float) -> tuple[list[Any], int]:
         """Every cluster, with `live`: Ready and heard from within the timeout, on whichever replica;
