@@ -18,6 +18,7 @@ from typing import overload
 import numpy as np
 
 from federation.kernel.resources import GPU as GPU_RESOURCE
+from federation.scheduling import native
 from federation.scheduling.fit import (
     NO_NODE_HOLDS,
     NOT_ENOUGH_FREE,
@@ -54,6 +55,22 @@ class _Unreserved:
     first: int  # the first cluster of `mask` (-1: none)
     request: np.ndarray  # the gang's request as a row
     amounts: list[tuple[int, int]]  # the same as (column, amount)
+
+
+@dataclass
+class _Asks:
+    """A gang shape's asks as rows of the table: the same all cycle, and read at each of thousands of scorings."""
+    request: np.ndarray
+    largest: np.ndarray  # its largest pod
+    columns: np.ndarray  # the columns it asks some of
+    amounts: np.ndarray  # what it asks there
+    weights: np.ndarray  # the federation's weight per unit there
+    lists: tuple[list[int], list[int], list[int], list[int], list[float]]  # the same, as the compiled scores take them
+
+
+# The compiled scores and reservations (native/table.rs), when `make` built them: (table_scores, table_reserve).
+_COMPILED = (native.compiled.table_scores, native.compiled.table_reserve) \
+    if native.compiled is not None and hasattr(native.compiled, "table_scores") else None
 
 
 @dataclass
@@ -116,7 +133,7 @@ class ClusterTable:
         self.nowhere: dict[Shape, str] = {}
         self.held = np.zeros((n, k), dtype=np.int64)  # room reserved for waiting gangs, per cluster
         self._by_shape: dict[Shape, _Scores] = {}
-        self._asked: dict[Shape, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = {}
+        self._asked: dict[Shape, _Asks | None] = {}
         self.changed: list[int] = []  # clusters in the order they took work this cycle (free only shrinks)
         # shape -> where it would fit but for reservations, kept between asks: see fits_without_reservations
         self._unreserved: dict[Shape, _Unreserved] = {}
@@ -137,6 +154,9 @@ class ClusterTable:
         self.version = 0
         self.found_nowhere: list[Shape] = []  # in the order found
         self._free_bytes: tuple[tuple[int, int], bytes] | None = None  # see `free_bytes`
+        # Scores and reservations in one compiled pass each (numpy's per-call cost was a third of a steady cycle at
+        # 1,000 clusters); None: the numpy code, which they must equal (tests/test_native_table.py).
+        self.compiled = _COMPILED
 
     def _fill(self, table: np.ndarray, i: int, tiers: Sequence[TierFree]) -> None:
         for t in tiers:
@@ -243,7 +263,7 @@ class ClusterTable:
         if not self.names or job.highest_tier_name or job.memory_asks:  # memory asks: sized cluster by cluster
             return self._best_slowly(job, refused)
         if refused:
-            scores = self._scores(job, slice(None))
+            scores = self._scored(job)
             if scores is None:
                 return None
             for name in refused:
@@ -252,23 +272,49 @@ class ClusterTable:
         else:
             entry = self._by_shape.get(job.shape)
             if entry is None:
-                scores = self._scores(job, slice(None))
+                scores = self._scored(job)
                 if scores is None:
                     return None
                 entry = self._by_shape[job.shape] = _Scores(scores, len(self.changed))
             elif entry.seen < len(self.changed):
-                changed = self.changed[entry.seen:]
-                if len(changed) <= ROWS_ONE_BY_ONE:
-                    for i in set(changed):
-                        entry.scores[i] = self._score(job, i)
-                else:
-                    rows = np.fromiter(set(changed), dtype=np.intp) if len(changed) < len(self.names) // 4 \
-                        else slice(None)
-                    entry.scores[rows] = self._scores(job, rows)
+                self._rescore(job, entry.scores, set(self.changed[entry.seen:]))
                 entry.seen = len(self.changed)
             scores = entry.scores
         i = int(scores.argmin())
         return self.names[i] if scores[i] != np.inf else None
+
+    def _scored(self, job: JobView) -> np.ndarray | None:
+        """Every cluster's score for the gang (`_scores`); None when it asks for a resource no cluster has."""
+        if self.compiled is None:
+            return self._scores(job, slice(None))
+        asks = self._asks(job)
+        if asks is None:
+            return None
+        scores = np.empty(len(self.names), dtype=np.float64)
+        self._score_natively(job, asks, scores, None)
+        return scores
+
+    def _rescore(self, job: JobView, scores: np.ndarray, rows: set[int]) -> None:
+        """The gang's `scores` worked out again in `rows`, the clusters that took work since they were."""
+        if self.compiled is not None:
+            asks = self._asks(job)
+            assert asks is not None  # scores are kept only for a shape whose asks are known
+            self._score_natively(job, asks, scores, list(rows))
+        elif len(rows) <= ROWS_ONE_BY_ONE:
+            for i in rows:
+                scores[i] = self._score(job, i)
+        else:
+            at = np.fromiter(rows, dtype=np.intp) if len(rows) < len(self.names) // 4 else slice(None)
+            scores[at] = self._scores(job, at)
+
+    def _score_natively(self, job: JobView, asks: _Asks, out: np.ndarray, rows: list[int] | None) -> None:
+        """`_scores` by the compiled pass, written into `out` at `rows` (None: every cluster)."""
+        assert self.compiled is not None
+        pods = gpu_pods(job)
+        hard = job.mode == "hard"
+        self.compiled[0](out, rows, self.free, self.tiers, self.healthy, self.selects(job).view(np.uint8),
+                         self.rooms(job.pod_gpus) if pods else None, pods, *asks.lists,
+                         job.highest_tier if hard else None, job.highest_tier if hard else self.top)
 
     def _score(self, job: JobView, i: int) -> float:
         """`_scores` for one cluster, in plain Python: for a row or two, numpy's per-call cost is most of it."""
@@ -301,7 +347,8 @@ class ClusterTable:
         asks = self._asks(job)
         if asks is None:
             return None
-        request, largest, columns, amounts, weights = asks
+        request, largest, columns, amounts, weights = asks.request, asks.largest, asks.columns, asks.amounts, \
+            asks.weights
         free, tiers = self.free[rows], self.tiers[rows]
         mask = self.selects(job)[rows] & (free >= request).all(1) & (
             tiers[:, 0, :] >= largest).all(1)
@@ -324,17 +371,18 @@ class ClusterTable:
             score = score + np.where(fits, 0.0, UNHEALTHY)
         return np.where(mask, score, np.inf)
 
-    def _asks(self, job: JobView) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-        """The gang's request and largest pod as rows, the columns it asks some of, those amounts and the federation's
-        weight per unit there (None: it asks for a resource no cluster has). The same all cycle for a shape, whose
-        scores are worked out again thousands of times a cycle at 1,000 clusters."""
+    def _asks(self, job: JobView) -> _Asks | None:
+        """The gang's asks as rows of the table (None: it asks for a resource no cluster has). The same all cycle for
+        a shape, whose scores are worked out again thousands of times a cycle at 1,000 clusters."""
         if job.shape in self._asked:
             return self._asked[job.shape]
         request, largest = self.vector(job.request), self.vector(job.largest_pod)
         found = None
         if request is not None and largest is not None:
             columns = np.flatnonzero(request > 0)
-            found = (request, largest, columns, request[columns], self.per_capacity[columns])
+            amounts, weights = request[columns], self.per_capacity[columns]
+            found = _Asks(request, largest, columns, amounts, weights, (
+                request.tolist(), largest.tolist(), columns.tolist(), amounts.tolist(), weights.tolist()))
         self._asked[job.shape] = found
         return found
 
@@ -344,8 +392,7 @@ class ClusterTable:
         if self.healthy is None or job.highest_tier_name:
             return ""
         entry = self._by_shape.get(job.shape)  # as `best` just scored them, when it kept them
-        scores = entry.scores if entry is not None and entry.seen == len(self.changed) else \
-            self._scores(job, slice(None))
+        scores = entry.scores if entry is not None and entry.seen == len(self.changed) else self._scored(job)
         if scores is None or scores[self.index[chosen]] >= UNHEALTHY:
             return ""
         degraded = [self.names[i] for i in np.flatnonzero((scores >= UNHEALTHY) & (scores != np.inf))]
@@ -539,8 +586,11 @@ class ClusterTable:
                 known.first = min(earlier)
 
     def _request_in(self, job: JobView, name: str) -> np.ndarray:
-        """The gang's request as a row, as the cluster holds it (`fit.sized`)."""
-        request = self.vector(sized(job, self.view(name))[0] if job.memory_asks else job.request)
+        """The gang's request as a row, as the cluster holds it (`fit.sized`); the shape's own row when it asks no
+        GPU memory (never written to)."""
+        asks = None if job.memory_asks else self._asks(job)
+        request = asks.request if asks is not None else self.vector(
+            sized(job, self.view(name))[0] if job.memory_asks else job.request)
         assert request is not None
         return request
 
@@ -571,8 +621,11 @@ class ClusterTable:
         request = self._request_in(job, name)
         self.changed.append(i)
         self._touched[i] += 1
-        self.free[i] -= request
         self._take_pods(i, job)
+        if self.compiled is not None:
+            self.compiled[1](i, request, self.free, self.tiers, self.healthy)
+            return
+        self.free[i] -= request
         asked = request > 0
         self.tiers[i][:, asked] = np.maximum(np.minimum(self.tiers[i][:, asked], self.free[i, asked]), 0)
         if self.healthy is not None:

@@ -16,6 +16,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 mod shares;
 mod sums;
+mod table;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -952,5 +953,7 @@ fn federation_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<GangStore>()?;
     m.add_function(wrap_pyfunction!(sums::summed_by, m)?)?;
     m.add_function(wrap_pyfunction!(shares::hierarchical, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_scores, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_reserve, m)?)?;
     Ok(())
 }
