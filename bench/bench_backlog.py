@@ -32,7 +32,7 @@ from typing import Any
 from bench.bench_scheduler import apply, federation, finish, jobs, organisation, views
 from bench.common import bar, machine, measured, out_dir, parser, write
 from federation.kernel import heap
-from federation.scheduling import native
+from federation.scheduling import choice, native
 from federation.scheduling.cycle import Decisions, PendingJob, RunningJob, Snapshot, schedule, schedule_backlog
 from federation.scheduling.queues import QueueManager
 from federation.scheduling.running import Running
@@ -129,7 +129,7 @@ def steady(n_jobs: int, n_clusters: int, rounds: int, seed: int) -> dict[str, An
     churn.carry_out(walked)
     settling = churn.warm_up(WARM_ROUNDS)
     progress.update(2)
-    walk_times, oracle_times, python_times, placed = [], [], [], 0
+    walk_times, oracle_times, python_times, numpy_times, placed = [], [], [], [], 0
     for _ in range(rounds):
         snapshot = churn.next()
         walked, took = _cpu(schedule_backlog, snapshot, churn.manager)
@@ -141,9 +141,16 @@ def steady(n_jobs: int, n_clusters: int, rounds: int, seed: int) -> dict[str, An
         finally:
             native.compiled = compiled
         assert by_python.assign == walked.assign and by_python.preempt == walked.preempt, "the searches disagree"
+        table, choice.compiled_table = choice.compiled_table, lambda: None
+        try:
+            by_numpy, took_numpy = _cpu(schedule_backlog, snapshot, churn.manager)
+        finally:
+            choice.compiled_table = table
+        assert by_numpy.assign == walked.assign and by_numpy.preempt == walked.preempt, "the tables disagree"
         walk_times.append(took)
         oracle_times.append(took_oracle)
         python_times.append(took_python)
+        numpy_times.append(took_numpy)
         placed += len(walked.assign)
         churn.carry_out(walked)
         progress.update()
@@ -158,6 +165,8 @@ def steady(n_jobs: int, n_clusters: int, rounds: int, seed: int) -> dict[str, An
             "walk_median_seconds": statistics.median(walk_times), "walk_max_seconds": max(walk_times),
             "oracle_median_seconds": statistics.median(oracle_times),
             "python_search_median_seconds": statistics.median(python_times), "compiled": compiled is not None,
+            "numpy_table_median_seconds": statistics.median(numpy_times),
+            "numpy_table_jobs_per_second": placed / sum(numpy_times),
             "walk_jobs_per_second": placed / sum(walk_times), "oracle_jobs_per_second": placed / sum(oracle_times),
             "jobs_placed": placed}
 
@@ -172,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = {"benchmark": "backlog", "date": measured(), "machine": machine(), "quick": args.quick,
                "churn": CHURN, "steady": rows}
     headline = [(f"steady cycle, {r['pending']:,} pending, {r['clusters']} clusters",
-                 f"walk {r['walk_median_seconds']:.3f} s (with the Python victim search "
+                 f"walk {r['walk_median_seconds']:.3f} s (with numpy's cluster scores "
+                 f"{r['numpy_table_median_seconds']:.3f} s, with nothing compiled "
                  f"{r['python_search_median_seconds']:.3f} s) vs from scratch {r['oracle_median_seconds']:.3f} s")
                 for r in rows]
     write(out_dir(args), "backlog", results, report(results), headline)
@@ -185,23 +195,26 @@ def report(r: dict) -> str:
              f"running gangs end and new jobs keep the backlog at its size; the steady rounds come after "
              f"{WARM_ROUNDS} rounds of it walked and carried out (settling: the federation filling and reclaim "
              "evicting gangs back to their shares; their walks are timed apart). First cycle: a new leader, the "
-             "manager built from every waiting job (its time shown separately) then walked. Reclaim's victim search "
-             "is the compiled one (native/) in both; the walk with the Python search, on the same snapshots, is the "
-             "baseline for it.", "",
+             "manager built from every waiting job (its time shown separately) then walked. The compiled code "
+             "(native/: reclaim's victim search, cluster scores and reservations, usage sums, deserved shares) runs "
+             "in both; two more walks on the same snapshots are the baselines for it: with the cluster scores and "
+             "reservations of numpy, and with nothing compiled (the Python and numpy code throughout).", "",
              "| pending | clusters | steady cycle, walk (median / max s) | settling rounds, walk (median / max s) | "
-             "gangs preempted per settling round, first / last | steady cycle, walk with the Python victim "
-             "search (median s) | steady cycle, from scratch (median s) | "
-             "jobs placed / s, walk | jobs placed / s, from scratch | first cycle, walk + build (s) | "
-             "first cycle, from scratch (s) | peak RSS (MiB) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "gangs preempted per settling round, first / last | steady cycle, walk with numpy's cluster scores "
+             "(median s) | steady cycle, walk with nothing compiled (median s) | steady cycle, from scratch "
+             "(median s) | jobs placed / s, walk | jobs placed / s, walk with numpy's cluster scores | "
+             "jobs placed / s, from scratch | first cycle, walk + build (s) | first cycle, from scratch (s) | "
+             "peak RSS (MiB) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in r["steady"]:
         assert s["compiled"], "the compiled victim search is not installed: `make` builds it"
         lines.append(f"| {s['pending']:,} | {s['clusters']:,} | {s['walk_median_seconds']:.3f} / "
                      f"{s['walk_max_seconds']:.3f} | {s['settling_median_seconds']:.3f} / "
                      f"{s['settling_max_seconds']:.3f} | {s['settling_preempted'][0]:,} / "
-                     f"{s['settling_preempted'][-1]:,} | {s['python_search_median_seconds']:.3f} | "
-                     f"{s['oracle_median_seconds']:.3f} | "
-                     f"{s['walk_jobs_per_second']:,.0f} | {s['oracle_jobs_per_second']:,.0f} | "
+                     f"{s['settling_preempted'][-1]:,} | {s['numpy_table_median_seconds']:.3f} | "
+                     f"{s['python_search_median_seconds']:.3f} | {s['oracle_median_seconds']:.3f} | "
+                     f"{s['walk_jobs_per_second']:,.0f} | {s['numpy_table_jobs_per_second']:,.0f} | "
+                     f"{s['oracle_jobs_per_second']:,.0f} | "
                      f"{s['first_walk_seconds']:.3f} + {s['manager_build_seconds']:.3f} | "
                      f"{s['first_oracle_seconds']:.3f} | {s['peak_rss_mib']:,.0f} |")
     return "\n".join(lines) + "\n"

@@ -17,7 +17,7 @@ from tests.test_choice import CPU, GPU, cluster, job
 
 
 def test_the_compiled_table_is_built() -> None:
-    assert choice._COMPILED is not None
+    assert choice.compiled_table() is not None
 
 
 @st.composite

@@ -11,7 +11,7 @@ gang shape, because within a cycle free resources only shrink and a shape that f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -68,9 +68,11 @@ class _Asks:
     lists: tuple[list[int], list[int], list[int], list[int], list[float]]  # the same, as the compiled scores take them
 
 
-# The compiled scores and reservations (native/table.rs), when `make` built them: (table_scores, table_reserve).
-_COMPILED = (native.compiled.table_scores, native.compiled.table_reserve) \
-    if native.compiled is not None and hasattr(native.compiled, "table_scores") else None
+def compiled_table() -> tuple[Callable[..., None], Callable[..., None]] | None:
+    """The compiled scores and reservations (native/table.rs), when `make` built them and the switch in `native` is
+    on: (table_scores, table_reserve)."""
+    found = native.compiled
+    return (found.table_scores, found.table_reserve) if found is not None and hasattr(found, "table_scores") else None
 
 
 @dataclass
@@ -156,7 +158,7 @@ class ClusterTable:
         self._free_bytes: tuple[tuple[int, int], bytes] | None = None  # see `free_bytes`
         # Scores and reservations in one compiled pass each (numpy's per-call cost was a third of a steady cycle at
         # 1,000 clusters); None: the numpy code, which they must equal (tests/test_native_table.py).
-        self.compiled = _COMPILED
+        self.compiled = compiled_table()
 
     def _fill(self, table: np.ndarray, i: int, tiers: Sequence[TierFree]) -> None:
         for t in tiers:
