@@ -329,3 +329,34 @@ def test_a_verdict_naming_the_gang_room_is_held_for_is_kept_for_its_tenant_alone
     assert oracle.waiting["w2"].startswith("behind hold,")
     assert oracle.waiting["s2"].startswith("behind a job of another tenant,")
     same(oracle, schedule_backlog(replace(snapshot, pending=[]), QueueManager(pending)))
+
+
+def test_a_verdict_kept_for_a_shape_is_worked_out_again_once_an_earlier_cluster_first_holds_room() -> None:
+    """A shape kept as waiting behind room held in cluster x must wait behind cluster a's holder once room is first
+    held in a, where it would fit but for that room too (the first such cluster by name is the one named), without
+    the table being started over for every cluster that first holds room."""
+    def tiers(most: int) -> list[TierFree]:
+        return [TierFree(0, "node", {GPU: 8}), TierFree(1, "leaf", {GPU: 8}), TierFree(2, "spine", {GPU: most})]
+
+    a = ClusterView("a", {"pool": "p", "zone": "1"}, {GPU: 16}, tiers(16))
+    x = ClusterView("x", {"pool": "p", "zone": "2"}, {GPU: 16}, tiers(16))
+    z = ClusterView("z", {}, {GPU: 200}, tiers(200))  # room in the shares that no gang below may use
+    tenants = [TenantInfo("t1", 2), TenantInfo("t3", 1)]
+    queues = [QueueInfo("q1", "t1", priority=40), QueueInfo("q3", "t3", priority=20),
+              QueueInfo("q4", "t1", priority=10)]
+
+    def wide(job_id: str, queue: str, seq: int) -> PendingJob:  # no node holds its largest pod: fits nowhere
+        return PendingJob(JobView(job_id, {GPU: 14}, {GPU: 12}, {"pool": "p"}), queue, 0, seq)
+
+    def hard(job_id: str, queue: str, seq: int, zone: str) -> PendingJob:  # no leaf holds it: holds room
+        return PendingJob(JobView(job_id, {GPU: 10}, {GPU: 4}, {"zone": zone}, mode="hard", highest_tier=1), queue,
+                          0, seq)
+
+    pending = [hard("h1", "q1", 0, "2"), wide("w1", "q1", 1), wide("w2", "q1", 2), hard("h3", "q3", 3, "1"),
+               wide("w4", "q4", 4), wide("w5", "q4", 5)]
+    snapshot = Snapshot(tenants, queues, pending, [], [a, x, z], {GPU: 232})
+    oracle = schedule(snapshot)
+    assert oracle.reserved["h1"] == "x" and oracle.reserved["h3"] == "a"
+    assert oracle.waiting["w2"] == "behind h1, which holds the room it needs in cluster x"
+    assert oracle.waiting["w5"] == "behind a job of another tenant, which holds the room it needs in cluster a"
+    same(oracle, schedule_backlog(replace(snapshot, pending=[]), QueueManager(pending)))
