@@ -360,3 +360,31 @@ def test_a_verdict_kept_for_a_shape_is_worked_out_again_once_an_earlier_cluster_
     assert oracle.waiting["w2"] == "behind h1, which holds the room it needs in cluster x"
     assert oracle.waiting["w5"] == "behind a job of another tenant, which holds the room it needs in cluster a"
     same(oracle, schedule_backlog(replace(snapshot, pending=[]), QueueManager(pending)))
+
+
+def test_a_verdict_naming_another_tenant_is_kept_for_every_tenant_but_the_holders() -> None:
+    """Whom a gang waits behind is the same text for every tenant but the holder's: worked out for one such tenant, it
+    serves the others, while the holder's tenant, asking after it, is told the holder's name."""
+    def tiers(most: int) -> list[TierFree]:
+        return [TierFree(0, "node", {GPU: 8}), TierFree(1, "leaf", {GPU: 8}), TierFree(2, "spine", {GPU: most})]
+
+    x = ClusterView("x", {"pool": "p"}, {GPU: 16}, tiers(16))
+    z = ClusterView("z", {"pool": "q"}, {GPU: 200}, tiers(200))  # where no wide gang may go
+    tenants = [TenantInfo("tb", 10), TenantInfo("tc", 10)]
+    queues = [QueueInfo("b1", "tb", priority=30), QueueInfo("c1", "tc", priority=20),
+              QueueInfo("b2", "tb", priority=10)]
+
+    def wide(job_id: str, queue: str, seq: int) -> PendingJob:
+        return PendingJob(JobView(job_id, {GPU: 14}, {GPU: 8}, {"pool": "p"}), queue, 0, seq)
+
+    pending = [PendingJob(JobView("hold", {GPU: 12}, {GPU: 4}, {"pool": "p"}, mode="hard", highest_tier=1), "b1", 0, 0),
+               wide("c1a", "c1", 1), wide("c1b", "c1", 2), wide("c1c", "c1", 3),
+               # b2's head goes to z (room held in x stays as it was), then its wide gangs wait behind "hold"
+               PendingJob(JobView("b2a", {GPU: 1}, {GPU: 1}, {"pool": "q"}), "b2", 0, 4),
+               wide("b2b", "b2", 5), wide("b2c", "b2", 6)]
+    snapshot = Snapshot(tenants, queues, pending, [], [x, z], {GPU: 216})
+    oracle = schedule(snapshot)
+    assert oracle.reserved["hold"] == "x" and oracle.assign == {"b2a": "z"}
+    assert oracle.waiting["c1c"] == "behind a job of another tenant, which holds the room it needs in cluster x"
+    assert oracle.waiting["b2c"] == "behind hold, which holds the room it needs in cluster x"
+    same(oracle, schedule_backlog(replace(snapshot, pending=[]), QueueManager(pending)))

@@ -66,18 +66,22 @@ __all__ = ["MOVE_BUDGET_SECONDS", "NO_READY_CLUSTER", "REPREEMPT_GRACE", "RESOUR
 
 @dataclass
 class _Kept:
-    """Verdicts kept by gang shape (`_Cycle.judge`): those alike for every tenant, and per tenant those of shapes that
-    would fit a cluster but for room held there (whom they wait behind is named to its own tenant alone); and how far
-    into the cluster table's changes they hold: the shapes found to fit nowhere, the clusters that took work and those
-    that first held room, each in order, as many of each as they know of."""
+    """Verdicts kept by gang shape (`_Cycle.judge`): those alike for every tenant; for shapes that would fit a cluster
+    but for room held there, the one every tenant but the holder's gets (whom they wait behind is named to its own
+    tenant alone), and the holder's tenant's; and how far into the cluster table's changes they hold: the shapes found
+    to fit nowhere, the clusters that took work and those that first held room, each in order, as many of each as they
+    know of."""
     version: int
     nowhere_seen: int
     changed_seen: int
     holding_seen: int
     views: dict[Shape, JobView] = field(default_factory=dict)  # a gang of each shape given a verdict
     verdicts: dict[Shape, Verdict] = field(default_factory=dict)
-    behind: dict[str, dict[Shape, Verdict]] = field(default_factory=dict)  # tenant -> shape -> verdict
-    behind_in: dict[int, list[tuple[str, Shape]]] = field(default_factory=dict)  # cluster row -> (tenant, shape)
+    others: dict[Shape, Verdict] = field(default_factory=dict)  # shape -> its verdict for tenants not holding the room
+    held_by: dict[Shape, str] = field(default_factory=dict)  # shape -> the tenant holding the room it waits behind
+    behind: dict[str, dict[Shape, Verdict]] = field(default_factory=dict)  # the holder's tenant -> shape -> verdict
+    # cluster row -> (the holder's tenant, or None for `others`, shape)
+    behind_in: dict[int, list[tuple[str | None, Shape]]] = field(default_factory=dict)
 
     def catch_up(self, table: ClusterTable) -> None:
         """Drop what the table's changes since made wrong: a shape found to fit nowhere has a new verdict; a cluster
@@ -91,7 +95,7 @@ class _Kept:
         if self.changed_seen < len(table.changed):
             for row in table.changed[self.changed_seen:]:
                 for tenant, shape in self.behind_in.pop(row, ()):
-                    self.behind[tenant].pop(shape, None)
+                    self._drop(shape, tenant)
             self.changed_seen = len(table.changed)
         if self.holding_seen < len(table.holding_since):
             # A cluster that held no room now holds some: a shape that fits nowhere and would fit there but for it
@@ -100,9 +104,19 @@ class _Kept:
                 nowhere = [self.views[s] for s in self.views.keys() & table.nowhere.keys()]
                 for shape in table.fit_but_for_holds_at(nowhere, row):
                     self.verdicts.pop(shape, None)
+                    self._drop(shape, None)
                     for mine in self.behind.values():
                         mine.pop(shape, None)
             self.holding_seen = len(table.holding_since)
+
+    def _drop(self, shape: Shape, tenant: str | None) -> None:
+        """Forget the shape's verdict of waiting behind room held: every tenant's but the holder's (None), or that
+        tenant's."""
+        if tenant is None:
+            self.others.pop(shape, None)
+            self.held_by.pop(shape, None)
+        else:
+            self.behind[tenant].pop(shape, None)
 
 
 class _Cycle:
@@ -359,8 +373,10 @@ class _Cycle:
         else:
             kept.catch_up(table)
         tenant = self.queues[queue].tenant
-        shared, mine = kept.verdicts, kept.behind.get(tenant)
-        known = {**shared, **mine} if mine else shared
+        shared, mine, others = kept.verdicts, kept.behind.get(tenant), kept.others
+        if others and tenant in kept.held_by.values():  # the holder's own tenant is told whom it waits behind
+            others = {shape: found for shape, found in others.items() if kept.held_by[shape] != tenant}
+        known = {**shared, **others, **(mine or {})} if mine or others else shared
 
         def judged(job: PendingJob) -> Verdict:
             if job.view.group is not None:
@@ -370,12 +386,15 @@ class _Cycle:
             if found is None:
                 found = self.verdict(job, queue)
                 # Only whom a gang waits behind tells tenants apart, and only a shape that would fit but for room
-                # held somewhere waits behind anyone.
+                # held somewhere waits behind anyone: named to the holder's tenant, the same for every other.
                 behind = table.fits_without_reservations(job.view) if table.holding and found[0] is not None \
                     else None
                 kept.views[shape] = job.view
                 if behind is None:
                     shared[shape] = found
+                elif (holder := self.reservations.holders[behind][0][1]) != tenant:
+                    kept.others[shape], kept.held_by[shape] = found, holder
+                    kept.behind_in.setdefault(table.index[behind], []).append((None, shape))
                 else:
                     kept.behind.setdefault(tenant, {})[shape] = found
                     kept.behind_in.setdefault(table.index[behind], []).append((tenant, shape))
