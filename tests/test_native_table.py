@@ -104,3 +104,13 @@ def test_a_table_of_another_shape_is_refused_not_read_past() -> None:
                *asks.lists, None, 0)
     with pytest.raises(ValueError, match="does not match"):
         reserve(1, asks.request, table.free, table.tiers, None)
+
+
+def test_a_table_of_no_resource_is_left_to_numpy() -> None:
+    """Clusters that report no resource at all make a table without columns: numpy answers there, as before."""
+    table = ClusterTable([ClusterView("a", {}, {}), ClusterView("b", {}, {})], {})
+    assert table.compiled is None
+    gang = JobView("j", {}, {})
+    assert table.best(gang, {}) == "a"
+    table.reserve(gang, "a")
+    assert table.best(gang, {}) == "a"

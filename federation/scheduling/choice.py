@@ -159,8 +159,9 @@ class ClusterTable:
         self.holding_since: list[int] = []  # clusters in the order they first held room for a waiting gang
         self._free_bytes: tuple[tuple[int, int], bytes] | None = None  # see `free_bytes`
         # Scores and reservations in one compiled pass each (numpy's per-call cost was a third of a steady cycle at
-        # 1,000 clusters); None: the numpy code, which they must equal (tests/test_native_table.py).
-        self.compiled = compiled_table()
+        # 1,000 clusters); None: the numpy code, which they must equal (tests/test_native_table.py). A table of no
+        # resource at all (clusters that report none) is left to numpy, whose empty rows cover every ask of nothing.
+        self.compiled = compiled_table() if n and k else None
 
     def _fill(self, table: np.ndarray, i: int, tiers: Sequence[TierFree]) -> None:
         for t in tiers:
