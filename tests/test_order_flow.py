@@ -12,8 +12,10 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
+from federation.control.scheduler import HEARTBEAT_TIMEOUT
 from federation.relay.connections import QUEUE_LIMIT, RELAY_LIMIT, Connections
 from federation.relay.orders import OrderRelay
+from federation.store.admin import AdminStore
 from federation.v1 import agent_pb2, common_pb2, jobs_pb2
 from tests.conftest import Api, make_queue
 from tests.test_api_jobs import spec
@@ -126,9 +128,13 @@ async def test_a_burst_larger_than_the_order_queue_reaches_the_agent_and_a_recon
 
 
 async def _closed(api: Api) -> None:
-    """A new agent process is refused while the old one's stream is live: wait until the server saw it close."""
+    """A new agent process is refused while the old one holds the cluster: wait until the server dropped its stream
+    and recorded the cluster no longer Ready, which is what a registration reads (one after the other, the record
+    last: a reconnect between the two was refused)."""
+    admin = AdminStore(api.server.engine)
     async with asyncio.timeout(60):
-        while api.server.connections.get("east") is not None:
+        while api.server.connections.get("east") is not None or any(
+                row["name"] == "east" and row["live"] for row in (await admin.clusters(HEARTBEAT_TIMEOUT))[0]):
             await asyncio.sleep(0.05)
 
 
