@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from federation.scheduling.cycle import PendingJob, schedule
 from federation.scheduling.preemption import Preemptor
+from federation.scheduling.running import Listed
 from tests.test_queue_manager_property import World, same
 
 
@@ -41,3 +42,34 @@ def test_kept_reclaimable_queues_decide_as_worked_out_afresh(seed: int) -> None:
             fresh = schedule(snapshot)
         same(fresh, kept)
         world.apply(kept, step)
+
+
+def _always(self: Preemptor, job: PendingJob) -> bool:
+    return True
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_a_head_past_its_share_searches_only_where_its_queue_runs_gangs_below_it(seed: int) -> None:
+    """A head past its queue's share may evict only its own queue's preemptible gangs below its priority; one whose
+    queue runs none skips the search (`Preemptor.may_preempt_in_queue`) and decides as if it had searched. The kept
+    gangs' lowest priority per queue follows starts and ends as a list read afresh gives it."""
+    rng = random.Random(seed)
+    world = World(rng)
+    world.submit(rng.randrange(5, 60))
+    for step in range(10):
+        for event in rng.choices(["submit", "cancel", "end", "reconfigure", "refuse"], k=rng.randrange(1, 5)):
+            if event == "submit":
+                world.submit(rng.randrange(1, 15))
+            else:
+                getattr(world, event)()
+        listed = Listed(list(world.running.values()))
+        for queue in [q.name for q in world.queues] + ["gone"]:
+            assert world.kept.lowest_preemptible(queue) == listed.lowest_preemptible(queue)
+        snapshot = world.snapshot(list(world.pending.values()), kept=rng.random() < 0.5)
+        skipping = schedule(snapshot)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Preemptor, "may_preempt_in_queue", _always)
+            searching = schedule(snapshot)
+        same(searching, skipping)
+        world.apply(skipping, step)

@@ -541,8 +541,8 @@ class _Cycle:
         self.heads_reserving.add(queue)
         tenant_share, queue_share = self.ledger.share_after(queue, self.wanted(job))
         queue_within, tenant_within = queue_share <= 1.0 + 1e-9, tenant_share <= 1.0 + 1e-9
-        why_not = ""
-        if head:
+        why_not = ""  # (said only of a queue within its share)
+        if head and (queue_within or self.preemptor.may_preempt_in_queue(job)):
             # Whole-cluster totals cannot promise a HyperNode: a gang with a hard tier limit and several pods
             # evicts only inside one HyperNode within its limit (the ITP trace replay showed it evicting,
             # still not fitting, and evicting again when judged on totals).

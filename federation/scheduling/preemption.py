@@ -251,6 +251,13 @@ class Preemptor:
             return best
         return self._not_reclaimed(job, queue_within, over, kept, bool(could.any()))
 
+    def may_preempt_in_queue(self, job: PendingJob) -> bool:
+        """Whether some preemptible gang of the job's own queue runs below its priority: all that a head past its
+        queue's share may evict (it reclaims nothing), so without one the search has nothing to find. Most heads that
+        do not fit in a full federation are past their share: a search each was a sixth of a steady cycle."""
+        lowest = self.running.lowest_preemptible(job.queue)
+        return lowest is not None and lowest < job.priority
+
     def _lowest(self, job: PendingJob, over: set[str]) -> int:
         return min(self.queue_priority(q) for q in (*over, job.queue))
 

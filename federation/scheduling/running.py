@@ -27,6 +27,7 @@ class Gangs(Collection[RunningJob], Protocol):
     def usage(self) -> Mapping[str, Mapping[str, int]]: ...
     def preemptible(self) -> dict[str, list[RunningJob]]: ...
     def clusters_of(self, hyperjob: str) -> list[str]: ...
+    def lowest_preemptible(self, queue: str) -> int | None: ...
 
 
 def read(gangs: Collection[RunningJob]) -> Gangs:
@@ -43,6 +44,7 @@ class Listed:
         self.store: Any = None  # read anew each cycle: the compiled search reads the lists (with its memo)
         self._by_id: dict[str, RunningJob] | None = None
         self._groups: dict[str, list[str]] | None = None
+        self._lowest: dict[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self.gangs)
@@ -76,6 +78,14 @@ class Listed:
                     self._groups.setdefault(gang.group, []).append(gang.cluster)
         return list(self._groups.get(hyperjob, ()))
 
+    def lowest_preemptible(self, queue: str) -> int | None:
+        if self._lowest is None:
+            self._lowest = {}
+            for gang in self.gangs:
+                if gang.preemptible and gang.priority < self._lowest.get(gang.queue, gang.priority + 1):
+                    self._lowest[gang.queue] = gang.priority
+        return self._lowest.get(queue)
+
 
 class Running(Collection[RunningJob]):
     """The running gangs by id, with their sums per queue, the preemptible ones per cluster and the clusters of each
@@ -94,6 +104,7 @@ class Running(Collection[RunningJob]):
         # out is never changed: a new one is made)
         self._listed: dict[str, list[RunningJob]] = {}
         self._groups: dict[str, dict[str, str]] = {}  # HyperJob -> its running sub-jobs' gang ids -> their clusters
+        self._priorities: dict[str, dict[int, int]] = {}  # queue -> priority -> its preemptible gangs of it
         # The preemptible gangs again, as the compiled victim search reads them (native.compiled.GangStore): read once
         # when they start, so that a cycle's search is built from arrays, not from 145,000 objects looked up one by one
         store = getattr(native.compiled, "GangStore", None)  # None too in a build of native/ from before it
@@ -127,6 +138,8 @@ class Running(Collection[RunningJob]):
         if gang.preemptible:
             self._preemptible.setdefault(gang.cluster, {})[gang.id] = gang
             self._listed.pop(gang.cluster, None)
+            priorities = self._priorities.setdefault(gang.queue, {})
+            priorities[gang.priority] = priorities.get(gang.priority, 0) + 1
             if self.store is not None:
                 self.store.add(gang, gang.cluster)
         if gang.group:
@@ -153,6 +166,13 @@ class Running(Collection[RunningJob]):
             if not there:
                 del self._preemptible[gang.cluster]
             self._listed.pop(gang.cluster, None)
+            priorities = self._priorities[gang.queue]
+            if priorities[gang.priority] == 1:
+                del priorities[gang.priority]
+                if not priorities:
+                    del self._priorities[gang.queue]
+            else:
+                priorities[gang.priority] -= 1
             if self.store is not None:
                 self.store.discard(gang_id, gang.cluster)
         if gang.group:
@@ -177,3 +197,8 @@ class Running(Collection[RunningJob]):
     def clusters_of(self, hyperjob: str) -> list[str]:
         """The clusters of the HyperJob's running sub-jobs, one per sub-job."""
         return list(self._groups.get(hyperjob, {}).values())
+
+    def lowest_preemptible(self, queue: str) -> int | None:
+        """The lowest priority of the queue's preemptible gangs (None: it runs none)."""
+        priorities = self._priorities.get(queue)
+        return min(priorities) if priorities else None
