@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from federation.kernel.resources import Resources
+from federation.scheduling import native
 from federation.scheduling.fairshare import EPSILON, excess
 from federation.scheduling.ledger import Ledger
 from federation.scheduling.model import PendingJob, QueueInfo
@@ -56,6 +57,26 @@ def _level(usage: Mapping[str, float], share: Mapping[str, float], level: Mappin
     return over, excess(usage, share, level, wanted) if over else with_half, after
 
 
+Level = Callable[[Mapping[str, float], Mapping[str, float], Mapping[str, float], Mapping[str, int], Mapping[str, int]],
+                 tuple[bool, float, float]]
+
+
+def compiled_level() -> Level:
+    """`_level`, compiled where `make` built native/ and `native.compiled` is on (native/src/order.rs: the keys were
+    about a fifth of a steady cycle, nearly all of it the interpreter's cost per step); the Python function answers
+    what the compiled one declines, and is the oracle it is held to (tests/test_native_order.py)."""
+    compiled = getattr(native.compiled, "order_level", None)  # None too in a build of native/ from before it
+    if compiled is None:
+        return _level
+
+    def either(usage: Mapping[str, float], share: Mapping[str, float], level: Mapping[str, float],
+               wanted: Mapping[str, int], half: Mapping[str, int]) -> tuple[bool, float, float]:
+        found = compiled(usage, share, level, wanted, half)
+        return found if found is not None else _level(usage, share, level, wanted, half)
+
+    return either
+
+
 def _with_past(usage: Mapping[str, int], past: Mapping[str, float] | None) -> Mapping[str, float]:
     """Usage as ordering counts it: with what the member's history adds (none: usage itself, no copy)."""
     if not past:
@@ -77,6 +98,7 @@ class HeadOrder:
         self.past_queues = past_queues
         self.wanted = wanted
         self.depth = 1 + max((len(c) for c in ledger.chain.values()), default=0)
+        self._level = compiled_level()
         # queue -> (its chain's versions, its head, the key's queue levels, their shares after): the queue levels
         # change only when a queue of the chain is used, so they are kept for its head and those versions (a queue
         # without parents: its own version, not a tuple of one).
@@ -96,7 +118,7 @@ class HeadOrder:
         known = self._tenant_levels.get((tenant, id(wanted)))
         if known is None or known[0] != version or known[1] is not wanted:
             half = {r: a // 2 for r, a in wanted.items()}
-            known = self._tenant_levels[tenant, id(wanted)] = (version, wanted, half, _level(
+            known = self._tenant_levels[tenant, id(wanted)] = (version, wanted, half, self._level(
                 _with_past(ledger.tenant_usage[tenant], self.past_tenants.get(tenant)), share, ledger.capacity, wanted,
                 half))
         half, (over, measure, after) = known[2], known[3]
@@ -111,7 +133,7 @@ class HeadOrder:
             level = share
             for q in reversed(chain):
                 q_share = ledger.shares.queues.get(q, {})
-                q_over, q_measure, q_after = _level(_with_past(ledger.queue_usage[q], self.past_queues.get(q)),
+                q_over, q_measure, q_after = self._level(_with_past(ledger.queue_usage[q], self.past_queues.get(q)),
                                                     q_share, level, wanted, half)
                 levels += (q_over, q_measure)
                 afters.append(q_after)

@@ -16,6 +16,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 mod shares;
 mod sums;
+mod order;
 mod table;
 
 use pyo3::exceptions::PyValueError;
@@ -955,5 +956,6 @@ fn federation_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(shares::hierarchical, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_scores, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_reserve, m)?)?;
+    m.add_function(wrap_pyfunction!(order::order_level, m)?)?;
     Ok(())
 }
