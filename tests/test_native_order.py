@@ -1,6 +1,7 @@
-"""Differential property: one level of a queue head's fair-share key, compiled (native/src/order.rs), is the Python
-`ordering._level`, its oracle, float for float (infinities and the sign of a zero included); it declines (None) only
-what it documents, and a cycle ordering its heads by it decides as one ordering them by the Python function."""
+"""Differential property: one level of a queue head's fair-share key and a dominant share, compiled
+(native/src/order.rs), are the Python `ordering._level` and `fairshare.dominant_share`, their oracles, float for float
+(infinities and the sign of a zero included); they decline (None) only what they document, and a cycle using them
+decides as one using the Python functions."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from federation.scheduling import native, ordering
+from federation.scheduling import fairshare, ledger, native, ordering
 from federation.scheduling.cycle import schedule
+from federation.scheduling.fairshare import dominant_share
 from federation.scheduling.ordering import _level
 from tests.test_queue_manager_property import World, same
 
@@ -28,6 +30,8 @@ WANTED = st.one_of(st.integers(0, 512), st.integers(0, 512), st.integers(EXACT -
 def test_the_compiled_level_is_built() -> None:
     assert getattr(native.compiled, "order_level", None) is not None
     assert ordering.compiled_level() is not ordering._level
+    assert getattr(native.compiled, "dominant_share", None) is not None
+    assert fairshare.compiled_dominant_share() is not dominant_share
 
 
 def _exact(found: tuple[bool, float, float]) -> tuple[bool, str, str]:
@@ -53,6 +57,22 @@ def test_compiled_level_is_the_python_one(usage: dict[str, float], share: dict[s
     assert _exact(ordering.compiled_level()(usage, share, level, wanted, half)) == _exact(expected)
 
 
+@settings(max_examples=2_000, deadline=None)
+@given(st.dictionaries(st.sampled_from(RESOURCES), USED, max_size=4),
+       st.dictionaries(st.sampled_from(RESOURCES), SHARE, max_size=4),
+       st.none() | st.dictionaries(st.sampled_from(RESOURCES), WANTED, max_size=4))
+def test_compiled_dominant_share_is_the_python_one(usage: dict[str, float], deserved: dict[str, float],
+                                                   extra: dict[str, int] | None) -> None:
+    assert native.compiled is not None
+    found = native.compiled.dominant_share(usage, deserved, extra)
+    expected = dominant_share(usage, deserved, extra)
+    if all(isinstance(a, float) or abs(a) < 2**40 for d in (usage, deserved, extra or {}) for a in d.values()):
+        assert found is not None
+    if found is not None:
+        assert repr(found) == repr(expected)
+    assert repr(fairshare.compiled_dominant_share()(usage, deserved, extra)) == repr(expected)
+
+
 def test_what_is_not_a_dict_of_numbers_is_left_to_python() -> None:
     assert native.compiled is not None
     level = native.compiled.order_level
@@ -62,6 +82,11 @@ def test_what_is_not_a_dict_of_numbers_is_left_to_python() -> None:
     assert level({"cpu": EXACT}, {"cpu": 1.0}, {}, {}, {}) is None
     assert level({"cpu": 3}, {"cpu": 1.0}, {"cpu": 10}, {"cpu": 2}, {"cpu": 1}) == _level(
         {"cpu": 3}, {"cpu": 1.0}, {"cpu": 10}, {"cpu": 2}, {"cpu": 1})
+    share = native.compiled.dominant_share
+    assert share({"cpu": "3"}, {"cpu": 1.0}) is None
+    assert share({"cpu": 3}, {"cpu": 1.0}, [("cpu", 1)]) is None
+    assert share({"cpu": 3}, {"cpu": 2.0}, {"cpu": EXACT}) is None
+    assert share({"cpu": 3}, {"cpu": 2.0}, {"cpu": 1}) == 2.0
 
 
 @settings(max_examples=30, deadline=None)
@@ -80,6 +105,7 @@ def test_a_cycle_ordered_by_the_compiled_levels_decides_as_by_the_python_ones(se
         compiled = schedule(snapshot)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(ordering, "compiled_level", lambda: _level)
+            patch.setattr(ledger, "compiled_dominant_share", lambda: dominant_share)
             in_python = schedule(snapshot)
         same(in_python, compiled)
         world.apply(compiled, step)

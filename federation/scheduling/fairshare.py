@@ -16,7 +16,7 @@ level shares out: how far past its share it is, in a unit common to all members 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from federation.scheduling import native
@@ -174,6 +174,22 @@ def dominant_share(usage: Mapping[str, float], deserved_share: Mapping[str, floa
         if used / have > share:
             share = used / have
     return share
+
+
+def compiled_dominant_share() -> Callable[..., float]:
+    """`dominant_share`, compiled where `make` built native/ and `native.compiled` is on (native/src/order.rs; the
+    ledger asks a few thousand times a cycle), the Python function answering what it declines and its oracle
+    (tests/test_native_order.py)."""
+    compiled = getattr(native.compiled, "dominant_share", None)  # None too in a build of native/ from before it
+    if compiled is None:
+        return dominant_share
+
+    def either(usage: Mapping[str, float], deserved_share: Mapping[str, float],
+               extra: Mapping[str, int] | None = None) -> float:
+        found = compiled(usage, deserved_share, extra)
+        return found if found is not None else dominant_share(usage, deserved_share, extra)
+
+    return either
 
 
 def keeps_share(usage: Mapping[str, int], deserved_share: Mapping[str, float], taken: Mapping[str, int]) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from federation.scheduling.fairshare import Tree, dominant_share
+from federation.scheduling.fairshare import Tree, compiled_dominant_share
 from federation.scheduling.model import QueueInfo, add_into
 
 
@@ -33,13 +33,14 @@ class Ledger:
         self.capacity: dict[str, float] = {}  # what tenants share (flavors included), once shares are known
         self.over_share: set[str] = set()  # reclaimable leaf queues holding more than they deserve
         self.over_version = 0  # how often `over_share` changed
+        self.dominant_share = compiled_dominant_share()
 
     def deserve(self, shares: Tree, capacity: Mapping[str, int], leaves: Iterable[str]) -> None:
         """Take the deserved shares worked out for `capacity`; `leaves`: the queues jobs run in (not parents)."""
         self.shares = shares
         self.capacity = {r: float(a) for r, a in capacity.items()}
         self.over_share = {q for q in leaves if self.queues[q].reclaimable
-                           and dominant_share(self.queue_usage[q], shares.queues.get(q, {})) > 1}
+                           and self.dominant_share(self.queue_usage[q], shares.queues.get(q, {})) > 1}
         self.over_version += 1
 
     def use(self, queue: str, amounts: Mapping[str, int], sign: int = 1) -> None:
@@ -52,7 +53,7 @@ class Ledger:
         add_into(self.total_usage, amounts, sign)
         self.tenant_version[tenant] = self.tenant_version.get(tenant, 0) + 1
         if self.shares is not None and self.queues[queue].reclaimable:
-            over = dominant_share(self.queue_usage[queue], self.shares.queues.get(queue, {})) > 1
+            over = self.dominant_share(self.queue_usage[queue], self.shares.queues.get(queue, {})) > 1
             if over != (queue in self.over_share):
                 (self.over_share.add if over else self.over_share.discard)(queue)
                 self.over_version += 1
@@ -72,7 +73,7 @@ class Ledger:
         """The tenant's dominant share and the largest of the queue's and its parents' with `extra` started."""
         assert self.shares is not None
         tenant = self.queues[queue].tenant
-        deserved, chain = self.shares.queues, self.chain[queue]
+        deserved, chain, dominant_share = self.shares.queues, self.chain[queue], self.dominant_share
         tenant_share = dominant_share(self.tenant_usage[tenant], self.shares.tenants.get(tenant, {}), extra)
         if len(chain) == 1:  # a queue without parents (most): asked for every head a cycle considers
             return tenant_share, dominant_share(self.queue_usage[queue], deserved.get(queue, {}), extra)

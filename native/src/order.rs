@@ -194,3 +194,63 @@ fn level_of(usage: &Bound<'_, PyDict>, share: &Bound<'_, PyDict>, level: &Bound<
     };
     Ok(Some((over, measure, after)))
 }
+
+/// `fairshare.dominant_share(usage, deserved, extra)`: the largest over resources of (usage + extra) / deserved, using
+/// what one does not deserve infinite; None where the Python function must answer (as `order_level`). Asked when a
+/// queue is used and for every head a cycle considers, a few thousand times a cycle.
+#[pyfunction]
+#[pyo3(signature = (usage, deserved, extra=None))]
+pub fn dominant_share(usage: &Bound<'_, PyAny>, deserved: &Bound<'_, PyAny>, extra: Option<&Bound<'_, PyAny>>)
+                      -> PyResult<Option<f64>> {
+    let (Ok(usage), Ok(deserved)) = (usage.cast::<PyDict>(), deserved.cast::<PyDict>()) else { return Ok(None) };
+    let extra = match extra {
+        Some(extra) if !extra.is_none() => match extra.cast::<PyDict>() {
+            Ok(extra) if !extra.is_empty() => Some(extra.clone()),
+            Ok(_) => None,
+            Err(_) => return Ok(None),
+        },
+        _ => None,
+    };
+    let mut share = 0.0f64;
+    let mut consider = |resource: &Bound<'_, PyAny>, used: Num| -> PyResult<Option<bool>> {
+        if used.float() <= 0.0 {
+            return Ok(Some(false));
+        }
+        let Some(have) = get(deserved, resource, Num::Float(0.0))? else { return Ok(None) };
+        if have.float() <= EPSILON {
+            share = f64::INFINITY;
+            return Ok(Some(true));
+        }
+        if used.div(have) > share {
+            share = used.div(have);
+        }
+        Ok(Some(false))
+    };
+    if let Some(extra) = &extra {
+        for (resource, amount) in extra.iter() {
+            let (Some(amount), Some(used)) = (Num::read(&amount), get(usage, &resource, Num::Int(0))?) else {
+                return Ok(None);
+            };
+            let Some(total) = amount.add(used) else { return Ok(None) };
+            match consider(&resource, total)? {
+                None => return Ok(None),
+                Some(true) => return Ok(Some(f64::INFINITY)),
+                Some(false) => {}
+            }
+        }
+    }
+    for (resource, used) in usage.iter() {
+        if let Some(extra) = &extra {
+            if extra.contains(&resource)? {
+                continue;
+            }
+        }
+        let Some(used) = Num::read(&used) else { return Ok(None) };
+        match consider(&resource, used)? {
+            None => return Ok(None),
+            Some(true) => return Ok(Some(f64::INFINITY)),
+            Some(false) => {}
+        }
+    }
+    Ok(Some(share))
+}
