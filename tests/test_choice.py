@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from federation.scheduling.choice import ClusterTable, PreemptiblePool, summary
-from federation.scheduling.fit import ClusterView, JobView, TierFree, cannot_run, check, selects
+from federation.scheduling.fit import ClusterView, JobView, TierFree, cannot_run, check, labels_unmatched, selects
 from federation.scheduling.reservations import Reservations
 
 GPU, CPU = "nvidia.com/gpu", "cpu"
@@ -259,3 +259,32 @@ def test_where_room_is_held_is_where_the_rule_one_cluster_at_a_time_holds_it(
         chosen = table.best(gang, {})
         if chosen is not None:
             table.reserve(gang, chosen)
+
+
+LABELS = st.dictionaries(st.sampled_from(["zone", "region", "tier"]), st.sampled_from(["a", "b"]), max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(LABELS, st.sampled_from([None, frozenset(), frozenset({"os=linux"}),
+                                                   frozenset({"os=linux", "disk=ssd"})])), min_size=1, max_size=12),
+       st.lists(st.tuples(LABELS, st.sampled_from([(), ("os=linux",), ("disk=ssd", "os=linux")])), min_size=1,
+                max_size=4))
+def test_clusters_labelled_alike_are_ruled_out_alike(labelled: list[tuple[dict[str, str], frozenset[str] | None]],
+                                                     selectors: list[tuple[dict[str, str], tuple[str, ...]]]) -> None:
+    """What the table says of a selector's clusters, worked out once per distinct labelling, is what each cluster's
+    own labels say: the same reason (or none) and the same mask of clusters selected."""
+    clusters = [ClusterView(f"c{i}", labels, {GPU: 8}, [], node_labels=nodes)
+                for i, (labels, nodes) in enumerate(labelled)]
+    table = ClusterTable(clusters, {GPU: 8 * len(clusters)})
+    by_name = {c.name: c for c in clusters}
+    in_order = [by_name[name] for name in table.names]  # (the table's own order)
+    for cluster_selector, node_selector in selectors:
+        gang = JobView("j", {GPU: 1}, {GPU: 1}, cluster_selector, node_selector=node_selector)
+        said = [labels_unmatched(gang, c.labels, c.node_labels) for c in in_order]
+        assert list(table.selects(gang)) == [selects(gang, c) for c in in_order] == [s is None for s in said]
+        unmatched = table._unmatched(gang)
+        if cluster_selector or node_selector:
+            assert unmatched is not None and unmatched[1] == said
+            assert list(unmatched[0]) == [s is not None for s in said]
+        else:
+            assert unmatched is None
