@@ -99,12 +99,10 @@ class HeadOrder:
         self.wanted = wanted
         self.depth = 1 + max((len(c) for c in ledger.chain.values()), default=0)
         self._level = compiled_level()
-        # queue -> (its chain's versions, its head, the key's queue levels, their shares after, whether it is past any
-        # of those shares): the queue levels change only when a queue of the chain is used, so they are kept for its
-        # head and those versions (a queue without parents: its own version, not a tuple of one).
-        self._levels: dict[str, tuple[int | tuple[int, ...], PendingJob, tuple[float, ...], tuple[float, ...],
-                                      bool]] = {}
-        self._facts: dict[str, tuple[str, int, list[str]]] = {}  # queue -> its tenant, its priority negated, its chain
+        # queue -> (its chain's versions, its head, the key's queue levels, their shares after): the queue levels
+        # change only when a queue of the chain is used, so they are kept for its head and those versions (a queue
+        # without parents: its own version, not a tuple of one).
+        self._levels: dict[str, tuple[int | tuple[int, ...], PendingJob, tuple[float, ...], tuple[float, ...]]] = {}
         # (tenant, id of what a head asks) -> (the tenant's usage version, that ask, half of it, the key's tenant
         # level): heads of a tenant's queues asking alike read it while the tenant's usage stands.
         self._tenant_levels: dict[tuple[str, int], tuple[int, Resources, dict[str, int],
@@ -112,40 +110,38 @@ class HeadOrder:
 
     def key(self, queue: str, job: PendingJob) -> tuple[float, ...]:
         ledger = self.ledger
+        assert ledger.shares is not None
         wanted = self.wanted(job)
-        facts = self._facts.get(queue)
-        if facts is None:
-            info = self.queues[queue]
-            facts = self._facts[queue] = (info.tenant, -info.priority, ledger.chain[queue])
-        tenant, priority, chain = facts
+        tenant = self.queues[queue].tenant
+        share = ledger.shares.tenants.get(tenant, {})
         version = ledger.tenant_version.get(tenant, 0)
         known = self._tenant_levels.get((tenant, id(wanted)))
         if known is None or known[0] != version or known[1] is not wanted:
-            assert ledger.shares is not None
             half = {r: a // 2 for r, a in wanted.items()}
             known = self._tenant_levels[tenant, id(wanted)] = (version, wanted, half, self._level(
-                _with_past(ledger.tenant_usage[tenant], self.past_tenants.get(tenant)),
-                ledger.shares.tenants.get(tenant, {}), ledger.capacity, wanted, half))
+                _with_past(ledger.tenant_usage[tenant], self.past_tenants.get(tenant)), share, ledger.capacity, wanted,
+                half))
         half, (over, measure, after) = known[2], known[3]
         # A sibling served since the queue was pushed changes the tenant level alone.
+        chain = ledger.chain[queue]
         used = ledger.queue_version
         versions = used.get(queue, 0) if len(chain) == 1 else tuple([used.get(q, 0) for q in chain])
         kept = self._levels.get(queue)
         if kept is None or kept[0] != versions or kept[1] is not job:
-            assert ledger.shares is not None
             levels: list[float] = []
             afters = []
-            level = ledger.shares.tenants.get(tenant, {})
+            level = share
             for q in reversed(chain):
                 q_share = ledger.shares.queues.get(q, {})
                 q_over, q_measure, q_after = self._level(_with_past(ledger.queue_usage[q], self.past_queues.get(q)),
-                                                         q_share, level, wanted, half)
+                                                    q_share, level, wanted, half)
                 levels += (q_over, q_measure)
                 afters.append(q_after)
                 level = q_share
             levels += (False, 0.0) * (self.depth - 1 - len(afters))  # leaves of different depths: level by level
-            kept = self._levels[queue] = (versions, job, tuple(levels), tuple(afters), any(levels[0::2]))
+            kept = self._levels[queue] = (versions, job, tuple(levels), tuple(afters))
         # Queue priority orders heads that stay within every share they are under; past a share a head comes
         # after all of those: room past its share is only borrowed (a sibling within its share reclaims it), so
         # priority giving it first would hand out what is taken back a cycle later.
-        return (over or kept[4], priority, over, measure, *kept[2], after, *kept[3])
+        past = over or any(kept[2][0::2])
+        return (past, -self.queues[queue].priority, over, measure, *kept[2], after, *kept[3])
