@@ -177,19 +177,9 @@ def dominant_share(usage: Mapping[str, float], deserved_share: Mapping[str, floa
 
 
 def compiled_dominant_share() -> Callable[..., float]:
-    """`dominant_share`, compiled where `make` built native/ and `native.compiled` is on (native/src/order.rs; the
-    ledger asks a few thousand times a cycle), the Python function answering what it declines and its oracle
-    (tests/test_native_order.py)."""
-    compiled = getattr(native.compiled, "dominant_share", None)  # None too in a build of native/ from before it
-    if compiled is None:
-        return dominant_share
-
-    def either(usage: Mapping[str, float], deserved_share: Mapping[str, float],
-               extra: Mapping[str, int] | None = None) -> float:
-        found = compiled(usage, deserved_share, extra)
-        return found if found is not None else dominant_share(usage, deserved_share, extra)
-
-    return either
+    """`dominant_share`, compiled where `make` built native/ (native/src/order.rs; the ledger asks a few thousand
+    times a cycle), the Python function answering what it declines and its oracle (tests/test_native_order.py)."""
+    return native.or_python("dominant_share", dominant_share)
 
 
 def keeps_share(usage: Mapping[str, int], deserved_share: Mapping[str, float], taken: Mapping[str, int]) -> bool:

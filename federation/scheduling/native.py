@@ -9,8 +9,9 @@ the differential tests (tests/test_native_reclaim.py) hold the compiled one equa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 try:
     import federation_native as _federation_native
@@ -24,3 +25,21 @@ compiled: ModuleType | None = _federation_native
 # no decision depends on it; a build that finds it in use by another thread reads every gang itself. Gangs kept across
 # cycles (`running.Running`) have a store of their own (`GangStore`), changed as they start and end.
 memo: Any = _federation_native.GangMemo() if _federation_native is not None else None
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def or_python(name: str, oracle: F) -> F:
+    """The compiled function `name` while `compiled` is on (read when asked: the benchmarks' baselines switch it off),
+    its Python oracle answering whatever it declines (None); the oracle itself without it, or in a build of native/
+    from before it."""
+    found = getattr(compiled, name, None)
+    if found is None:
+        return oracle
+
+    def either(*args: Any) -> Any:
+        answer = found(*args)
+        return answer if answer is not None else oracle(*args)
+
+    return cast(F, either)

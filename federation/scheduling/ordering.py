@@ -57,24 +57,11 @@ def _level(usage: Mapping[str, float], share: Mapping[str, float], level: Mappin
     return over, excess(usage, share, level, wanted) if over else with_half, after
 
 
-Level = Callable[[Mapping[str, float], Mapping[str, float], Mapping[str, float], Mapping[str, int], Mapping[str, int]],
-                 tuple[bool, float, float]]
-
-
-def compiled_level() -> Level:
-    """`_level`, compiled where `make` built native/ and `native.compiled` is on (native/src/order.rs: the keys were
-    about a fifth of a steady cycle, nearly all of it the interpreter's cost per step); the Python function answers
-    what the compiled one declines, and is the oracle it is held to (tests/test_native_order.py)."""
-    compiled = getattr(native.compiled, "order_level", None)  # None too in a build of native/ from before it
-    if compiled is None:
-        return _level
-
-    def either(usage: Mapping[str, float], share: Mapping[str, float], level: Mapping[str, float],
-               wanted: Mapping[str, int], half: Mapping[str, int]) -> tuple[bool, float, float]:
-        found = compiled(usage, share, level, wanted, half)
-        return found if found is not None else _level(usage, share, level, wanted, half)
-
-    return either
+def compiled_level() -> Callable[..., tuple[bool, float, float]]:
+    """`_level`, compiled where `make` built native/ (native/src/order.rs: the keys were about a fifth of a steady
+    cycle, nearly all of it the interpreter's cost per step); the Python function answers what the compiled one
+    declines, and is the oracle it is held to (tests/test_native_order.py)."""
+    return native.or_python("order_level", _level)
 
 
 def _with_past(usage: Mapping[str, int], past: Mapping[str, float] | None) -> Mapping[str, float]:

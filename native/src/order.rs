@@ -11,6 +11,8 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyInt};
 
+use crate::shares::py_max;
+
 const EPSILON: f64 = 1e-9;
 /// Whole numbers below this in size are exact as floats: Python's int and float arithmetic agree on them.
 const EXACT: i64 = 1 << 53;
@@ -76,35 +78,36 @@ fn get(mapping: &Bound<'_, PyDict>, key: &Bound<'_, PyAny>, default: Num) -> PyR
     })
 }
 
-/// Python's `max(a, b)`: `a` unless `b` is greater.
-fn py_max(a: f64, b: f64) -> f64 {
-    if b > a { b } else { a }
+/// `fairshare._summed(usage, extra)`: (resource, usage + extra) over both, `extra`'s first; None: declined.
+fn summed<'py>(usage: &Bound<'py, PyDict>, extra: Option<&Bound<'py, PyDict>>)
+               -> PyResult<Option<Vec<(Bound<'py, PyAny>, Num)>>> {
+    let extra = extra.filter(|extra| !extra.is_empty());
+    let mut out = Vec::with_capacity(usage.len() + extra.map_or(0, |extra| extra.len()));
+    if let Some(extra) = extra {
+        for (resource, amount) in extra.iter() {
+            let (Some(amount), Some(used)) = (Num::read(&amount), get(usage, &resource, Num::Int(0))?) else {
+                return Ok(None);
+            };
+            let Some(total) = amount.add(used) else { return Ok(None) };
+            out.push((resource, total));
+        }
+    }
+    for (resource, used) in usage.iter() {
+        if let Some(extra) = extra {
+            if extra.contains(&resource)? {
+                continue;
+            }
+        }
+        let Some(used) = Num::read(&used) else { return Ok(None) };
+        out.push((resource, used));
+    }
+    Ok(Some(out))
 }
 
 /// `fairshare.excess(usage, share, level, wanted)`: the largest over resources of (usage + wanted - share) / level.
 fn excess(usage: &Bound<'_, PyDict>, share: &Bound<'_, PyDict>, level: &Bound<'_, PyDict>,
           wanted: &Bound<'_, PyDict>) -> PyResult<Option<f64>> {
-    let mut summed: Vec<(Bound<'_, PyAny>, Num)> = Vec::with_capacity(wanted.len() + usage.len());
-    if wanted.is_empty() {
-        for (resource, used) in usage.iter() {
-            let Some(used) = Num::read(&used) else { return Ok(None) };
-            summed.push((resource, used));
-        }
-    } else {
-        for (resource, amount) in wanted.iter() {
-            let (Some(amount), Some(used)) = (Num::read(&amount), get(usage, &resource, Num::Int(0))?) else {
-                return Ok(None);
-            };
-            let Some(total) = amount.add(used) else { return Ok(None) };
-            summed.push((resource, total));
-        }
-        for (resource, used) in usage.iter() {
-            if !wanted.contains(&resource)? {
-                let Some(used) = Num::read(&used) else { return Ok(None) };
-                summed.push((resource, used));
-            }
-        }
-    }
+    let Some(summed) = summed(usage, Some(wanted))? else { return Ok(None) };
     let mut worst = f64::NEG_INFINITY;
     for (resource, used) in summed {
         if used.float() <= 0.0 {
@@ -205,51 +208,23 @@ pub fn dominant_share(usage: &Bound<'_, PyAny>, deserved: &Bound<'_, PyAny>, ext
     let (Ok(usage), Ok(deserved)) = (usage.cast::<PyDict>(), deserved.cast::<PyDict>()) else { return Ok(None) };
     let extra = match extra {
         Some(extra) if !extra.is_none() => match extra.cast::<PyDict>() {
-            Ok(extra) if !extra.is_empty() => Some(extra.clone()),
-            Ok(_) => None,
+            Ok(extra) => Some(extra.clone()),
             Err(_) => return Ok(None),
         },
         _ => None,
     };
+    let Some(summed) = summed(usage, extra.as_ref())? else { return Ok(None) };
     let mut share = 0.0f64;
-    let mut consider = |resource: &Bound<'_, PyAny>, used: Num| -> PyResult<Option<bool>> {
+    for (resource, used) in summed {
         if used.float() <= 0.0 {
-            return Ok(Some(false));
+            continue;
         }
-        let Some(have) = get(deserved, resource, Num::Float(0.0))? else { return Ok(None) };
+        let Some(have) = get(deserved, &resource, Num::Float(0.0))? else { return Ok(None) };
         if have.float() <= EPSILON {
-            share = f64::INFINITY;
-            return Ok(Some(true));
+            return Ok(Some(f64::INFINITY));
         }
         if used.div(have) > share {
             share = used.div(have);
-        }
-        Ok(Some(false))
-    };
-    if let Some(extra) = &extra {
-        for (resource, amount) in extra.iter() {
-            let (Some(amount), Some(used)) = (Num::read(&amount), get(usage, &resource, Num::Int(0))?) else {
-                return Ok(None);
-            };
-            let Some(total) = amount.add(used) else { return Ok(None) };
-            match consider(&resource, total)? {
-                None => return Ok(None),
-                Some(true) => return Ok(Some(f64::INFINITY)),
-                Some(false) => {}
-            }
-        }
-    }
-    for (resource, used) in usage.iter() {
-        if let Some(extra) = &extra {
-            if extra.contains(&resource)? {
-                continue;
-            }
-        }
-        let Some(used) = Num::read(&used) else { return Ok(None) };
-        match consider(&resource, used)? {
-            None => return Ok(None),
-            Some(true) => return Ok(Some(f64::INFINITY)),
-            Some(false) => {}
         }
     }
     Ok(Some(share))

@@ -41,7 +41,7 @@ fn py_min(a: f64, b: f64) -> f64 {
 }
 
 /// Python's `max(a, b)`: `a` unless `b` is greater.
-fn py_max(a: f64, b: f64) -> f64 {
+pub(crate) fn py_max(a: f64, b: f64) -> f64 {
     if b > a { b } else { a }
 }
 
