@@ -121,16 +121,31 @@ class Api:
     server: FederationServer
 
 
+@contextlib.asynccontextmanager
+async def serving(db_url: URL, role: str) -> AsyncIterator[Api]:
+    server = FederationServer(db_url, "127.0.0.1:0", insecure_dev=True, role=role)
+    port = await server.start()
+    address = f"127.0.0.1:{port}"
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            yield Api(address, channel, jobs_pb2_grpc.JobServiceStub(channel),
+                      admin_pb2_grpc.AdminServiceStub(channel), agent_pb2_grpc.AgentServiceStub(channel), server)
+    finally:
+        await server.stop(grace=0)
+
+
 @pytest.fixture
 async def api(db_url: URL) -> AsyncIterator[Api]:
     """A federation server on a real TCP socket, in this process, on this test's database."""
-    server = FederationServer(db_url, "127.0.0.1:0", insecure_dev=True)
-    port = await server.start()
-    address = f"127.0.0.1:{port}"
-    async with grpc.aio.insecure_channel(address) as channel:
-        yield Api(address, channel, jobs_pb2_grpc.JobServiceStub(channel),
-                  admin_pb2_grpc.AdminServiceStub(channel), agent_pb2_grpc.AgentServiceStub(channel), server)
-    await server.stop(grace=0)
+    async with serving(db_url, "all") as api:
+        yield api
+
+
+@pytest.fixture
+async def front_end(db_url: URL) -> AsyncIterator[Api]:
+    """The API role alone: nothing schedules, so a test may write the scheduler's rows itself without a race."""
+    async with serving(db_url, "api") as api:
+        yield api
 
 
 async def make_queue(api: Api, queue: str = "train", tenant: str = "ml", **queue_fields: object) -> None:
