@@ -12,6 +12,7 @@ beside what is held when history is on (`usage.py`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from federation.kernel.resources import Resources
 from federation.scheduling import native
@@ -64,6 +65,14 @@ def compiled_level() -> Callable[..., tuple[bool, float, float]]:
     return native.or_python("order_level", _level)
 
 
+def compiled_keys() -> Any:
+    """The compiled whole key (native/src/order.rs, `HeadKeys`) while `native.compiled` is on, else None: with the
+    levels compiled the keys were still a sixth of a steady cycle at 1,000 queues, the interpreter's cost of reading
+    and keeping what they are made of. The Python key stays the oracle (tests/test_native_order.py) and answers what
+    it declines."""
+    return getattr(native.compiled, "HeadKeys", None)
+
+
 def _with_past(usage: Mapping[str, int], past: Mapping[str, float] | None) -> Mapping[str, float]:
     """Usage as ordering counts it: with what the member's history adds (none: usage itself, no copy)."""
     if not past:
@@ -86,6 +95,9 @@ class HeadOrder:
         self.wanted = wanted
         self.depth = 1 + max((len(c) for c in ledger.chain.values()), default=0)
         self._level = compiled_level()
+        self._compiled_keys = compiled_keys()
+        self._compiled: Any = None  # a HeadKeys over the deserved shares it was made for (`_keys_for`)
+        self._keys_for: object = None
         # queue -> (its chain's versions, its head, the key's queue levels, their shares after): the queue levels
         # change only when a queue of the chain is used, so they are kept for its head and those versions (a queue
         # without parents: its own version, not a tuple of one).
@@ -96,6 +108,29 @@ class HeadOrder:
                                                          tuple[bool, float, float]]] = {}
 
     def key(self, queue: str, job: PendingJob) -> tuple[float, ...]:
+        if self._compiled_keys is not None:
+            ledger = self.ledger
+            if self._keys_for is not ledger.shares:  # shares worked out again (admission on arrival): read anew
+                self._compiled, self._keys_for = self._compile(), ledger.shares
+            found = self._compiled.key(queue, job, self.wanted(job)) if self._compiled is not None else None
+            if found is not None:
+                return found  # type: ignore[no-any-return]
+        return self._key(queue, job)
+
+    def _compile(self) -> Any:
+        ledger = self.ledger
+        assert ledger.shares is not None and self._compiled_keys is not None
+        facts = {name: (q.tenant, -q.priority, list(ledger.chain[name]))
+                 for name, q in self.queues.items() if name in ledger.chain}
+        try:
+            return self._compiled_keys(
+                facts, self.depth, ledger.shares.tenants, ledger.shares.queues, ledger.capacity, ledger.tenant_usage,
+                ledger.queue_usage, ledger.tenant_version, ledger.queue_version, dict(self.past_tenants),
+                dict(self.past_queues))
+        except TypeError:  # a mapping that is not a dict: the Python key reads it
+            return None
+
+    def _key(self, queue: str, job: PendingJob) -> tuple[float, ...]:
         ledger = self.ledger
         assert ledger.shares is not None
         wanted = self.wanted(job)

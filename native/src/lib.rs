@@ -988,5 +988,6 @@ fn federation_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table::table_reserve, m)?)?;
     m.add_function(wrap_pyfunction!(order::order_level, m)?)?;
     m.add_function(wrap_pyfunction!(order::dominant_share, m)?)?;
+    m.add_class::<order::HeadKeys>()?;
     Ok(())
 }
