@@ -197,7 +197,7 @@ def report(r: dict) -> str:
              "evicting gangs back to their shares; their walks are timed apart). First cycle: a new leader, the "
              "manager built from every waiting job (its time shown separately) then walked. The compiled code "
              "(native/: reclaim's victim search, cluster scores and reservations, usage sums, deserved shares, the "
-             "head order's levels and dominant shares) runs in both; two more walks on the same snapshots are the "
+             "head order's keys and dominant shares) runs in both; two more walks on the same snapshots are the "
              "baselines for it: with the cluster scores and reservations of numpy, and with nothing compiled (the "
              "Python and numpy code throughout).", "",
              "| pending | clusters | steady cycle, walk (median / max s) | settling rounds, walk (median / max s) | "
