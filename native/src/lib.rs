@@ -248,8 +248,12 @@ fn py_max(a: f64, b: f64) -> f64 {
     if b > a { b } else { a }
 }
 
-/// A float that is not NaN as an integer of the same order, with -0.0 and 0.0 equal (as Python's < has them).
+/// A float as an integer of the same order, with -0.0 and 0.0 equal (as Python's < has them). Work at risk is never
+/// NaN (run times and GPU counts are finite); were it, it would sort last.
 fn ordered(x: f64) -> u64 {
+    if x.is_nan() {
+        return u64::MAX;
+    }
     let bits = (x + 0.0).to_bits(); // -0.0 + 0.0 is 0.0
     if bits >> 63 == 1 { !bits } else { bits | (1 << 63) }
 }
@@ -489,43 +493,24 @@ impl ReclaimPool {
     /// The next cluster's gangs, put in victim order (`Preemptor.victim_order`): of the lowest-priority queue, then
     /// lowest priority, then least work lost, then youngest, then by id. Sorted here: in Python it was a tenth of a
     /// cycle's setup.
-    fn push_block(&mut self, mut block: Vec<Entry>) {
+    fn push_block(&mut self, block: Vec<Entry>) {
         let queue_priority = &self.queue_priority;
-        if block.iter().any(|(v, _, _)| v.at_risk.is_nan()) {
-            // NaN compares equal to everything here, as Python's < makes it: no total order to key by.
-            // SAFETY: each id is a reader's (the memo's or the store's), neither changed while the build runs.
-            block.sort_unstable_by(|(x, xh, xid), (y, yh, yid)| {
-                queue_priority[xh.queue as usize].cmp(&queue_priority[yh.queue as usize])
-                    .then(xh.priority.cmp(&yh.priority))
-                    .then(x.at_risk.partial_cmp(&y.at_risk).unwrap_or(Ordering::Equal))
-                    .then(y.seq.cmp(&x.seq))
-                    .then_with(|| unsafe { (**xid).cmp(&**yid) })
-            });
-        } else {
-            // The same order, sorted by a key of plain integers beside each gang's place: the comparison above reads
-            // two priorities through the queue table and moves 90-byte entries, a third of the build at 1,000
-            // clusters. A tie in all four (rare) is broken by id, as above.
-            let mut keyed: Vec<(i64, i64, u64, i64, u32)> = block.iter().enumerate().map(|(at, (v, h, _))| {
-                (queue_priority[h.queue as usize], h.priority, ordered(v.at_risk), !v.seq, at as u32)
-            }).collect();
-            keyed.sort_unstable_by(|x, y| {
-                (x.0, x.1, x.2, x.3).cmp(&(y.0, y.1, y.2, y.3))
-                    // SAFETY: as above.
-                    .then_with(|| unsafe { (*block[x.4 as usize].2).cmp(&*block[y.4 as usize].2) })
-            });
-            let start = self.victims.len();
-            for k in &keyed {
-                let (victim, hot, _) = &block[k.4 as usize];
-                self.victims.push(*victim);
-                self.hot.push(*hot);
-            }
-            self.clusters.push(start..self.victims.len());
-            return;
-        }
+        // Sorted by a key of plain integers beside each gang's place: a comparison reading two priorities through
+        // the queue table and moving 90-byte entries was a third of the build at 1,000 clusters. A tie in all four
+        // (rare) is broken by id.
+        let mut keyed: Vec<(i64, i64, u64, i64, u32)> = block.iter().enumerate().map(|(at, (v, h, _))| {
+            (queue_priority[h.queue as usize], h.priority, ordered(v.at_risk), !v.seq, at as u32)
+        }).collect();
+        keyed.sort_unstable_by(|x, y| {
+            (x.0, x.1, x.2, x.3).cmp(&(y.0, y.1, y.2, y.3))
+                // SAFETY: each id is a reader's (the memo's or the store's), neither changed while the build runs.
+                .then_with(|| unsafe { (*block[x.4 as usize].2).cmp(&*block[y.4 as usize].2) })
+        });
         let start = self.victims.len();
-        for (victim, hot, _) in block {
-            self.victims.push(victim);
-            self.hot.push(hot);
+        for k in &keyed {
+            let (victim, hot, _) = &block[k.4 as usize];
+            self.victims.push(*victim);
+            self.hot.push(*hot);
         }
         self.clusters.push(start..self.victims.len());
     }
