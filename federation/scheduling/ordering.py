@@ -96,8 +96,7 @@ class HeadOrder:
         self.depth = 1 + max((len(c) for c in ledger.chain.values()), default=0)
         self._level = compiled_level()
         self._compiled_keys = compiled_keys()
-        self._compiled: Any = None  # a HeadKeys over the deserved shares it was made for (`_keys_for`)
-        self._keys_for: object = None
+        self._compiled: Any = None  # a HeadKeys, made at the first key (the deserved shares are known by then)
         # queue -> (its chain's versions, its head, the key's queue levels, their shares after): the queue levels
         # change only when a queue of the chain is used, so they are kept for its head and those versions (a queue
         # without parents: its own version, not a tuple of one).
@@ -109,10 +108,9 @@ class HeadOrder:
 
     def key(self, queue: str, job: PendingJob) -> tuple[float, ...]:
         if self._compiled_keys is not None:
-            ledger = self.ledger
-            if self._keys_for is not ledger.shares:  # shares worked out again (admission on arrival): read anew
-                self._compiled, self._keys_for = self._compile(), ledger.shares
-            found = self._compiled.key(queue, job, self.wanted(job)) if self._compiled is not None else None
+            if self._compiled is None:
+                self._compiled = self._compile()
+            found = self._compiled.key(queue, job, self.wanted(job))
             if found is not None:
                 return found  # type: ignore[no-any-return]
         return self._key(queue, job)
@@ -122,13 +120,12 @@ class HeadOrder:
         assert ledger.shares is not None and self._compiled_keys is not None
         facts = {name: (q.tenant, -q.priority, list(ledger.chain[name]))
                  for name, q in self.queues.items() if name in ledger.chain}
-        try:
-            return self._compiled_keys(
-                facts, self.depth, ledger.shares.tenants, ledger.shares.queues, ledger.capacity, ledger.tenant_usage,
-                ledger.queue_usage, ledger.tenant_version, ledger.queue_version, dict(self.past_tenants),
-                dict(self.past_queues))
-        except TypeError:  # a mapping that is not a dict: the Python key reads it
-            return None
+        # The ledger's own dictionaries, read as they change; like the Python key's kept answers, it takes the deserved
+        # shares as fixed once the walk keys heads (a cycle works them out once, before).
+        return self._compiled_keys(
+            facts, self.depth, ledger.shares.tenants, ledger.shares.queues, ledger.capacity, ledger.tenant_usage,
+            ledger.queue_usage, ledger.tenant_version, ledger.queue_version, dict(self.past_tenants),
+            dict(self.past_queues))
 
     def _key(self, queue: str, job: PendingJob) -> tuple[float, ...]:
         ledger = self.ledger
