@@ -175,20 +175,26 @@ def report(r: dict) -> str:
         lines += ["", "Whole server cycle (`Scheduler.cycle`: catch up the job cache from the event log, snapshot, "
                   "decide, write preemptions and dispatches with their events, then changed reasons), wall-clock "
                   "time, PostgreSQL on the same 2 cores. The first cycle also loads the cache; sustained rounds: "
-                  "before each, a tenth of the dispatched gangs end and as many new jobs arrive; last, a second "
-                  "replica kept as a hot standby takes over and its first cycle as leader is timed.", "",
+                  "before each, a tenth of the dispatched gangs end and as many new jobs arrive, and the leader reads "
+                  "their events into its job cache as the server does when told of a change (`Scheduler.follow`, "
+                  "timed on its own: the events read, and the seconds it took; beside it, the cycle and that reading "
+                  "together, what one cycle cost when it caught up the log itself); last, a second replica kept as "
+                  "a hot standby takes over and its first cycle as leader is timed.", "",
                   "Event-loop lag: how late the loop ran a 10 ms timer while the sustained cycles ran (what an "
                   "RPC, a heartbeat or the lease's renewal beside them waited), beside the baseline of the same "
                   "run, the longest decide step: what the loop waited, whole, when the cycle decided on it.", "",
                   "| pending jobs | clusters | first cycle (s) | dispatched by it | sustained cycle, median (s) | "
-                  "max (s) | jobs placed / s | median step times (s) | standby's first cycle as leader (s) | "
-                  "loop lag p99 / max (s) | longest decide (s) |",
-                  "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+                  "max (s) | jobs placed / s | median step times (s) | events read before it / seconds | "
+                  "cycle and reading (s) | standby's first cycle as leader (s) | loop lag p99 / max (s) | "
+                  "longest decide (s) |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
         for d in r["db_cycle"]:
             steps = ", ".join(f"{k} {v:.3f}" for k, v in d["median_step_seconds"].items())
             lines.append(f"| {d['pending']:,} | {d['clusters']} | {d['first_seconds']:.3f} | "
                          f"{d['first_dispatched']:,} | {d['median_seconds']:.3f} | {d['max_seconds']:.3f} | "
-                         f"{d['jobs_per_second']:,.0f} | {steps} | {d['takeover_seconds']:.3f} | "
+                         f"{d['jobs_per_second']:,.0f} | {steps} | {d['ingest_events']:,.0f} / "
+                         f"{d['ingest_median_seconds']:.3f} | {d['cycle_and_ingest_median_seconds']:.3f} | "
+                         f"{d['takeover_seconds']:.3f} | "
                          f"{d['loop_lag_p99_seconds']:.3f} / {d['loop_lag_max_seconds']:.3f} | "
                          f"{d['decide_max_seconds']:.3f} |")
     return "\n".join(lines) + "\n"

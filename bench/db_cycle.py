@@ -8,7 +8,10 @@ inventories, tenants, queues, pending jobs submitted through the job store), the
 - settling cycles, while reclaim evens out what the first cycle's packing left uneven;
 - sustained rounds: before each, a tenth of the dispatched gangs end (their agents report them
   Succeeded through the job store, as the agent stream would) and as many new jobs are submitted,
-  so every cycle has freed resources to hand out and a backlog kept at its size;
+  so every cycle has freed resources to hand out and a backlog kept at its size. The leader then
+  reads those events into its job cache as the server does when told of a change (`Scheduler.follow`;
+  admission on arrival off, so every job is the cycle's to place), timed on its own, and the cycle
+  after it reads only what came since;
 - a takeover: a second replica, a hot standby catching up after each round, becomes leader and runs
   its first cycle.
 
@@ -93,7 +96,7 @@ async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, round
     store = await setup(engine, jobs, clusters, rng)
     leading = {"scheduler": True}
     scheduler = Scheduler(store, AdminStore(engine), lambda: leading["scheduler"], lambda: None,
-                          heartbeat_timeout=3600)
+                          heartbeat_timeout=3600, admit_on_arrival=False)
     # A second replica, a hot standby: it catches up after every cycle, then takes over at the end.
     standby = Scheduler(store, AdminStore(engine), lambda: not leading["scheduler"], lambda: None,
                         heartbeat_timeout=3600)
@@ -105,7 +108,7 @@ async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, round
         started = time.perf_counter()
         await scheduler.cycle()
         settling.append(time.perf_counter() - started)
-    times, placed, steps, lags = [], 0, [], []
+    times, placed, steps, lags, ingest, events = [], 0, [], [], [], []
     for _ in range(rounds):
         holding = sorted(scheduler.cache.holding.values(), key=lambda j: j.id)
         for job in rng.sample(holding, len(holding) // 10):
@@ -113,6 +116,11 @@ async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, round
                 job_id=job.id, attempt=await _attempt(store, job.id), type=agent_pb2.JOB_SUCCEEDED))
         await store.submit([_job(f"t{(t := rng.randrange(100)):03d}-q{rng.randrange(10)}", f"t{t:03d}", rng)
                             for _ in range(len(holding) // 10)])
+        before = scheduler.cache.cursor
+        started = time.perf_counter()
+        await scheduler.follow()
+        ingest.append(time.perf_counter() - started)
+        events.append((scheduler.cache.cursor or 0) - (before or 0))
         started = time.perf_counter()
         sampler = asyncio.create_task(_loop_lag(lags))
         decisions = await scheduler.cycle()
@@ -131,6 +139,9 @@ async def _run(url: Any, jobs: int, clusters: int, seed: int, settle: int, round
             "rounds": rounds,
             "median_seconds": statistics.median(times), "max_seconds": max(times), "jobs_placed": placed,
             "jobs_per_second": placed / sum(times), "seconds": times,
+            # What following the log between cycles cost: a round's events read into the cache before its cycle.
+            "ingest_median_seconds": statistics.median(ingest), "ingest_events": statistics.median(events),
+            "cycle_and_ingest_median_seconds": statistics.median(map(sum, zip(times, ingest, strict=True))),
             "median_step_seconds": {step: statistics.median(s.get(step, 0.0) for s in steps)
                                     for step in dict.fromkeys(k for s in steps for k in s)},
             # How late the event loop ran a 10 ms timer during the sustained cycles (what an RPC beside them

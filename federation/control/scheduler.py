@@ -303,8 +303,8 @@ class Scheduler:
             if self._stopping:
                 return
             try:
-                if self.admit_on_arrival and self.is_leader() and self._leading:
-                    await self.admit_arrivals()
+                if self.is_leader() and self._leading:
+                    await self.follow()
             except NotLeader as err:
                 log.warning("%s; jobs admitted on arrival were not written", err)
                 self._arrivals = None
@@ -312,19 +312,30 @@ class Scheduler:
                 log.exception("admitting jobs on arrival failed; the next cycle decides them")
             self._loop.wake()
 
+    async def follow(self) -> dict[str, str]:
+        """What the leader does on every change between cycles: read the events since the last look into the job
+        cache, as an informer's watch does, so that a cycle reads only those that came after; and, with admission on
+        arrival, dispatch the jobs among them that fit (`admit_arrivals`). Returns those, job -> cluster."""
+        if self.admit_on_arrival:
+            return await self.admit_arrivals()
+        if not self._deciding.locked():  # (a deciding cycle's backlog must not change under it)
+            async with self._deciding:
+                await self.cache.refresh()
+        return {}
+
     async def admit_arrivals(self) -> dict[str, str]:
         """Dispatch at once each job submitted since the last look that fits what the last cycle left
         (`scheduling.arrival`); returns them, job -> cluster. The rest wait for the next cycle."""
         if self._deciding.locked():
             return await self._admit_meanwhile()
         async with self._deciding:
+            await self.cache.refresh()  # whatever comes of them: the next cycle reads only what follows
             arrivals = self._arrivals
             if arrivals is None:
                 self._missed = True  # a cycle is under way: look again once it is written
                 return {}
             if self._stale():
                 return {}
-            await self.cache.refresh()
             submitted = [job for job_id in self.cache.take_submitted()
                          if (job := self.cache.waiting.get(job_id)) is not None]
             if not submitted:

@@ -62,8 +62,7 @@ _HOLDING = ("SELECT id, queue, cluster, priority, priority_class, seq, request, 
             "coalesce(spec->'annotations'->>%s, spec->'annotations'->>%s) AS expected, "
             "spec->'annotations'->>%s AS checkpoint FROM jobs ")
 _BY_ID, _ACTIVE = "WHERE id = ANY(%s)", "WHERE phase = ANY(%s)"
-_ARRIVED = ("SELECT id, queue, priority, seq, reason, phase, refusals, requeue_at, request, spec FROM jobs "
-            "WHERE id = ANY(%s) AND phase = ANY(%s)")
+_ARRIVED = "SELECT id, queue, priority, seq, reason, phase, refusals, requeue_at, request, spec FROM jobs " + _BY_ID
 
 
 async def _read(engine: AsyncEngine, statement: str, params: Sequence[Any]) -> list[dict[str, Any]]:
@@ -231,7 +230,8 @@ class JobStore(Submission, EventLog, Transitions, AdmissionChecks, HyperJobHolds
     async def arrived(self, ids: Sequence[str]) -> list[Any]:
         """Of these jobs, those waiting, as `pending` has them, with the request and spec `specs` gives: a job's
         arrival in the scheduler's cache is one read."""
-        return await _read(self.engine, _ARRIVED, (list(ids), list(WAITING_PHASES)))
+        # The phase checked here: asked of PostgreSQL, it may look the jobs up by phase, all of them (`by_key`).
+        return [r for r in await _read(self.engine, _ARRIVED, (list(ids),)) if r["phase"] in WAITING_PHASES]
 
     async def live_attempts(self, cluster: str, ids: Sequence[str]) -> dict[str, int]:
         """Of these jobs, those the federation runs in `cluster` now (Dispatched, Running or Restarting there),

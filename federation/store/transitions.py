@@ -24,6 +24,7 @@ from federation.kernel.jobspec import (
     DEFAULT_MAX_RETRY,
     ON_CLUSTER_LOST,
 )
+from federation.store.database import by_key
 from federation.store.events import EventRecord, append_events
 from federation.store.models import (
     Cluster,
@@ -228,6 +229,7 @@ class Transitions:
         async with self.engine.begin() as conn:
             if fence is not None:  # only under the lease: a stale leader's decisions are not written
                 await fence.check(conn)
+            await by_key(conn)
             moved = (await conn.execute(text(
                 "UPDATE jobs SET phase = 'DISPATCHED', cluster = v.cluster, attempt = jobs.attempt + 1, "
                 "reason = 'dispatched to cluster ' || v.cluster || v.note || v.next, "
@@ -258,10 +260,12 @@ class Transitions:
         async with self.engine.begin() as conn:
             if fence is not None:  # only under the lease: a stale leader's decisions are not written
                 await fence.check(conn)
-            rows = (await conn.execute(
-                select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster, Job.spec)
-                .where(Job.id == func.any(ids), Job.phase.in_(ACTIVE_PHASES)).order_by(Job.id)
-                .with_for_update())).mappings().all()
+            await by_key(conn)
+            # (the phase checked here, not by PostgreSQL: see `by_key`)
+            rows = [r for r in (await conn.execute(
+                select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster, Job.spec, Job.phase)
+                .where(Job.id == func.any(ids)).order_by(Job.id).with_for_update())).mappings().all()
+                if r["phase"] in ACTIVE_PHASES]
             await conn.execute(text(
                 "UPDATE jobs SET phase = 'PREEMPTED', cluster = '', hypernode = '', tier = 0, "
                 "placements = '[]'::jsonb, pods = '[]'::jsonb, reason = v.reason, request = v.request, "
@@ -274,8 +278,9 @@ class Transitions:
             await append_events(conn, [EventRecord(r["id"], r["tenant"], r["queue"], "Preempted", "PREEMPTED",
                                                    reasons[r["id"]], r["attempt"], r["cluster"]) for r in rows])
             if making_room:
-                owed = (await conn.execute(select(Job.id, Job.tenant, Job.queue, Job.phase, Job.attempt).where(
-                    Job.id.in_(sorted(making_room)), Job.phase.in_(WAITING_PHASES)))).mappings().all()
+                owed = [o for o in (await conn.execute(select(Job.id, Job.tenant, Job.queue, Job.phase, Job.attempt)
+                                                       .where(Job.id == func.any(sorted(making_room))))).mappings()
+                        if o["phase"] in WAITING_PHASES]
                 await append_events(conn, [EventRecord(
                     o["id"], o["tenant"], o["queue"], "MakingRoom", o["phase"],
                     f"gangs are leaving cluster {making_room[o['id']]} to make room for it", o["attempt"],
@@ -291,6 +296,7 @@ class Transitions:
             async with self.engine.begin() as conn:
                 if fence is not None:  # only under the lease: a stale leader's decisions are not written
                     await fence.check(conn)
+                await by_key(conn)
                 await conn.execute(text(
                     "UPDATE jobs SET reason = v.reason, updated_at = now() "
                     "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS v(id, reason) "
