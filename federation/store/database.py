@@ -232,13 +232,15 @@ async def driver(conn: AsyncConnection) -> psycopg.AsyncConnection:
 
 
 async def by_key(conn: AsyncConnection) -> None:
-    """Plan this transaction's joins as lookups by primary key, whatever the statistics say. A cycle's writes join a
-    batch of ids (`unnest`) to the jobs still waiting or running; before autovacuum's first ANALYZE of a burst of
-    submissions PostgreSQL takes a phase to match a handful of rows, and hashed all 80,000 waiting jobs to update
-    1,700 of them (118 ms for a dispatch that takes 41 by key). Row by row by key is right at any size: the batch is
-    the cycle's, never the table."""
+    """Plan this transaction's joins of a batch of ids to the jobs as lookups by primary key, whatever the statistics
+    say. A cycle's writes join its ids (`unnest`) to the jobs still waiting or running, and PostgreSQL plans the join
+    from statistics that lag a burst of submissions until autovacuum's next ANALYZE: believing few jobs wait, it hashed
+    all 80,000 waiting jobs to update 1,700 of them (118 ms for a dispatch that takes 41 by key), and, told not to
+    hash, it walked every waiting job for every id. Without hash and merge joins or a scan of the whole table, and with
+    the statements' conditions on phase written so no index can answer them (`IS TRUE`), a lookup by key per id is
+    the only plan left: its cost follows the batch, never the table."""
     await conn.execute(text("SELECT set_config('enable_hashjoin', 'off', true), "
-                            "set_config('enable_mergejoin', 'off', true)"))
+                            "set_config('enable_mergejoin', 'off', true), set_config('enable_seqscan', 'off', true)"))
 
 
 # PostgreSQL's identifier quoting, for the few statements written as text and sent by the driver (`driver`).

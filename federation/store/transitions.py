@@ -37,6 +37,21 @@ from federation.validation import pods_problem
 
 REASON_BATCH = 5_000  # waiting reasons written per transaction
 
+# A cycle's dispatches and reasons: each a batch of ids joined to the jobs still waiting, by key (`by_key`: the
+# phase asked `IS TRUE`, which no index answers). The phase is a condition on the row updated, checked again on the row
+# a concurrent write left (a job cancelled meanwhile is not dispatched).
+DISPATCH = text(
+    "UPDATE jobs SET phase = 'DISPATCHED', cluster = v.cluster, attempt = jobs.attempt + 1, "
+    "reason = 'dispatched to cluster ' || v.cluster || v.note || v.next, "
+    "dispatched_at = now(), updated_at = now(), admission_checks = CAST(v.checks AS jsonb) "
+    "FROM unnest(CAST(:ids AS text[]), CAST(:clusters AS text[]), CAST(:notes AS text[]), "
+    "CAST(:checks AS text[]), CAST(:nexts AS text[])) AS v(id, cluster, note, checks, next) "
+    "WHERE jobs.id = v.id AND (jobs.phase IN ('PENDING', 'PREEMPTED')) IS TRUE "
+    "RETURNING jobs.id, jobs.tenant, jobs.queue, jobs.attempt, jobs.cluster, jobs.reason")
+REASONS = text("UPDATE jobs SET reason = v.reason, updated_at = now() "
+               "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS v(id, reason) "
+               "WHERE jobs.id = v.id AND (jobs.phase IN ('PENDING', 'PREEMPTED')) IS TRUE")
+
 
 POD_FAILED_NAMED = 8  # pods a PodFailed event names (then "and N more"): an event is replayed to every watcher
 
@@ -230,18 +245,11 @@ class Transitions:
             if fence is not None:  # only under the lease: a stale leader's decisions are not written
                 await fence.check(conn)
             await by_key(conn)
-            moved = (await conn.execute(text(
-                "UPDATE jobs SET phase = 'DISPATCHED', cluster = v.cluster, attempt = jobs.attempt + 1, "
-                "reason = 'dispatched to cluster ' || v.cluster || v.note || v.next, "
-                "dispatched_at = now(), updated_at = now(), admission_checks = CAST(v.checks AS jsonb) "
-                "FROM unnest(CAST(:ids AS text[]), CAST(:clusters AS text[]), CAST(:notes AS text[]), "
-                "CAST(:checks AS text[]), CAST(:nexts AS text[])) AS v(id, cluster, note, checks, next) "
-                "WHERE jobs.id = v.id AND jobs.phase IN ('PENDING', 'PREEMPTED') "
-                "RETURNING jobs.id, jobs.tenant, jobs.queue, jobs.attempt, jobs.cluster, jobs.reason"),
-                {"ids": ids, "clusters": [decisions[i] for i in ids],
-                 "notes": [f" ({notes[i]})" if notes and i in notes else "" for i in ids],
-                 "checks": [json.dumps(checks.get(i, []) if checks else []) for i in ids],
-                 "nexts": [_then(checks.get(i, []) if checks else []) for i in ids]})).mappings().all()
+            moved = (await conn.execute(DISPATCH, {
+                "ids": ids, "clusters": [decisions[i] for i in ids],
+                "notes": [f" ({notes[i]})" if notes and i in notes else "" for i in ids],
+                "checks": [json.dumps(checks.get(i, []) if checks else []) for i in ids],
+                "nexts": [_then(checks.get(i, []) if checks else []) for i in ids]})).mappings().all()
             await append_events(conn, [EventRecord(r["id"], r["tenant"], r["queue"], "Dispatched", "DISPATCHED",
                                                    r["reason"], r["attempt"], r["cluster"]) for r in moved])
         return list(moved)
@@ -297,11 +305,7 @@ class Transitions:
                 if fence is not None:  # only under the lease: a stale leader's decisions are not written
                     await fence.check(conn)
                 await by_key(conn)
-                await conn.execute(text(
-                    "UPDATE jobs SET reason = v.reason, updated_at = now() "
-                    "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS v(id, reason) "
-                    "WHERE jobs.id = v.id AND jobs.phase IN ('PENDING', 'PREEMPTED')"),
-                    {"ids": batch, "reasons": [reasons[i] for i in batch]})
+                await conn.execute(REASONS, {"ids": batch, "reasons": [reasons[i] for i in batch]})
 
     async def requeue_from_silent(self, heartbeat_timeout: float, grace: float,
                                   fence: Fence | None = None) -> list[Any]:
