@@ -5,6 +5,8 @@ written in one statement."""
 
 from __future__ import annotations
 
+import gc
+
 from sqlalchemy import insert, select
 from sqlalchemy.engine import URL
 
@@ -66,5 +68,33 @@ async def test_holds_of_many_clusters_are_written_in_one_go_and_the_rest_kept(db
         async with engine.connect() as conn:
             holds = dict((await conn.execute(select(Cluster.name, Cluster.holds))).all())
         assert holds == {"c0": [["j1", 2, 8]], "c1": [], "c2": [], "c3": [["j4", 1, 1]]}
+    finally:
+        await engine.dispose()
+
+
+async def test_reading_jobs_leaves_no_reference_cycles(db_url: URL) -> None:
+    """GetJob and ListJobs read through one statement made once: made per read, its alias of the jobs table left
+    about 600 objects in reference cycles each time, for the collector to walk (1.2 million per 2,000 reads)."""
+    engine = async_engine(db_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(insert(Tenant), [{"name": "t1"}])
+            await conn.execute(insert(Queue), [{"name": "q1", "tenant": "t1"}])
+        store = JobStore(engine)
+        (job,) = await store.submit([NewJob("j", "t1", "q1", "", 0, {"cpu": 1}, {"queue": "q1"}, "", "")])
+        await store.get(job.job_id)  # the first read compiles and caches what every later one reuses
+        await store.list(tenant="t1")
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(20):
+                assert (await store.get(job.job_id))["queue_position"] == 1
+                assert [r["id"] for r in await store.list(tenant="t1")] == [job.job_id]
+            gc.collect()
+            left = len(gc.garbage)
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        assert left < 200, left  # 40 reads: 3,441 with the statement made per read
     finally:
         await engine.dispose()
