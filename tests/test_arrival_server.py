@@ -208,3 +208,23 @@ async def test_a_job_cancelled_while_a_cycle_writes_its_reasons_leaves_no_reason
     assert waits in written[0]  # the cycle wrote its reason (PostgreSQL left it alone: no longer waiting)
     assert waits not in scheduler.cache.reasons
     assert (await store.get(waits))["phase"] == "CANCELLED"
+
+
+async def test_the_leader_reads_the_event_log_on_every_change_with_or_without_admission(api: Api) -> None:
+    """`follow`, what the leader runs on every change between cycles: the job cache reads the new events then, so a
+    cycle reads only those after them; with admission on arrival off it dispatches nothing, and not while a cycle
+    decides (that cycle's backlog must not change under it)."""
+    scheduler, store, _ = await _scheduler(api)
+    scheduler.admit_on_arrival = False
+    await scheduler.cycle()
+    async with deciding(scheduler) as cycle:
+        during = await _submit(api, "during", "4")
+        assert await scheduler.follow() == {}
+        assert during not in scheduler.cache.waiting  # the deciding cycle's backlog is left as it is
+    await cycle
+    late = await _submit(api, "late", "4")
+    assert await scheduler.follow() == {}
+    assert {during, late} <= set(scheduler.cache.waiting)
+    assert scheduler.cache.cursor == await store.last_event_seq()
+    assert (await store.get(late))["phase"] == "PENDING"  # nothing goes on arrival with admission off
+    assert (await scheduler.cycle()).assign == {during: "east", late: "east"}
