@@ -371,12 +371,14 @@ class _Lazy(Generic[T]):
         found = self.walk.find(job)
         return None if found is None else self.field(job, found.verdict(job))
 
-    def _get(self, job_id: str) -> T:
+    def _value(self, job_id: str) -> T | None:
         found = self.explicit.get(job_id)
+        return found if found is not None else self._settled(job_id)
+
+    def _get(self, job_id: str) -> T:
+        found = self._value(job_id)
         if found is None:
-            found = self._settled(job_id)
-            if found is None:
-                raise KeyError(job_id)
+            raise KeyError(job_id)
         return found
 
     def __contains__(self, job_id: object) -> bool:
@@ -456,10 +458,12 @@ class Reasons(_LazyMap[str]):
         if before is None:
             return dict(self.items())
         out = {job_id: self[job_id] for job_id in self.explicit}
-        for job_id in touched:
-            if job_id in self:
-                out[job_id] = self[job_id]
         caused = self.walk.manager.caused
+        for job_id in touched:  # (thousands a cycle: each looked up once)
+            why = self._value(job_id)
+            if why is not None:
+                job = caused.get(job_id)
+                out[job_id] = f"{job.cause}; {why}" if job is not None else why
         for queue, ranges in self.walk.settled.items():
             shapes = self.walk.manager.shapes[queue]
             old = before.get(queue, ())
