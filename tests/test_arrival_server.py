@@ -4,7 +4,7 @@ the next cycle. While a cycle decides, a job submitted meanwhile is judged again
 sent; the deciding cycle's decisions are written when that job still fits what they leave, and dropped (nothing
 sent twice) when it does not. Once a cycle's orders are written, jobs go on arrival against what it left while it
 writes its reasons. Nothing is admitted while a cycle reads its snapshot, and the jobs that came meanwhile are
-looked at once it is written."""
+looked at once it is written. A cycle's orders are committed while it works out the reasons of the jobs that wait."""
 
 from __future__ import annotations
 
@@ -228,3 +228,37 @@ async def test_the_leader_reads_the_event_log_on_every_change_with_or_without_ad
     assert scheduler.cache.cursor == await store.last_event_seq()
     assert (await store.get(late))["phase"] == "PENDING"  # nothing goes on arrival with admission off
     assert (await scheduler.cycle()).assign == {during: "east", late: "east"}
+
+
+async def test_a_cycles_orders_are_written_while_its_reasons_are_worked_out(api: Api) -> None:
+    """The dispatches go out beside the explanation of those that wait, not after it: held while it explains, the
+    cycle has already committed its orders, and the reasons follow once it is let go."""
+    scheduler, store, _ = await _scheduler(api)
+    fits, waits = await _submit(api, "fits", "8"), await _submit(api, "waits", "16")
+    submitted_reason = (await store.get(waits))["reason"]
+    entered, go = threading.Event(), threading.Event()
+    explain: Callable[..., Any] = scheduler._explain
+
+    def held(*args: Any) -> Any:
+        entered.set()
+        go.wait(120)
+        return explain(*args)
+
+    scheduler._explain = held  # type: ignore[method-assign]
+    cycle = asyncio.create_task(scheduler.cycle())
+    try:
+        while not entered.is_set():
+            assert not cycle.done(), cycle.exception()
+            await asyncio.sleep(0.01)
+        for _ in range(1200):  # a minute, however loaded the machine: the orders need nothing of the explanation
+            if (await store.get(fits))["phase"] == "DISPATCHED":
+                break
+            await asyncio.sleep(0.05)
+        assert (await store.get(fits))["phase"] == "DISPATCHED"
+        assert (await store.get(waits))["reason"] == submitted_reason  # not explained yet
+        assert not cycle.done()
+    finally:
+        go.set()
+    assert (await cycle).assign == {fits: "east"}
+    row = await store.get(waits)
+    assert row["phase"] == "PENDING" and row["reason"] != submitted_reason

@@ -206,6 +206,17 @@ class _Steps:
 
 
 @dataclass(frozen=True)
+class _Walked:
+    """What the cycle's decide step returns: enough to write its orders, and to explain the rest meanwhile."""
+
+    decisions: Decisions
+    waiting: Counter[str]  # per queue, the jobs still waiting after the cycle
+    pending: Mapping[str, PendingJob]  # the jobs it decided over, by id
+    walked: bool  # whether it walked the kept backlog (False: decided from scratch on the snapshot's list)
+    arrivals: Arrivals | None  # what the cycle left, for jobs admitted on arrival (None: decided from scratch)
+
+
+@dataclass(frozen=True)
 class _Decided:
     """What one cycle's pure part returns to the loop that writes it."""
 
@@ -558,49 +569,53 @@ class Scheduler:
             try:
                 # Pure Python for as long as the backlog makes it: off the event loop, which keeps serving RPCs,
                 # heartbeats and the lease's renewal meanwhile.
-                d = await asyncio.to_thread(self._decide, snapshot, clock)
+                walked = await asyncio.to_thread(self._decide, snapshot, clock)
             finally:
                 async with self._admitting:
                     self._meanwhile, self._meanwhile_waiting = None, []
                     sent, self._meanwhile_sent = self._meanwhile_sent, []
             # This cycle did not see the jobs sent meanwhile: counted into what it left, or it decides nothing.
-            if sent and (d.arrivals is None or not await asyncio.to_thread(d.arrivals.took, sent, self.cache.backlog)):
+            if sent and (walked.arrivals is None or
+                         not await asyncio.to_thread(walked.arrivals.took, sent, self.cache.backlog)):
                 log.info("jobs sent on arrival while this cycle decided took room it gave or a share it counted on: "
                          "its decisions are not written; the next cycle decides again, with them")
                 self.wake()
                 return Decisions()
+            decisions = walked.decisions
+            for job_id, cluster in decisions.making_room.items():
+                self._making_room.put(job_id, cluster)
+            for job_id in decisions.assign:
+                self._making_room.pop(job_id)
+            # The orders go out while the rest is explained: PostgreSQL writes them on a core of its own, and the
+            # reasons need nothing of them (they are the waiting jobs', the orders the others').
+            fence = self.fence()
+            orders = asyncio.create_task(self._write_orders(snapshot, decisions, fence), name="orders")
+            try:
+                d = await asyncio.to_thread(self._explain, snapshot, walked)
+            except BaseException:
+                await asyncio.gather(orders, return_exceptions=True)  # written or not: the next cycle reads which
+                raise
+            clock.step("explain")
             generation = self.cache.generation  # the cache it decided on (arrivals may refresh it while it writes)
-        decisions, waiting, reasons, order, jobs = d.decisions, d.waiting, d.reasons, d.order, d.jobs
+        waiting, reasons, order, jobs = d.waiting, d.reasons, d.order, d.jobs
         self.holds, self.held = d.holds, d.held
-        for job_id, cluster in decisions.making_room.items():
-            self._making_room.put(job_id, cluster)
-        for job_id in decisions.assign:
-            self._making_room.pop(job_id)
-        # Preempted and Dispatched events are the orders; the replicas holding the agents relay them.
-        fence = self.fence()
-        await self.jobs.preempt(decisions.preempt, fence, decisions.making_room)
-        await self.jobs.dispatch(decisions.assign, fence, decisions.notes, _checks(decisions))
-        moved = await self._move_off_degraded(snapshot, decisions, fence)
-        if decisions.assign or decisions.preempt or moved:
-            self.on_change()
-        if decisions.cut_short:
-            self.wake()  # the burst ran out: the rest of the queues next, without waiting for the period
-        if decisions.compiled_failure:
-            log.error("the compiled victim search failed; this cycle's reclaim was decided by the Python search: %s",
-                      decisions.compiled_failure)
-        clock.step("write")
-        # Its orders written: what it left is offered to jobs arriving from now until the next cycle starts (their
-        # orders come after its own), while it writes the reasons of those that wait (seconds, for a large backlog
-        # whose reasons all name a cluster's free room that changed).
-        self._arrivals, self._arrivals_at = d.arrivals, started
-        if self._missed and d.arrivals is not None:
-            self._missed = False
-            self._arriving.set()
+        # The reasons are written beside the orders, in a transaction of their own: their rows are other jobs'.
         self._writing = True
+        explained = asyncio.create_task(self._write_reasons(snapshot, d, fence), name="reasons")
         try:
-            await self._write_holds(snapshot, d, fence)
-            await self.jobs.set_waiting(reasons, fence)
+            await orders
+            clock.step("write")
+            # Its orders written: what it left is offered to jobs arriving from now until the next cycle starts
+            # (their orders come after its own), while it writes the reasons of those that wait (seconds, for a
+            # large backlog whose reasons all name a cluster's free room that changed).
+            self._arrivals, self._arrivals_at = d.arrivals, started
+            if self._missed and d.arrivals is not None:
+                self._missed = False
+                self._arriving.set()
+            await explained
         finally:
+            if not explained.done():  # the orders failed: the reasons' own outcome is not the cycle's
+                await asyncio.gather(explained, return_exceptions=True)
             self._writing = False
         self.cache.reasons_written(reasons)
         if d.walk is not None:
@@ -624,6 +639,24 @@ class Scheduler:
         await self.past.save_if_due(fence)
         return decisions
 
+    async def _write_orders(self, snapshot: Snapshot, decisions: Decisions, fence: Fence | None) -> None:
+        """The cycle's orders: its preemptions and dispatches (the Preempted and Dispatched events the replicas
+        holding the agents relay), and the moves off degraded hardware."""
+        await self.jobs.preempt(decisions.preempt, fence, decisions.making_room)
+        await self.jobs.dispatch(decisions.assign, fence, decisions.notes, _checks(decisions))
+        moved = await self._move_off_degraded(snapshot, decisions, fence)
+        if decisions.assign or decisions.preempt or moved:
+            self.on_change()
+        if decisions.cut_short:
+            self.wake()  # the burst ran out: the rest of the queues next, without waiting for the period
+        if decisions.compiled_failure:
+            log.error("the compiled victim search failed; this cycle's reclaim was decided by the Python search: %s",
+                      decisions.compiled_failure)
+
+    async def _write_reasons(self, snapshot: Snapshot, d: _Decided, fence: Fence | None) -> None:
+        await self._write_holds(snapshot, d, fence)
+        await self.jobs.set_waiting(d.reasons, fence)
+
     async def _move_off_degraded(self, snapshot: Snapshot, decisions: Decisions, fence: Fence | None) -> bool:
         """Send back the running gangs whose agents want them off degraded hardware (and have no healthy room for
         them) when another cluster would run them on healthy hardware now; the rest keep running where they are
@@ -644,9 +677,9 @@ class Scheduler:
         await self.jobs.preempt(reasons, fence)
         return bool(reasons)
 
-    def _decide(self, snapshot: Snapshot, clock: _Steps) -> _Decided:
-        """The cycle's pure part: decisions over the snapshot and the backlog, and what changed of the reasons.
-        Run in a worker thread while the cycle holds `_deciding`, so nothing refreshes the cache meanwhile."""
+    def _decide(self, snapshot: Snapshot, clock: _Steps) -> _Walked:
+        """The cycle's pure part: decisions over the snapshot and the backlog. Run in a worker thread while the
+        cycle holds `_deciding`, so nothing refreshes the cache meanwhile."""
         backlog = self.cache.backlog
         walked = self.cache.version == self._snapshot_version
         arrivals = None
@@ -664,17 +697,23 @@ class Scheduler:
         if decisions.assign:
             failpoints.reached("cycle:dispatching")  # a cycle that decided something, still computing
         clock.step("decide")
+        return _Walked(decisions, waiting, pending, walked, arrivals)
+
+    def _explain(self, snapshot: Snapshot, walked: _Walked) -> _Decided:
+        """The rest of the pure part, while the orders are written: what changed of the reasons, the forecast's
+        jobs and the room held. In a worker thread, the cycle still holding `_deciding`."""
+        decisions, pending = walked.decisions, walked.pending
         # The walk's reasons come from the backlog, which the next refresh changes: read them now. Only those that
         # may have changed since the last written walk are looked at (see Reasons.changed_since).
         touched = self.cache.take_touched() | self._owed
         written, self._written = self._written, None  # known again once these are written
-        if walked and isinstance(decisions.waiting, Reasons) and written is not None \
+        if walked.walked and isinstance(decisions.waiting, Reasons) and written is not None \
                 and written[0] == self.cache.generation:
             candidates: Mapping[str, str] = decisions.waiting.changed_since(written[1], touched)
         else:
             candidates = decisions.waiting
         reasons = self.cache.changed_reasons(candidates)
-        walk = decisions.waiting.walk if walked and isinstance(decisions.waiting, Reasons) else None
+        walk = decisions.waiting.walk if walked.walked and isinstance(decisions.waiting, Reasons) else None
         order = list(islice((j for j in decisions.waiting if j not in decisions.cannot_run), FORECAST_JOBS))
         jobs = {j: pending[j] for j in chain(decisions.assign, decisions.reserved, order)}
         forecast = replace(decisions, waiting={}, cannot_run=set(),
@@ -682,9 +721,8 @@ class Scheduler:
         tenant_of = {q.name: q.tenant for q in snapshot.queues}
         held = {cluster: (room, [(j, tenant_of.get(jobs[j].queue, "")) for j in holders])
                 for cluster, (room, holders) in outlook.reserved_room(decisions, jobs).items()}
-        clock.step("explain")
-        return _Decided(decisions, waiting, reasons, None if walk is None else (walk.settled, set(walk.owed)),
-                        order, jobs, forecast, outlook.holds(decisions), held, arrivals)
+        return _Decided(decisions, walked.waiting, reasons, None if walk is None else (walk.settled, set(walk.owed)),
+                        order, jobs, forecast, outlook.holds(decisions), held, walked.arrivals)
 
     def _running(self, classes: Mapping[str, Mapping[str, Any]]) -> Running:
         """The job cache's holding jobs as running gangs, kept across cycles (`Running`: what the cycle sums over
