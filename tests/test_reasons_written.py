@@ -93,6 +93,11 @@ async def test_reasons_in_postgres_match_the_cycle_through_churn(api: Api, seed:
                 name="a", tenant="ml", limit=limit), update_mask={"paths": ["limit"]}))
         if step == 6 and holding:  # a preemption: the job waits again with its cause in front of its reason
             await store.preempt({holding[-1].id: "preempted for a test"})
+        if step % 2:  # told of the changes between cycles, the leader keeps its running gangs up with them
+            await scheduler.follow()
+            assert not cache.holding_changed  # taken up by `follow`, not left to the next snapshot
+            assert {g.id: g for g in scheduler._kept} == \
+                {j.id: scheduler._gang(j, classes.get(j.priority_class, {})) for j in cache.holding.values()}
     assert incremental >= 8  # most cycles wrote only what changed
     assert ran >= 4  # gangs were running through several cycles
 

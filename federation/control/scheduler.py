@@ -230,6 +230,7 @@ class _Decided:
     holds: dict[str, str]
     held: dict[str, tuple[dict[str, int], list[tuple[str, str]]]]
     arrivals: Arrivals | None  # what the cycle left, for jobs admitted on arrival (None: decided from scratch)
+    lost_queues: dict[str, str]  # the queue of each gang it preempted that lost work (the gangs change after it)
 
 
 class Scheduler:
@@ -331,8 +332,18 @@ class Scheduler:
             return await self.admit_arrivals()
         if not self._deciding.locked():  # (a deciding cycle's backlog must not change under it)
             async with self._deciding:
-                await self.cache.refresh()
+                await self._catch_up()
         return {}
+
+    async def _catch_up(self) -> None:
+        """Read the events since the last look into the job cache, and keep the running gangs up with the jobs that
+        changed among them (`_running`, with the priority classes the last snapshot read; a snapshot that reads
+        others makes them all again), so that the next snapshot has only what came after. Under `_deciding`: a
+        cycle's pure part reads the gangs, and the arrivals admitted between cycles read only what the last cycle
+        worked out from them, never the gangs themselves."""
+        await self.cache.refresh()
+        if self._gangs_of is not None and self._gangs_of[2] == self.cache.generation:
+            await asyncio.to_thread(self._running, self._gangs_of[0])
 
     async def admit_arrivals(self) -> dict[str, str]:
         """Dispatch at once each job submitted since the last look that fits what the last cycle left
@@ -340,7 +351,7 @@ class Scheduler:
         if self._deciding.locked():
             return await self._admit_meanwhile()
         async with self._deciding:
-            await self.cache.refresh()  # whatever comes of them: the next cycle reads only what follows
+            await self._catch_up()  # whatever comes of them: the next cycle reads only what follows
             arrivals = self._arrivals
             if arrivals is None:
                 self._missed = True  # a cycle is under way: look again once it is written
@@ -634,7 +645,7 @@ class Scheduler:
         if due and (self._forecasting is None or self._forecasting.done()):
             self._forecasting = asyncio.create_task(self._forecast(snapshot, d.forecast, order, jobs), name="forecast")
         self.steps = clock.seconds
-        self._record(decisions, waiting, self._kept, sum(clock.seconds.values()))  # the snapshot's gangs
+        self._record(decisions, waiting, d.lost_queues, sum(clock.seconds.values()))
         self.past.age(decisions.usage, decisions.tenant_usage)
         await self.past.save_if_due(fence)
         return decisions
@@ -721,8 +732,14 @@ class Scheduler:
         tenant_of = {q.name: q.tenant for q in snapshot.queues}
         held = {cluster: (room, [(j, tenant_of.get(jobs[j].queue, "")) for j in holders])
                 for cluster, (room, holders) in outlook.reserved_room(decisions, jobs).items()}
+        # Read now: once the cycle lets go of the cache, `follow` keeps its running gangs up with the events.
+        lost_queues = {}
+        for job_id in decisions.lost:
+            gang = self._kept.get(job_id)
+            assert gang is not None  # a preempted gang is one of the snapshot's (`_kept`, as the cycle read it)
+            lost_queues[job_id] = gang.queue
         return _Decided(decisions, walked.waiting, reasons, None if walk is None else (walk.settled, set(walk.owed)),
-                        order, jobs, forecast, outlook.holds(decisions), held, walked.arrivals)
+                        order, jobs, forecast, outlook.holds(decisions), held, walked.arrivals, lost_queues)
 
     def _running(self, classes: Mapping[str, Mapping[str, Any]]) -> Running:
         """The job cache's holding jobs as running gangs, kept across cycles (`Running`: what the cycle sums over
@@ -797,16 +814,15 @@ class Scheduler:
             await self.admin.set_holds(changed, fence)
         self._holds = holds
 
-    def _record(self, decisions: Decisions, waiting: Counter[str], running: Running, seconds: float) -> None:
-        """Metrics of one cycle. `waiting`: per queue, the jobs still waiting after it; `running`: the gangs its
-        snapshot held (each preempted one looked up, not a map of 20,000 made for a few)."""
+    def _record(self, decisions: Decisions, waiting: Counter[str], lost_queues: Mapping[str, str],
+                seconds: float) -> None:
+        """Metrics of one cycle. `waiting`: per queue, the jobs still waiting after it; `lost_queues`: the queue of
+        each gang it preempted that lost work."""
         metrics.CYCLE_SECONDS.observe(seconds)
         metrics.JOBS_SCHEDULED.inc(len(decisions.assign))
         metrics.JOBS_PREEMPTED.inc(len(decisions.preempt))
         for job_id, lost in decisions.lost.items():
-            gang = running.get(job_id)
-            assert gang is not None  # a preempted gang is one of the snapshot's
-            metrics.PREEMPTION_LOST_GPU_HOURS.labels(gang.queue).inc(lost / 3600)
+            metrics.PREEMPTION_LOST_GPU_HOURS.labels(lost_queues[job_id]).inc(lost / 3600)
             metrics.LOST_GPU_HOURS.inc(lost / 3600)
         metrics.PENDING.set(sum(waiting.values()))
         assert decisions.shares is not None
