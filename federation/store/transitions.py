@@ -283,16 +283,16 @@ class Transitions:
                 "AS v(id, reason, request) WHERE jobs.id = v.id"),
                 {"ids": [r["id"] for r in rows], "reasons": [reasons[r["id"]] for r in rows],
                  "requests": [json.dumps(minimum_of(r["spec"])) for r in rows]})
-            await append_events(conn, [EventRecord(r["id"], r["tenant"], r["queue"], "Preempted", "PREEMPTED",
-                                                   reasons[r["id"]], r["attempt"], r["cluster"]) for r in rows])
+            events = [EventRecord(r["id"], r["tenant"], r["queue"], "Preempted", "PREEMPTED", reasons[r["id"]],
+                                  r["attempt"], r["cluster"]) for r in rows]
             if making_room:
                 owed = [o for o in (await conn.execute(select(Job.id, Job.tenant, Job.queue, Job.phase, Job.attempt)
                                                        .where(Job.id == func.any(sorted(making_room))))).mappings()
                         if o["phase"] in WAITING_PHASES]
-                await append_events(conn, [EventRecord(
-                    o["id"], o["tenant"], o["queue"], "MakingRoom", o["phase"],
-                    f"gangs are leaving cluster {making_room[o['id']]} to make room for it", o["attempt"],
-                    making_room[o["id"]]) for o in owed])
+                events += [EventRecord(o["id"], o["tenant"], o["queue"], "MakingRoom", o["phase"],
+                                       f"gangs are leaving cluster {making_room[o['id']]} to make room for it",
+                                       o["attempt"], making_room[o["id"]]) for o in owed]
+            await append_events(conn, events)  # numbered at once, last: the Preempted events, then MakingRoom
         return list(rows)
 
     async def set_waiting(self, reasons: dict[str, str], fence: Fence | None = None) -> None:
