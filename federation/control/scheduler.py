@@ -612,7 +612,7 @@ class Scheduler:
         self.holds, self.held = d.holds, d.held
         # The reasons are written beside the orders, in a transaction of their own: their rows are other jobs'.
         self._writing = True
-        explained = asyncio.create_task(self._write_reasons(snapshot, d, fence), name="reasons")
+        explained = asyncio.create_task(self.jobs.set_waiting(reasons, fence), name="reasons")
         try:
             await orders
             clock.step("write")
@@ -623,6 +623,9 @@ class Scheduler:
             if self._missed and d.arrivals is not None:
                 self._missed = False
                 self._arriving.set()
+            # The room it holds, after its orders: an agent gets a cycle's orders while the room held before still
+            # stands, so a job sent there cannot take the node a gang's hold let go of in the same cycle.
+            await self._write_holds(snapshot, d, fence)
             await explained
         finally:
             if not explained.done():  # the orders failed: the reasons' own outcome is not the cycle's
@@ -663,10 +666,6 @@ class Scheduler:
         if decisions.compiled_failure:
             log.error("the compiled victim search failed; this cycle's reclaim was decided by the Python search: %s",
                       decisions.compiled_failure)
-
-    async def _write_reasons(self, snapshot: Snapshot, d: _Decided, fence: Fence | None) -> None:
-        await self._write_holds(snapshot, d, fence)
-        await self.jobs.set_waiting(d.reasons, fence)
 
     async def _move_off_degraded(self, snapshot: Snapshot, decisions: Decisions, fence: Fence | None) -> bool:
         """Send back the running gangs whose agents want them off degraded hardware (and have no healthy room for
