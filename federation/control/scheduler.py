@@ -218,10 +218,8 @@ class _Walked:
 
 @dataclass(frozen=True)
 class _Decided:
-    """What one cycle's pure part returns to the loop that writes it."""
+    """What a cycle's explain step adds to its decisions (`_Walked`), for the loop that writes them."""
 
-    decisions: Decisions
-    waiting: Counter[str]  # per queue, the jobs still waiting after the cycle
     reasons: dict[str, str]  # the waiting jobs' reasons PostgreSQL does not hold yet
     walk: tuple[Mapping[str, Sequence[Settled]], set[str]] | None  # the walk's settled ranges and owed jobs
     order: list[str]  # the waiting jobs the forecast looks at, in the order they would be served
@@ -229,7 +227,6 @@ class _Decided:
     forecast: Decisions  # the decisions as the forecast reads them
     holds: dict[str, str]
     held: dict[str, tuple[dict[str, int], list[tuple[str, str]]]]
-    arrivals: Arrivals | None  # what the cycle left, for jobs admitted on arrival (None: decided from scratch)
     lost_queues: dict[str, str]  # the queue of each gang it preempted that lost work (the gangs change after it)
 
 
@@ -608,7 +605,7 @@ class Scheduler:
                 raise
             clock.step("explain")
             generation = self.cache.generation  # the cache it decided on (arrivals may refresh it while it writes)
-        waiting, reasons, order, jobs = d.waiting, d.reasons, d.order, d.jobs
+        waiting, reasons, order, jobs = walked.waiting, d.reasons, d.order, d.jobs
         self.holds, self.held = d.holds, d.held
         # The reasons are written beside the orders, in a transaction of their own: their rows are other jobs'.
         self._writing = True
@@ -619,16 +616,16 @@ class Scheduler:
             # Its orders written: what it left is offered to jobs arriving from now until the next cycle starts
             # (their orders come after its own), while it writes the reasons of those that wait (seconds, for a
             # large backlog whose reasons all name a cluster's free room that changed).
-            self._arrivals, self._arrivals_at = d.arrivals, started
-            if self._missed and d.arrivals is not None:
+            self._arrivals, self._arrivals_at = walked.arrivals, started
+            if self._missed and walked.arrivals is not None:
                 self._missed = False
                 self._arriving.set()
             # The room it holds, after its orders: an agent gets a cycle's orders while the room held before still
             # stands, so a job sent there cannot take the node a gang's hold let go of in the same cycle.
-            await self._write_holds(snapshot, d, fence)
+            await self._write_holds(snapshot, decisions, d, fence)
             await explained
         finally:
-            if not explained.done():  # the orders failed: the reasons' own outcome is not the cycle's
+            if not explained.done():  # the orders or the holds failed: the reasons' own outcome is not the cycle's
                 await asyncio.gather(explained, return_exceptions=True)
             self._writing = False
         self.cache.reasons_written(reasons)
@@ -737,8 +734,8 @@ class Scheduler:
             gang = self._kept.get(job_id)
             assert gang is not None  # a preempted gang is one of the snapshot's (`_kept`, as the cycle read it)
             lost_queues[job_id] = gang.queue
-        return _Decided(decisions, walked.waiting, reasons, None if walk is None else (walk.settled, set(walk.owed)),
-                        order, jobs, forecast, outlook.holds(decisions), held, walked.arrivals, lost_queues)
+        return _Decided(reasons, None if walk is None else (walk.settled, set(walk.owed)), order, jobs, forecast,
+                        outlook.holds(decisions), held, lost_queues)
 
     def _running(self, classes: Mapping[str, Mapping[str, Any]]) -> Running:
         """The job cache's holding jobs as running gangs, kept across cycles (`Running`: what the cycle sums over
@@ -801,11 +798,11 @@ class Scheduler:
         self._forecast_asked = set(order)
         self._forecast_seconds = self._forecast_at - started
 
-    async def _write_holds(self, snapshot: Snapshot, d: _Decided, fence: Fence | None) -> None:
+    async def _write_holds(self, snapshot: Snapshot, decisions: Decisions, d: _Decided, fence: Fence | None) -> None:
         """Per member cluster, the gangs this cycle holds room for there, for its agent to keep nodes for (written
         where they changed)."""
         holds: dict[str, list[list[Any]]] = {name: [] for name in snapshot.labels}  # every member cluster
-        for job_id, cluster in d.decisions.reserved.items():
+        for job_id, cluster in decisions.reserved.items():
             if (hold := node_hold(d.jobs[job_id].view)) is not None and cluster in holds:
                 holds[cluster].append([job_id, *hold])
         changed = {c: h for c, h in holds.items() if self._holds is None or self._holds.get(c) != h}
