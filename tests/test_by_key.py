@@ -12,7 +12,8 @@ from sqlalchemy import insert, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from federation.store.database import async_engine, by_key
+from federation.control.leader import Fence
+from federation.store.database import BY_KEY, async_engine, by_key
 from federation.store.jobs import JobStore
 from federation.store.models import Cluster, Queue, Tenant
 from federation.store.submission import NewJob
@@ -62,13 +63,23 @@ async def test_a_batch_is_looked_up_by_key_when_the_statistics_say_few_jobs_wait
                     "checks": [json.dumps([])] * len(ids), "nexts": [""] * len(ids)}
         reasons = {"ids": ids, "reasons": ["waits"] * len(ids)}
         async with engine.begin() as conn:
-            await by_key(conn)
-            for statement, params in ((DISPATCH, dispatch), (REASONS, reasons)):
-                nodes = await _plan(conn, statement, params)
-                kinds = [node["Node Type"] for node in nodes]
-                assert "Hash Join" not in kinds and "Merge Join" not in kinds, kinds
-                assert any(node.get("Index Name") == "jobs_pkey" for node in nodes), kinds
-            await conn.rollback()
+            await conn.execute(text("INSERT INTO leader_lease (id, holder, epoch, expires_at) "
+                                    "VALUES (1, 'me', 1, now() + interval '1 hour')"))
+        # Planned by key whether the write is the leader's (fenced: set by the lease's check) or not.
+        for fence in (None, Fence("me", 1, 3600)):
+            async with engine.begin() as conn:
+                if fence is None:
+                    await by_key(conn)
+                else:
+                    await fence.check(conn, BY_KEY)
+                    timeout = (await conn.execute(text("SHOW idle_in_transaction_session_timeout"))).scalar_one()
+                    assert timeout == "1h"  # and the lease's own setting beside them
+                for statement, params in ((DISPATCH, dispatch), (REASONS, reasons)):
+                    nodes = await _plan(conn, statement, params)
+                    kinds = [node["Node Type"] for node in nodes]
+                    assert "Hash Join" not in kinds and "Merge Join" not in kinds, kinds
+                    assert any(node.get("Index Name") == "jobs_pkey" for node in nodes), kinds
+                await conn.rollback()
 
         # And by key, a job that no longer waits is still left alone.
         await store.dispatch({ids[0]: "c1"})

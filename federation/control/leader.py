@@ -20,15 +20,16 @@ import os
 import secrets
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import psycopg
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from federation.store.database import conninfo
+from federation.store.database import conninfo, set_local
 from federation.store.events import CHANGES
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,9 @@ class Fence:
     epoch: int
     lease: float
 
-    async def check(self, conn: AsyncConnection) -> None:
-        """Inside a writing transaction: hold the lease row so no one takes it over before this commits.
+    async def check(self, conn: AsyncConnection, settings: Mapping[str, str] = MappingProxyType({})) -> None:
+        """Inside a writing transaction: hold the lease row so no one takes it over before this commits. `settings`:
+        the transaction's own besides (`by_key`'s), set by the same statement.
 
         The hold is a KEY SHARE lock: it keeps a takeover out (a takeover locks the row FOR UPDATE first) but not
         the holder's own renewal (a plain UPDATE of the expiry, which KEY SHARE admits). So a long write, a
@@ -60,10 +62,11 @@ class Fence:
         replica could take the lease meanwhile. So PostgreSQL ends such a transaction itself once it has
         waited on its client for a lease: fenced writes hold the lease no longer than a lease.
         """
-        await conn.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {int(self.lease * 1000)}"))
+        timeout = {"idle_in_transaction_session_timeout": str(int(self.lease * 1000))}
         row = (await conn.execute(text(
-            "SELECT 1 FROM leader_lease WHERE id = 1 AND holder = :holder AND epoch = :epoch AND expires_at > now() "
-            "FOR KEY SHARE"), {"holder": self.holder, "epoch": self.epoch})).first()
+            f"SELECT {set_local({**timeout, **settings})} FROM leader_lease WHERE id = 1 AND holder = :holder "
+            "AND epoch = :epoch AND expires_at > now() FOR KEY SHARE"),
+            {"holder": self.holder, "epoch": self.epoch})).first()
         if row is None:
             raise NotLeader(f"the scheduling lease of epoch {self.epoch} is no longer this replica's")
 
@@ -123,7 +126,7 @@ class Leadership:
                     await self._hold(conn)
             except (psycopg.Error, OSError, TimeoutError) as err:
                 if self.epoch:
-                    log.warning("cannot renew the scheduling lease: %s", err or "no answer")
+                    log.warning("cannot renew the scheduling lease: %s", str(err) or "no answer")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.renew_every)
 

@@ -24,7 +24,7 @@ from federation.kernel.jobspec import (
     DEFAULT_MAX_RETRY,
     ON_CLUSTER_LOST,
 )
-from federation.store.database import by_key
+from federation.store.database import BY_KEY, by_key
 from federation.store.events import EventRecord, append_events
 from federation.store.models import (
     Cluster,
@@ -52,6 +52,15 @@ REASONS = text("UPDATE jobs SET reason = v.reason, updated_at = now() "
                "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS v(id, reason) "
                "WHERE jobs.id = v.id AND (jobs.phase IN ('PENDING', 'PREEMPTED')) IS TRUE")
 
+
+
+async def _by_key(conn: AsyncConnection, fence: Fence | None) -> None:
+    """A cycle's write begins: under the lease when `fence` (a stale leader's decisions are not written), its
+    joins planned by key (`BY_KEY`), in one statement."""
+    if fence is not None:
+        await fence.check(conn, BY_KEY)
+    else:
+        await by_key(conn)
 
 POD_FAILED_NAMED = 8  # pods a PodFailed event names (then "and N more"): an event is replayed to every watcher
 
@@ -242,9 +251,7 @@ class Transitions:
             return []
         ids = sorted(decisions)
         async with self.engine.begin() as conn:
-            if fence is not None:  # only under the lease: a stale leader's decisions are not written
-                await fence.check(conn)
-            await by_key(conn)
+            await _by_key(conn, fence)
             moved = (await conn.execute(DISPATCH, {
                 "ids": ids, "clusters": [decisions[i] for i in ids],
                 "notes": [f" ({notes[i]})" if notes and i in notes else "" for i in ids],
@@ -266,9 +273,7 @@ class Transitions:
             return []
         ids = sorted(reasons)
         async with self.engine.begin() as conn:
-            if fence is not None:  # only under the lease: a stale leader's decisions are not written
-                await fence.check(conn)
-            await by_key(conn)
+            await _by_key(conn, fence)
             # (the phase checked here, not by PostgreSQL: see `by_key`)
             rows = [r for r in (await conn.execute(
                 select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster, Job.spec, Job.phase)
@@ -302,9 +307,7 @@ class Transitions:
         for start in range(0, len(ids), REASON_BATCH):
             batch = ids[start:start + REASON_BATCH]
             async with self.engine.begin() as conn:
-                if fence is not None:  # only under the lease: a stale leader's decisions are not written
-                    await fence.check(conn)
-                await by_key(conn)
+                await _by_key(conn, fence)
                 await conn.execute(REASONS, {"ids": batch, "reasons": [reasons[i] for i in batch]})
 
     async def requeue_from_silent(self, heartbeat_timeout: float, grace: float,
