@@ -653,8 +653,8 @@ class Scheduler:
     async def _write_orders(self, snapshot: Snapshot, decisions: Decisions, fence: Fence | None) -> None:
         """The cycle's orders: its preemptions and dispatches (the Preempted and Dispatched events the replicas
         holding the agents relay), and the moves off degraded hardware."""
-        await self.jobs.preempt(decisions.preempt, fence, decisions.making_room)
-        await self.jobs.dispatch(decisions.assign, fence, decisions.notes, _checks(decisions))
+        await self.jobs.orders(decisions.preempt, decisions.assign, fence, decisions.making_room, decisions.notes,
+                               _checks(decisions))
         moved = await self._move_off_degraded(snapshot, decisions, fence)
         if decisions.assign or decisions.preempt or moved:
             self.on_change()

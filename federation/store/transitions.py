@@ -62,6 +62,35 @@ async def _by_key(conn: AsyncConnection, fence: Fence | None) -> None:
     else:
         await by_key(conn)
 
+
+async def _preempting(conn: AsyncConnection, reasons: Mapping[str, str],
+                      making_room: Mapping[str, str]) -> tuple[list[Any], list[EventRecord]]:
+    """The preemptions of `Transitions.orders`, in its transaction: the rows as they were, and their events."""
+    # (the phase checked here, not by PostgreSQL: see `by_key`)
+    rows = [r for r in (await conn.execute(
+        select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster, Job.spec, Job.phase)
+        .where(Job.id == func.any(sorted(reasons))).order_by(Job.id).with_for_update())).mappings().all()
+        if r["phase"] in ACTIVE_PHASES]
+    await conn.execute(text(
+        "UPDATE jobs SET phase = 'PREEMPTED', cluster = '', hypernode = '', tier = 0, "
+        "placements = '[]'::jsonb, pods = '[]'::jsonb, reason = v.reason, request = v.request, "
+        "updated_at = now(), move_wanted = '', "
+        "preemptions = preemptions + 1 "
+        "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[]), CAST(:requests AS jsonb[])) "
+        "AS v(id, reason, request) WHERE jobs.id = v.id"),
+        {"ids": [r["id"] for r in rows], "reasons": [reasons[r["id"]] for r in rows],
+         "requests": [json.dumps(minimum_of(r["spec"])) for r in rows]})
+    events = [EventRecord(r["id"], r["tenant"], r["queue"], "Preempted", "PREEMPTED", reasons[r["id"]],
+                          r["attempt"], r["cluster"]) for r in rows]
+    if making_room:
+        owed = [o for o in (await conn.execute(select(Job.id, Job.tenant, Job.queue, Job.phase, Job.attempt)
+                                               .where(Job.id == func.any(sorted(making_room))))).mappings()
+                if o["phase"] in WAITING_PHASES]
+        events += [EventRecord(o["id"], o["tenant"], o["queue"], "MakingRoom", o["phase"],
+                               f"gangs are leaving cluster {making_room[o['id']]} to make room for it",
+                               o["attempt"], making_room[o["id"]]) for o in owed]
+    return list(rows), events
+
 POD_FAILED_NAMED = 8  # pods a PodFailed event names (then "and N more"): an event is replayed to every watcher
 
 
@@ -241,64 +270,49 @@ class Transitions:
     async def dispatch(self, decisions: dict[str, str], fence: Fence | None = None,
                        notes: Mapping[str, str] | None = None,
                        checks: Mapping[str, list[dict[str, str]]] | None = None) -> list[Any]:
-        """Move still-waiting jobs to their chosen cluster with a new attempt; returns the moved rows. `notes`:
-        what to say of a job's choice besides (its reason and its Dispatched event carry it). `checks`: the
-        admission checks of each job's new attempt, as they stand (none: it has none).
-
-        One statement for the whole batch: a first cycle may dispatch tens of thousands of jobs.
-        """
-        if not decisions:
-            return []
-        ids = sorted(decisions)
-        async with self.engine.begin() as conn:
-            await _by_key(conn, fence)
-            moved = (await conn.execute(DISPATCH, {
-                "ids": ids, "clusters": [decisions[i] for i in ids],
-                "notes": [f" ({notes[i]})" if notes and i in notes else "" for i in ids],
-                "checks": [json.dumps(checks.get(i, []) if checks else []) for i in ids],
-                "nexts": [_then(checks.get(i, []) if checks else []) for i in ids]})).mappings().all()
-            await append_events(conn, [EventRecord(r["id"], r["tenant"], r["queue"], "Dispatched", "DISPATCHED",
-                                                   r["reason"], r["attempt"], r["cluster"]) for r in moved])
-        return list(moved)
+        """Move still-waiting jobs to their chosen cluster with a new attempt; returns the moved rows (`orders`)."""
+        return (await self.orders({}, decisions, fence, notes=notes, checks=checks))[1]
 
     async def preempt(self, reasons: dict[str, str], fence: Fence | None = None,
                       making_room: Mapping[str, str] | None = None) -> list[Any]:
-        """Return running gangs to their queues (phase Preempted, keeping their submission order). `making_room`:
-        the waiting jobs they make room for, and where; each gets a MakingRoom event (in the same transaction), so
-        any replica that leads next knows the room is being made and does not evict for it again.
+        """Return running gangs to their queues; returns the rows as they were (`orders`)."""
+        return (await self.orders(reasons, {}, fence, making_room))[0]
 
-        Returns the rows as they were, so the caller can tell each one's agent which attempt to stop.
+    async def orders(self, preempt: dict[str, str], dispatch: dict[str, str], fence: Fence | None = None,
+                     making_room: Mapping[str, str] | None = None, notes: Mapping[str, str] | None = None,
+                     checks: Mapping[str, list[dict[str, str]]] | None = None) -> tuple[list[Any], list[Any]]:
+        """A cycle's orders in one transaction: one lease check, one numbering of their events (Preempted, then
+        MakingRoom, then Dispatched), one commit. Each costs the cycle round trips that wait on its explanation.
+
+        `preempt`: running gangs to return to their queues (phase Preempted, keeping their submission order), with
+        why. `making_room`: the waiting jobs they make room for, and where; each gets a MakingRoom event, so any
+        replica that leads next knows the room is being made and does not evict for it again.
+
+        `dispatch`: still-waiting jobs to move to their chosen cluster with a new attempt, in one statement (a first
+        cycle may dispatch tens of thousands). `notes`: what to say of a job's choice besides (its reason and its
+        Dispatched event carry it). `checks`: the admission checks of each job's new attempt, as they stand (none:
+        it has none).
+
+        Returns the preempted rows as they were (the caller tells each one's agent which attempt to stop) and the
+        dispatched rows.
         """
-        if not reasons:
-            return []
-        ids = sorted(reasons)
+        if not preempt and not dispatch:
+            return [], []
         async with self.engine.begin() as conn:
             await _by_key(conn, fence)
-            # (the phase checked here, not by PostgreSQL: see `by_key`)
-            rows = [r for r in (await conn.execute(
-                select(Job.id, Job.tenant, Job.queue, Job.attempt, Job.cluster, Job.spec, Job.phase)
-                .where(Job.id == func.any(ids)).order_by(Job.id).with_for_update())).mappings().all()
-                if r["phase"] in ACTIVE_PHASES]
-            await conn.execute(text(
-                "UPDATE jobs SET phase = 'PREEMPTED', cluster = '', hypernode = '', tier = 0, "
-                "placements = '[]'::jsonb, pods = '[]'::jsonb, reason = v.reason, request = v.request, "
-                "updated_at = now(), move_wanted = '', "
-                "preemptions = preemptions + 1 "
-                "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[]), CAST(:requests AS jsonb[])) "
-                "AS v(id, reason, request) WHERE jobs.id = v.id"),
-                {"ids": [r["id"] for r in rows], "reasons": [reasons[r["id"]] for r in rows],
-                 "requests": [json.dumps(minimum_of(r["spec"])) for r in rows]})
-            events = [EventRecord(r["id"], r["tenant"], r["queue"], "Preempted", "PREEMPTED", reasons[r["id"]],
-                                  r["attempt"], r["cluster"]) for r in rows]
-            if making_room:
-                owed = [o for o in (await conn.execute(select(Job.id, Job.tenant, Job.queue, Job.phase, Job.attempt)
-                                                       .where(Job.id == func.any(sorted(making_room))))).mappings()
-                        if o["phase"] in WAITING_PHASES]
-                events += [EventRecord(o["id"], o["tenant"], o["queue"], "MakingRoom", o["phase"],
-                                       f"gangs are leaving cluster {making_room[o['id']]} to make room for it",
-                                       o["attempt"], making_room[o["id"]]) for o in owed]
-            await append_events(conn, events)  # numbered at once, last: the Preempted events, then MakingRoom
-        return list(rows)
+            rows, events = await _preempting(conn, preempt, making_room or {}) if preempt else ([], [])
+            moved = []
+            if dispatch:
+                ids = sorted(dispatch)
+                moved = (await conn.execute(DISPATCH, {
+                    "ids": ids, "clusters": [dispatch[i] for i in ids],
+                    "notes": [f" ({notes[i]})" if notes and i in notes else "" for i in ids],
+                    "checks": [json.dumps(checks.get(i, []) if checks else []) for i in ids],
+                    "nexts": [_then(checks.get(i, []) if checks else []) for i in ids]})).mappings().all()
+                events += [EventRecord(r["id"], r["tenant"], r["queue"], "Dispatched", "DISPATCHED", r["reason"],
+                                       r["attempt"], r["cluster"]) for r in moved]
+            await append_events(conn, events)  # numbered at once, last
+        return rows, list(moved)
 
     async def set_waiting(self, reasons: dict[str, str], fence: Fence | None = None) -> None:
         """Why each of these jobs waits, for those still waiting: a statement per REASON_BATCH of them, each in a
