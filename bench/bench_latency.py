@@ -5,7 +5,9 @@ runs one gang of 16 GPUs and has a backlog of N more waiting for it (16 GPUs eac
 them); `idle` (one 8-GPU node) is empty. Probes of one GPU, one at a time, each submitted after the last was
 dispatched: the time from the SubmitJob call to the job's Dispatched event on a WatchJobs stream, with no
 backlog and with N jobs waiting, in the same run. Meanwhile a client calls GetJob every 50 ms: how long the
-API takes to answer while the scheduler works through the backlog. For `serve`'s default (the scheduler in a
+API takes to answer while the scheduler works through the backlog; and every 0.5 s ListClusters, for the oldest
+heartbeat the federation had recorded (an agent's heartbeat the API process was late to write), and the server's
+log is searched for a lease not renewed in time or decisions dropped for it. For `serve`'s default (the scheduler in a
 process of its own, jobs that fit dispatched on arrival), and as baselines in the same run: the same without
 admission on arrival (`--no-admit-on-arrival`: every job waits for a cycle), and one process doing everything
 (`--role all`).
@@ -90,19 +92,28 @@ def _probe(jobs: Any, dispatches: Dispatches, n: int, label: str) -> list[float]
 
 
 class Poller:
-    """GetJob every POLL_EVERY seconds from its own channel, each answer's time kept, while it runs."""
+    """GetJob every POLL_EVERY seconds from its own channel, each answer's time kept, while it runs; and every
+    HEARTBEAT_EVERY seconds the age of each cluster's last heartbeat the federation recorded (how late the API
+    process, beside the scheduler's cycles, got to an agent's heartbeat)."""
 
     def __init__(self, address: str, job_id: str) -> None:
-        self.stub = jobs_pb2_grpc.JobServiceStub(grpc.insecure_channel(address))
-        self.job_id, self.seconds, self.stopped = job_id, [], threading.Event()
+        channel = grpc.insecure_channel(address)
+        self.stub, self.admin = jobs_pb2_grpc.JobServiceStub(channel), admin_pb2_grpc.AdminServiceStub(channel)
+        self.job_id, self.seconds, self.heartbeat_ages, self.stopped = job_id, [], [], threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
+        last_heartbeats = 0.0
         while not self.stopped.is_set():
             started = time.perf_counter()
             self.stub.GetJob(jobs_pb2.GetJobRequest(id=self.job_id), timeout=60)
             self.seconds.append(time.perf_counter() - started)
+            if started - last_heartbeats >= HEARTBEAT_EVERY:
+                last_heartbeats = started
+                clusters = self.admin.ListClusters(admin_pb2.ListClustersRequest(), timeout=60).clusters
+                self.heartbeat_ages.append(max(time.time() - c.last_heartbeat.ToMicroseconds() / 1e6
+                                               for c in clusters))
             self.stopped.wait(POLL_EVERY)
 
     def stop(self) -> list[float]:
@@ -112,6 +123,10 @@ class Poller:
 
 
 POLL_EVERY = 0.05
+HEARTBEAT_EVERY = 0.5
+HEARTBEAT = 2.0  # the agents' heartbeat period (member-agent's default)
+# What the server logs when the lease is not renewed in time, or a cycle's (or arrivals') decisions are dropped for it.
+LEASE_TROUBLE = ("cannot renew the scheduling lease", "expired or was taken over", "were not written")
 
 
 def _summary(seconds: list[float]) -> dict[str, float]:
@@ -152,16 +167,20 @@ def run(backlog: int, probes: int, role: str, arrivals: bool = True) -> dict[str
                     progress.update(len(specs))
             poller = Poller(server.address, first)
             waited = _probe(jobs, dispatches, probes, "backlog")
+            heartbeat_ages = poller.heartbeat_ages
             polled = poller.stop()
             dispatches.stream.cancel()
         finally:
             for agent in agents:
                 agent.stop()
             server.stop()
+        lease_trouble = [line for line in server.log.decode(errors="replace").splitlines()
+                         if any(t in line for t in LEASE_TROUBLE)]
     return {"role": role, "arrivals": arrivals, "backlog": backlog, "empty": _summary(empty),
             "with_backlog": _summary(waited),
             "get_job_empty": _summary(polled_empty), "get_job_with_backlog": _summary(polled),
-            "seconds_empty": empty, "seconds_with_backlog": waited}
+            "heartbeat_age_max": max(heartbeat_ages, default=0.0), "heartbeat_ages": len(heartbeat_ages),
+            "lease_trouble": lease_trouble, "seconds_empty": empty, "seconds_with_backlog": waited}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -185,15 +204,19 @@ def main(argv: Sequence[str] | None = None) -> None:
              f"to its Dispatched event; {split['with_backlog']['probes']} probes per setting. Meanwhile GetJob every "
              f"{POLL_EVERY * 1000:.0f} ms, each answer timed. `both`: `serve`'s default, the scheduler in a process "
              f"of its own; the baselines in the same run: `both, cycle only`, without admission on arrival, and "
-             f"`all`, one process doing everything.", "",
-             "| server | jobs waiting | dispatch p50 (s) | p99 (s) | max (s) | GetJob p50 (s) | p99 (s) | max (s) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"`all`, one process doing everything. With the backlog: the oldest heartbeat the federation had "
+             f"recorded (every {HEARTBEAT_EVERY} s; agents beat every {HEARTBEAT:.0f} s), and the server's log lines "
+             f"of a lease not renewed in time or decisions dropped for it.", "",
+             "| server | jobs waiting | dispatch p50 (s) | p99 (s) | max (s) | GetJob p50 (s) | p99 (s) | max (s) "
+             "| heartbeat age max (s) | lease trouble |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         for label, d, g in (("0", r["empty"], r["get_job_empty"]),
                             (f"{r['backlog']:,}", r["with_backlog"], r["get_job_with_backlog"])):
             server = r["role"] + ("" if r["arrivals"] else ", cycle only")
+            beats = (f"{r['heartbeat_age_max']:.2f} | {len(r['lease_trouble'])}" if label != "0" else "- | -")
             lines.append(f"| {server} | {label} | {d['p50']:.3f} | {d['p99']:.3f} | {d['max']:.3f} | "
-                         f"{g['p50']:.3f} | {g['p99']:.3f} | {g['max']:.3f} |")
+                         f"{g['p50']:.3f} | {g['p99']:.3f} | {g['max']:.3f} | {beats} |")
     w, e, g, base = split["with_backlog"], split["empty"], split["get_job_with_backlog"], one["get_job_with_backlog"]
     c = cycle_only["with_backlog"]
     write(out_dir(args), "latency", results, "\n".join(lines) + "\n",
@@ -202,6 +225,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"p99 {e['p99']:.3f} s)"),
            (f"GetJob while {backlog:,} wait", f"p99 {g['p99']:.3f} s, max {g['max']:.3f} s (one process: p99 "
             f"{base['p99']:.3f} s, max {base['max']:.3f} s)"),
+           (f"heartbeats and the lease while {backlog:,} wait",
+            f"oldest heartbeat {split['heartbeat_age_max']:.2f} s (beats every {HEARTBEAT:.0f} s), lease trouble "
+            f"{len(split['lease_trouble'])} (one process: {one['heartbeat_age_max']:.2f} s, "
+            f"{len(one['lease_trouble'])})"),
            *[(f"submit-to-dispatch, {r['backlog']:,} waiting", f"p50 {r['with_backlog']['p50']:.3f} s, p99 "
               f"{r['with_backlog']['p99']:.3f} s (no backlog, same run: p50 {r['empty']['p50']:.3f} s, p99 "
               f"{r['empty']['p99']:.3f} s; GetJob p99 {r['get_job_with_backlog']['p99']:.3f} s)") for r in runs[3:]]])
