@@ -167,8 +167,8 @@ def run(backlog: int, probes: int, role: str, arrivals: bool = True) -> dict[str
                     progress.update(len(specs))
             poller = Poller(server.address, first)
             waited = _probe(jobs, dispatches, probes, "backlog")
-            heartbeat_ages = poller.heartbeat_ages
             polled = poller.stop()
+            heartbeat_ages = poller.heartbeat_ages
             dispatches.stream.cancel()
         finally:
             for agent in agents:

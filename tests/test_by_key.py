@@ -13,7 +13,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from federation.control.leader import Fence
-from federation.store.database import BY_KEY, async_engine, by_key
+from federation.store.database import async_engine, by_key
 from federation.store.jobs import JobStore
 from federation.store.models import Cluster, Queue, Tenant
 from federation.store.submission import NewJob
@@ -68,10 +68,8 @@ async def test_a_batch_is_looked_up_by_key_when_the_statistics_say_few_jobs_wait
         # Planned by key whether the write is the leader's (fenced: set by the lease's check) or not.
         for fence in (None, Fence("me", 1, 3600)):
             async with engine.begin() as conn:
-                if fence is None:
-                    await by_key(conn)
-                else:
-                    await fence.check(conn, BY_KEY)
+                await by_key(conn, fence)
+                if fence is not None:
                     timeout = (await conn.execute(text("SHOW idle_in_transaction_session_timeout"))).scalar_one()
                     assert timeout == "1h"  # and the lease's own setting beside them
                 for statement, params in ((DISPATCH, dispatch), (REASONS, reasons)):

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import orjson
@@ -31,6 +31,9 @@ from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool, PoolProxiedConnection
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+if TYPE_CHECKING:  # the lease imports this module
+    from federation.control.leader import Fence
 
 log = logging.getLogger(__name__)
 
@@ -247,9 +250,13 @@ def set_local(settings: Mapping[str, str]) -> str:
     return ", ".join(f"set_config('{name}', '{value}', true)" for name, value in settings.items())
 
 
-async def by_key(conn: AsyncConnection) -> None:
-    """Plan this transaction's joins of a batch of ids to the jobs as lookups by key (`BY_KEY`)."""
-    await conn.execute(text(f"SELECT {set_local(BY_KEY)}"))
+async def by_key(conn: AsyncConnection, fence: Fence | None = None) -> None:
+    """Plan this transaction's joins of a batch of ids to the jobs as lookups by key (`BY_KEY`); under the lease when
+    `fence` (a stale leader's decisions are not written), set by the lease's check itself: one statement."""
+    if fence is not None:
+        await fence.check(conn, BY_KEY)
+    else:
+        await conn.execute(text(f"SELECT {set_local(BY_KEY)}"))
 
 
 # PostgreSQL's identifier quoting, for the few statements written as text and sent by the driver (`driver`).

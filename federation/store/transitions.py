@@ -24,7 +24,7 @@ from federation.kernel.jobspec import (
     DEFAULT_MAX_RETRY,
     ON_CLUSTER_LOST,
 )
-from federation.store.database import BY_KEY, by_key
+from federation.store.database import by_key
 from federation.store.events import EventRecord, append_events
 from federation.store.models import (
     Cluster,
@@ -53,16 +53,6 @@ REASONS = text("UPDATE jobs SET reason = v.reason, updated_at = now() "
                "WHERE jobs.id = v.id AND (jobs.phase IN ('PENDING', 'PREEMPTED')) IS TRUE")
 
 
-
-async def _by_key(conn: AsyncConnection, fence: Fence | None) -> None:
-    """A cycle's write begins: under the lease when `fence` (a stale leader's decisions are not written), its
-    joins planned by key (`BY_KEY`), in one statement."""
-    if fence is not None:
-        await fence.check(conn, BY_KEY)
-    else:
-        await by_key(conn)
-
-
 async def _preempting(conn: AsyncConnection, reasons: Mapping[str, str],
                       making_room: Mapping[str, str]) -> tuple[list[Any], list[EventRecord]]:
     """The preemptions of `Transitions.orders`, in its transaction: the rows as they were, and their events."""
@@ -89,7 +79,8 @@ async def _preempting(conn: AsyncConnection, reasons: Mapping[str, str],
         events += [EventRecord(o["id"], o["tenant"], o["queue"], "MakingRoom", o["phase"],
                                f"gangs are leaving cluster {making_room[o['id']]} to make room for it",
                                o["attempt"], making_room[o["id"]]) for o in owed]
-    return list(rows), events
+    return rows, events
+
 
 POD_FAILED_NAMED = 8  # pods a PodFailed event names (then "and N more"): an event is replayed to every watcher
 
@@ -282,7 +273,7 @@ class Transitions:
                      making_room: Mapping[str, str] | None = None, notes: Mapping[str, str] | None = None,
                      checks: Mapping[str, list[dict[str, str]]] | None = None) -> tuple[list[Any], list[Any]]:
         """A cycle's orders in one transaction: one lease check, one numbering of their events (Preempted, then
-        MakingRoom, then Dispatched), one commit. Each costs the cycle round trips that wait on its explanation.
+        MakingRoom, then Dispatched), one commit (each a round trip more the cycle would wait for).
 
         `preempt`: running gangs to return to their queues (phase Preempted, keeping their submission order), with
         why. `making_room`: the waiting jobs they make room for, and where; each gets a MakingRoom event, so any
@@ -299,7 +290,7 @@ class Transitions:
         if not preempt and not dispatch:
             return [], []
         async with self.engine.begin() as conn:
-            await _by_key(conn, fence)
+            await by_key(conn, fence)
             rows, events = await _preempting(conn, preempt, making_room or {}) if preempt else ([], [])
             moved = []
             if dispatch:
@@ -321,7 +312,7 @@ class Transitions:
         for start in range(0, len(ids), REASON_BATCH):
             batch = ids[start:start + REASON_BATCH]
             async with self.engine.begin() as conn:
-                await _by_key(conn, fence)
+                await by_key(conn, fence)
                 await conn.execute(REASONS, {"ids": batch, "reasons": [reasons[i] for i in batch]})
 
     async def requeue_from_silent(self, heartbeat_timeout: float, grace: float,
