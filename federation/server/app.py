@@ -170,7 +170,7 @@ class FederationServer:
         self._lag = asyncio.create_task(metrics.watch_loop_lag(), name="loop-lag")
         # A replica frozen inside any write (holding the event counter's row lock) must not stall the others'
         # writes longer than it could hold the lease: PostgreSQL ends its transaction after that long.
-        self.engine = database.async_engine(self.url, stalled_after=max(self.leader_lease, database.MIN_STALLED))
+        self.engine = database.async_engine(self.url, stalled_after=database.stalled_after(self.leader_lease))
         jobs = JobStore(self.engine, self.requeueing)
         admin = AdminStore(self.engine)
         self.tokens = TokenStore(self.engine)

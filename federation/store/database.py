@@ -32,6 +32,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool, PoolProxiedConnection
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from federation.store.stalled import APPLICATION_PREFIX
+
 if TYPE_CHECKING:  # the lease imports this module
     from federation.control.leader import Fence
 
@@ -45,6 +47,13 @@ STALLED_TRANSACTION_SECONDS = 15.0
 # was a quarter of the round trips of a busy server's submissions; one used a moment ago is as alive as a ping.
 PING_AFTER_IDLE = 1.0
 MIN_STALLED = 2.0  # shorter, a loaded event loop between two statements of one transaction could trip it
+
+
+def stalled_after(lease: float) -> float:
+    """How long a replica's session may wait on its client inside a transaction: no longer than the replica could
+    hold the lease, which a write frozen inside it (holding the event counter's row lock) would otherwise outlast."""
+    return max(lease, MIN_STALLED)
+
 
 # A migration run under live replicas (a rolling upgrade) waits this long for a table lock, then gives up and is
 # tried again: waiting longer would queue every replica's writes to that table behind it.
@@ -186,7 +195,7 @@ def async_engine(url: URL, pool_size: int = 10, stalled_after: float = STALLED_T
     can tell replicas apart, and give up a transaction their process stopped driving (`stalled_after`)."""
     options = f"-c idle_in_transaction_session_timeout={int(stalled_after * 1000)}"
     engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size,
-                                 connect_args={"application_name": f"federation-server-{os.getpid()}",
+                                 connect_args={"application_name": f"{APPLICATION_PREFIX}{os.getpid()}",
                                                "options": options},
                                  json_serializer=json_text, json_deserializer=orjson.loads)
     _ping_when_idle(engine, PING_AFTER_IDLE)

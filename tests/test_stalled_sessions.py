@@ -1,0 +1,80 @@
+"""A replica stopped in the middle of a statement (after its Execute, before its Sync: an executemany's pipeline cut
+off) holds its row locks with no PostgreSQL timeout to end it: every replica's sweep ends it as PostgreSQL ends a
+session idle in its transaction, and the writes that waited for its rows go on. Seen once in CI: an agent whose
+reports were being written on a replica cut off from PostgreSQL could never register anywhere else."""
+
+import asyncio
+import contextlib
+import time
+
+import psycopg
+from sqlalchemy.engine import URL
+
+from federation.control.leader import Leadership
+from federation.store.database import conninfo, stalled_after
+from federation.store.stalled import APPLICATION_PREFIX
+
+LEASE = 0.6  # the sweep runs at each renewal, every 0.15 s; a session is ended after stalled_after(LEASE)
+
+
+async def _session(db_url: URL, name: str) -> psycopg.AsyncConnection:
+    return await psycopg.AsyncConnection.connect(conninfo(db_url), autocommit=True,
+                                                 application_name=f"{APPLICATION_PREFIX}{name}")
+
+
+async def _state(conn: psycopg.AsyncConnection, pid: int) -> tuple[str, str] | None:
+    row = await (await conn.execute("SELECT state, wait_event FROM pg_stat_activity WHERE pid = %s", (pid,))).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+async def _until(what: str, probe, timeout: float = 60) -> object:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := await probe():
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_a_session_stopped_mid_statement_is_ended_and_the_writes_it_held_up_go_on(db_url: URL) -> None:
+    observer = await _session(db_url, "observer")
+    await observer.execute("CREATE TABLE counters (id int PRIMARY KEY, value int NOT NULL)")
+    await observer.execute("INSERT INTO counters VALUES (1, 0)")
+    stuck = await _session(db_url, "stuck")
+    writer = await _session(db_url, "writer")
+    sleeper = await _session(db_url, "sleeper")
+    leadership = Leadership(db_url, lambda: None, lease=LEASE, candidate=False)
+    try:
+        # Its UPDATE runs and locks the row; the Sync that would end its statement never comes.
+        stuck_pid = stuck.pgconn.backend_pid
+        stuck.pgconn.enter_pipeline_mode()
+        stuck.pgconn.send_query_params(b"UPDATE counters SET value = value + 1 WHERE id = 1", None)
+        while stuck.pgconn.flush():
+            await asyncio.sleep(0.01)
+
+        async def waiting_mid_statement() -> bool:
+            return await _state(observer, stuck_pid) == ("active", "ClientRead")
+
+        await _until("the stuck session to wait on its client mid-statement", waiting_mid_statement)
+        blocked = asyncio.create_task(writer.execute("UPDATE counters SET value = 10 WHERE id = 1"))
+        await _until("the writer to wait for the stuck session's lock", lambda: _lock_wait(observer, writer))
+        # A session of the federation busy inside a statement longer than the sweep's limit is not waiting on its
+        # client: it must be left to finish.
+        slept = asyncio.create_task(sleeper.execute("SELECT pg_sleep(%s)", (stalled_after(LEASE) + 2,)))
+        leadership.start()
+        await asyncio.wait_for(blocked, 60)
+        assert await _state(observer, stuck_pid) is None  # ended
+        value = await (await observer.execute("SELECT value FROM counters WHERE id = 1")).fetchone()
+        assert value == (10,)  # the stuck statement's increment was rolled back, the waiting write committed
+        await asyncio.wait_for(slept, 60)  # raises had it been ended
+    finally:
+        await leadership.stop()
+        for conn in (stuck, writer, sleeper, observer):
+            with contextlib.suppress(psycopg.Error):
+                await conn.close()
+
+
+async def _lock_wait(observer: psycopg.AsyncConnection, writer: psycopg.AsyncConnection) -> bool:
+    row = await (await observer.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                        (writer.pgconn.backend_pid,))).fetchone()
+    return row is not None and row[0] == "Lock"
