@@ -213,6 +213,10 @@ REJECTIONS = Counter("federation_rejections_total", "Dispatched jobs a member cl
 ORPHAN_PODS_DELETED = Counter("federation_orphan_pods_deleted_total",
                               "Pods of attempts the federation no longer runs in a cluster, found there by its agent's "
                               "reconciliation and deleted.", ["cluster"])
+STALLED_SESSIONS_ENDED = Counter("federation_stalled_sessions_ended_total",
+                                 "PostgreSQL sessions of the federation this process ended: their process had "
+                                 "stopped sending inside a statement, holding its locks, for as long as PostgreSQL "
+                                 "lets a session sit idle in its transaction.")
 AGENTS_REFUSED = Counter("federation_agents_refused_total",
                          "Agents refused because another agent process holds the cluster's live stream.", ["cluster"])
 CLUSTER_DRIFT = Gauge("federation_cluster_drift", "What a cluster's agent reports in use minus what the federation "

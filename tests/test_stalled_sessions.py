@@ -8,12 +8,14 @@ import contextlib
 import time
 
 import psycopg
+from prometheus_client import REGISTRY
 from sqlalchemy.engine import URL
 
 from federation.control.leader import Leadership
 from federation.store.database import conninfo, stalled_after
 from federation.store.stalled import APPLICATION_PREFIX
 
+ENDED = "federation_stalled_sessions_ended_total"
 LEASE = 0.6  # the sweep runs at each renewal, every 0.15 s; a session is ended after stalled_after(LEASE)
 
 
@@ -61,9 +63,11 @@ async def test_a_session_stopped_mid_statement_is_ended_and_the_writes_it_held_u
         # A session of the federation busy inside a statement longer than the sweep's limit is not waiting on its
         # client: it must be left to finish.
         slept = asyncio.create_task(sleeper.execute("SELECT pg_sleep(%s)", (stalled_after(LEASE) + 2,)))
+        before = REGISTRY.get_sample_value(ENDED)
         leadership.start()
         await asyncio.wait_for(blocked, 60)
         assert await _state(observer, stuck_pid) is None  # ended
+        assert REGISTRY.get_sample_value(ENDED) == before + 1
         value = await (await observer.execute("SELECT value FROM counters WHERE id = 1")).fetchone()
         assert value == (10,)  # the stuck statement's increment was rolled back, the waiting write committed
         await asyncio.wait_for(slept, 60)  # raises had it been ended

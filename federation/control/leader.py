@@ -29,6 +29,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from federation import metrics
 from federation.store.database import conninfo, set_local, stalled_after
 from federation.store.events import CHANGES
 from federation.store.stalled import APPLICATION_PREFIX, StalledSessions
@@ -170,11 +171,14 @@ class Leadership:
             self.on_notice()
         self._renewed = started  # counted from before the call: the lease may be older than its answer
 
+    async def _sweep(self, conn: psycopg.AsyncConnection) -> None:
+        metrics.STALLED_SESSIONS_ENDED.inc(await self.stalled.sweep(conn))
+
     async def _hold(self, conn: psycopg.AsyncConnection) -> None:
         while not self._stopping.is_set():
             # The leader renews first, so a sweep never makes it late. A replica that would take over sweeps first:
             # a write of the old leader stalled mid-statement holds the lease row, and the takeover waits for it.
-            steps = (self._renew, self.stalled.sweep) if self.epoch else (self.stalled.sweep, self._renew)
+            steps = (self._renew, self._sweep) if self.epoch else (self._sweep, self._renew)
             for step in steps:
                 # A partitioned database does not answer at all: give up on this connection and try another.
                 await asyncio.wait_for(step(conn), self.renew_every * 2)
