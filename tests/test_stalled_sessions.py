@@ -11,12 +11,11 @@ import psycopg
 from prometheus_client import REGISTRY
 from sqlalchemy.engine import URL
 
-from federation.control.leader import Leadership
-from federation.store.database import conninfo, stalled_after
-from federation.store.stalled import APPLICATION_PREFIX
+from federation.control.stalled import StalledSessions
+from federation.store.database import APPLICATION_PREFIX, conninfo, stalled_after
 
 ENDED = "federation_stalled_sessions_ended_total"
-LEASE = 0.6  # the sweep runs at each renewal, every 0.15 s; a session is ended after stalled_after(LEASE)
+LEASE = 0.6  # a session is ended once seen waiting for stalled_after(LEASE), the sweep looking every quarter of it
 
 
 async def _session(db_url: URL, name: str) -> psycopg.AsyncConnection:
@@ -45,7 +44,7 @@ async def test_a_session_stopped_mid_statement_is_ended_and_the_writes_it_held_u
     stuck = await _session(db_url, "stuck")
     writer = await _session(db_url, "writer")
     sleeper = await _session(db_url, "sleeper")
-    leadership = Leadership(db_url, lambda: None, lease=LEASE, candidate=False)
+    sweeper: asyncio.Task[None] | None = None
     try:
         # Its UPDATE runs and locks the row; the Sync that would end its statement never comes.
         stuck_pid = stuck.pgconn.backend_pid
@@ -64,7 +63,7 @@ async def test_a_session_stopped_mid_statement_is_ended_and_the_writes_it_held_u
         # client: it must be left to finish.
         slept = asyncio.create_task(sleeper.execute("SELECT pg_sleep(%s)", (stalled_after(LEASE) + 2,)))
         before = REGISTRY.get_sample_value(ENDED)
-        leadership.start()
+        sweeper = asyncio.create_task(StalledSessions(db_url, stalled_after(LEASE)).run())
         await asyncio.wait_for(blocked, 60)
         assert await _state(observer, stuck_pid) is None  # ended
         assert REGISTRY.get_sample_value(ENDED) == before + 1
@@ -72,7 +71,10 @@ async def test_a_session_stopped_mid_statement_is_ended_and_the_writes_it_held_u
         assert value == (10,)  # the stuck statement's increment was rolled back, the waiting write committed
         await asyncio.wait_for(slept, 60)  # raises had it been ended
     finally:
-        await leadership.stop()
+        if sweeper is not None:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
         for conn in (stuck, writer, sleeper, observer):
             with contextlib.suppress(psycopg.Error):
                 await conn.close()

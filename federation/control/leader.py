@@ -29,10 +29,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from federation import metrics
-from federation.store.database import conninfo, set_local, stalled_after
+from federation.store.database import APPLICATION_PREFIX, conninfo, set_local
 from federation.store.events import CHANGES
-from federation.store.stalled import APPLICATION_PREFIX, StalledSessions
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +85,6 @@ class Leadership:
         self.address = address
         self.secret = secrets.token_hex(16)
         self.renew_every = lease / 4
-        self.stalled = StalledSessions(stalled_after(lease))  # every replica's sessions, swept as often as renewed
         self.holder = f"{uuid.uuid4().hex[:12]}"
         self.epoch = 0
         self._renewed = float("-inf")  # monotonic time of the last renewal that succeeded
@@ -171,17 +168,10 @@ class Leadership:
             self.on_notice()
         self._renewed = started  # counted from before the call: the lease may be older than its answer
 
-    async def _sweep(self, conn: psycopg.AsyncConnection) -> None:
-        metrics.STALLED_SESSIONS_ENDED.inc(await self.stalled.sweep(conn))
-
     async def _hold(self, conn: psycopg.AsyncConnection) -> None:
         while not self._stopping.is_set():
-            # The leader renews first, so a sweep never makes it late. A replica that would take over sweeps first:
-            # a write of the old leader stalled mid-statement holds the lease row, and the takeover waits for it.
-            steps = (self._renew, self._sweep) if self.epoch else (self._sweep, self._renew)
-            for step in steps:
-                # A partitioned database does not answer at all: give up on this connection and try another.
-                await asyncio.wait_for(step(conn), self.renew_every * 2)
+            # A partitioned database does not answer at all: give up on this connection and try another.
+            await asyncio.wait_for(self._renew(conn), self.renew_every * 2)
             # Wait for notices until the next renewal; a dead connection raises here.
             async for _ in conn.notifies(timeout=self.renew_every):
                 self.on_notice()

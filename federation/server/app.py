@@ -28,6 +28,7 @@ from federation.control.history import ARCHIVE_AFTER, RETENTION, History
 from federation.control.leader import LEASE, Leadership, announce
 from federation.control.leaderview import InProcess, LeaderView, Remote
 from federation.control.scheduler import DRIFT_AFTER, HEARTBEAT_TIMEOUT, LOST_GRACE, Scheduler
+from federation.control.stalled import StalledSessions
 from federation.relay.connections import Connections
 from federation.relay.events import EventHub
 from federation.relay.logrelay import LogRelay
@@ -168,9 +169,11 @@ class FederationServer:
         # (5 ms by default), so the API, the agents' streams and the lease wait at most that for it.
         sys.setswitchinterval(SWITCH_INTERVAL)
         self._lag = asyncio.create_task(metrics.watch_loop_lag(), name="loop-lag")
+        stalled_after = database.stalled_after(self.leader_lease)
+        self._sweeping = asyncio.create_task(StalledSessions(self.url, stalled_after).run(), name="stalled-sessions")
         # A replica frozen inside any write (holding the event counter's row lock) must not stall the others'
         # writes longer than it could hold the lease: PostgreSQL ends its transaction after that long.
-        self.engine = database.async_engine(self.url, stalled_after=database.stalled_after(self.leader_lease))
+        self.engine = database.async_engine(self.url, stalled_after=stalled_after)
         jobs = JobStore(self.engine, self.requeueing)
         admin = AdminStore(self.engine)
         self.tokens = TokenStore(self.engine)
@@ -323,6 +326,7 @@ class FederationServer:
         if isinstance(self.leader_view, Remote):
             await self.leader_view.close()
         await self.engine.dispose()
-        self._lag.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._lag
+        for task in (self._lag, self._sweeping):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

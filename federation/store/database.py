@@ -32,8 +32,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool, PoolProxiedConnection
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from federation.store.stalled import APPLICATION_PREFIX
-
 if TYPE_CHECKING:  # the lease imports this module
     from federation.control.leader import Fence
 
@@ -46,6 +44,7 @@ STALLED_TRANSACTION_SECONDS = 15.0
 # A pooled connection is pinged before use once it has sat unused this long (seconds). Pinging at every checkout
 # was a quarter of the round trips of a busy server's submissions; one used a moment ago is as alive as a ping.
 PING_AFTER_IDLE = 1.0
+APPLICATION_PREFIX = "federation-server-"  # every session a server process opens is named so, then its pid
 MIN_STALLED = 2.0  # shorter, a loaded event loop between two statements of one transaction could trip it
 
 
