@@ -65,8 +65,15 @@ async def test_a_session_stopped_mid_statement_is_ended_and_the_writes_it_held_u
         before = REGISTRY.get_sample_value(ENDED)
         sweeper = asyncio.create_task(StalledSessions(db_url, stalled_after(LEASE)).run())
         await asyncio.wait_for(blocked, 60)
-        assert await _state(observer, stuck_pid) is None  # ended
-        assert REGISTRY.get_sample_value(ENDED) == before + 1
+
+        async def gone() -> bool:  # its locks go before its entry in pg_stat_activity does
+            return await _state(observer, stuck_pid) is None
+
+        async def counted() -> bool:  # the sweep counts it after its answer, which may come after the writer's
+            return REGISTRY.get_sample_value(ENDED) == before + 1
+
+        await _until("the stuck session to be gone", gone)
+        await _until("its ending to be counted", counted)
         value = await (await observer.execute("SELECT value FROM counters WHERE id = 1")).fetchone()
         assert value == (10,)  # the stuck statement's increment was rolled back, the waiting write committed
         await asyncio.wait_for(slept, 60)  # raises had it been ended
