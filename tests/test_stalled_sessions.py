@@ -6,6 +6,7 @@ reports were being written on a replica cut off from PostgreSQL could never regi
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 
 import psycopg
 from prometheus_client import REGISTRY
@@ -23,12 +24,13 @@ async def _session(db_url: URL, name: str) -> psycopg.AsyncConnection:
                                                  application_name=f"{APPLICATION_PREFIX}{name}")
 
 
-async def _state(conn: psycopg.AsyncConnection, pid: int) -> tuple[str, str] | None:
-    row = await (await conn.execute("SELECT state, wait_event FROM pg_stat_activity WHERE pid = %s", (pid,))).fetchone()
-    return None if row is None else (row[0], row[1])
+async def _state(conn: psycopg.AsyncConnection, pid: int) -> tuple[str, str, str] | None:
+    """The session's (state, wait_event_type, wait_event); None once it is gone."""
+    return await (await conn.execute("SELECT state, wait_event_type, wait_event FROM pg_stat_activity WHERE pid = %s",
+                                     (pid,))).fetchone()
 
 
-async def _until(what: str, probe, timeout: float = 60) -> object:  # type: ignore[no-untyped-def]
+async def _until(what: str, probe: Callable[[], Awaitable[object]], timeout: float = 60) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if value := await probe():
@@ -54,11 +56,15 @@ async def test_a_session_stopped_mid_statement_is_ended_and_the_writes_it_held_u
             await asyncio.sleep(0.01)
 
         async def waiting_mid_statement() -> bool:
-            return await _state(observer, stuck_pid) == ("active", "ClientRead")
+            return await _state(observer, stuck_pid) == ("active", "Client", "ClientRead")
 
         await _until("the stuck session to wait on its client mid-statement", waiting_mid_statement)
         blocked = asyncio.create_task(writer.execute("UPDATE counters SET value = 10 WHERE id = 1"))
-        await _until("the writer to wait for the stuck session's lock", lambda: _lock_wait(observer, writer))
+        async def writer_waits_on_a_lock() -> bool:
+            state = await _state(observer, writer.pgconn.backend_pid)
+            return state is not None and state[1] == "Lock"
+
+        await _until("the writer to wait for the stuck session's lock", writer_waits_on_a_lock)
         # A session of the federation busy inside a statement longer than the sweep's limit is not waiting on its
         # client: it must be left to finish.
         slept = asyncio.create_task(sleeper.execute("SELECT pg_sleep(%s)", (stalled_after(LEASE) + 2,)))
@@ -86,8 +92,3 @@ async def test_a_session_stopped_mid_statement_is_ended_and_the_writes_it_held_u
             with contextlib.suppress(psycopg.Error):
                 await conn.close()
 
-
-async def _lock_wait(observer: psycopg.AsyncConnection, writer: psycopg.AsyncConnection) -> bool:
-    row = await (await observer.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
-                                        (writer.pgconn.backend_pid,))).fetchone()
-    return row is not None and row[0] == "Lock"

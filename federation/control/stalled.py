@@ -57,10 +57,10 @@ class StalledSessions:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                        conninfo(self.url), autocommit=True, connect_timeout=max(int(self.every * 4), 1),
+                        conninfo(self.url), autocommit=True, connect_timeout=max(int(self.stalled_after), 1),
                         application_name=f"{APPLICATION_PREFIX}{os.getpid()}-sweep") as conn:
                     while True:
-                        ended = await asyncio.wait_for(self.sweep(conn), self.every * 4)
+                        ended = await asyncio.wait_for(self.sweep(conn), self.stalled_after)
                         metrics.STALLED_SESSIONS_ENDED.inc(ended)
                         await asyncio.sleep(self.every)
             except (psycopg.Error, OSError, TimeoutError) as err:  # the lease says so too, and louder

@@ -169,11 +169,12 @@ class FederationServer:
         # (5 ms by default), so the API, the agents' streams and the lease wait at most that for it.
         sys.setswitchinterval(SWITCH_INTERVAL)
         self._lag = asyncio.create_task(metrics.watch_loop_lag(), name="loop-lag")
-        stalled_after = database.stalled_after(self.leader_lease)
-        self._sweeping = asyncio.create_task(StalledSessions(self.url, stalled_after).run(), name="stalled-sessions")
         # A replica frozen inside any write (holding the event counter's row lock) must not stall the others'
-        # writes longer than it could hold the lease: PostgreSQL ends its transaction after that long.
+        # writes longer than it could hold the lease: PostgreSQL ends its transaction after that long, and this
+        # process's sweep ends those stopped mid-statement, which PostgreSQL leaves alone.
+        stalled_after = database.stalled_after(self.leader_lease)
         self.engine = database.async_engine(self.url, stalled_after=stalled_after)
+        self._sweeping = asyncio.create_task(StalledSessions(self.url, stalled_after).run(), name="stalled-sessions")
         jobs = JobStore(self.engine, self.requeueing)
         admin = AdminStore(self.engine)
         self.tokens = TokenStore(self.engine)
