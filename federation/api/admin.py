@@ -257,7 +257,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             if not self.connections.send(conn, agent_pb2.ControlMessage(node_order=order)):
                 raise Unavailable(f"cluster {request.cluster}'s agent is not reading its orders; try again")
             try:
-                done = await asyncio.wait_for(answer, NODE_ORDER_ANSWER_SECONDS)
+                async with asyncio.timeout(NODE_ORDER_ANSWER_SECONDS):
+                    done = await answer
             except TimeoutError:
                 done = None
         finally:

@@ -71,8 +71,8 @@ class _Child:
 
     def stop(self, grace: float = 30) -> int:
         """SIGTERM and wait: the programs shut down cleanly on it (woken first, if frozen with SIGSTOP). One that
-        outlasts `grace` is killed, and the error says where each of its threads was (py-spy, where installed)
-        and its last words."""
+        outlasts `grace` is killed, and the error says where each of its threads and its children's were (py-spy,
+        where installed) and its last words."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
@@ -82,8 +82,8 @@ class _Child:
             spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(BIN))
             stacks = "(py-spy is not installed: no stacks)"
             if spy:
-                dump = subprocess.run([spy, "dump", "--pid", str(self.proc.pid)], capture_output=True, text=True,
-                                      timeout=60)
+                dump = subprocess.run([spy, "dump", "--subprocesses", "--pid", str(self.proc.pid)],
+                                      capture_output=True, text=True, timeout=60)
                 stacks = dump.stdout or f"(py-spy could not read it: {dump.stderr.strip()})"
             self.kill()
             tail = "\n".join(self.log.decode(errors="replace").splitlines()[-40:])

@@ -128,7 +128,8 @@ class Leadership:
                 if self.epoch:
                     log.warning("cannot renew the scheduling lease: %s", str(err) or "no answer")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.renew_every)
+                async with asyncio.timeout(self.renew_every):
+                    await self._stopping.wait()
 
     async def _renew(self, conn: psycopg.AsyncConnection) -> None:
         if not self.candidate:
@@ -171,7 +172,8 @@ class Leadership:
     async def _hold(self, conn: psycopg.AsyncConnection) -> None:
         while not self._stopping.is_set():
             # A partitioned database does not answer at all: give up on this connection and try another.
-            await asyncio.wait_for(self._renew(conn), self.renew_every * 2)
+            async with asyncio.timeout(self.renew_every * 2):
+                await self._renew(conn)
             # Wait for notices until the next renewal; a dead connection raises here.
             async for _ in conn.notifies(timeout=self.renew_every):
                 self.on_notice()

@@ -46,7 +46,8 @@ class WakeLoop:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.period)
+                async with asyncio.timeout(self.period):
+                    await self._wake.wait()
             self._wake.clear()
             if self._stopped.is_set():
                 return
@@ -58,4 +59,5 @@ class WakeLoop:
                 await asyncio.sleep(self.period)
             if self.rest:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopped.wait(), self.rest * (time.perf_counter() - started))
+                    async with asyncio.timeout(self.rest * (time.perf_counter() - started)):
+                        await self._stopped.wait()

@@ -60,7 +60,8 @@ class StalledSessions:
                         conninfo(self.url), autocommit=True, connect_timeout=max(int(self.stalled_after), 1),
                         application_name=f"{APPLICATION_PREFIX}{os.getpid()}-sweep") as conn:
                     while True:
-                        ended = await asyncio.wait_for(self.sweep(conn), self.stalled_after)
+                        async with asyncio.timeout(self.stalled_after):
+                            ended = await self.sweep(conn)
                         metrics.STALLED_SESSIONS_ENDED.inc(ended)
                         await asyncio.sleep(self.every)
             except (psycopg.Error, OSError, TimeoutError) as err:  # the lease says so too, and louder

@@ -109,6 +109,7 @@ class EventHub:
             if sub.lagging:
                 return None
             try:
-                return await asyncio.wait_for(sub.queue.get(), self._poll_interval)
+                async with asyncio.timeout(self._poll_interval):
+                    return await sub.queue.get()
             except TimeoutError:
                 continue

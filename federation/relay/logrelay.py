@@ -70,7 +70,8 @@ class LogRelay:
             wait: float | None = FIRST_WORD
             while True:
                 try:
-                    chunk = await asyncio.wait_for(stream.chunks.get(), wait)
+                    async with asyncio.timeout(wait):
+                        chunk = await stream.chunks.get()
                 except TimeoutError:
                     raise Unavailable(f"the agent of cluster {cluster} did not answer for {FIRST_WORD:g}s "
                                       "(an agent older than pod logs?)") from None

@@ -97,7 +97,8 @@ class SchedulerChild:
             process.send_signal(signal.SIGCONT)
             process.terminate()
         try:
-            await asyncio.wait_for(process.wait(), grace)
+            async with asyncio.timeout(grace):
+                await process.wait()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import ipaddress
 import logging
 import os
@@ -52,6 +53,7 @@ from federation.store.transitions import Requeueing
 from federation.ui.server import Dashboard
 
 log = logging.getLogger("federation.server")
+SLOW_SHUTDOWN = 10.0  # seconds of shutdown after which it says what it still waits for
 BOTH = "both"  # `serve`'s default: the API in this process, the scheduler in a child it supervises
 
 _database_url = click.option(
@@ -369,15 +371,30 @@ async def _serve(server: FederationServer, metrics_listen: str, ui_listen: str =
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
-    if child is not None:
-        await child.stop()
-    if dashboard is not None:
-        await dashboard.stop()
-    if metrics_runner is not None:
-        await metrics_runner.cleanup()
-    if watching is not None:
-        watching.cancel()
-    await server.stop()
+    slow = asyncio.create_task(_report_slow_shutdown(SLOW_SHUTDOWN))
+    try:
+        if child is not None:
+            await child.stop()
+        if dashboard is not None:
+            await dashboard.stop()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
+        if watching is not None:
+            watching.cancel()
+        await server.stop()
+    finally:
+        slow.cancel()
+
+
+async def _report_slow_shutdown(after: float) -> None:
+    """Say what a shutdown still waits for once it has taken `after` seconds. A task that does not end is invisible
+    to a thread dump (the loop's thread just waits in its selector); its coroutine's stack names it."""
+    await asyncio.sleep(after)
+    stacks = io.StringIO()
+    for task in asyncio.all_tasks():
+        if task is not asyncio.current_task():
+            task.print_stack(file=stacks)
+    log.warning("still shutting down after %g s; the tasks it waits on:\n%s", after, stacks.getvalue())
 
 
 @cli.group()

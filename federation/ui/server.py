@@ -402,7 +402,8 @@ class Dashboard:
                                     metadata=api.metadata)
         try:
             while True:
-                event = await asyncio.wait_for(stream.read(), 0.5)
+                async with asyncio.timeout(0.5):
+                    event = await stream.read()
                 if event is grpc.aio.EOF:
                     break
                 events.append(event)

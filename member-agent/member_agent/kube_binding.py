@@ -262,7 +262,8 @@ class Binding:
             self._kept_changed.clear()
             wait = min(self._kept.values(), default=now + 3600) - now
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kept_changed.wait(), max(wait, 0.05))
+                async with asyncio.timeout(max(wait, 0.05)):
+                    await self._kept_changed.wait()
 
     async def _delete_kept(self, job_id: str, attempt: int) -> None:
         kept = [p for p in self._job_pods(job_id, attempt) if ended(p) and not p["metadata"].get("deletionTimestamp")]
