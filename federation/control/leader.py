@@ -109,9 +109,10 @@ class Leadership:
         self._stopping.set()
         if self._task:
             await self._task
-        if self.epoch:
-            with contextlib.suppress(psycopg.Error, OSError):
-                async with await psycopg.AsyncConnection.connect(conninfo(self.url), autocommit=True) as conn:
+        if self.epoch:  # bounded as a renewal is: a database that does not answer lets the lease expire instead
+            with contextlib.suppress(psycopg.Error, OSError, TimeoutError):
+                async with asyncio.timeout(self.renew_every * 2), await psycopg.AsyncConnection.connect(
+                        conninfo(self.url), autocommit=True, connect_timeout=max(int(self.renew_every), 1)) as conn:
                     await conn.execute("UPDATE leader_lease SET expires_at = now() WHERE id = 1 AND holder = %s "
                                        "AND epoch = %s", (self.holder, self.epoch))
         self.epoch = 0
