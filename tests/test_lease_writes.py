@@ -1,6 +1,7 @@
 """The scheduling lease beside the leader's own long writes: a write that takes longer than the lease does
 not cost the leader its lease (its renewal goes on beside it), and a replica taking over a lease that ran out
-waits for the writes still in flight under it, so none of them commits after another replica leads."""
+waits for the writes still in flight under it, so none of them commits after another replica leads; and a leader
+cut off from PostgreSQL still stops, its lease left to run out."""
 
 import asyncio
 import time
@@ -10,6 +11,7 @@ from sqlalchemy.engine import URL
 
 from federation.control.leader import Leadership
 from federation.store.database import async_engine
+from tests.netproxy import proxied
 
 LEASE = 0.6
 
@@ -74,3 +76,22 @@ async def test_a_takeover_waits_for_the_writes_in_flight_under_the_lease_it_take
         await second.stop()
         await first.stop()
         await engine.dispose()
+
+
+async def test_a_leader_cut_off_from_postgresql_stops_and_its_lease_runs_out(db_url: URL) -> None:
+    """Stopping gives the lease back at once when it can; when PostgreSQL does not answer (the proxy keeps the
+    connection open and relays nothing), it gives up as a renewal does, and another replica leads once it expires."""
+    proxy, through = proxied(db_url)
+    first = Leadership(through, lambda: None, lease=LEASE)
+    second = Leadership(db_url, lambda: None, lease=LEASE)
+    first.start()
+    try:
+        await _leading(first)
+        proxy.partition()
+        async with asyncio.timeout(60):  # without a bound, the lease's release waited for an answer for ever
+            await first.stop()
+        second.start()
+        await _leading(second)
+    finally:
+        proxy.close()
+        await second.stop()
