@@ -111,8 +111,7 @@ class Leadership:
             await self._task
         if self.epoch:  # bounded as a renewal is: a database that does not answer lets the lease expire instead
             with contextlib.suppress(psycopg.Error, OSError, TimeoutError):
-                async with asyncio.timeout(self.renew_every * 2), await psycopg.AsyncConnection.connect(
-                        conninfo(self.url), autocommit=True, connect_timeout=max(int(self.renew_every), 1)) as conn:
+                async with asyncio.timeout(self.renew_every * 2), await self._connect() as conn:
                     await conn.execute("UPDATE leader_lease SET expires_at = now() WHERE id = 1 AND holder = %s "
                                        "AND epoch = %s", (self.holder, self.epoch))
         self.epoch = 0
@@ -120,9 +119,7 @@ class Leadership:
     async def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                async with await psycopg.AsyncConnection.connect(
-                        conninfo(self.url), autocommit=True, connect_timeout=max(int(self.renew_every), 1),
-                        application_name=f"{APPLICATION_PREFIX}{os.getpid()}-lease") as conn:
+                async with await self._connect() as conn:
                     await conn.execute(f"LISTEN {CHANGES}")
                     await self._hold(conn)
             except (psycopg.Error, OSError, TimeoutError) as err:
@@ -131,6 +128,12 @@ class Leadership:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.renew_every):
                     await self._stopping.wait()
+
+    async def _connect(self) -> psycopg.AsyncConnection:
+        """The lease's own connection, given up on as a renewal is when PostgreSQL does not answer."""
+        return await psycopg.AsyncConnection.connect(
+            conninfo(self.url), autocommit=True, connect_timeout=max(int(self.renew_every), 1),
+            application_name=f"{APPLICATION_PREFIX}{os.getpid()}-lease")
 
     async def _renew(self, conn: psycopg.AsyncConnection) -> None:
         if not self.candidate:
